@@ -1,0 +1,56 @@
+"""The small tree of exceptions tickloop raises.
+
+Errors a *call* makes never become exceptions: they become Error Messages in the log
+(PROTOCOL §7). Exceptions are kept for the caller's mistakes (configuration, syntax) and
+for the few ways a whole run can stop (iteration limit, model attempts used up).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TickloopError(Exception):
+    """Base class of every exception tickloop raises on purpose."""
+
+
+class ConfigurationError(TickloopError):
+    """Bad tools or options, raised before anything runs."""
+
+
+class ReferenceSyntaxError(TickloopError, ValueError):
+    """A reference or output-path expression that does not parse.
+
+    `position` is the 0-based index in `text` where parsing failed, so the message can
+    point at the fault instead of repeating the whole expression.
+    """
+
+    def __init__(self, message: str, text: str, position: int) -> None:
+        self.text = text
+        self.position = position
+        self.reason = message
+        super().__init__(f"{message} at position {position} in {text!r}")
+
+
+class _RunStopped(TickloopError):
+    """A run that stopped carries its log so the caller can resume from it."""
+
+    def __init__(self, message: str, messages: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.messages: list[dict[str, Any]] = list(messages or [])
+
+
+class MaxIterationsError(_RunStopped, RuntimeError):
+    """The model kept asking for more requests than `max_iterations` allows."""
+
+
+class ExecuteError(_RunStopped):
+    """Every attempt at one model request failed; `.messages` is the log to resume from."""
+
+
+class ResumeError(TickloopError):
+    """A resume that cannot go ahead: unknown run, finished run, or a bad decision."""
+
+
+class StoreError(TickloopError):
+    """A store file that cannot be used (not a store, corrupt, unreadable)."""
