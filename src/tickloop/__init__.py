@@ -1,5 +1,10 @@
-"""tickloop: run LLM agents whose tool calls form a dependency graph."""
+"""tickloop: run LLM agents whose tool calls form a dependency graph.
 
+The public surface is flat: everything a user needs is importable from here
+(`import tickloop as tl`); the modules behind it are private.
+"""
+
+from ._approval import Approve, Decision, Defer, Deny, Edit, PendingCall, Replace, Respond
 from ._errors import (
     ConfigurationError,
     ExecuteError,
@@ -9,13 +14,36 @@ from ._errors import (
     StoreError,
     TickloopError,
 )
+from ._expressions import Expression, Term, parse_expression
+from ._run import ExecutionResult, execute, run_calls
+from ._scheduler import CallRecord
+from ._tools import Branch, CallContext, Tool, tool
 
 __all__ = [
+    "Approve",
+    "Branch",
+    "CallContext",
+    "CallRecord",
     "ConfigurationError",
+    "Decision",
+    "Defer",
+    "Deny",
+    "Edit",
     "ExecuteError",
+    "ExecutionResult",
+    "Expression",
     "MaxIterationsError",
+    "PendingCall",
     "ReferenceSyntaxError",
+    "Replace",
+    "Respond",
     "ResumeError",
     "StoreError",
+    "Term",
     "TickloopError",
+    "Tool",
+    "execute",
+    "parse_expression",
+    "run_calls",
+    "tool",
 ]

@@ -1,0 +1,131 @@
+"""Human approval: what a hook is shown, and the decisions it can return.
+
+Decisions are plain, serialisable values so that a durable run can store them and a
+scheduler without trio (a workflow engine) can replay them.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "Approve",
+    "ApproveHook",
+    "Decision",
+    "Defer",
+    "Deny",
+    "Edit",
+    "PendingCall",
+    "Replace",
+    "Respond",
+    "ask",
+    "decision_from_dict",
+    "decision_to_dict",
+    "normalize_decision",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCall:
+    """A ready call waiting for a decision: `params` are resolved, exactly what would run."""
+
+    id: str
+    tool: str
+    params: dict[str, Any]
+    call: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Approve:
+    """Run the call as it is."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deny:
+    """Do not run the call; the model is told `reason` in a `denied` Error Message."""
+
+    reason: str = "denied by the approval hook"
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """Run the call with these parameters instead (checked against the schema again)."""
+
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Replace:
+    """Drop the call and queue this wire call under the same id, checked as a new call."""
+
+    call: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Respond:
+    """Do not run the call; write `value` as its result, as if the tool had returned it."""
+
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Defer:
+    """Park the call until a decision arrives later (durable runs)."""
+
+
+Decision = Approve | Deny | Edit | Replace | Respond | Defer
+ApproveHook = Callable[[PendingCall], "Decision | bool | Awaitable[Decision | bool]"]
+
+_DECISION_TYPES = {
+    "approve": Approve,
+    "deny": Deny,
+    "edit": Edit,
+    "replace": Replace,
+    "respond": Respond,
+    "defer": Defer,
+}
+
+
+def normalize_decision(answer: Any) -> Decision:
+    """`True`/`False` are approve/deny; anything that is not a decision denies (fail closed)."""
+    if answer is True:
+        return Approve()
+    if answer is False:
+        return Deny()
+    if isinstance(answer, Approve | Deny | Edit | Replace | Respond | Defer):
+        return answer
+    return Deny(f"the approval hook returned {answer!r}, which is not a decision")
+
+
+async def ask(hook: ApproveHook, pending: PendingCall) -> Decision:
+    """Ask the hook about one call; a hook that raises denies the call (fail closed).
+
+    A sync hook runs inline on the event loop: hooks are meant to be quick policy checks,
+    and running them inline keeps approval deterministic under a virtual clock. A hook
+    that waits for a person should be async (e.g. `await trio.to_thread.run_sync(input)`).
+    """
+    try:
+        answer = hook(pending)
+        if inspect.isawaitable(answer):
+            answer = await answer
+    except Exception as error:
+        return Deny(f"the approval hook raised {type(error).__name__}: {error}")
+    return normalize_decision(answer)
+
+
+def decision_to_dict(decision: Decision) -> dict[str, Any]:
+    """The JSON form stored by durable runs and shown in events."""
+    name = next(key for key, value in _DECISION_TYPES.items() if isinstance(decision, value))
+    body: dict[str, Any] = {"decision": name}
+    for attribute in getattr(type(decision), "__slots__", ()):
+        body[attribute] = getattr(decision, attribute)
+    return body
+
+
+def decision_from_dict(data: dict[str, Any]) -> Decision:
+    kind = _DECISION_TYPES[data["decision"]]
+    arguments = {key: value for key, value in data.items() if key != "decision"}
+    return kind(**arguments)

@@ -1,0 +1,239 @@
+"""The trio driver of the scheduler: tasks, threads, timeouts, the approval hook.
+
+The `Scheduler` decides; this layer only carries its actions out and turns what happens
+in the world (a handler returned, a hook answered) back into events. Events are fed one at
+a time and never from inside `Scheduler.handle`, so the scheduler is never re-entered.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+
+import pydantic
+import trio
+
+from ._approval import ApproveHook, PendingCall, ask
+from ._errors import ConfigurationError
+from ._log import ContextLog
+from ._scheduler import (
+    Action,
+    ApprovalRequested,
+    CallFinished,
+    CallReceived,
+    CallRecord,
+    DecisionMade,
+    Event,
+    FaultReported,
+    Flush,
+    Scheduler,
+    StartCall,
+    StreamClosed,
+    TickEnded,
+    TickOpened,
+)
+from ._tools import Branch, CallContext, ToolSet
+
+__all__ = ["Engine", "TickOutcome", "check_configuration", "utc_now"]
+
+_DEFAULT_THREADS = 64
+
+
+def utc_now() -> str:
+    """ISO-8601 UTC with a `Z`, the `_date` of every engine write."""
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def check_configuration(
+    tools: ToolSet, approve: ApproveHook | None, max_concurrency: int | None
+) -> None:
+    """Configuration errors are raised before anything runs (PROTOCOL §6)."""
+    if approve is None and tools.may_require_approval:
+        names = ", ".join(repr(name) for name in tools.may_require_approval)
+        raise ConfigurationError(
+            f"tool(s) {names} may require approval, but no approval hook was given "
+            "(pass approve=...)"
+        )
+    if approve is not None and not callable(approve):
+        raise ConfigurationError(f"approve must be callable, not {approve!r}")
+    if max_concurrency is not None and (
+        isinstance(max_concurrency, bool)
+        or not isinstance(max_concurrency, int)
+        or max_concurrency < 1
+    ):
+        raise ConfigurationError(
+            f"max_concurrency must be a positive whole number or None, not {max_concurrency!r}"
+        )
+
+
+class TickOutcome:
+    """What one tick left behind: its Error Messages and any calls it paused on."""
+
+    __slots__ = ("errors", "iteration", "paused")
+
+    def __init__(self, ended: TickEnded) -> None:
+        self.iteration = ended.iteration
+        self.errors = ended.errors
+        self.paused = ended.paused
+
+
+class Engine:
+    """Runs ticks of one run on trio.
+
+    Use inside `async with engine.session():` — the session's nursery owns every call's
+    task, so leaving it waits for fire-and-forget calls too and the run never ends while
+    one still runs.
+    """
+
+    def __init__(
+        self,
+        tools: ToolSet,
+        log: ContextLog,
+        *,
+        approve: ApproveHook | None = None,
+        max_concurrency: int | None = None,
+        on_action: Callable[[Action], None] | None = None,
+        clock: Callable[[], str] = utc_now,
+    ) -> None:
+        check_configuration(tools, approve, max_concurrency)
+        self.tools = tools
+        self.log = log
+        self.scheduler = Scheduler(tools, log, max_concurrency=max_concurrency)
+        self._approve = approve
+        self._on_action = on_action
+        self._date = clock
+        self._nursery: trio.Nursery | None = None
+        self._tick_done: trio.Event | None = None
+        self._outcome: TickOutcome | None = None
+        self._threads = trio.CapacityLimiter(max_concurrency or _DEFAULT_THREADS)
+
+    @property
+    def records(self) -> dict[str, CallRecord]:
+        return self.scheduler.records
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[Engine]:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery  # stays open while calls run: they may start others
+            yield self
+        self._nursery = None
+        # Every task, fire-and-forget ones included, has finished: report their late errors.
+        self.feed(Flush(self._date()))
+
+    # -- the tick, as the outer loop sees it -----------------------------------------------
+
+    def open_tick(self, iteration: int) -> None:
+        self._tick_done = trio.Event()
+        self._outcome = None
+        self.feed(TickOpened(iteration, self._date()))
+
+    def receive(self, call: Any) -> None:
+        """Hand one streamed call to the tick; it starts at once if it is ready."""
+        self.feed(CallReceived(call, self._date()))
+
+    def report(self, error: dict[str, Any], call: Any = None) -> None:
+        """A structural fault of the iteration (bad solution, bad output) for the errors."""
+        self.feed(FaultReported(error, call, self._date()))
+
+    def close_stream(self) -> None:
+        self.feed(StreamClosed(self._date()))
+
+    async def wait_tick(self) -> TickOutcome:
+        assert self._tick_done is not None, "open_tick first"
+        await self._tick_done.wait()
+        assert self._outcome is not None
+        return self._outcome
+
+    def decide(self, call_id: str, decision: Any) -> None:
+        """A decision from outside the hook (a resumed, deferred call)."""
+        self.feed(DecisionMade(call_id, decision, self._date()))
+
+    # -- events in, actions out ------------------------------------------------------------
+
+    def feed(self, event: Event) -> None:
+        for action in self.scheduler.handle(event):
+            if self._on_action is not None:
+                self._on_action(action)
+            if isinstance(action, StartCall):
+                self._start(action)
+            elif isinstance(action, ApprovalRequested):
+                self._spawn(self._ask, action.pending)
+            elif isinstance(action, TickEnded):
+                self._outcome = TickOutcome(action)
+                if self._tick_done is not None:
+                    self._tick_done.set()
+
+    def _spawn(self, function: Callable[..., Any], *args: Any) -> None:
+        if self._nursery is None:
+            raise RuntimeError("the engine runs calls only inside `async with engine.session()`")
+        self._nursery.start_soon(function, *args)
+
+    def _start(self, action: StartCall) -> None:
+        self.records[action.id].started = trio.current_time()
+        self._spawn(self._run, action)
+
+    async def _ask(self, pending: PendingCall) -> None:
+        assert self._approve is not None  # configuration was checked
+        decision = await ask(self._approve, pending)
+        self.feed(DecisionMade(pending.id, decision, self._date()))
+
+    async def _run(self, action: StartCall) -> None:
+        tool = self.tools[action.tool]
+        context = CallContext(action.id, tool.name, action.call, self.log.view)
+        branch: str | None = None
+        error: dict[str, Any] | None = None
+        value: Any = None
+        try:
+            handler, arguments = tool.prepare(action.params, context)
+        except pydantic.ValidationError as problem:
+            error = {
+                "type": "structural",
+                "message": f"parameters of {tool.name!r} do not convert to the handler's "
+                f"types: {_pydantic_summary(problem)}",
+            }
+        else:
+            timeout = tool.timeout if tool.timeout is not None else math.inf
+            try:
+                with trio.fail_after(timeout):
+                    value = await self._invoke(handler, arguments, tool.is_async)
+                if isinstance(value, Branch):
+                    branch, value = value.term, value.value
+                value = tool.dump_output(value)
+            except trio.TooSlowError:
+                error = {
+                    "type": "runtime",
+                    "message": f"TimeoutError: {tool.name} ran over {_seconds(timeout)}",
+                }
+            except Exception as problem:
+                error = {"type": "runtime", "message": f"{type(problem).__name__}: {problem}"}
+        self.records[action.id].finished = trio.current_time()
+        self.feed(CallFinished(action.id, value, branch, error, self._date()))
+
+    async def _invoke(
+        self, handler: Callable[..., Any], arguments: dict[str, Any], is_async: bool
+    ) -> Any:
+        if is_async:
+            return await handler(**arguments)
+        result = await trio.to_thread.run_sync(
+            partial(handler, **arguments), abandon_on_cancel=True, limiter=self._threads
+        )
+        if inspect.isawaitable(result):  # a sync callable that returned a coroutine
+            result = await result
+        return result
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g} s"
+
+
+def _pydantic_summary(error: pydantic.ValidationError) -> str:
+    parts = []
+    for item in error.errors()[:5]:
+        where = ".".join(str(step) for step in item.get("loc", ())) or "(params)"
+        parts.append(f"{where}: {item.get('msg')}")
+    return "; ".join(parts)

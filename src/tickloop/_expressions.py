@@ -1,0 +1,428 @@
+"""Reference expressions and output paths (PROTOCOL §3 and §4).
+
+Every parameter string that starts with `†` and every `_outputPath` goes through this
+module, once per call, so parsing is cached and takes a regular-expression fast path for
+the common valid case. Only text that fails the fast path is walked by the character
+scanner, whose sole extra job is to say *where* and *why* the text is wrong, so a model
+reading the error can fix its call.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import NoReturn
+
+from ._errors import ReferenceSyntaxError
+
+__all__ = [
+    "REF",
+    "Expression",
+    "Reference",
+    "Step",
+    "Term",
+    "find_references",
+    "format_location",
+    "is_reference",
+    "parse_expression",
+    "parse_term",
+    "substitute",
+    "unescape",
+]
+
+REF = "\u2020"
+"""The dagger that marks a string as a reference (and, doubled, escapes a literal one)."""
+
+Step = str | int
+"""One path step: a `str` is an object key, an `int` is an array index."""
+
+_ESCAPED = REF + REF
+_OPERATORS = ("||", "&&")
+
+# The alphabets are spelled out in ASCII on purpose: `\w`, `\d` and `str.isdigit` would also
+# accept non-ASCII letters and digits, which the grammar does not.
+_KIND_PATTERN = "[A-Za-z_][A-Za-z0-9_]*"
+_KEY_PATTERN = "[A-Za-z0-9_$-]+"
+_TERM_PATTERN = rf"{REF}(?P<kind>{_KIND_PATTERN})(?P<path>(?:\.{_KEY_PATTERN}|\[[0-9]+\])*)"
+_BARE_TERM = rf"{REF}{_KIND_PATTERN}(?:\.{_KEY_PATTERN}|\[[0-9]+\])*"
+
+_TERM_RE = re.compile(_TERM_PATTERN)
+_STEP_RE = re.compile(rf"\.({_KEY_PATTERN})|\[([0-9]+)\]")
+_KIND_RE = re.compile(_KIND_PATTERN)
+_KEY_RE = re.compile(_KEY_PATTERN)
+# re.ASCII keeps `\s` to the same six characters as `_WHITESPACE` below, so the fast path
+# and the scanner accept exactly the same language.
+_OR_RE = re.compile(rf"\s*{_BARE_TERM}(?:\s*\|\|\s*{_BARE_TERM})*\s*", re.ASCII)
+_AND_RE = re.compile(rf"\s*{_BARE_TERM}(?:\s*&&\s*{_BARE_TERM})*\s*", re.ASCII)
+
+_WHITESPACE = frozenset(" \t\n\r\f\v")
+_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_DIGITS = frozenset("0123456789")
+_KIND_START = frozenset(_LETTERS + "_")
+_KIND_CHARS = _KIND_START | _DIGITS
+_KEY_CHARS = _KIND_CHARS | frozenset("$-")
+
+
+def _check_step(step: object) -> None:
+    """Reject steps the grammar cannot spell, so `str` of any Term parses back to it."""
+    if isinstance(step, bool) or not isinstance(step, str | int):
+        raise ValueError(f"a path step must be a str key or an int index, not {step!r}")
+    if isinstance(step, int):
+        if step < 0:
+            raise ValueError(f"an array index must be non-negative, not {step}")
+    elif _KEY_RE.fullmatch(step) is None:
+        raise ValueError(f"a key must match {_KEY_PATTERN}, not {step!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    """One `†kind.path` operand: the kind of data message and the path inside its value.
+
+    Construction validates, so every Term that exists has a canonical text that parses
+    back to an equal Term.
+    """
+
+    kind: str
+    path: tuple[Step, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, str) or _KIND_RE.fullmatch(self.kind) is None:
+            raise ValueError(f"a kind must match {_KIND_PATTERN}, not {self.kind!r}")
+        if not isinstance(self.path, tuple):
+            raise ValueError(f"a path must be a tuple of steps, not {type(self.path).__name__}")
+        for step in self.path:
+            _check_step(step)
+
+    def __str__(self) -> str:
+        parts = [REF, self.kind]
+        for step in self.path:
+            parts.append(f"[{step}]" if isinstance(step, int) else f".{step}")
+        return "".join(parts)
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """The kind as the first step, so readiness can compare whole locations at once."""
+        return (self.kind, *self.path)
+
+    def is_prefix_of(self, other: Term) -> bool:
+        """Whether writing `self` can change what `other` reads (whole steps only).
+
+        Steps compare by type as well as value: key `"0"` is not index `0`, and
+        `state.b` is not a prefix of `state.base`.
+        """
+        if self.kind != other.kind:
+            return False
+        size = len(self.path)
+        return size <= len(other.path) and other.path[:size] == self.path
+
+    def overlaps(self, other: Term) -> bool:
+        """Whether a write to either term can affect a read of the other."""
+        return self.is_prefix_of(other) or other.is_prefix_of(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Expression:
+    """Terms joined by one operator; `op` is None exactly when there is one term.
+
+    Keeping `op` None for a single term makes equality canonical: `†a` is one
+    expression, not an `||` and an `&&` that happen to print the same.
+    """
+
+    terms: tuple[Term, ...]
+    op: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.terms, tuple) or not self.terms:
+            raise ValueError("an expression needs a non-empty tuple of terms")
+        if len(self.terms) == 1:
+            if self.op is not None:
+                raise ValueError("a single-term expression has op None")
+        elif self.op not in _OPERATORS:
+            raise ValueError(f"several terms need op '||' or '&&', not {self.op!r}")
+
+    def __str__(self) -> str:
+        if self.op is None:
+            return str(self.terms[0])
+        return f" {self.op} ".join(str(term) for term in self.terms)
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """A reference found in a call's params, with where it sits so it can be replaced."""
+
+    location: tuple[Step, ...]
+    expression: Expression
+    source: str
+
+
+def _term_from_match(match: re.Match[str]) -> Term:
+    path: list[Step] = []
+    for key, index in _STEP_RE.findall(match["path"]):
+        path.append(int(index) if index else key)
+    return Term(match["kind"], tuple(path))
+
+
+def _fast_parse(text: str) -> Expression | None:
+    """Parse valid text with regular expressions; None sends it to the scanner."""
+    if _OR_RE.fullmatch(text) is not None:
+        op = "||"
+    elif _AND_RE.fullmatch(text) is not None:
+        op = "&&"
+    else:
+        return None
+    terms = tuple(_term_from_match(m) for m in _TERM_RE.finditer(text))
+    return Expression(terms, op if len(terms) > 1 else None)
+
+
+class _Scanner:
+    """A character-at-a-time parser whose value is its error positions and messages."""
+
+    __slots__ = ("end", "pos", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+        self.end = len(text)
+
+    def fail(self, message: str, position: int) -> NoReturn:
+        raise ReferenceSyntaxError(message, self.text, position)
+
+    def found(self) -> str:
+        return repr(self.text[self.pos]) if self.pos < self.end else "end of text"
+
+    def skip_whitespace(self) -> None:
+        text, pos, end = self.text, self.pos, self.end
+        while pos < end and text[pos] in _WHITESPACE:
+            pos += 1
+        self.pos = pos
+
+    def take(self, alphabet: frozenset[str]) -> str:
+        text, start, end = self.text, self.pos, self.end
+        pos = start
+        while pos < end and text[pos] in alphabet:
+            pos += 1
+        self.pos = pos
+        return text[start:pos]
+
+    def term(self) -> Term:
+        text = self.text
+        if self.pos >= self.end or text[self.pos] != REF:
+            self.fail(f"expected '{REF}' to start a term, found {self.found()}", self.pos)
+        self.pos += 1
+        if self.pos >= self.end or text[self.pos] not in _KIND_START:
+            self.fail(f"expected a kind name, found {self.found()}", self.pos)
+        kind = self.take(_KIND_CHARS)
+        path: list[Step] = []
+        while self.pos < self.end:
+            char = text[self.pos]
+            if char == ".":
+                self.pos += 1
+                key = self.take(_KEY_CHARS)
+                if not key:
+                    self.fail(f"expected a key after '.', found {self.found()}", self.pos)
+                path.append(key)
+            elif char == "[":
+                self.pos += 1
+                digits = self.take(_DIGITS)
+                if not digits:
+                    self.fail(f"expected an integer index, found {self.found()}", self.pos)
+                if self.pos >= self.end or text[self.pos] != "]":
+                    self.fail(f"expected ']', found {self.found()}", self.pos)
+                self.pos += 1
+                path.append(int(digits))
+            else:
+                break
+        return Term(kind, tuple(path))
+
+    def after_term(self, gap_start: int) -> NoReturn:
+        """Explain the character that ended a term without being an operator or the end."""
+        char = self.text[self.pos]
+        if char in "|&":
+            self.fail(f"expected '{char}{char}', found a single {char!r}", self.pos)
+        if gap_start < self.pos and (char in _KEY_CHARS or char in ".["):
+            # The term seems to go on after the gap: the whitespace itself is the fault.
+            self.fail(f"unexpected character {self.text[gap_start]!r} inside a term", gap_start)
+        if char == REF:
+            self.fail("expected '||' or '&&' between terms", self.pos)
+        self.fail(f"unexpected character {char!r}", self.pos)
+
+    def expression(self) -> Expression:
+        self.skip_whitespace()
+        if self.pos >= self.end:
+            self.fail("empty expression", self.pos)
+        terms = [self.term()]
+        op: str | None = None
+        while True:
+            gap_start = self.pos
+            self.skip_whitespace()
+            if self.pos >= self.end:
+                break
+            pair = self.text[self.pos : self.pos + 2]
+            if pair not in _OPERATORS:
+                self.after_term(gap_start)
+            if op is None:
+                op = pair
+            elif pair != op:
+                self.fail(f"cannot mix '||' and '&&' (this expression uses '{op}')", self.pos)
+            self.pos += 2
+            self.skip_whitespace()
+            if self.pos >= self.end or self.text[self.pos] in "|&":
+                self.fail(f"expected a term after '{pair}', found {self.found()}", self.pos)
+            terms.append(self.term())
+        return Expression(tuple(terms), op)
+
+    def single_term(self) -> Term:
+        self.skip_whitespace()
+        if self.pos >= self.end:
+            self.fail("empty term", self.pos)
+        term = self.term()
+        gap_start = self.pos
+        self.skip_whitespace()
+        if self.pos < self.end:
+            pair = self.text[self.pos : self.pos + 2]
+            if pair in _OPERATORS:
+                self.fail(f"expected a single term, found '{pair}'", self.pos)
+            self.after_term(gap_start)
+        return term
+
+
+def _scan_expression(text: str) -> Expression:
+    """The slow path on its own, so tests can check it agrees with the fast one."""
+    return _Scanner(text).expression()
+
+
+@lru_cache(maxsize=4096)
+def parse_expression(text: str) -> Expression:
+    """Parse a reference or output-path expression.
+
+    Cached because the same few strings are parsed for every call of every tick, and
+    Expressions are immutable. Errors are not cached; they are rare and cheap to rebuild.
+    """
+    expression = _fast_parse(text)
+    if expression is None:
+        expression = _scan_expression(text)
+    return expression
+
+
+def parse_term(text: str) -> Term:
+    """Parse exactly one term, e.g. the branch a `Branch(term, value)` names."""
+    expression = _fast_parse(text)
+    if expression is not None and expression.op is None:
+        return expression.terms[0]
+    return _Scanner(text).single_term()
+
+
+def is_reference(value: object) -> bool:
+    """Whether a parameter value must be resolved rather than passed through."""
+    return isinstance(value, str) and value.startswith(REF) and not value.startswith(_ESCAPED)
+
+
+def unescape(value: str) -> str:
+    """Turn the escaped literal `††x` into `†x`; every other string is already literal."""
+    return value[1:] if value.startswith(_ESCAPED) else value
+
+
+def find_references(params: object) -> tuple[Reference, ...]:
+    """Every reference in `params`, deep and in document order.
+
+    A reference that does not parse raises its ReferenceSyntaxError with `location` set,
+    so the error reported for the call can name the parameter at fault.
+    """
+    found: list[Reference] = []
+    _collect(params, (), found)
+    return tuple(found)
+
+
+def _collect(value: object, location: tuple[Step, ...], found: list[Reference]) -> None:
+    if isinstance(value, str):
+        if is_reference(value):
+            try:
+                expression = parse_expression(value)
+            except ReferenceSyntaxError as error:
+                error.location = location  # type: ignore[attr-defined]
+                raise
+            found.append(Reference(location, expression, value))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _collect(item, (*location, key), found)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _collect(item, (*location, index), found)
+
+
+def substitute(params: object, values: Mapping[tuple[Step, ...], object]) -> object:
+    """A copy of `params` with each location in `values` replaced and other strings unescaped.
+
+    The input is never mutated, since the wire call is logged as sent. Replacement values
+    are inserted as they are: they come from resolution, not from the wire, so they are
+    neither copied nor unescaped. A location that is not in `params` raises KeyError,
+    because it means the caller's locations and params have drifted apart.
+    """
+    if not values:
+        return _unescape_all(params)
+    prefixes: set[tuple[Step, ...]] = set()
+    for location in values:
+        for size in range(len(location)):
+            prefixes.add(location[:size])
+    used: set[tuple[Step, ...]] = set()
+    result = _replace(params, (), values, prefixes, used)
+    if len(used) != len(values):
+        missing = [format_location(loc) for loc in values if loc not in used]
+        raise KeyError(f"no such location in params: {', '.join(missing)}")
+    return result
+
+
+def _replace(
+    value: object,
+    location: tuple[Step, ...],
+    values: Mapping[tuple[Step, ...], object],
+    prefixes: set[tuple[Step, ...]],
+    used: set[tuple[Step, ...]],
+) -> object:
+    if location in values:
+        used.add(location)
+        return values[location]
+    if location not in prefixes:
+        # Nothing below is replaced, so the cheaper walk that skips locations will do.
+        return _unescape_all(value)
+    if isinstance(value, dict):
+        return {
+            key: _replace(item, (*location, key), values, prefixes, used)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [
+            _replace(item, (*location, index), values, prefixes, used)
+            for index, item in enumerate(value)
+        ]
+    return _unescape_all(value)
+
+
+def _unescape_all(value: object) -> object:
+    if isinstance(value, str):
+        return unescape(value)
+    if isinstance(value, dict):
+        return {key: _unescape_all(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_unescape_all(item) for item in value]
+    return value
+
+
+def format_location(location: tuple[Step, ...]) -> str:
+    """Name a parameter the way a model would write it, for error messages."""
+    if not location:
+        return "(params)"
+    parts: list[str] = []
+    for step in location:
+        if isinstance(step, int):
+            parts.append(f"[{step}]")
+        elif isinstance(step, str) and _KEY_RE.fullmatch(step) is not None:
+            parts.append(f".{step}" if parts else step)
+        elif isinstance(step, str):
+            parts.append(f"[{json.dumps(step, ensure_ascii=False)}]")
+        else:
+            parts.append(f"[{step!r}]")
+    return "".join(parts)

@@ -1,0 +1,361 @@
+"""The context log (PROTOCOL §1) and the output methods that write into it (§4).
+
+The log is the run's only memory: it is append-only, and everything else is derived from it.
+Reads happen far more often than writes (every reference of every call, every readiness
+check), so each kind keeps a *materialized view* that every `data` message is applied to as
+it is appended. Applying forward in log order gives the same value as the seed chapter's
+reverse-chronological read, without a read ever having to walk the log.
+
+Two rules keep the views trustworthy:
+
+- A view never shares a mutable object with a message or with a value handed in, so no caller
+  can change the state behind the log's back (and no later write can rewrite a logged
+  message). Values are copied once on the way in with a JSON-aware copy.
+- A write is checked completely before anything is touched, so a write that cannot apply
+  leaves both the log and the view as they were: the failed call simply wrote nothing.
+
+Writes mutate the view in place; copying the whole view per write would make a run of many
+small writes quadratic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Final
+
+from ._expressions import Step, Term, parse_term
+
+__all__ = ["MESSAGE_TYPES", "METHODS", "ContextLog", "WriteError", "copy_json"]
+
+METHODS: Final = ("set", "merge", "assign", "push", "concat")
+"""The `_outputMethod`s, `set` first because it is the default."""
+
+MESSAGE_TYPES: Final = ("text", "data", "plan", "solution")
+
+_MISSING: Final = object()
+
+
+class WriteError(Exception):
+    """An output method that cannot apply where it was aimed.
+
+    It is a runtime error of the call that wrote (§4), so the message names the method, the
+    type found and the path: the model reads it and has to be able to fix the call.
+    """
+
+
+def copy_json(value: Any) -> Any:
+    """Copy a JSON value; leaves are immutable, so only containers need new objects.
+
+    Much faster than `copy.deepcopy`, which is worth it because every write copies its value.
+    Tuples come out as lists, which is what they would be after a JSON round trip.
+    """
+    if isinstance(value, dict):
+        return {key: copy_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [copy_json(item) for item in value]
+    return value
+
+
+def _a(value: Any) -> str:
+    """Name a value's type for an error message a model (or a person) will read."""
+    if value is None:
+        return "null"
+    name = type(value).__name__
+    return f"an {name}" if name[0] in "aeiou" else f"a {name}"
+
+
+def _nest(path: tuple[Step, ...], value: Any) -> Any:
+    """Wrap `value` so it sits at `path`, the shape a data message's `data` has.
+
+    An index step becomes a list padded with nulls, so the message reads on its own as the
+    value it puts in place, without its `_path`.
+    """
+    for step in reversed(path):
+        if isinstance(step, int):
+            padded: list[Any] = [None] * step
+            padded.append(value)
+            value = padded
+        else:
+            value = {step: value}
+    return value
+
+
+def _unnest(data: Any, term: Term) -> Any:
+    """Take the applied value back out of a message's `data`; a mismatch is a bad message."""
+    for depth, step in enumerate(term.path):
+        if isinstance(step, int):
+            fits = isinstance(data, list) and step < len(data)
+        else:
+            fits = isinstance(data, dict) and step in data
+        if not fits:
+            where = Term(term.kind, term.path[:depth])
+            raise ValueError(
+                f"a data message's data does not match its _path {term}: "
+                f"no {'index' if isinstance(step, int) else 'key'} {step!r} in {_a(data)} "
+                f"at {where}"
+            )
+        data = data[step]
+    return data
+
+
+def _check_value(method: str, value: Any) -> str | None:
+    """The value's own type is checked first: it is wrong wherever it would be written."""
+    if method in ("merge", "assign") and not isinstance(value, dict):
+        return f"cannot {method} {_a(value)}: {method} needs a dict value"
+    if method == "concat" and not isinstance(value, list):
+        return f"cannot concat {_a(value)}: concat needs a list value"
+    return None
+
+
+def _check_target(method: str, present: bool, old: Any) -> str | None:
+    """Whether `method` can apply to what is there; an absent target always can."""
+    if not present or method == "set":
+        return None
+    if method in ("push", "concat") and not isinstance(old, list):
+        return f"cannot {method} onto {_a(old)}"
+    if method in ("merge", "assign") and not isinstance(old, dict):
+        return f"cannot {method} into {_a(old)}"
+    return None
+
+
+def _deep_merge(target: dict[str, Any], new: dict[str, Any]) -> None:
+    """Merge `new` (already a private copy) into `target` in place."""
+    for key, value in new.items():
+        old = target.get(key, _MISSING)
+        if isinstance(old, dict) and isinstance(value, dict):
+            _deep_merge(old, value)
+        else:
+            target[key] = value
+
+
+def _combine(method: str, present: bool, old: Any, value: Any) -> Any:
+    """The value a checked write leaves at its target; containers are changed in place.
+
+    `value` is already a private copy, so it may be stored (or taken apart) as it is.
+    """
+    if not present or method == "set":
+        return [value] if method == "push" else value
+    if method == "merge":
+        _deep_merge(old, value)
+    elif method == "assign":
+        old.update(value)
+    elif method == "push":
+        old.append(value)
+    else:
+        old.extend(value)
+    return old
+
+
+class ContextLog:
+    """The append-only message list of one run, with a materialized view per data kind."""
+
+    __slots__ = ("_by_kind", "_messages", "_views")
+
+    def __init__(self, messages: Iterable[dict[str, Any]] = ()) -> None:
+        self._messages: list[dict[str, Any]] = []
+        self._views: dict[str, Any] = {}
+        self._by_kind: dict[str, list[dict[str, Any]]] = {}
+        for message in messages:
+            self.append(message)
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The log itself, not a copy: a long run's log is large, and callers only read it."""
+        return self._messages
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def append(self, message: dict[str, Any]) -> None:
+        """Append one message, applying a `data` message to its kind's view first.
+
+        Raises ValueError for a malformed message and WriteError for a data message whose
+        method cannot apply; in both cases nothing is appended.
+        """
+        if not isinstance(message, dict):
+            raise ValueError(f"a message must be a dict, not {type(message).__name__}")
+        kind_of_message = message.get("type")
+        if kind_of_message not in MESSAGE_TYPES:
+            raise ValueError(
+                f"a message needs a type of {', '.join(MESSAGE_TYPES)}, not {kind_of_message!r}"
+            )
+        if kind_of_message != "data":
+            self._messages.append(message)
+            return
+        term, method, value = self._parse_data(message)
+        error = self._check(term, method, value)
+        if error is not None:
+            raise WriteError(error)
+        self._apply(term, method, copy_json(value))
+        self._record(term.kind, message)
+
+    def has_view(self, kind: str) -> bool:
+        return kind in self._views
+
+    def view(self, kind: str) -> Any:
+        """The live view (not a copy, so reads stay cheap); None when the kind has no data."""
+        return self._views.get(kind)
+
+    def lookup(self, term: Term) -> tuple[bool, Any]:
+        """Whether `term` is present (a stored null is) and, if so, its live value."""
+        current = self._views.get(term.kind, _MISSING)
+        if current is _MISSING:
+            return False, None
+        for step in term.path:
+            if isinstance(step, int):
+                if not isinstance(current, list) or step >= len(current):
+                    return False, None
+            elif not isinstance(current, dict) or step not in current:
+                return False, None
+            current = current[step]
+        return True, current
+
+    def check_write(self, term: Term, method: str, value: Any) -> str | None:
+        """The WriteError text `write` would raise, or None; nothing is changed.
+
+        Lets the engine turn a doomed write into the call's runtime error before it logs
+        anything, with exactly the words `write` would have used.
+        """
+        if method not in METHODS:
+            raise ValueError(f"unknown output method {method!r}; expected one of {METHODS}")
+        return self._check(term, method, value)
+
+    def write(
+        self,
+        term: Term,
+        method: str,
+        value: Any,
+        *,
+        call: dict[str, Any] | None = None,
+        date: str | None = None,
+    ) -> dict[str, Any]:
+        """Write a call's result at `term` and log it as a data message, which is returned.
+
+        Atomic: when the method cannot apply, WriteError is raised and neither the log nor
+        the view has changed.
+        """
+        error = self.check_write(term, method, value)
+        if error is not None:
+            raise WriteError(error)
+        message: dict[str, Any] = {
+            "type": "data",
+            "kind": term.kind,
+            "data": _nest(term.path, copy_json(value)),
+            "_path": str(term),
+            "_outputMethod": method,
+        }
+        if call is not None:
+            message["_call"] = copy_json(call)
+        if date is not None:
+            message["_date"] = date
+        self._apply(term, method, copy_json(value))
+        self._record(term.kind, message)
+        return message
+
+    def data_messages(self, kind: str) -> list[dict[str, Any]]:
+        """The kind's data messages in log order, from an index kept as they are appended."""
+        return list(self._by_kind.get(kind, ()))
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _record(self, kind: str, message: dict[str, Any]) -> None:
+        self._messages.append(message)
+        self._by_kind.setdefault(kind, []).append(message)
+
+    @staticmethod
+    def _parse_data(message: dict[str, Any]) -> tuple[Term, str, Any]:
+        """Where a data message applies, with which method and what value."""
+        kind = message.get("kind")
+        if not isinstance(kind, str):
+            raise ValueError(f"a data message needs a str kind, not {kind!r}")
+        if "data" not in message:
+            raise ValueError(f"a data message of kind {kind!r} has no data")
+        method = message.get("_outputMethod", "set")
+        if method not in METHODS:
+            raise ValueError(f"unknown _outputMethod {method!r}; expected one of {METHODS}")
+        path = message.get("_path")
+        if path is None:
+            return Term(kind), method, message["data"]
+        if not isinstance(path, str):
+            raise ValueError(f"a data message's _path must be a str, not {path!r}")
+        term = parse_term(path)
+        if term.kind != kind:
+            raise ValueError(f"a data message of kind {kind!r} has the _path {path} of another")
+        return term, method, _unnest(message["data"], term)
+
+    def _check(self, term: Term, method: str, value: Any) -> str | None:
+        """Walk the path as `_apply` will, without creating anything, and find the fault.
+
+        A missing key on the way would be created as a dict, so below it only key steps can
+        follow: an index step needs a list that already exists.
+        """
+        error = _check_value(method, value)
+        if error is not None:
+            return f"{error} at {term}"
+        present = term.kind in self._views
+        current = self._views.get(term.kind)
+        path = term.path
+        for depth, step in enumerate(path):
+            if isinstance(step, int):
+                if not present:
+                    return (
+                        f"cannot {method} at {term}: {Term(term.kind, path[:depth])} is absent, "
+                        f"and the index step [{step}] needs an existing list"
+                    )
+                if not isinstance(current, list):
+                    return (
+                        f"cannot {method} at {term}: {Term(term.kind, path[:depth])} is "
+                        f"{_a(current)}, not a list to take the index [{step}] of"
+                    )
+                if step < len(current):
+                    current = current[step]
+                elif step == len(current):
+                    present, current = False, None
+                else:
+                    return (
+                        f"cannot {method} at {term}: index {step} is out of range for the list "
+                        f"of length {len(current)} at {Term(term.kind, path[:depth])}"
+                    )
+            elif present:
+                if not isinstance(current, dict):
+                    return (
+                        f"cannot {method} at {term}: {Term(term.kind, path[:depth])} is "
+                        f"{_a(current)}, not a dict to take the key {step!r} of"
+                    )
+                if step in current:
+                    current = current[step]
+                else:
+                    present, current = False, None
+        error = _check_target(method, present, current)
+        return None if error is None else f"{error} at {term}"
+
+    def _apply(self, term: Term, method: str, value: Any) -> None:
+        """Apply a checked write; `value` is a private copy the view may keep."""
+        kind, path = term.kind, term.path
+        if not path:
+            present = kind in self._views
+            self._views[kind] = _combine(method, present, self._views.get(kind), value)
+            return
+        if kind not in self._views:
+            self._views[kind] = {}
+        parent = self._views[kind]
+        last = len(path) - 1
+        for step in path[:last]:
+            # `_check` passed, so a missing step is a key (or an index one past the end)
+            # with a key step after it: it becomes a new dict.
+            if isinstance(step, int):
+                if step == len(parent):
+                    parent.append({})
+            elif step not in parent:
+                parent[step] = {}
+            parent = parent[step]
+        step = path[last]
+        if isinstance(step, int):
+            if step < len(parent):
+                parent[step] = _combine(method, True, parent[step], value)
+            else:
+                parent.append(_combine(method, False, None, value))
+        else:
+            old = parent.get(step, _MISSING)
+            present = old is not _MISSING
+            parent[step] = _combine(method, present, old if present else None, value)

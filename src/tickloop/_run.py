@@ -1,0 +1,117 @@
+"""Running a plan of calls without a model: one tick, then a result.
+
+This is the engine's smallest complete use, and what the agent loop does once per
+iteration: open a tick, hand it the calls in order, close the stream, wait.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+import trio
+
+from ._approval import ApproveHook, PendingCall
+from ._engine import Engine
+from ._log import ContextLog
+from ._scheduler import CallRecord
+from ._tools import Tool, ToolSet
+
+__all__ = ["ExecutionResult", "execute", "run_calls"]
+
+
+class ExecutionResult:
+    """What a run of calls produced: the log, its views, and a record per call."""
+
+    def __init__(
+        self,
+        log: ContextLog,
+        records: dict[str, CallRecord],
+        errors: list[dict[str, Any]],
+        pending: list[PendingCall] | None = None,
+    ) -> None:
+        self._log = log
+        self.records = records
+        self.errors = errors
+        self.pending = pending or []
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return self._log.messages
+
+    @property
+    def state(self) -> dict[str, Any]:
+        view = self._log.view("state")
+        return view if isinstance(view, dict) else {}
+
+    def view(self, kind: str) -> Any:
+        return self._log.view(kind)
+
+    def __repr__(self) -> str:
+        statuses: dict[str, int] = {}
+        for record in self.records.values():
+            statuses[record.status] = statuses.get(record.status, 0) + 1
+        summary = ", ".join(f"{count} {status}" for status, count in sorted(statuses.items()))
+        return f"<ExecutionResult {summary or 'no calls'}, {len(self.errors)} errors>"
+
+
+def initial_log(
+    input: Any = None, state: Mapping[str, Any] | None = None, messages: Iterable[dict] = ()
+) -> ContextLog:
+    log = ContextLog(messages)
+    if input is not None:
+        log.append({"type": "data", "kind": "input", "data": input})
+    if state is not None:
+        log.append({"type": "data", "kind": "state", "data": dict(state)})
+    return log
+
+
+async def execute(
+    calls: Iterable[Any],
+    *,
+    tools: Sequence[Tool] | Mapping[str, Tool],
+    state: Mapping[str, Any] | None = None,
+    input: Any = None,
+    approve: ApproveHook | None = None,
+    max_concurrency: int | None = None,
+) -> ExecutionResult:
+    """Run one tick over `calls` inside trio; returns once every call has finished."""
+    toolset = ToolSet(tools)
+    log = initial_log(input, state)
+    engine = Engine(toolset, log, approve=approve, max_concurrency=max_concurrency)
+    async with engine.session():
+        engine.open_tick(1)
+        for call in calls:
+            engine.receive(call)
+        engine.close_stream()
+        await engine.wait_tick()
+    errors = [message for message in log.messages if _is_error(message)]
+    return ExecutionResult(log, engine.records, errors, engine.scheduler.deferred)
+
+
+def run_calls(
+    calls: Iterable[Any],
+    *,
+    tools: Sequence[Tool] | Mapping[str, Tool],
+    state: Mapping[str, Any] | None = None,
+    input: Any = None,
+    approve: ApproveHook | None = None,
+    max_concurrency: int | None = None,
+) -> ExecutionResult:
+    """`execute` for synchronous code: starts its own trio run."""
+    return trio.run(
+        partial(
+            execute,
+            list(calls),
+            tools=tools,
+            state=state,
+            input=input,
+            approve=approve,
+            max_concurrency=max_concurrency,
+        )
+    )
+
+
+def _is_error(message: dict[str, Any]) -> bool:
+    return message.get("type") == "data" and message.get("kind") == "error"

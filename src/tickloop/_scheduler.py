@@ -1,0 +1,1166 @@
+"""The tick scheduler: a pure state machine, events in, actions out.
+
+Nothing here does I/O, awaits, reads a clock or draws a random number: the same events in
+the same order always give the same actions. A thin driver (`_engine.py` on trio, or a
+durable-execution workflow) feeds it events — a call arrived, a call finished, a decision
+was made, the stream closed — and carries out the actions it returns: ask for approval,
+start a call, note a message appended, a call settled, the tick ended. This is the sans-IO
+style of h11: the protocol is here, the sockets (here: tasks and threads) are elsewhere.
+
+Invariants kept throughout:
+
+* Every accepted call is in exactly one state: waiting, approving, deferred, queued,
+  running, or one of the final statuses (done, failed, denied, skipped, invalid).
+* `_writers` holds the output terms of every accepted call that is not final, so "could
+  this path still be written?" is one walk down a trie, never a scan of the calls.
+* `_waiters` holds the reference terms of every waiting call, so a write or a finished
+  call re-examines only the calls it can affect.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+
+from ._approval import (
+    Approve,
+    Decision,
+    Defer,
+    Deny,
+    Edit,
+    PendingCall,
+    Replace,
+    Respond,
+)
+from ._errors import ReferenceSyntaxError
+from ._expressions import (
+    Expression,
+    Reference,
+    Term,
+    find_references,
+    format_location,
+    parse_expression,
+    parse_term,
+    substitute,
+)
+from ._log import ContextLog, WriteError, copy_json
+from ._tools import Tool, ToolSet
+
+__all__ = [
+    "FINAL_STATUSES",
+    "META_KEYS",
+    "ApprovalRequested",
+    "CallAccepted",
+    "CallDecided",
+    "CallFinished",
+    "CallReady",
+    "CallReceived",
+    "CallRecord",
+    "CallSettled",
+    "DecisionMade",
+    "FaultReported",
+    "Flush",
+    "MessageAppended",
+    "Scheduler",
+    "StartCall",
+    "StreamClosed",
+    "TickEnded",
+    "TickOpened",
+]
+
+META_KEYS = frozenset(
+    {"_tool", "_outputPath", "_outputMethod", "_id", "_output", "_reasoningForCall"}
+)
+METHODS = ("set", "merge", "assign", "push", "concat")
+FINAL_STATUSES = frozenset({"done", "failed", "denied", "skipped", "invalid"})
+_MAX_LISTED_SCHEMA_ERRORS = 5
+
+
+# --------------------------------------------------------------------------------------
+# Events (in)
+
+
+@dataclass(frozen=True, slots=True)
+class TickOpened:
+    """A new request's stream opened: calls that arrive now belong to `iteration`."""
+
+    iteration: int
+    date: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CallReceived:
+    """One call, as the model wrote it (any JSON value: the scheduler checks it)."""
+
+    call: Any
+    date: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamClosed:
+    """No more calls will arrive for this request: settling may begin."""
+
+    date: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FaultReported:
+    """A structural fault of the iteration itself (unparseable solution, bad output)."""
+
+    error: dict[str, Any]
+    call: Any = None
+    date: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionMade:
+    call_id: str
+    decision: Decision
+    date: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CallFinished:
+    """An activity returned (`value`, maybe on `branch`) or failed (`error`)."""
+
+    call_id: str
+    value: Any = None
+    branch: str | None = None
+    error: dict[str, Any] | None = None
+    date: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Flush:
+    """The run is ending: append the errors that came after the last tick ended."""
+
+    date: str = ""
+
+
+Event = (
+    TickOpened | CallReceived | StreamClosed | FaultReported | DecisionMade | CallFinished | Flush
+)
+
+
+# --------------------------------------------------------------------------------------
+# Actions (out)
+
+
+@dataclass(frozen=True, slots=True)
+class CallAccepted:
+    id: str
+    tool: str
+    call: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CallReady:
+    id: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    pending: PendingCall
+
+
+@dataclass(frozen=True, slots=True)
+class CallDecided:
+    id: str
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class StartCall:
+    """Run this explicit call's handler with these (resolved, checked) parameters."""
+
+    id: str
+    tool: str
+    params: dict[str, Any]
+    call: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class MessageAppended:
+    message: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CallSettled:
+    id: str
+    status: str
+    error: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class TickEnded:
+    """The tick is over; `paused` lists deferred calls it could not finish without."""
+
+    iteration: int
+    errors: list[dict[str, Any]]
+    paused: list[str]
+
+
+Action = (
+    CallAccepted
+    | CallReady
+    | ApprovalRequested
+    | CallDecided
+    | StartCall
+    | MessageAppended
+    | CallSettled
+    | TickEnded
+)
+
+
+# --------------------------------------------------------------------------------------
+# Records
+
+
+@dataclass(slots=True, eq=False)
+class CallRecord:
+    """What happened to one call; `started`/`finished` are set by the driver's clock."""
+
+    id: str
+    tool: str | None
+    status: str
+    params: Any
+    call: Any
+    iteration: int
+    output: Any = None
+    error: dict[str, Any] | None = None
+    started: float | None = None
+    finished: float | None = None
+
+
+class _Call:
+    """The scheduler's working state for one accepted call."""
+
+    __slots__ = (
+        "fire_and_forget",
+        "id",
+        "iteration",
+        "latent_output",
+        "method",
+        "output",
+        "params",
+        "preapproved",
+        "record",
+        "references",
+        "seq",
+        "status",
+        "tool",
+        "tool_waits",
+        "watching",
+        "wire",
+        "writes",
+    )
+
+    def __init__(self, id: str, seq: int, iteration: int, record: CallRecord) -> None:
+        self.id = id
+        self.seq = seq
+        self.iteration = iteration
+        self.record = record
+        self.status = "waiting"
+        self.tool: Tool
+        self.wire: dict[str, Any] = {}
+        self.params: dict[str, Any] = {}
+        self.references: tuple[Reference, ...] = ()
+        self.output: Expression | None = None
+        self.writes: tuple[Term, ...] = ()
+        self.method = "set"
+        self.latent_output: Any = None
+        self.preapproved = False
+        self.tool_waits: set[str] = set()
+        self.watching: tuple[Term, ...] = ()
+        self.fire_and_forget = False
+
+    def expressions(self) -> Iterator[tuple[Reference | None, Expression]]:
+        """Every expression the call waits on: its parameters', then its tool's depends_on."""
+        for reference in self.references:
+            yield reference, reference.expression
+        for expression in self.tool.dependency_references:
+            yield None, expression
+
+
+class _Structural(Exception):
+    """A structural fault found while checking a call; becomes an Error Message."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+# --------------------------------------------------------------------------------------
+# The path index
+
+
+class _Node:
+    __slots__ = ("children", "entries", "subtree")
+
+    def __init__(self) -> None:
+        self.children: dict[str | int, _Node] = {}
+        self.entries: dict[str, int] = {}
+        self.subtree = 0
+
+
+class _PathIndex:
+    """Call ids filed under terms, queried by overlap (either term a prefix of the other).
+
+    Overlap is what matters for both questions the scheduler asks: a write at `state.a`
+    makes `state.a.b` present and `state.a.b` makes `state.a` present.
+    """
+
+    def __init__(self) -> None:
+        self._root = _Node()
+
+    def add(self, term: Term, call_id: str) -> None:
+        node = self._root
+        node.subtree += 1
+        for step in term.steps:
+            node = node.children.setdefault(step, _Node())
+            node.subtree += 1
+        node.entries[call_id] = node.entries.get(call_id, 0) + 1
+
+    def remove(self, term: Term, call_id: str) -> None:
+        node = self._root
+        path = [node]
+        for step in term.steps:
+            node = node.children[step]
+            path.append(node)
+        count = node.entries[call_id] - 1
+        if count:
+            node.entries[call_id] = count
+        else:
+            del node.entries[call_id]
+        for visited in path:
+            visited.subtree -= 1
+
+    def count_overlapping(self, term: Term) -> int:
+        node = self._root
+        total = 0
+        for step in term.steps:
+            child = node.children.get(step)
+            if child is None or child.subtree == 0:
+                return total
+            node = child
+            total += sum(node.entries.values())
+        # `node` is the term's own node: everything below it overlaps too.
+        return total - sum(node.entries.values()) + node.subtree
+
+    def ids_overlapping(self, term: Term) -> set[str]:
+        found: set[str] = set()
+        node = self._root
+        for step in term.steps:
+            child = node.children.get(step)
+            if child is None or child.subtree == 0:
+                return found
+            node = child
+            found.update(node.entries)
+        stack = list(node.children.values())
+        while stack:
+            below = stack.pop()
+            if below.subtree:
+                found.update(below.entries)
+                stack.extend(below.children.values())
+        return found
+
+
+# --------------------------------------------------------------------------------------
+# The scheduler
+
+
+class Scheduler:
+    """Decides, for one run, what every call does next. See the module docstring."""
+
+    def __init__(
+        self, tools: ToolSet, log: ContextLog, *, max_concurrency: int | None = None
+    ) -> None:
+        self.tools = tools
+        self.log = log
+        self.max_concurrency = max_concurrency
+        self.records: dict[str, CallRecord] = {}
+        self._calls: dict[str, _Call] = {}
+        self._seq = 0
+        self._iteration = 0
+        self._index = 0
+        self._stream_open = False
+        self._tick_active = False
+        self._date = ""
+        self._actions: list[Action] = []
+        self._errors: list[dict[str, Any]] = []
+        self._writers = _PathIndex()
+        self._waiters = _PathIndex()
+        self._skip_sources = _PathIndex()
+        self._lost_writers = _PathIndex()
+        self._waiting: dict[str, _Call] = {}
+        self._dirty: set[str] = set()
+        self._request_by_tool: dict[str, list[_Call]] = {}
+        self._tool_dependents: dict[str, set[str]] = {}
+        self._approval_queue: deque[str] = deque()
+        self._asking: str | None = None
+        self._deferred: dict[str, _Call] = {}
+        self._tool_queues: dict[str, deque[_Call]] = {}
+        self._heads: list[tuple[int, str]] = []  # (seq, tool) of tools able to start one
+        self._tools_in_heads: set[str] = set()
+        self._tool_running: dict[str, int] = {}
+        self._queued = 0
+        self._running: set[str] = set()
+        self._running_writers = 0
+
+    # -- the one entry point ---------------------------------------------------------------
+
+    def handle(self, event: Event) -> list[Action]:
+        """Apply one event; return the actions the driver must carry out, in order."""
+        self._date = event.date
+        if isinstance(event, CallFinished):
+            self._on_finished(event)
+        elif isinstance(event, CallReceived):
+            self._on_received(event.call)
+        elif isinstance(event, DecisionMade):
+            self._on_decision(event.call_id, event.decision)
+        elif isinstance(event, TickOpened):
+            self._on_tick_opened(event.iteration)
+        elif isinstance(event, StreamClosed):
+            self._on_stream_closed()
+        elif isinstance(event, FaultReported):
+            self._errors.append(_error_message(event.call, event.error))
+        elif isinstance(event, Flush):
+            self._append_errors()
+        else:
+            raise TypeError(f"not a scheduler event: {event!r}")
+        self._settle_everything_possible()
+        actions, self._actions = self._actions, []
+        return actions
+
+    # -- queries for drivers ---------------------------------------------------------------
+
+    @property
+    def iteration(self) -> int:
+        return self._iteration
+
+    @property
+    def busy(self) -> bool:
+        """True while any call of the run is running (fire-and-forget ones included)."""
+        return bool(self._running)
+
+    @property
+    def deferred(self) -> list[PendingCall]:
+        return [self._pending(call) for call in self._deferred.values()]
+
+    def status(self, call_id: str) -> str | None:
+        call = self._calls.get(call_id)
+        return None if call is None else call.status
+
+    # -- events ----------------------------------------------------------------------------
+
+    def _on_tick_opened(self, iteration: int) -> None:
+        if self._tick_active:
+            raise ValueError("a tick is already open; wait for TickEnded before opening another")
+        self._iteration = iteration
+        self._index = 0
+        self._stream_open = True
+        self._tick_active = True
+        self._request_by_tool = {}
+
+    def _on_stream_closed(self) -> None:
+        if not self._stream_open:
+            raise ValueError("the stream is not open")
+        self._stream_open = False
+        # Settling starts now: every waiting call may have become settle-able.
+        self._dirty.update(self._waiting)
+
+    def _on_received(self, wire: Any) -> None:
+        if not self._stream_open:
+            raise ValueError("a call arrived while no request stream is open")
+        index = self._index
+        self._index += 1
+        auto_id = f"c{self._iteration}.{index}"
+        self._seq += 1
+        if isinstance(wire, dict):
+            wire = dict(wire)
+            given = wire.get("_id")
+            wanted = given if isinstance(given, str) and given else auto_id
+            wire["_id"] = wanted
+        else:
+            given, wanted = None, auto_id
+        record_id = wanted if wanted not in self._calls else None
+        if record_id is None and auto_id not in self._calls:
+            record_id = auto_id  # keep a record of the faulty call under its engine id
+        tool_name = wire.get("_tool") if isinstance(wire, dict) else None
+        record = CallRecord(
+            id=record_id or wanted,
+            tool=tool_name if isinstance(tool_name, str) else None,
+            status="waiting",
+            params=_parameters_of(wire) if isinstance(wire, dict) else wire,
+            call=wire,
+            iteration=self._iteration,
+        )
+        call = _Call(record.id, self._seq, self._iteration, record)
+        call.wire = wire if isinstance(wire, dict) else {"_id": wanted}
+        if record_id is not None:
+            self._calls[record_id] = call
+            self.records[record_id] = record
+        try:
+            if given is not None and (not isinstance(given, str) or not given):
+                raise _Structural(f"_id must be a non-empty string, got {given!r}")
+            if record_id != wanted:
+                raise _Structural(
+                    f"id {wanted!r} is already used by another call in this run; ids must "
+                    "be unique",
+                    id=wanted,
+                )
+            self._check(call, wire)
+        except _Structural as fault:
+            call.wire = wire if isinstance(wire, dict) else call.wire
+            self._report_invalid(call, str(fault), fault.details, wire=wire)
+            return
+        self._accept(call)
+
+    def _on_decision(self, call_id: str, decision: Decision) -> None:
+        call = self._calls.get(call_id)
+        if call is None:
+            raise ValueError(f"decision for unknown call {call_id!r}")
+        if self._asking == call_id:
+            self._asking = None
+        elif call.status == "deferred":
+            del self._deferred[call_id]
+            self._tick_active = True
+        else:
+            raise ValueError(f"call {call_id!r} is not awaiting a decision (it is {call.status})")
+        self._emit(CallDecided(call_id, decision))
+        if isinstance(decision, Approve):
+            self._enqueue(call)
+        elif isinstance(decision, Deny):
+            self._settle(call, "denied", {"type": "denied", "message": decision.reason})
+        elif isinstance(decision, Edit):
+            self._apply_edit(call, decision.params)
+        elif isinstance(decision, Replace):
+            self._apply_replacement(call, decision.call)
+        elif isinstance(decision, Respond):
+            self._complete(call, decision.value, branch=None)
+        elif isinstance(decision, Defer):
+            call.status = call.record.status = "deferred"
+            self._deferred[call_id] = call
+        else:
+            raise TypeError(f"not a decision: {decision!r}")
+
+    def _on_finished(self, event: CallFinished) -> None:
+        call = self._calls.get(event.call_id)
+        if call is None or call.status != "running":
+            raise ValueError(f"call {event.call_id!r} finished but was not running")
+        self._running.discard(call.id)
+        if not call.fire_and_forget:
+            self._running_writers -= 1
+        self._release_slot(call.tool.name)
+        if event.error is not None:
+            status = "invalid" if event.error.get("type") == "structural" else "failed"
+            self._settle(call, status, event.error)
+        else:
+            self._complete(call, event.value, event.branch)
+
+    # -- checking a call as it arrives -----------------------------------------------------
+
+    def _check(self, call: _Call, wire: Any) -> None:
+        """Structural checks made at once, before a call may wait or run (PROTOCOL §7.1)."""
+        if not isinstance(wire, dict):
+            raise _Structural(f"a call must be a JSON object, got {_json_type(wire)}")
+        tool_name = wire.get("_tool")
+        if not isinstance(tool_name, str) or tool_name not in self.tools:
+            known = ", ".join(self.tools) or "none"
+            if tool_name is None:
+                raise _Structural(f"the call has no _tool; the tools are: {known}")
+            raise _Structural(f"unknown tool {tool_name!r}; the tools are: {known}")
+        tool = self.tools[tool_name]
+        call.tool = tool
+        unknown = sorted(key for key in wire if key.startswith("_") and key not in META_KEYS)
+        if unknown:
+            raise _Structural(
+                f"unknown meta key {unknown[0]!r}; meta keys are: {', '.join(sorted(META_KEYS))}"
+            )
+        method = wire.get("_outputMethod", "set")
+        if method not in METHODS:
+            raise _Structural(f"_outputMethod {method!r} is not one of: {', '.join(METHODS)}")
+        call.method = method
+        if tool.is_latent:
+            if "_output" not in wire:
+                raise _Structural(f"latent tool {tool.name!r} needs its result in _output")
+            self._check_output(tool, wire["_output"], structural=True)
+            call.latent_output = wire["_output"]
+        elif "_output" in wire:
+            raise _Structural(
+                f"_output is only for latent tools; {tool.name!r} runs its own handler"
+            )
+        call.output = self._output_expression(tool, wire)
+        call.writes = () if call.output is None else call.output.terms
+        call.fire_and_forget = call.output is None and not tool.is_latent
+        params = {key: value for key, value in wire.items() if not key.startswith("_")}
+        for bound in tool.bind:
+            params.pop(bound, None)  # a bound parameter comes from the run's input only
+        try:
+            call.references = find_references(params)
+        except ReferenceSyntaxError as error:
+            location = format_location(getattr(error, "location", ()))
+            raise _Structural(
+                f"parameter {location}: bad reference: {error}", parameter=location
+            ) from error
+        call.params = params
+        call.record.params = params
+        self._check_parameters_early(call)
+
+    def _output_expression(self, tool: Tool, wire: dict[str, Any]) -> Expression | None:
+        given = wire.get("_outputPath")
+        if given is None:
+            return tool.output_expression
+        if not isinstance(given, str):
+            raise _Structural(f"_outputPath must be a string, got {_json_type(given)}")
+        try:
+            expression = parse_expression(given)
+        except ReferenceSyntaxError as error:
+            raise _Structural(f"bad _outputPath: {error}") from error
+        if tool.output_expression is not None and expression != tool.output_expression:
+            raise _Structural(
+                f"output path {given!r} is not allowed: tool {tool.name!r} always writes to "
+                f"{tool.output_path!r}; omit _outputPath or use that one",
+                expected=tool.output_path,
+            )
+        if tool.is_latent and expression.op == "||":
+            raise _Structural(
+                f"a latent call must name exactly one output term, not the branch {given!r}"
+            )
+        return expression
+
+    def _check_parameters_early(self, call: _Call) -> None:
+        """Catch what is wrong already: missing or unknown parameters, bad literals.
+
+        A reference (or a bound parameter) stands for a value not known yet, so schema
+        errors at or under its location are left for the check after resolution.
+        """
+        probe = dict(call.params)
+        unknown_locations = [reference.location for reference in call.references]
+        for bound in call.tool.bind:
+            probe[bound] = None
+            unknown_locations.append((bound,))
+        errors = [
+            error
+            for error in call.tool.parameter_validator.iter_errors(probe)
+            if not any(
+                tuple(error.absolute_path)[: len(location)] == location
+                for location in unknown_locations
+            )
+        ]
+        if errors:
+            raise _Structural(_schema_message(call.tool, errors, "parameters"))
+
+    def _check_output(self, tool: Tool, value: Any, *, structural: bool) -> None:
+        if tool.output_validator is None:
+            return
+        errors = list(tool.output_validator.iter_errors(value))
+        if errors:
+            message = _schema_message(tool, errors, "output")
+            if structural:
+                raise _Structural(message)
+            raise _OutputMismatch(message)
+
+    # -- accepting and waiting -------------------------------------------------------------
+
+    def _accept(self, call: _Call) -> None:
+        for term in call.writes:
+            self._writers.add(term, call.id)
+        self._wait_for_earlier_tools(call)
+        self._request_by_tool.setdefault(call.tool.name, []).append(call)
+        call.status = call.record.status = "waiting"
+        self._emit(CallAccepted(call.id, call.tool.name, call.wire))
+        self._start_waiting(call)
+
+    def _wait_for_earlier_tools(self, call: _Call) -> None:
+        for dependency in call.tool.dependency_tools:
+            for earlier in self._request_by_tool.get(dependency, ()):
+                if earlier.status not in FINAL_STATUSES and earlier is not call:
+                    call.tool_waits.add(earlier.id)
+                    self._tool_dependents.setdefault(earlier.id, set()).add(call.id)
+
+    def _start_waiting(self, call: _Call) -> None:
+        self._waiting[call.id] = call
+        watching = tuple(term for _, expression in call.expressions() for term in expression.terms)
+        call.watching = watching
+        for term in watching:
+            self._waiters.add(term, call.id)
+        self._dirty.add(call.id)
+
+    def _stop_waiting(self, call: _Call) -> None:
+        if self._waiting.pop(call.id, None) is None:
+            return
+        for term in call.watching:
+            self._waiters.remove(term, call.id)
+        call.watching = ()
+
+    def _settle_everything_possible(self) -> None:
+        """Re-examine affected calls until nothing changes, then start what can start."""
+        while True:
+            while self._dirty:
+                batch = sorted(
+                    (self._calls[call_id] for call_id in self._dirty),
+                    key=lambda item: item.seq,
+                )
+                self._dirty.clear()
+                for call in batch:
+                    if call.status == "waiting":
+                        self._examine(call)
+            self._ask_next_approval()
+            self._start_queued_calls()
+            if self._dirty:
+                continue
+            if self._settle_deadlocks():
+                continue
+            break
+        self._end_tick_if_done()
+
+    def _examine(self, call: _Call) -> None:
+        values: dict[tuple[str | int, ...], Any] = {}
+        waiting = False
+        for reference, expression in call.expressions():
+            outcome, value = self._read(expression, call)
+            if outcome == "dead":
+                self._settle_dead(call, reference, expression, value)
+                return
+            if outcome == "wait":
+                waiting = True
+            elif reference is not None:
+                values[reference.location] = value
+        if waiting or call.tool_waits:
+            return
+        self._stop_waiting(call)
+        self._on_ready(call, values)
+
+    def _read(self, expression: Expression, call: _Call) -> tuple[str, Any]:
+        """("value", v) | ("wait", None) | ("dead", [dead terms]) for one expression."""
+        if expression.op == "&&":
+            value = None
+            waiting = False
+            for term in expression.terms:
+                present, value = self.log.lookup(term)
+                if not present:
+                    if not self._could_be_written(term, call):
+                        return "dead", [term]
+                    waiting = True
+            return ("wait", None) if waiting else ("value", value)
+        dead: list[Term] = []
+        for term in expression.terms:  # a single term, or `||` in order
+            present, value = self.log.lookup(term)
+            if present:
+                return "value", value
+            if self._could_be_written(term, call):
+                return "wait", None
+            dead.append(term)
+        return "dead", dead
+
+    def _could_be_written(self, term: Term, reader: _Call) -> bool:
+        if self._stream_open:
+            return True
+        # A call may read the path it writes: it waits for *another* call to write it.
+        own = sum(1 for written in reader.writes if written.overlaps(term))
+        return self._writers.count_overlapping(term) > own
+
+    def _settle_dead(
+        self, call: _Call, reference: Reference | None, expression: Expression, dead: list[Term]
+    ) -> None:
+        where = (
+            f"parameter {format_location(reference.location)}"
+            if reference is not None
+            else f"depends_on of tool {call.tool.name!r}"
+        )
+        lost: list[str] = []
+        skipped_only = True
+        for term in dead:
+            writers = sorted(self._lost_writers.ids_overlapping(term), key=self._seq_of)
+            if writers:
+                lost.extend(writers)
+                skipped_only = False
+            elif not self._skip_sources.count_overlapping(term):
+                skipped_only = False
+        self._stop_waiting(call)
+        if skipped_only:
+            self._settle(call, "skipped", None)
+            return
+        terms = " || ".join(str(term) for term in dead)
+        if lost:
+            culprit = self._calls[lost[0]]
+            reason = (
+                f"call {culprit.id} ({culprit.tool.name}), which should have written it, "
+                f"ended {culprit.status}"
+            )
+        else:
+            reason = "no call wrote it, and none will"
+        self._settle(
+            call,
+            "invalid",
+            {
+                "type": "structural",
+                "message": f"unresolved reference {terms} in {where}: {reason}",
+                "reference": str(expression),
+                **({"writer": lost[0]} if lost else {}),
+            },
+        )
+
+    def _seq_of(self, call_id: str) -> int:
+        return self._calls[call_id].seq
+
+    # -- ready: resolve, check, approve ----------------------------------------------------
+
+    def _on_ready(self, call: _Call, values: dict[tuple[str | int, ...], Any]) -> None:
+        params = (
+            substitute(call.params, {key: copy_json(value) for key, value in values.items()})
+            if call.references
+            else call.params
+        )
+        assert isinstance(params, dict)
+        for parameter, input_name in call.tool.bind.items():
+            present, value = self.log.lookup(Term("input", (input_name,)))
+            if not present:
+                self._settle(
+                    call,
+                    "invalid",
+                    _structural(
+                        f"parameter {parameter!r} is bound to input {input_name!r}, which the "
+                        "run's input does not have"
+                    ),
+                )
+                return
+            params[parameter] = copy_json(value)
+        call.record.params = params
+        errors = list(call.tool.parameter_validator.iter_errors(params))
+        if errors:
+            message = _schema_message(call.tool, errors, "resolved parameters")
+            self._settle(call, "invalid", _structural(message))
+            return
+        self._emit(CallReady(call.id, params))
+        if not call.preapproved and call.tool.needs_approval(params):
+            call.status = call.record.status = "approving"
+            self._approval_queue.append(call.id)
+        else:
+            self._enqueue(call)
+
+    def _pending(self, call: _Call) -> PendingCall:
+        return PendingCall(
+            id=call.id,
+            tool=call.tool.name,
+            params=copy_json(call.record.params),
+            call=copy_json(call.wire),
+        )
+
+    def _ask_next_approval(self) -> None:
+        """One question at a time, in the order calls became ready."""
+        while self._asking is None and self._approval_queue:
+            call = self._calls[self._approval_queue.popleft()]
+            if call.status != "approving":
+                continue
+            self._asking = call.id
+            self._emit(ApprovalRequested(self._pending(call)))
+
+    def _apply_edit(self, call: _Call, params: Any) -> None:
+        if not isinstance(params, dict):
+            self._settle(
+                call,
+                "invalid",
+                _structural(f"the edited parameters must be an object, got {_json_type(params)}"),
+            )
+            return
+        errors = list(call.tool.parameter_validator.iter_errors(params))
+        if errors:
+            message = _schema_message(call.tool, errors, "edited parameters")
+            self._settle(call, "invalid", _structural(message))
+            return
+        call.record.params = copy_json(params)
+        self._enqueue(call)
+
+    def _apply_replacement(self, call: _Call, replacement: Any) -> None:
+        """The replacement takes the call's id and place, and is not asked about again."""
+        for term in call.writes:
+            self._writers.remove(term, call.id)
+        wire = dict(replacement) if isinstance(replacement, dict) else replacement
+        if isinstance(wire, dict):
+            wire["_id"] = call.id
+        call.wire = wire if isinstance(wire, dict) else call.wire
+        call.record.call = wire
+        call.record.tool = wire.get("_tool") if isinstance(wire, dict) else None
+        call.references = ()
+        call.writes = ()
+        call.preapproved = True
+        try:
+            self._check(call, wire)
+        except _Structural as fault:
+            self._settle(
+                call, "invalid", _structural(f"replacement call: {fault}", **fault.details)
+            )
+            return
+        call.record.tool = call.tool.name
+        for term in call.writes:
+            self._writers.add(term, call.id)
+        call.status = call.record.status = "waiting"
+        self._start_waiting(call)
+
+    # -- running ---------------------------------------------------------------------------
+
+    def _enqueue(self, call: _Call) -> None:
+        if call.tool.is_latent:
+            self._complete(call, call.latent_output, branch=None)
+            return
+        call.status = call.record.status = "queued"
+        self._queued += 1
+        name = call.tool.name
+        queue = self._tool_queues.setdefault(name, deque())
+        queue.append(call)
+        if len(queue) == 1:
+            self._offer_head(name)
+
+    def _offer_head(self, name: str) -> None:
+        """Put a tool's oldest queued call among the candidates, if the tool has a slot."""
+        if name in self._tools_in_heads:
+            return
+        queue = self._tool_queues.get(name)
+        if not queue:
+            return
+        limit = self.tools[name].max_concurrency
+        if limit is not None and self._tool_running.get(name, 0) >= limit:
+            return
+        heapq.heappush(self._heads, (queue[0].seq, name))
+        self._tools_in_heads.add(name)
+
+    def _start_queued_calls(self) -> None:
+        limit = self.max_concurrency
+        while self._heads and (limit is None or len(self._running) < limit):
+            _, name = heapq.heappop(self._heads)
+            self._tools_in_heads.discard(name)
+            call = self._tool_queues[name].popleft()
+            self._queued -= 1
+            self._tool_running[name] = self._tool_running.get(name, 0) + 1
+            self._running.add(call.id)
+            if not call.fire_and_forget:
+                self._running_writers += 1
+            call.status = call.record.status = "running"
+            self._emit(StartCall(call.id, name, call.record.params, call.wire))
+            self._offer_head(name)
+
+    def _release_slot(self, name: str) -> None:
+        self._tool_running[name] -= 1
+        self._offer_head(name)
+
+    # -- finishing -------------------------------------------------------------------------
+
+    def _complete(self, call: _Call, value: Any, branch: str | None) -> None:
+        """A value for the call (returned, responded or latent): check it, then write it."""
+        try:
+            if not call.tool.is_latent:
+                self._check_output(call.tool, value, structural=False)
+            targets, untaken = self._targets(call, branch)
+            for term in targets:
+                problem = self.log.check_write(term, call.method, value)
+                if problem is not None:
+                    raise _OutputMismatch(problem)
+        except _OutputMismatch as problem:
+            self._settle(call, "failed", {"type": "runtime", "message": str(problem)})
+            return
+        for term in untaken:  # an if/else plan: readers of the untaken branch are skipped
+            self._skip_sources.add(term, call.id)
+        for term in targets:
+            try:
+                message = self.log.write(
+                    term, call.method, value, call=call.wire, date=self._date or None
+                )
+            except WriteError as error:  # check_write said yes: only a log bug gets here
+                self._settle(call, "failed", {"type": "runtime", "message": str(error)})
+                return
+            self._emit(MessageAppended(message))
+            self._dirty.update(self._waiters.ids_overlapping(term))
+        call.record.output = value
+        self._settle(call, "done", None)
+
+    def _targets(self, call: _Call, branch: str | None) -> tuple[list[Term], list[Term]]:
+        output = call.output
+        if output is None:
+            return [], []
+        terms = list(output.terms)
+        if branch is None:
+            if output.op == "||":
+                return terms[:1], terms[1:]
+            return terms, []
+        if output.op != "||":
+            raise _OutputMismatch(
+                f"the activity chose branch {branch!r}, but the output path {str(output)!r} "
+                "has no branches ('||')"
+            )
+        try:
+            chosen = parse_term(branch)
+        except (ReferenceSyntaxError, ValueError) as error:
+            raise _OutputMismatch(f"the activity chose a malformed branch: {error}") from error
+        if chosen not in terms:
+            raise _OutputMismatch(
+                f"the activity chose branch {branch!r}, which is not one of "
+                f"{', '.join(str(term) for term in terms)}"
+            )
+        return [chosen], [term for term in terms if term != chosen]
+
+    def _settle(self, call: _Call, status: str, error: dict[str, Any] | None) -> None:
+        """Give a call its final status and wake everything its end can affect."""
+        self._stop_waiting(call)
+        call.status = call.record.status = status
+        call.record.error = error
+        if error is not None:
+            self._errors.append(_error_message(call.wire, error))
+        self._emit(CallSettled(call.id, status, error))
+        if status in ("failed", "denied", "invalid"):
+            for term in call.writes:
+                self._lost_writers.add(term, call.id)
+        elif status == "skipped":
+            for term in call.writes:
+                self._skip_sources.add(term, call.id)
+        for term in call.writes:
+            self._writers.remove(term, call.id)
+            self._dirty.update(self._waiters.ids_overlapping(term))
+        for dependent in self._tool_dependents.pop(call.id, ()):
+            waiter = self._calls[dependent]
+            waiter.tool_waits.discard(call.id)
+            self._dirty.add(dependent)
+
+    def _report_invalid(
+        self, call: _Call, message: str, details: dict[str, Any], *, wire: Any
+    ) -> None:
+        """A call that failed its arrival checks: it never waits, runs or writes."""
+        call.status = call.record.status = "invalid"
+        error = _structural(message, **details)
+        call.record.error = error
+        self._errors.append(_error_message(wire, error))
+        self._emit(CallSettled(call.record.id, "invalid", error))
+
+    # -- deadlocks and the end of a tick ---------------------------------------------------
+
+    def _settle_deadlocks(self) -> bool:
+        """When nothing is in flight, waiting calls that wait on each other are cycles."""
+        if (
+            self._stream_open
+            or not self._waiting
+            or self._running
+            or self._queued
+            or self._asking is not None
+            or self._approval_queue
+        ):
+            return False
+        graph = nx.DiGraph()
+        for call in self._waiting.values():
+            graph.add_node(call.id)
+            for blocker in self._blockers(call):
+                graph.add_edge(call.id, blocker)
+        settled = False
+        components = sorted(
+            (
+                sorted(component, key=self._seq_of)
+                for component in nx.strongly_connected_components(graph)
+            ),
+            key=lambda component: self._seq_of(component[0]),
+        )
+        for component in components:
+            if len(component) < 2:
+                continue
+            cycle = _describe_cycle(graph.subgraph(component), component[0])
+            for call_id in component:
+                self._settle(
+                    self._calls[call_id],
+                    "invalid",
+                    _structural(
+                        f"cycle: {cycle} (each call waits on what the next one writes)",
+                        cycle=cycle,
+                    ),
+                )
+            settled = True
+        return settled
+
+    def _blockers(self, call: _Call) -> Iterable[str]:
+        """The unfinished calls this waiting call waits on (deferred ones included)."""
+        yield from sorted(call.tool_waits, key=self._seq_of)
+        for _, expression in call.expressions():
+            for term in expression.terms:
+                present, _ = self.log.lookup(term)
+                if present:
+                    continue
+                for writer in sorted(self._writers.ids_overlapping(term), key=self._seq_of):
+                    if writer != call.id:
+                        yield writer
+
+    def _end_tick_if_done(self) -> None:
+        if not self._tick_active or self._stream_open:
+            return
+        if self._asking is not None or self._approval_queue or self._queued:
+            return
+        if self._running_writers or (self._waiting and self._running):
+            return
+        # Only calls parked behind a deferred decision (and fire-and-forget ones) remain.
+        self._tick_active = False
+        paused = list(self._deferred)
+        errors = self._append_errors()
+        self._emit(TickEnded(self._iteration, errors, paused))
+
+    def _append_errors(self) -> list[dict[str, Any]]:
+        errors, self._errors = self._errors, []
+        for message in errors:
+            self.log.append(message)
+            self._emit(MessageAppended(message))
+        return errors
+
+    def _emit(self, action: Action) -> None:
+        self._actions.append(action)
+
+
+class _OutputMismatch(Exception):
+    """A value that cannot be written as the call's result (a runtime error of the call)."""
+
+
+def _describe_cycle(graph: Any, start: str) -> str:
+    edges = nx.find_cycle(graph, source=start)
+    ids = [edges[0][0], *(edge[1] for edge in edges)]
+    return " -> ".join(ids)
+
+
+def _structural(message: str, **details: Any) -> dict[str, Any]:
+    return {"type": "structural", "message": message, **details}
+
+
+def _error_message(call: Any, error: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "data", "kind": "error", "data": {"call": call, "error": error}}
+
+
+def _parameters_of(wire: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in wire.items() if not key.startswith("_")}
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if value is None:
+        return "null"
+    return "a number"
+
+
+def _schema_message(tool: Tool, errors: list[Any], what: str) -> str:
+    """Name every failing parameter and what was expected, most specific first."""
+    ordered = sorted(errors, key=lambda error: (list(map(str, error.absolute_path)), error.message))
+    parts = []
+    for error in ordered[:_MAX_LISTED_SCHEMA_ERRORS]:
+        path = tuple(error.absolute_path)
+        where = format_location(path) if path else "(params)"
+        parts.append(f"{where}: {error.message}")
+    more = len(ordered) - _MAX_LISTED_SCHEMA_ERRORS
+    if more > 0:
+        parts.append(f"and {more} more")
+    return f"{what} of {tool.name!r} do not match its schema: " + "; ".join(parts)

@@ -1,0 +1,430 @@
+"""Tools: a name, a schema, options, and (for explicit tools) a Python handler.
+
+A tool is checked completely when it is made, so that a bad tool is a
+`ConfigurationError` at definition time instead of an Error Message in the middle of a
+run. Everything the scheduler needs per call (validators, the approval predicate, the
+dependency lists) is prepared here once, because the scheduler touches it for every call.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, get_type_hints
+
+import jsonschema
+import pydantic
+from pydantic_core import to_jsonable_python
+
+from ._errors import ConfigurationError, ReferenceSyntaxError
+from ._expressions import Expression, is_reference, parse_expression
+
+__all__ = ["Branch", "CallContext", "Tool", "ToolSet", "tool"]
+
+TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+_NO_OUTPUT_ANNOTATIONS = (inspect.Signature.empty, None, type(None), Any)
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """What an activity returns to choose one term of a `||` output path."""
+
+    term: str
+    value: Any
+
+
+class _ReadOnlyMapping(Mapping[str, Any]):
+    """A live, read-only window on a view, so a tool can read state but never write it
+    behind the log's back (all writes must go through the log to keep provenance)."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self._data = data
+
+    def __getitem__(self, key: str) -> Any:
+        return _read_only(self._data[key])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"ReadOnly({self._data!r})"
+
+
+def _read_only(value: Any) -> Any:
+    if isinstance(value, dict):
+        return _ReadOnlyMapping(value)
+    if isinstance(value, list):
+        return tuple(_read_only(item) for item in value)
+    return value
+
+
+class CallContext:
+    """Injected into a handler parameter annotated `CallContext`.
+
+    It is not part of the parameter schema: the model never sees it.
+    """
+
+    __slots__ = ("_views", "call", "id", "tool")
+
+    def __init__(
+        self, id: str, tool: str, call: dict[str, Any], views: Callable[[str], Any]
+    ) -> None:
+        self.id = id
+        self.tool = tool
+        self.call = call
+        self._views = views
+
+    def view(self, kind: str) -> Any:
+        """The current view of `kind`, read-only (None when nothing of that kind exists)."""
+        return _read_only(self._views(kind))
+
+    @property
+    def state(self) -> Mapping[str, Any]:
+        return self.view("state") or _ReadOnlyMapping({})
+
+    @property
+    def input(self) -> Any:
+        return self.view("input")
+
+    def __repr__(self) -> str:
+        return f"CallContext(id={self.id!r}, tool={self.tool!r})"
+
+
+ApprovalRule = bool | Callable[[dict[str, Any]], bool]
+
+
+class Tool:
+    """A tool the model can call.
+
+    With a `handler` it is explicit (tickloop runs it); without one it is latent (the
+    model writes the result itself in `_output`).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        description: str = "",
+        parameters: Mapping[str, Any] | type[pydantic.BaseModel] | None = None,
+        output: Mapping[str, Any] | type[pydantic.BaseModel] | None = None,
+        handler: Callable[..., Any] | None = None,
+        *,
+        requires_approval: ApprovalRule = False,
+        depends_on: Iterable[str] = (),
+        output_path: str | None = None,
+        timeout: float | None = None,
+        max_concurrency: int | None = None,
+        bind: Mapping[str, str] | None = None,
+        idempotent: bool = False,
+    ) -> None:
+        if not isinstance(name, str) or not TOOL_NAME.match(name):
+            raise ConfigurationError(
+                f"tool name {name!r} must match {TOOL_NAME.pattern} (letters, digits, _ and -)"
+            )
+        self.name = name
+        self.description = inspect.cleandoc(description or "")
+        self.handler = handler
+        self._signature = _HandlerSignature(handler, name) if handler is not None else None
+        if parameters is None:
+            if self._signature is None:
+                raise ConfigurationError(f"latent tool {name!r} needs a parameters schema")
+            parameters = self._signature.parameters_schema
+        self.parameters: dict[str, Any] = _schema_of(parameters, name, "parameters")
+        if output is None and self._signature is not None:
+            output = self._signature.output_schema
+        self.output: dict[str, Any] | None = (
+            None if output is None else _schema_of(output, name, "output")
+        )
+        self.requires_approval = _check_approval_rule(requires_approval, name)
+        self.depends_on: tuple[str, ...] = tuple(depends_on)
+        self.dependency_references: tuple[Expression, ...] = ()
+        self.dependency_tools: tuple[str, ...] = ()
+        self._split_dependencies()
+        self.output_path = output_path
+        self.output_expression: Expression | None = None
+        if output_path is not None:
+            self.output_expression = _parse_option(output_path, name, "output_path")
+        self.timeout = _check_positive(timeout, name, "timeout", float)
+        self.max_concurrency = _check_positive(max_concurrency, name, "max_concurrency", int)
+        self.bind: dict[str, str] = dict(bind or {})
+        self.idempotent = bool(idempotent)
+        self._check_parameters()
+        self.parameter_validator = jsonschema.Draft202012Validator(self.parameters)
+        self.output_validator = (
+            None if self.output is None else jsonschema.Draft202012Validator(self.output)
+        )
+
+    # -- what the scheduler asks -------------------------------------------------------
+
+    @property
+    def is_latent(self) -> bool:
+        return self.handler is None
+
+    @property
+    def may_require_approval(self) -> bool:
+        return self.requires_approval is not False
+
+    def needs_approval(self, params: dict[str, Any]) -> bool:
+        """Fail closed: a predicate that raises means a person must look at the call."""
+        rule = self.requires_approval
+        if isinstance(rule, bool):
+            return rule
+        try:
+            return bool(rule(params))
+        except Exception:
+            return True
+
+    @property
+    def is_async(self) -> bool:
+        return self._signature is not None and self._signature.is_async
+
+    def prepare(self, params: dict[str, Any], context: CallContext) -> tuple[Any, dict[str, Any]]:
+        """Turn checked JSON parameters into the handler and its keyword arguments.
+
+        pydantic converts the values to the annotated types; jsonschema has already
+        checked them, so a failure here is a validator of the user's own types rejecting
+        a value, reported as a structural error by the caller.
+        """
+        assert self.handler is not None and self._signature is not None
+        return self.handler, self._signature.arguments(params, context)
+
+    def dump_output(self, value: Any) -> Any:
+        """The JSON form of a handler's return value (pydantic models, dataclasses...)."""
+        if isinstance(value, str | int | float | bool | type(None)):
+            return value
+        return to_jsonable_python(value)
+
+    def __repr__(self) -> str:
+        kind = "latent" if self.is_latent else "explicit"
+        return f"Tool({self.name!r}, {kind})"
+
+    # -- checks made once, at definition --------------------------------------------------
+
+    def _split_dependencies(self) -> None:
+        references: list[Expression] = []
+        tools: list[str] = []
+        for entry in self.depends_on:
+            if not isinstance(entry, str):
+                raise ConfigurationError(
+                    f"tool {self.name!r}: depends_on entries are references or tool names, "
+                    f"not {entry!r}"
+                )
+            if is_reference(entry):
+                references.append(_parse_option(entry, self.name, "depends_on"))
+            elif TOOL_NAME.match(entry):
+                tools.append(entry)
+            else:
+                raise ConfigurationError(
+                    f"tool {self.name!r}: depends_on entry {entry!r} is neither a reference "
+                    "(starting with '†') nor a tool name"
+                )
+        self.dependency_references = tuple(references)
+        self.dependency_tools = tuple(tools)
+
+    def _check_parameters(self) -> None:
+        if self.parameters.get("type") != "object":
+            raise ConfigurationError(
+                f'tool {self.name!r}: the parameters schema must have "type": "object"'
+            )
+        properties = self.parameters.get("properties", {})
+        for key in properties:
+            if key.startswith("_"):
+                raise ConfigurationError(
+                    f"tool {self.name!r}: parameter {key!r} starts with '_', which marks meta "
+                    "keys in a call"
+                )
+        for key in self.bind:
+            if key not in properties:
+                raise ConfigurationError(
+                    f"tool {self.name!r}: bind names {key!r}, which is not a parameter"
+                )
+
+
+class _HandlerSignature:
+    """What a handler's signature says: its schema, its context parameter, its types."""
+
+    def __init__(self, handler: Callable[..., Any], tool_name: str) -> None:
+        if not callable(handler):
+            raise ConfigurationError(f"tool {tool_name!r}: handler {handler!r} is not callable")
+        self.is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+            getattr(handler, "__call__", None)  # noqa: B004
+        )
+        signature = inspect.signature(handler)
+        try:
+            hints = get_type_hints(handler, include_extras=True)
+        except Exception:  # unresolvable forward references: fall back to raw annotations
+            hints = {}
+        self.context_parameter: str | None = None
+        fields: dict[str, Any] = {}
+        for parameter in signature.parameters.values():
+            annotation = hints.get(parameter.name, parameter.annotation)
+            if annotation is CallContext:
+                self.context_parameter = parameter.name
+                continue
+            if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+                raise ConfigurationError(
+                    f"tool {tool_name!r}: *args and **kwargs cannot be described to a model; "
+                    "name every parameter"
+                )
+            if parameter.kind is parameter.POSITIONAL_ONLY:
+                raise ConfigurationError(
+                    f"tool {tool_name!r}: positional-only parameter {parameter.name!r} cannot "
+                    "be passed by name"
+                )
+            if annotation is inspect.Parameter.empty:
+                annotation = Any
+            default = ... if parameter.default is inspect.Parameter.empty else parameter.default
+            fields[parameter.name] = (annotation, default)
+        try:
+            self.model: type[pydantic.BaseModel] = pydantic.create_model(
+                f"{tool_name}_parameters",
+                __config__=pydantic.ConfigDict(extra="forbid"),
+                **fields,
+            )
+            self.parameters_schema = self.model.model_json_schema()
+        except Exception as error:
+            raise ConfigurationError(
+                f"tool {tool_name!r}: cannot build a schema from its signature: {error}"
+            ) from error
+        self.parameters_schema.pop("title", None)
+        self.fields = tuple(fields)
+        returned = hints.get("return", signature.return_annotation)
+        self.output_schema: dict[str, Any] | None = None
+        if returned not in _NO_OUTPUT_ANNOTATIONS and returned is not Branch:
+            try:
+                self.output_schema = pydantic.TypeAdapter(returned).json_schema()
+            except Exception:
+                self.output_schema = None  # a return type pydantic cannot describe: unchecked
+
+    def arguments(self, params: dict[str, Any], context: CallContext) -> dict[str, Any]:
+        converted = self.model.model_validate(params)
+        arguments = {name: getattr(converted, name) for name in self.fields}
+        if self.context_parameter is not None:
+            arguments[self.context_parameter] = context
+        return arguments
+
+
+def _schema_of(
+    schema: Mapping[str, Any] | type[pydantic.BaseModel], tool_name: str, what: str
+) -> dict[str, Any]:
+    if isinstance(schema, type) and issubclass(schema, pydantic.BaseModel):
+        result = schema.model_json_schema()
+    elif isinstance(schema, Mapping):
+        result = dict(schema)
+    else:
+        raise ConfigurationError(
+            f"tool {tool_name!r}: {what} must be a JSON Schema dict or a pydantic model class, "
+            f"not {type(schema).__name__}"
+        )
+    try:
+        jsonschema.Draft202012Validator.check_schema(result)
+    except jsonschema.SchemaError as error:
+        raise ConfigurationError(
+            f"tool {tool_name!r}: {what} is not a valid JSON Schema: {error.message}"
+        ) from error
+    return result
+
+
+def _parse_option(text: str, tool_name: str, option: str) -> Expression:
+    try:
+        return parse_expression(text)
+    except ReferenceSyntaxError as error:
+        raise ConfigurationError(f"tool {tool_name!r}: {option} {error}") from error
+
+
+def _check_approval_rule(rule: Any, tool_name: str) -> ApprovalRule:
+    if isinstance(rule, bool) or callable(rule):
+        return rule
+    raise ConfigurationError(
+        f"tool {tool_name!r}: requires_approval must be True, False or a predicate over the "
+        f"parameters, not {rule!r}"
+    )
+
+
+def _check_positive(value: Any, tool_name: str, option: str, kind: type) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigurationError(f"tool {tool_name!r}: {option} must be a positive number")
+    if kind is int and not isinstance(value, int):
+        raise ConfigurationError(f"tool {tool_name!r}: {option} must be a whole number")
+    return kind(value)
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: ApprovalRule = False,
+    depends_on: Iterable[str] = (),
+    output_path: str | None = None,
+    timeout: float | None = None,
+    max_concurrency: int | None = None,
+    bind: Mapping[str, str] | None = None,
+    idempotent: bool = False,
+) -> Any:
+    """Make a `Tool` from a type-hinted function; the docstring is the description.
+
+    Usable bare (`@tool`) or with options (`@tool(timeout=10)`).
+    """
+
+    def make(function: Callable[..., Any]) -> Tool:
+        return Tool(
+            name=name or function.__name__,
+            description=description if description is not None else (function.__doc__ or ""),
+            handler=function,
+            requires_approval=requires_approval,
+            depends_on=depends_on,
+            output_path=output_path,
+            timeout=timeout,
+            max_concurrency=max_concurrency,
+            bind=bind,
+            idempotent=idempotent,
+        )
+
+    if fn is not None:
+        return make(fn)
+    return make
+
+
+class ToolSet(Mapping[str, Tool]):
+    """The tools of one run, checked together: names unique, dependencies known."""
+
+    def __init__(self, tools: Sequence[Tool] | Mapping[str, Tool] | ToolSet) -> None:
+        items = list(tools.values()) if isinstance(tools, Mapping) else list(tools)
+        self._tools: dict[str, Tool] = {}
+        for item in items:
+            if not isinstance(item, Tool):
+                raise ConfigurationError(
+                    f"{item!r} is not a tickloop Tool (decorate the function with @tl.tool)"
+                )
+            if item.name in self._tools:
+                raise ConfigurationError(f"two tools are named {item.name!r}")
+            self._tools[item.name] = item
+        for item in items:
+            for dependency in item.dependency_tools:
+                if dependency not in self._tools:
+                    raise ConfigurationError(
+                        f"tool {item.name!r} depends on tool {dependency!r}, which is not "
+                        f"among the tools ({', '.join(sorted(self._tools)) or 'none'})"
+                    )
+
+    def __getitem__(self, name: str) -> Tool:
+        return self._tools[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tools)
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    @property
+    def may_require_approval(self) -> list[str]:
+        return [name for name, item in self._tools.items() if item.may_require_approval]
