@@ -642,17 +642,19 @@ def test_oracle_agrees_on_a_hand_written_log() -> None:
 KEYS = st.sampled_from(["a", "b", "base"])
 STEPS = st.one_of(KEYS, st.integers(min_value=0, max_value=2))
 PATHS = st.lists(STEPS, max_size=3).map(tuple)
-KINDS = st.sampled_from(["state", "other"])
+KINDS = st.sampled_from(["state", "state", "state", "other"])
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers(min_value=-2, max_value=2) | st.sampled_from(["", "s"]),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=3),
     max_leaves=6,
 )
+# Objects of objects over few keys, so merge and assign often meet a dict under a shared key.
+OBJECTS = st.dictionaries(KEYS, st.dictionaries(KEYS, JSON, max_size=2) | JSON, max_size=3)
 VALUES_FOR = {
-    "set": JSON,
+    "set": OBJECTS | JSON,
     "push": JSON,
-    "merge": st.dictionaries(KEYS, JSON, max_size=3) | JSON,
-    "assign": st.dictionaries(KEYS, JSON, max_size=3) | JSON,
+    "merge": OBJECTS | JSON,
+    "assign": OBJECTS | JSON,
     "concat": st.lists(JSON, max_size=3) | JSON,
 }
 

@@ -4,6 +4,7 @@ The public surface is flat: everything a user needs is importable from here
 (`import tickloop as tl`); the modules behind it are private.
 """
 
+from ._agent import Agent, RunResult
 from ._approval import Approve, Decision, Defer, Deny, Edit, PendingCall, Replace, Respond
 from ._errors import (
     ConfigurationError,
@@ -15,11 +16,16 @@ from ._errors import (
     TickloopError,
 )
 from ._expressions import Expression, Term, parse_expression
+from ._jsonstream import resilient_json_parse
+from ._models._base import ModelError, SolutionRequest, Usage
+from ._models._openai_chat import OpenAIChat
+from ._models._scripted import ScriptedModel
 from ._run import ExecutionResult, execute, run_calls
 from ._scheduler import CallRecord
 from ._tools import Branch, CallContext, Tool, tool
 
 __all__ = [
+    "Agent",
     "Approve",
     "Branch",
     "CallContext",
@@ -33,17 +39,24 @@ __all__ = [
     "ExecutionResult",
     "Expression",
     "MaxIterationsError",
+    "ModelError",
+    "OpenAIChat",
     "PendingCall",
     "ReferenceSyntaxError",
     "Replace",
     "Respond",
     "ResumeError",
+    "RunResult",
+    "ScriptedModel",
+    "SolutionRequest",
     "StoreError",
     "Term",
     "TickloopError",
     "Tool",
+    "Usage",
     "execute",
     "parse_expression",
+    "resilient_json_parse",
     "run_calls",
     "tool",
 ]

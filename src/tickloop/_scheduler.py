@@ -681,7 +681,9 @@ class Scheduler:
     def _wait_for_earlier_tools(self, call: _Call) -> None:
         for dependency in call.tool.dependency_tools:
             for earlier in self._request_by_tool.get(dependency, ()):
-                if earlier.status not in FINAL_STATUSES and earlier is not call:
+                # Only calls that arrived before this one count (a replacement keeps the
+                # place of the call it replaces, and later calls may have arrived since).
+                if earlier.status not in FINAL_STATUSES and earlier.seq < call.seq:
                     call.tool_waits.add(earlier.id)
                     self._tool_dependents.setdefault(earlier.id, set()).add(call.id)
 
@@ -816,23 +818,16 @@ class Scheduler:
     def _on_ready(self, call: _Call, values: dict[tuple[str | int, ...], Any]) -> None:
         params = (
             substitute(call.params, {key: copy_json(value) for key, value in values.items()})
-            if call.references
+            if call.references or call.tool.bind
             else call.params
         )
         assert isinstance(params, dict)
         for parameter, input_name in call.tool.bind.items():
+            # Bound values come from the run's input only; without one, the parameter is
+            # left out and the schema decides (its default, or a "required" error).
             present, value = self.log.lookup(Term("input", (input_name,)))
-            if not present:
-                self._settle(
-                    call,
-                    "invalid",
-                    _structural(
-                        f"parameter {parameter!r} is bound to input {input_name!r}, which the "
-                        "run's input does not have"
-                    ),
-                )
-                return
-            params[parameter] = copy_json(value)
+            if present:
+                params[parameter] = copy_json(value)
         call.record.params = params
         errors = list(call.tool.parameter_validator.iter_errors(params))
         if errors:
@@ -880,9 +875,13 @@ class Scheduler:
         self._enqueue(call)
 
     def _apply_replacement(self, call: _Call, replacement: Any) -> None:
-        """The replacement takes the call's id and place, and is not asked about again."""
-        for term in call.writes:
-            self._writers.remove(term, call.id)
+        """The replacement takes the call's id and place, and is not asked about again.
+
+        The replaced call's output terms stay filed as written by this id until the
+        replacement is known to be good: if it is not, the readers of those terms must
+        learn that their writer ended invalid (and be woken), not wait forever.
+        """
+        old_writes = call.writes
         wire = dict(replacement) if isinstance(replacement, dict) else replacement
         if isinstance(wire, dict):
             wire["_id"] = call.id
@@ -895,13 +894,18 @@ class Scheduler:
         try:
             self._check(call, wire)
         except _Structural as fault:
+            call.writes = old_writes  # `_settle` un-files them and wakes their readers
             self._settle(
                 call, "invalid", _structural(f"replacement call: {fault}", **fault.details)
             )
             return
+        for term in old_writes:  # readers of a path no longer written must be re-examined
+            self._writers.remove(term, call.id)
+            self._dirty.update(self._waiters.ids_overlapping(term))
         call.record.tool = call.tool.name
         for term in call.writes:
             self._writers.add(term, call.id)
+        self._wait_for_earlier_tools(call)
         call.status = call.record.status = "waiting"
         self._start_waiting(call)
 
@@ -909,7 +913,7 @@ class Scheduler:
 
     def _enqueue(self, call: _Call) -> None:
         if call.tool.is_latent:
-            self._complete(call, call.latent_output, branch=None)
+            self._complete(call, call.latent_output, branch=None, checked=True)
             return
         call.status = call.record.status = "queued"
         self._queued += 1
@@ -953,10 +957,16 @@ class Scheduler:
 
     # -- finishing -------------------------------------------------------------------------
 
-    def _complete(self, call: _Call, value: Any, branch: str | None) -> None:
-        """A value for the call (returned, responded or latent): check it, then write it."""
+    def _complete(
+        self, call: _Call, value: Any, branch: str | None, *, checked: bool = False
+    ) -> None:
+        """A value for the call (returned, responded or latent): check it, then write it.
+
+        `checked` is for a latent `_output`, already checked when the call arrived; a value
+        a person responded with is checked here even for a latent tool.
+        """
         try:
-            if not call.tool.is_latent:
+            if not checked:
                 self._check_output(call.tool, value, structural=False)
             targets, untaken = self._targets(call, branch)
             for term in targets:

@@ -8,6 +8,7 @@ dependency lists) is prepared here once, because the scheduler touches it for ev
 
 from __future__ import annotations
 
+import copy
 import inspect
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -150,6 +151,12 @@ class Tool:
         self.output_expression: Expression | None = None
         if output_path is not None:
             self.output_expression = _parse_option(output_path, name, "output_path")
+            if handler is None and self.output_expression.op == "||":
+                # A latent result has no Branch to pick a term with (PROTOCOL §4).
+                raise ConfigurationError(
+                    f"tool {name!r}: a latent tool's output_path must name exactly one term "
+                    f"(or fan out with '&&'), not the branch {output_path!r}"
+                )
         self.timeout = _check_positive(timeout, name, "timeout", float)
         self.max_concurrency = _check_positive(max_concurrency, name, "max_concurrency", int)
         self.bind: dict[str, str] = dict(bind or {})
@@ -199,6 +206,31 @@ class Tool:
         if isinstance(value, str | int | float | bool | type(None)):
             return value
         return to_jsonable_python(value)
+
+    def describe(self) -> dict[str, Any]:
+        """The tool as JSON (schemas/tool.json), for menus, UIs, logs and stored runs.
+
+        Everything in it is plain JSON, so a predicate for `requires_approval` shows as
+        `"conditional"`: the rule itself is code and stays on this side.
+        """
+        rule = self.requires_approval
+        options: dict[str, Any] = {
+            "latent": self.is_latent,
+            "requires_approval": rule if isinstance(rule, bool) else "conditional",
+            "depends_on": list(self.depends_on),
+            "output_path": self.output_path,
+            "timeout": self.timeout,
+            "max_concurrency": self.max_concurrency,
+            "bind": dict(self.bind),
+            "idempotent": self.idempotent,
+        }
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": copy.deepcopy(self.parameters),
+            "output": copy.deepcopy(self.output),
+            "options": options,
+        }
 
     def __repr__(self) -> str:
         kind = "latent" if self.is_latent else "explicit"

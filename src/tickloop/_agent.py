@@ -1,0 +1,340 @@
+"""The outer loop (PROTOCOL §8): request, stream calls into the tick, repeat until output.
+
+Each iteration is built afresh from the log, and each call is handed to the tick the
+moment its JSON object closes in the model's stream, so calls run while the model is
+still writing. The loop only stops for three reasons: a valid output, the iteration limit,
+or a model that could not be reached — never because a tool or the model misbehaved.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+import jsonschema
+import pydantic
+import trio
+
+from ._approval import ApproveHook, PendingCall
+from ._engine import Engine, check_configuration
+from ._errors import ConfigurationError, ExecuteError, MaxIterationsError
+from ._jsonstream import SolutionStream
+from ._log import ContextLog
+from ._models._base import ModelError, SolutionRequest, TextDelta, Usage
+from ._prompt import render_messages, solution_schema, strip_strict_nulls
+from ._retry import StreamBroken, stream_with_retries
+from ._run import initial_log
+from ._scheduler import Action, CallRecord
+from ._tools import Tool, ToolSet
+
+__all__ = ["Agent", "RunResult"]
+
+PROTOCOLS = ("solution", "tools")
+
+
+class RunResult:
+    """What a run ended with. `output` is typed when the agent's output is a pydantic model."""
+
+    def __init__(
+        self,
+        output: Any,
+        log: ContextLog,
+        records: dict[str, CallRecord],
+        iterations: int,
+        usage: Usage | None = None,
+        *,
+        run_id: str | None = None,
+        status: str = "done",
+        pending: list[PendingCall] | None = None,
+    ) -> None:
+        self.output = output
+        self._log = log
+        self.records = records
+        self.iterations = iterations
+        self.usage = usage or Usage()
+        self.run_id = run_id
+        self.status = status
+        self.pending = pending or []
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return self._log.messages
+
+    @property
+    def state(self) -> dict[str, Any]:
+        view = self._log.view("state")
+        return view if isinstance(view, dict) else {}
+
+    def view(self, kind: str) -> Any:
+        return self._log.view(kind)
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        """Every Error Message of the run, in log order."""
+        return self._log.data_messages("error")
+
+    def __repr__(self) -> str:
+        return (
+            f"<RunResult {self.status} after {self.iterations} iterations, "
+            f"{len(self.records)} calls, output={self.output!r}>"
+        )
+
+
+class OutputSpec:
+    """The user's output: a pydantic model (typed result), a JSON Schema, or None (any)."""
+
+    def __init__(self, output: Any) -> None:
+        self.model: type[pydantic.BaseModel] | None = None
+        if output is None:
+            self.schema: dict[str, Any] | None = None
+        elif isinstance(output, type) and issubclass(output, pydantic.BaseModel):
+            self.model = output
+            self.schema = output.model_json_schema()
+        elif isinstance(output, Mapping):
+            self.schema = dict(output)
+        else:
+            raise ConfigurationError(
+                f"output must be a pydantic model class, a JSON Schema dict or None, not {output!r}"
+            )
+        if self.schema is not None:
+            try:
+                jsonschema.Draft202012Validator.check_schema(self.schema)
+            except jsonschema.SchemaError as error:
+                raise ConfigurationError(
+                    f"output is not a valid JSON Schema: {error.message}"
+                ) from error
+            self._validator = jsonschema.Draft202012Validator(self.schema)
+
+    def problem(self, value: Any) -> str | None:
+        """Why `value` is not a valid output, or None."""
+        if self.schema is None:
+            return None
+        errors = sorted(self._validator.iter_errors(value), key=lambda e: list(map(str, e.path)))
+        if not errors:
+            return None
+        parts = [
+            f"{'.'.join(map(str, error.absolute_path)) or '(output)'}: {error.message}"
+            for error in errors[:5]
+        ]
+        return "the output does not match the output schema: " + "; ".join(parts)
+
+    def convert(self, value: Any) -> Any:
+        return self.model.model_validate(value) if self.model is not None else value
+
+
+class Agent:
+    """A model, tools and options: `agent.run(input)` loops until the model answers."""
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        tools: Sequence[Tool] | Mapping[str, Tool] = (),
+        output: Any = None,
+        instructions: str | None = None,
+        approve: ApproveHook | None = None,
+        max_iterations: int = 10,
+        max_llm_retries: int = 3,
+        max_concurrency: int | None = None,
+        protocol: str = "solution",
+        strict: bool = True,
+        on_event: Callable[[Action], Any] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.model = model
+        self.tools = ToolSet(tools)
+        self.output = OutputSpec(output)
+        self.instructions = instructions
+        self.approve = approve
+        self.max_iterations = _positive(max_iterations, "max_iterations")
+        self.max_llm_retries = _positive(max_llm_retries, "max_llm_retries")
+        self.max_concurrency = max_concurrency
+        if protocol not in PROTOCOLS:
+            raise ConfigurationError(f"protocol must be one of {PROTOCOLS}, not {protocol!r}")
+        self.protocol = protocol
+        self.strict = strict
+        self.on_event = on_event
+        self._rng = random.Random(seed)
+        check_configuration(self.tools, approve, max_concurrency)
+        if protocol == "solution" and not hasattr(model, "stream_solution"):
+            raise ConfigurationError(
+                f"{model!r} cannot stream solutions (it has no stream_solution method)"
+            )
+        self.schema = solution_schema(self.tools, self.output.schema, strict=strict)
+
+    # -- running -----------------------------------------------------------------------------
+
+    def run(
+        self,
+        input: Any = None,
+        *,
+        messages: Sequence[dict[str, Any]] | None = None,
+        on_event: Callable[[Action], Any] | None = None,
+    ) -> RunResult:
+        """Run to the end from synchronous code (starts its own trio run)."""
+        return trio.run(partial(self.run_async, input, messages=messages, on_event=on_event))
+
+    async def run_async(
+        self,
+        input: Any = None,
+        *,
+        messages: Sequence[dict[str, Any]] | None = None,
+        on_event: Callable[[Action], Any] | None = None,
+    ) -> RunResult:
+        """Run to the end inside trio. `messages` resumes from a log (e.g. an
+        ExecuteError's), in which case `input` is already in it and is ignored."""
+        log = ContextLog(messages) if messages else initial_log(input)
+        if self.protocol == "tools":
+            from ._turns import run_turns  # the native tool-calling loop
+
+            return await run_turns(self, log, on_event=on_event or self.on_event)
+        return await _SolutionLoop(self, log, on_event or self.on_event).run()
+
+    async def run_asyncio(self, input: Any = None, **options: Any) -> RunResult:
+        """Await a run from an asyncio program without blocking its event loop.
+
+        trio runs as a guest on the asyncio loop (trio's guest mode), in the same
+        thread: tools and hooks run exactly as under `run`, and cancelling the awaiting
+        asyncio task cancels the run.
+        """
+        from ._asyncio_bridge import run_trio_in_asyncio
+
+        return await run_trio_in_asyncio(partial(self.run_async, input, **options))
+
+
+class _SolutionLoop:
+    """One run of the solution protocol."""
+
+    def __init__(
+        self, agent: Agent, log: ContextLog, on_event: Callable[[Action], Any] | None
+    ) -> None:
+        self.agent = agent
+        self.log = log
+        self.usage = Usage()
+        self.engine = Engine(
+            agent.tools,
+            log,
+            approve=agent.approve,
+            max_concurrency=agent.max_concurrency,
+            on_action=on_event,
+        )
+
+    async def run(self) -> RunResult:
+        async with self.engine.session():
+            while True:
+                iteration = _iterations_in(self.log) + 1
+                if iteration > self.agent.max_iterations:
+                    raise MaxIterationsError(
+                        f"the agent made {self.agent.max_iterations} requests without a final "
+                        "output; raise max_iterations or check the tools and instructions",
+                        self.log.messages,
+                    )
+                done, output = await self._iterate(iteration)
+                if done:
+                    break
+        return RunResult(
+            self.agent.output.convert(output),
+            self.log,
+            self.engine.records,
+            iteration,
+            self.usage,
+        )
+
+    async def _iterate(self, iteration: int) -> tuple[bool, Any]:
+        agent = self.agent
+        request = SolutionRequest(
+            messages=render_messages(
+                self.log, agent.tools, agent.instructions, agent.output.schema
+            ),
+            schema=agent.schema,
+            iteration=iteration,
+        )
+        stream = SolutionStream()
+        text: list[str] = []
+        self.engine.open_tick(iteration)
+
+        def on_item(item: TextDelta | Usage) -> None:
+            if isinstance(item, Usage):
+                self.usage = self.usage + item
+                return
+            text.append(item.text)
+            for call in stream.feed(item.text):
+                self.engine.receive(strip_strict_nulls(call, agent.tools))
+
+        broken: StreamBroken | None = None
+        try:
+            await stream_with_retries(
+                lambda: agent.model.stream_solution(request),
+                on_item,
+                attempts=agent.max_llm_retries,
+                rng=agent._rng,
+            )
+        except StreamBroken as error:
+            broken = error
+        except ModelError as error:
+            raise ExecuteError(f"the model request failed: {error}", self.log.messages) from error
+        except Exception as error:  # a client bug must still hand back the log
+            raise ExecuteError(
+                f"the model client raised {type(error).__name__}: {error}", self.log.messages
+            ) from error
+        outcome = stream.close()
+        solution = outcome.solution
+        self._record_solution(iteration, solution, "".join(text), outcome.error)
+        output = None
+        if broken is not None:
+            self.engine.report(_fault(f"the model's answer broke off: {broken}"))
+        elif outcome.error is not None:
+            self.engine.report(_fault(f"the solution could not be read: {outcome.error}"))
+        elif solution is not None:
+            output = self._check_solution(solution)
+        self.engine.close_stream()
+        self._record_plan(iteration)
+        await self.engine.wait_tick()
+        return output is not None, output
+
+    def _check_solution(self, solution: dict[str, Any]) -> Any:
+        if "calls" in solution and not isinstance(solution["calls"], list):
+            self.engine.report(_fault('"calls" must be an array of call objects'))
+        output = solution.get("output")
+        if output is None:
+            return None
+        problem = self.agent.output.problem(output)
+        if problem is None and self.agent.output.model is not None:
+            try:
+                self.agent.output.model.model_validate(output)
+            except pydantic.ValidationError as error:
+                problem = f"the output does not validate: {error.errors()[0].get('msg')}"
+        if problem is not None:
+            self.engine.report(_fault(problem), {"output": output})
+            return None
+        return output
+
+    def _record_solution(
+        self, iteration: int, solution: dict[str, Any] | None, text: str, error: str | None
+    ) -> None:
+        message: dict[str, Any] = {"type": "solution", "iteration": iteration, "solution": solution}
+        if error is not None or solution is None:
+            message["text"] = text  # kept for audit: what the model actually wrote
+        self.log.append(message)
+
+    def _record_plan(self, iteration: int) -> None:
+        calls = [
+            record.call for record in self.engine.records.values() if record.iteration == iteration
+        ]
+        self.log.append({"type": "plan", "calls": calls})
+
+
+def _iterations_in(log: ContextLog) -> int:
+    return sum(1 for message in log.messages if message.get("type") == "solution")
+
+
+def _fault(message: str) -> dict[str, Any]:
+    return {"type": "structural", "message": message}
+
+
+def _positive(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name} must be a positive whole number, not {value!r}")
+    return value

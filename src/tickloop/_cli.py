@@ -1,0 +1,59 @@
+"""The `tickloop` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import trio
+import trio.testing
+
+__all__ = ["main"]
+
+DESCRIPTION = """\
+tickloop runs LLM agents whose tool calls form a dependency graph: every call starts
+the moment its inputs exist, while the model is still writing, in parallel.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tickloop",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    demo = commands.add_parser(
+        "demo",
+        help="run a bundled agent on the scripted model (offline) and show its calls live",
+        description="Plan a team offsite with a scripted model: watch calls start while the "
+        "model is still streaming, wait on each other, pass approval, and finish.",
+    )
+    demo.add_argument(
+        "--virtual-time",
+        action="store_true",
+        help="run on trio's virtual clock (instant; the timings shown are still realistic)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    arguments = parser.parse_args(argv)
+    if arguments.command == "demo":
+        return _demo(arguments)
+    parser.print_help()
+    return 0
+
+
+def _demo(arguments: argparse.Namespace) -> int:
+    from ._demo import run_demo
+
+    clock = trio.testing.MockClock(autojump_threshold=0) if arguments.virtual_time else None
+    trio.run(run_demo, sys.stdout, clock=clock)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

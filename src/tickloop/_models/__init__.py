@@ -1,0 +1,1 @@
+"""Model clients, one module per provider, behind one small interface (`_base.py`)."""

@@ -1,0 +1,263 @@
+"""Anthropic's Messages API, streamed.
+
+The Messages API has no response-format switch; a forced tool call is how it guarantees
+the solution's shape, and its `input_json_delta` events stream the tool's arguments as
+JSON text, which is exactly the solution text the loop parses as it arrives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+import httpx
+
+from .._errors import ConfigurationError
+from ._base import ModelError, SolutionRequest, TextDelta, Usage
+from ._http import (
+    DEFAULT_TIMEOUT,
+    client_scope,
+    error_from_response,
+    json_instruction,
+    redact,
+    transport_error,
+)
+from ._sse import aiter_sse
+
+__all__ = ["Anthropic"]
+
+StructuredMode = Literal["tool", "json"]
+_DEFAULT_BASE_URL = "https://api.anthropic.com"
+
+# The HTTP status Anthropic documents for each error type, so that an error sent inside a
+# 200 stream is classified as the same error sent as a response would be.
+_ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+
+
+class Anthropic:
+    """A model client for `{base_url}/v1/messages`.
+
+    `base_url` (without `/v1`) and `api_key` default to the `ANTHROPIC_BASE_URL` and
+    `ANTHROPIC_API_KEY` environment variables. System messages become the top-level
+    `system` field and consecutive messages of one role are merged, as the API requires.
+
+    `structured="tool"` (the default) forces a tool named after the request's schema
+    (`tool_choice: {"type": "tool", ...}`) whose input schema is the solution schema; its
+    arguments, streamed, are the solution. `structured="json"` asks for the JSON in the
+    system prompt instead and streams the text: for models or proxies without tools.
+
+    `client`: an `httpx.AsyncClient` to send through (never closed here); without one,
+    each request opens and closes its own, with `timeout`.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        client: httpx.AsyncClient | None = None,
+        max_tokens: int = 4096,
+        structured: StructuredMode = "tool",
+        anthropic_version: str = "2023-06-01",
+        timeout: httpx.Timeout | float | None = DEFAULT_TIMEOUT,
+    ) -> None:
+        if structured not in ("tool", "json"):
+            raise ConfigurationError(f"structured must be 'tool' or 'json', not {structured!r}")
+        if max_tokens < 1:
+            raise ConfigurationError(f"max_tokens must be at least 1, not {max_tokens}")
+        self.model = model
+        base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or _DEFAULT_BASE_URL
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
+        self._client = client
+        self.max_tokens = max_tokens
+        self.structured: StructuredMode = structured
+        self.anthropic_version = anthropic_version
+        self.timeout = timeout
+
+    def __repr__(self) -> str:  # the key stays out of reprs, logs and tracebacks
+        return f"Anthropic({self.model!r}, base_url={self.base_url!r})"
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/v1/messages"
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"anthropic-version": self.anthropic_version, "Accept": "text/event-stream"}
+        if self._api_key:
+            headers["x-api-key"] = self._api_key
+        return headers
+
+    def _body(self, request: SolutionRequest) -> dict[str, Any]:
+        system, messages = _split_messages(request.messages)
+        if self.structured == "json":
+            system.append(json_instruction(request.schema))
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "messages": messages,
+            "stream": True,
+        }
+        if system:
+            body["system"] = "\n\n".join(system)
+        if self.structured == "tool":
+            body["tools"] = [
+                {
+                    "name": request.schema_name,
+                    "description": "Give your answer as this tool's input.",
+                    "input_schema": request.schema,
+                }
+            ]
+            body["tool_choice"] = {"type": "tool", "name": request.schema_name}
+        return body
+
+    async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
+        what = f"messages request ({self.model} at {self.url})"
+        secrets = (self._api_key,)
+        try:
+            async with (
+                client_scope(self._client, self.timeout) as client,
+                client.stream(
+                    "POST", self.url, json=self._body(request), headers=self._headers()
+                ) as response,
+            ):
+                if not response.is_success:
+                    await response.aread()
+                    raise error_from_response(response, what=what, secrets=secrets)
+                async for item in self._read_stream(response, what, secrets):
+                    yield item
+        except httpx.TransportError as exc:
+            raise transport_error(exc, what=what, secrets=secrets) from exc
+
+    async def _read_stream(
+        self, response: httpx.Response, what: str, secrets: tuple[str | None, ...]
+    ) -> AsyncIterator[TextDelta | Usage]:
+        """The solution text of a Messages event stream, then its usage.
+
+        Only the blocks that carry the solution are read: the forced tool's arguments
+        (`input_json_delta`) in tool mode, text in json mode; thinking is skipped.
+        """
+        wanted = "tool_use" if self.structured == "tool" else "text"
+        blocks: dict[int, str] = {}  # content block index -> block type
+        usage = Usage()
+        stopped = False
+        async for event in aiter_sse(response):
+            try:
+                payload = json.loads(event.data)
+            except ValueError:
+                raise ModelError(
+                    f"{what}: the server sent an event that is not JSON: "
+                    f"{redact(event.data[:200], secrets)}",
+                    status=None,
+                ) from None
+            if not isinstance(payload, dict):
+                continue
+            kind = payload.get("type", event.event)
+            if kind == "error":
+                raise _stream_error(payload, what, secrets)
+            if kind == "message_start":
+                counts = (payload.get("message") or {}).get("usage") or {}
+                usage = Usage(_input_tokens(counts), int(counts.get("output_tokens") or 0))
+            elif kind == "content_block_start":
+                block = payload.get("content_block") or {}
+                blocks[payload.get("index", 0)] = block.get("type", "")
+            elif kind == "content_block_delta":
+                if blocks.get(payload.get("index", 0)) != wanted:
+                    continue
+                delta = payload.get("delta") or {}
+                if delta.get("type") == "input_json_delta":
+                    text = delta.get("partial_json")
+                elif delta.get("type") == "text_delta":
+                    text = delta.get("text")
+                else:
+                    continue
+                if isinstance(text, str) and text:
+                    yield TextDelta(text)
+            elif kind == "message_delta":
+                # Counts here are running totals for the message, not increments.
+                counts = payload.get("usage") or {}
+                if counts.get("output_tokens") is not None:
+                    usage.output_tokens = int(counts["output_tokens"])
+                if counts.get("input_tokens") is not None:
+                    usage.input_tokens = _input_tokens(counts)
+            elif kind == "message_stop":
+                stopped = True
+                break
+        if not stopped:
+            raise ModelError(f"{what}: the stream ended before message_stop", status=None)
+        yield usage
+
+
+def _input_tokens(counts: dict[str, Any]) -> int:
+    """All the prompt's tokens: Anthropic counts cached ones apart from `input_tokens`."""
+    return sum(
+        int(counts.get(key) or 0)
+        for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    )
+
+
+def _stream_error(
+    payload: dict[str, Any], what: str, secrets: tuple[str | None, ...]
+) -> ModelError:
+    error = payload.get("error") or {}
+    kind = error.get("type", "error") if isinstance(error, dict) else "error"
+    message = error.get("message", "") if isinstance(error, dict) else str(error)
+    return ModelError(
+        f"{what}: error in stream: {kind}: {redact(str(message), secrets)}",
+        status=_ERROR_STATUS.get(kind),
+        body=redact(json.dumps(payload, ensure_ascii=False), secrets),
+    )
+
+
+def _split_messages(
+    messages: list[dict[str, Any]],
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """System texts apart; the rest with consecutive same-role messages merged.
+
+    The Messages API takes the system prompt as a field of its own and wants user and
+    assistant turns to alternate; the loop's log may put several user messages in a row.
+    """
+    system: list[str] = []
+    merged: list[dict[str, Any]] = []
+    for message in messages:
+        role = message.get("role")
+        content = message.get("content", "")
+        if role == "system":
+            system.append(content if isinstance(content, str) else _text_of(content))
+            continue
+        if merged and merged[-1]["role"] == role:
+            merged[-1]["content"] = _join(merged[-1]["content"], content)
+        else:
+            merged.append({"role": role, "content": content})
+    return system, merged
+
+
+def _join(first: Any, second: Any) -> Any:
+    if isinstance(first, str) and isinstance(second, str):
+        return f"{first}\n\n{second}"
+    return _blocks(first) + _blocks(second)
+
+
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return list(content)
+
+
+def _text_of(content: Any) -> str:
+    """The text of a system message given as content blocks."""
+    return "\n\n".join(block.get("text", "") for block in content if isinstance(block, dict))

@@ -1,0 +1,162 @@
+"""What the HTTP clients share: one client per request, errors classified, secrets kept out.
+
+Every provider reports a failure the same way (a `ModelError` whose status drives the
+loop's retry policy, PROTOCOL §8), so reading an error response, its Retry-After and the
+server's own message lives here once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from datetime import UTC
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+
+from ._base import ModelError
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "client_scope",
+    "error_from_response",
+    "json_instruction",
+    "parse_retry_after",
+    "redact",
+    "server_message",
+    "transport_error",
+]
+
+# A long read timeout: the first token of a large prompt on a local model, or of a
+# reasoning model, can take minutes, and the read timeout also bounds that wait.
+DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
+
+_BODY_LIMIT = 4000  # characters of an error body kept on the exception
+_MESSAGE_LIMIT = 500  # characters of a non-JSON error body put in the message
+
+
+def _now() -> float:
+    """Wall-clock seconds since the epoch; HTTP-dates are wall-clock (tests replace this)."""
+    return time.time()
+
+
+def parse_retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds the server asked us to wait, or None.
+
+    `retry-after-ms` (sent by OpenAI) is more precise and wins; `Retry-After` is either
+    delay-seconds or an HTTP-date, a date in the past meaning "now".
+    """
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            value = float(millis)
+        except ValueError:
+            pass
+        else:
+            if value >= 0 and value == value:  # NaN is not a delay
+                return value / 1000.0
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    raw = raw.strip()
+    try:
+        seconds = float(raw)
+    except ValueError:
+        pass
+    else:
+        return seconds if seconds >= 0 and seconds == seconds else None
+    try:
+        when = parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # "-0000": UTC with no claim about local time
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - _now())
+
+
+def redact(text: str, secrets: Iterable[str | None]) -> str:
+    """`text` with every secret replaced, for servers that echo the key back."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+def server_message(payload: Any) -> str | None:
+    """The human-readable message inside an error payload, in the shapes servers use.
+
+    OpenAI and llama.cpp: `{"error": {"message": ...}}`; Ollama: `{"error": "..."}`;
+    Anthropic: `{"type": "error", "error": {"type": ..., "message": ...}}`; FastAPI-style
+    servers: `{"detail": ...}`.
+    """
+    if not isinstance(payload, dict):
+        return None
+    error = payload.get("error", payload)
+    if isinstance(error, str):
+        return error
+    if isinstance(error, dict):
+        message = error.get("message")
+        kind = error.get("type")
+        if isinstance(message, str):
+            return f"{kind}: {message}" if isinstance(kind, str) and kind else message
+    detail = payload.get("detail")
+    if detail is not None:
+        return detail if isinstance(detail, str) else json.dumps(detail, ensure_ascii=False)
+    return None
+
+
+def error_from_response(
+    response: httpx.Response, *, what: str, secrets: Iterable[str | None]
+) -> ModelError:
+    """A `ModelError` for an HTTP error response whose body has been read."""
+    secrets = list(secrets)
+    body = redact(response.text, secrets)
+    try:
+        message = server_message(json.loads(body))
+    except ValueError:
+        message = None
+    if message is None:
+        message = body.strip()[:_MESSAGE_LIMIT] or response.reason_phrase or "no message"
+    return ModelError(
+        f"{what} failed: HTTP {response.status_code}: {message}",
+        status=response.status_code,
+        retry_after=parse_retry_after(response.headers),
+        body=body[:_BODY_LIMIT],
+    )
+
+
+def transport_error(
+    exc: httpx.TransportError, *, what: str, secrets: Iterable[str | None]
+) -> ModelError:
+    """A `ModelError` with no status (retryable) for a connection that failed or broke."""
+    detail = redact(str(exc), secrets) or "no detail"
+    return ModelError(f"{what} failed: {type(exc).__name__}: {detail}", status=None)
+
+
+@asynccontextmanager
+async def client_scope(
+    client: httpx.AsyncClient | None, timeout: httpx.Timeout | float | None
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The caller's client, left open; or a fresh one, closed when the request ends.
+
+    A fresh client per request, because `Agent.run` starts a new trio run each time and a
+    pooled connection must not outlive the event loop that opened it. Pass a client to
+    reuse connections across requests.
+    """
+    if client is not None:
+        yield client
+        return
+    async with httpx.AsyncClient(timeout=timeout) as owned:
+        yield owned
+
+
+def json_instruction(schema: dict[str, Any]) -> str:
+    """The prompt text that asks for the solution when the server cannot enforce a schema."""
+    return (
+        "Reply with a single JSON object that validates against the JSON Schema below, "
+        "and nothing else: no prose, no markdown code fence.\n"
+        + json.dumps(schema, ensure_ascii=False)
+    )

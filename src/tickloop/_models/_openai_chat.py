@@ -1,0 +1,251 @@
+"""Any OpenAI-compatible chat-completions server: hosted OpenAI, vLLM, llama.cpp, Ollama.
+
+These servers agree on the streaming wire format but not on structured output, so the
+client asks for the strongest form first and steps down when the server says it does not
+understand it (see `OpenAIChat`). Stepping down happens inside one request and is not a
+retry: the loop's attempts are kept for real failures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+import httpx
+
+from .._errors import ConfigurationError
+from ._base import ModelError, SolutionRequest, TextDelta, Usage
+from ._http import (
+    DEFAULT_TIMEOUT,
+    client_scope,
+    error_from_response,
+    json_instruction,
+    redact,
+    server_message,
+    transport_error,
+)
+from ._sse import aiter_sse
+
+__all__ = ["OpenAIChat"]
+
+StructuredMode = Literal["json_schema", "json_object", "none"]
+_MODES: tuple[StructuredMode, ...] = ("json_schema", "json_object", "none")
+# Words a server's error names when it is the response_format it cannot handle.
+_FORMAT_WORDS = ("response_format", "json_schema", "json_object")
+_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+class OpenAIChat:
+    """A model client for `{base_url}/chat/completions`, streamed over server-sent events.
+
+    `base_url` includes the `/v1`; it and `api_key` default to the `OPENAI_BASE_URL` and
+    `OPENAI_API_KEY` environment variables (read when the client is made). Without a key
+    no `Authorization` header is sent, as local servers expect.
+
+    Structured output (`structured=`):
+
+    * `"json_schema"` (the default): ask for `{"type": "json_schema", ...}` with the
+      solution schema, strict. When the server rejects that, with an HTTP error whatever
+      its status whose body names `response_format`, `json_schema` or `json_object`, the
+      client at once asks again with `{"type": "json_object", "schema": S}` (llama.cpp
+      and Ollama enforce that schema), and then with no `response_format` and the schema
+      in the prompt. The step that worked is kept for this client's later requests.
+    * `"json_object"` or `"none"`: that mode only, with no stepping down.
+
+    `client`: an `httpx.AsyncClient` to send through (its timeout applies; it is never
+    closed here). Without one, each request opens and closes its own, with `timeout`.
+    `extra_body` is merged into every request body last, for server-specific options.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        client: httpx.AsyncClient | None = None,
+        structured: StructuredMode = "json_schema",
+        temperature: float | None = None,
+        extra_body: dict[str, Any] | None = None,
+        timeout: httpx.Timeout | float | None = DEFAULT_TIMEOUT,
+    ) -> None:
+        if structured not in _MODES:
+            raise ConfigurationError(
+                f"structured must be one of {', '.join(_MODES)}, not {structured!r}"
+            )
+        self.model = model
+        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or _DEFAULT_BASE_URL
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self._client = client
+        self.structured: StructuredMode = structured
+        self.temperature = temperature
+        self.extra_body = dict(extra_body or {})
+        self.timeout = timeout
+        self._mode: StructuredMode = structured  # lowered when the server rejects a mode
+
+    def __repr__(self) -> str:  # the key stays out of reprs, logs and tracebacks
+        return f"OpenAIChat({self.model!r}, base_url={self.base_url!r})"
+
+    @property
+    def mode(self) -> StructuredMode:
+        """The structured-output mode the next request starts with."""
+        return self._mode
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/chat/completions"
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "text/event-stream"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    def _body(self, request: SolutionRequest, mode: StructuredMode) -> dict[str, Any]:
+        messages = [dict(message) for message in request.messages]
+        if mode == "none":
+            _add_system_text(messages, json_instruction(request.schema))
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if mode == "json_schema":
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": request.schema_name,
+                    "schema": request.schema,
+                    "strict": True,
+                },
+            }
+        elif mode == "json_object":
+            body["response_format"] = {"type": "json_object", "schema": request.schema}
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        body.update(self.extra_body)
+        return body
+
+    def _step_down(self, mode: StructuredMode, response: httpx.Response) -> StructuredMode | None:
+        """The next mode to try after `response` rejected `mode`, or None to fail."""
+        if self.structured != "json_schema" or mode == "none":
+            return None
+        text = response.text.lower()
+        if not any(word in text for word in _FORMAT_WORDS):
+            return None
+        lower = _MODES[_MODES.index(mode) + 1]
+        # Concurrent requests may have stepped down further already: never step back up.
+        if _MODES.index(lower) > _MODES.index(self._mode):
+            self._mode = lower
+        return lower
+
+    async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
+        what = f"chat completion ({self.model} at {self.url})"
+        secrets = (self._api_key,)
+        mode = self._mode
+        try:
+            async with client_scope(self._client, self.timeout) as client:
+                while True:
+                    async with client.stream(
+                        "POST", self.url, json=self._body(request, mode), headers=self._headers()
+                    ) as response:
+                        if not response.is_success:
+                            await response.aread()
+                            lower = self._step_down(mode, response)
+                            if lower is not None:
+                                mode = lower
+                                continue
+                            raise error_from_response(response, what=what, secrets=secrets)
+                        async for item in _read_stream(response, what, secrets):
+                            yield item
+                        return
+        except httpx.TransportError as exc:
+            raise transport_error(exc, what=what, secrets=secrets) from exc
+
+
+async def _read_stream(
+    response: httpx.Response, what: str, secrets: tuple[str | None, ...]
+) -> AsyncIterator[TextDelta | Usage]:
+    """The text and usage of a chat-completions event stream.
+
+    Usage is yielded once, at the end, from the last chunk that carried it: servers that
+    report running totals (vLLM's continuous usage) would otherwise be counted twice.
+    A stream that stops before `[DONE]` and before any `finish_reason` broke off.
+    """
+    usage: Usage | None = None
+    finished = False
+    async for event in aiter_sse(response):
+        data = event.data.strip()
+        if data == "[DONE]":
+            finished = True
+            break
+        if not data:
+            continue
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            raise ModelError(
+                f"{what}: the server sent a chunk that is not JSON: {redact(data[:200], secrets)}",
+                status=None,
+            ) from None
+        if not isinstance(chunk, dict):
+            continue
+        if chunk.get("error") is not None:
+            raise _stream_error(chunk, what, secrets)
+        if isinstance(chunk.get("usage"), dict):
+            counts = chunk["usage"]
+            usage = Usage(
+                int(counts.get("prompt_tokens") or 0), int(counts.get("completion_tokens") or 0)
+            )
+        choices = chunk.get("choices") or []
+        if choices and isinstance(choices[0], dict):
+            choice = choices[0]
+            content = (choice.get("delta") or {}).get("content")
+            if isinstance(content, str) and content:
+                yield TextDelta(content)
+            if choice.get("finish_reason"):
+                finished = True
+    if not finished:
+        raise ModelError(f"{what}: the stream ended before the answer did", status=None)
+    if usage is not None:
+        yield usage
+
+
+def _stream_error(chunk: dict[str, Any], what: str, secrets: tuple[str | None, ...]) -> ModelError:
+    """An error the server reported inside a 200 stream.
+
+    Its status comes from the error's numeric `code` when it has one (llama.cpp sends
+    one); an `invalid_request_error` is the request's fault (400); anything else is
+    taken as the server's fault, left without a status, and so retryable.
+    """
+    error = chunk["error"]
+    status: int | None = None
+    if isinstance(error, dict):
+        code = error.get("code")
+        if isinstance(code, int) and 400 <= code <= 599:
+            status = code
+        elif error.get("type") == "invalid_request_error":
+            status = 400
+    message = server_message(chunk) or json.dumps(error, ensure_ascii=False)
+    return ModelError(
+        f"{what}: error in stream: {redact(message, secrets)}",
+        status=status,
+        body=redact(json.dumps(chunk, ensure_ascii=False), secrets),
+    )
+
+
+def _add_system_text(messages: list[dict[str, Any]], text: str) -> None:
+    """Append `text` to the first system message, or start the conversation with one.
+
+    Not a trailing system message: several chat templates (served by llama.cpp, vLLM)
+    refuse a system message anywhere but first.
+    """
+    for message in messages:
+        if message.get("role") == "system" and isinstance(message.get("content"), str):
+            message["content"] = f"{message['content']}\n\n{text}"
+            return
+    messages.insert(0, {"role": "system", "content": text})

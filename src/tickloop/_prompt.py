@@ -1,0 +1,350 @@
+"""What the model is shown: the request built from the log, and the solution schema.
+
+All rendering lives here so it can be tuned in one place. The request is rebuilt from
+the log every iteration (PROTOCOL §8), never patched, so a resumed run sees exactly what
+an uninterrupted one would have.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from ._log import ContextLog
+from ._tools import Tool, ToolSet
+
+__all__ = [
+    "PROTOCOL_GUIDE",
+    "render_messages",
+    "solution_schema",
+    "strip_strict_nulls",
+    "tool_call_schema",
+]
+
+PROTOCOL_GUIDE = """\
+You work by writing a solution: a JSON object {"calls": [...], "output": ...}.
+
+- "calls" is a plan: tool calls that tickloop runs as soon as their inputs exist, in
+  parallel, while you are still writing. Each call is an object with "_tool" (the tool
+  name) and the tool's parameters.
+- A parameter value may be a reference to data instead of a literal: a string starting
+  with "†", like "†state.page.body" or "†input.question" or "†state.items[0]".
+  "†a || †b" takes the first that exists; "†a && †b" waits for both and takes the last.
+  Write "††" to start a literal string with "†".
+- "_outputPath" says where a call's result goes, e.g. "†state.page". Later calls can
+  read it by reference, in the same solution. "†state.x && †state.y" writes to both.
+  "_outputMethod" is "set" (default), "merge", "assign", "push" or "concat".
+  A call without "_outputPath" runs but its result is dropped.
+- "_id" names a call (optional); "_reasoningForCall" is free text for your reasoning.
+- Latent tools have no code: you write their result yourself in "_output".
+- Set "output" to the final answer when you are done, otherwise null. You see the
+  results (the state) and any errors in the next request.
+"""
+
+
+def render_messages(
+    log: ContextLog, tools: ToolSet, instructions: str | None, output_schema: Any
+) -> list[dict[str, Any]]:
+    """Chat messages for one solution request, rendered from the log."""
+    system_parts = [instructions.strip()] if instructions else []
+    system_parts.append(PROTOCOL_GUIDE)
+    system_parts.append(render_tool_menu(tools))
+    system_parts.append(
+        "## Output\nThe final output must match this JSON Schema:\n"
+        + _json(output_schema if output_schema is not None else {})
+    )
+    chat: list[dict[str, Any]] = []
+    for message in log.messages:
+        if message.get("type") != "text":
+            continue
+        role = message.get("role", "user")
+        if role == "system":
+            system_parts.append(str(message.get("text", "")))
+        else:
+            chat.append({"role": role, "content": str(message.get("text", ""))})
+    chat.append({"role": "user", "content": render_context(log)})
+    return [{"role": "system", "content": "\n\n".join(system_parts)}, *chat]
+
+
+def render_tool_menu(tools: ToolSet) -> str:
+    lines = ["## Tools"]
+    for tool in tools.values():
+        lines.append(
+            f"### {tool.name}"
+            + (" (latent: write its result in _output)" if tool.is_latent else "")
+        )
+        if tool.description:
+            lines.append(tool.description)
+        lines.append("Parameters: " + _json(_visible_parameters(tool)))
+        if tool.output is not None:
+            lines.append("Result: " + _json(tool.output))
+        notes = []
+        if tool.output_path:
+            notes.append(f"always writes to {tool.output_path}")
+        if tool.depends_on:
+            notes.append("runs after " + ", ".join(tool.depends_on))
+        if tool.requires_approval is not False:
+            notes.append("a person may have to approve it")
+        if notes:
+            lines.append("Notes: " + "; ".join(notes) + ".")
+    return "\n".join(lines)
+
+
+def render_context(log: ContextLog) -> str:
+    """The data the model works from: every kind's view, the last plan, the last errors."""
+    sections: list[str] = []
+    kinds = _data_kinds(log)
+    for kind in kinds:
+        if kind == "error":
+            continue
+        sections.append(_render_kind(log, kind))
+    plan = _last(log.messages, "plan")
+    if plan is not None:
+        sections.append("## Previous plan\n" + _json(plan.get("calls", [])))
+    errors = last_tick_errors(log)
+    if errors:
+        rendered = "\n".join(_json(message.get("data")) for message in errors)
+        sections.append(
+            "## Errors from the last plan\nFix these in your next solution:\n" + rendered
+        )
+    if not sections:
+        sections.append("(no data yet)")
+    return "\n\n".join(sections)
+
+
+def last_tick_errors(log: ContextLog) -> list[dict[str, Any]]:
+    """Error Messages appended since the last solution (the last tick's errors)."""
+    errors: list[dict[str, Any]] = []
+    for message in reversed(log.messages):
+        if message.get("type") == "solution":
+            break
+        if message.get("type") == "data" and message.get("kind") == "error":
+            errors.append(message)
+    errors.reverse()
+    return errors
+
+
+def _render_kind(log: ContextLog, kind: str) -> str:
+    lines = [f"## {kind}"]
+    messages = log.data_messages(kind)
+    description = next((m["description"] for m in reversed(messages) if m.get("description")), None)
+    schema = next((m["schema"] for m in reversed(messages) if m.get("schema")), None)
+    if description:
+        lines.append(str(description))
+    if schema is not None:
+        lines.append("Schema: " + _json(schema))
+    lines.append(f"Read it with references like †{kind}.<key>.")
+    lines.append(_json(log.view(kind)))
+    return "\n".join(lines)
+
+
+def _data_kinds(log: ContextLog) -> list[str]:
+    seen: dict[str, None] = {}
+    for message in log.messages:
+        if message.get("type") == "data":
+            seen.setdefault(str(message.get("kind")), None)
+    return list(seen)
+
+
+def _last(messages: Iterable[dict[str, Any]], kind: str) -> dict[str, Any] | None:
+    found = None
+    for message in messages:
+        if message.get("type") == kind:
+            found = message
+    return found
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=None, default=str)
+
+
+# ---------------------------------------------------------------------------------------
+# The solution schema
+
+
+def _visible_parameters(tool: Tool) -> dict[str, Any]:
+    """The parameter schema the model sees: bound parameters are hidden (PROTOCOL §9)."""
+    if not tool.bind:
+        return tool.parameters
+    schema = dict(tool.parameters)
+    properties = {
+        key: value for key, value in schema.get("properties", {}).items() if key not in tool.bind
+    }
+    schema["properties"] = properties
+    if "required" in schema:
+        schema["required"] = [key for key in schema["required"] if key not in tool.bind]
+    return schema
+
+
+_REFERENCE = {"type": "string", "description": "a reference expression, like †state.x"}
+_METHODS = ["set", "merge", "assign", "push", "concat"]
+
+
+def tool_call_schema(tool: Tool, *, strict: bool = True) -> dict[str, Any]:
+    """One tool's call schema: `_tool` fixed, its parameters (each may be a reference),
+    and the meta keys. In strict mode every key is required and optional ones nullable,
+    as OpenAI strict structured outputs demand; `strip_strict_nulls` undoes that."""
+    parameters = _visible_parameters(tool)
+    definitions = parameters.get("$defs", {})
+    required = set(parameters.get("required", []))
+    properties: dict[str, Any] = {"_tool": {"type": "string", "enum": [tool.name]}}
+    for key, schema in parameters.get("properties", {}).items():
+        value_schema = {"anyOf": [_strictify(schema) if strict else schema, _REFERENCE]}
+        properties[key] = value_schema if key in required or not strict else _nullable(value_schema)
+    path_schema: dict[str, Any] = (
+        {"type": "string", "enum": [tool.output_path]}
+        if tool.output_path
+        else {"type": "string", "description": "where the result goes, like †state.x"}
+    )
+    meta: dict[str, Any] = {
+        "_outputPath": path_schema,
+        "_outputMethod": {"type": "string", "enum": _METHODS},
+        "_id": {"type": "string"},
+        "_reasoningForCall": {"type": "string"},
+    }
+    for key, schema in meta.items():
+        properties[key] = _nullable(schema) if strict else schema
+    call_required = ["_tool", *(key for key in properties if key in required)]
+    if tool.is_latent:
+        output = tool.output if tool.output is not None else {}
+        properties["_output"] = _strictify(output) if strict else output
+        call_required.append("_output")
+    schema: dict[str, Any] = {
+        "type": "object",
+        "description": tool.description or tool.name,
+        "properties": properties,
+        "required": list(properties) if strict else call_required,
+        "additionalProperties": False,
+    }
+    if definitions:
+        schema["$defs"] = {k: _strictify(v) if strict else v for k, v in definitions.items()}
+    return schema
+
+
+def solution_schema(tools: ToolSet, output: Any, *, strict: bool = True) -> dict[str, Any]:
+    """`calls` as `anyOf` of every tool's call schema; `output` nullable (PROTOCOL §8).
+
+    `calls` comes first: models write properties in schema order, and calls written
+    before the output are calls that start early.
+    """
+    definitions: dict[str, Any] = {}
+    variants = []
+    for tool in tools.values():
+        call = tool_call_schema(tool, strict=strict)
+        for name, definition in call.pop("$defs", {}).items():
+            definitions[name] = definition  # pydantic names are unique per model
+        variants.append(call)
+    output_schema = output if output is not None else {}
+    if strict:
+        output_schema = _strictify(output_schema)
+    for name, definition in (
+        output_schema.pop("$defs", {}).items() if isinstance(output_schema, dict) else ()
+    ):
+        definitions[name] = definition
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "calls": {"type": "array", "items": {"anyOf": variants} if variants else {}},
+            "output": _nullable(output_schema),
+        },
+        "required": ["calls", "output"],
+        "additionalProperties": False,
+    }
+    if definitions:
+        schema["$defs"] = definitions
+    return schema
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    if not schema:
+        return schema  # {} already admits null
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+_UNSUPPORTED_IN_STRICT = ("default", "title", "examples")
+
+
+def _strictify(schema: Any) -> Any:
+    """Make a schema acceptable to strict structured outputs without changing what a
+    correct answer looks like: closed objects, every property required, optional ones
+    nullable (their nulls are stripped again before the engine sees the call)."""
+    if isinstance(schema, list):
+        return [_strictify(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    result = {
+        key: _strictify(value) for key, value in schema.items() if key not in _UNSUPPORTED_IN_STRICT
+    }
+    if result.get("type") == "object" and "properties" in result:
+        required = set(result.get("required", []))
+        result["properties"] = {
+            key: value if key in required else _nullable(value)
+            for key, value in result["properties"].items()
+        }
+        result["required"] = list(result["properties"])
+        result["additionalProperties"] = False
+    return result
+
+
+def strip_strict_nulls(call: Any, tools: ToolSet) -> Any:
+    """Drop the nulls strict mode forces for optional keys, so the engine sees the call
+    the model meant: an absent optional parameter, not a null one (at any depth)."""
+    if not isinstance(call, dict):
+        return call
+    name = call.get("_tool")
+    tool = tools.get(name) if isinstance(name, str) else None
+    if tool is None:
+        return {key: value for key, value in call.items() if value is not None}
+    definitions = tool.parameters.get("$defs", {})
+    cleaned = _strip(
+        {key: value for key, value in call.items() if not key.startswith("_")},
+        tool.parameters,
+        definitions,
+    )
+    for key, value in call.items():
+        if not key.startswith("_"):
+            continue
+        if key == "_output":
+            output = tool.output or {}
+            cleaned[key] = _strip(value, output, output.get("$defs", {}))
+        elif value is not None:
+            cleaned[key] = value
+    return cleaned
+
+
+def _strip(value: Any, schema: Any, definitions: dict[str, Any]) -> Any:
+    schema = _dereference(schema, definitions)
+    if not isinstance(schema, dict):
+        return value
+    if isinstance(value, dict) and "properties" in schema:
+        required = set(schema.get("required", []))
+        properties = schema["properties"]
+        return {
+            key: _strip(item, properties.get(key), definitions)
+            for key, item in value.items()
+            if not (
+                item is None
+                and key not in required
+                and not _admits_null(_dereference(properties.get(key), definitions))
+            )
+        }
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [_strip(item, schema["items"], definitions) for item in value]
+    return value
+
+
+def _dereference(schema: Any, definitions: dict[str, Any]) -> Any:
+    if isinstance(schema, dict) and isinstance(schema.get("$ref"), str):
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        return definitions.get(name, schema)
+    return schema
+
+
+def _admits_null(schema: Any) -> bool:
+    if not isinstance(schema, dict):
+        return False
+    kind = schema.get("type")
+    if kind == "null" or (isinstance(kind, list) and "null" in kind):
+        return True
+    return any(_admits_null(option) for option in schema.get("anyOf", []))
