@@ -118,10 +118,19 @@ class Engine:
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[Engine]:
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery  # stays open while calls run: they may start others
-            yield self
-        self._nursery = None
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery  # stays open while calls run: they may start others
+                yield self
+        except BaseExceptionGroup as group:
+            # Call tasks never raise (their failures become Error Messages), so a group
+            # holds what the caller's own code raised: give it back unwrapped.
+            if len(group.exceptions) == 1:
+                error = group.exceptions[0]
+                raise error from error.__cause__
+            raise
+        finally:
+            self._nursery = None
         # Every task, fire-and-forget ones included, has finished: report their late errors.
         self.feed(Flush(self._date()))
 
