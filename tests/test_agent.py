@@ -129,7 +129,7 @@ def test_unparseable_solution_is_a_structural_error_and_closed_calls_still_run()
     assert result.output == 1
     message = result.errors[0]["data"]["error"]["message"]
     assert "cut off" in message
-    solution = [m for m in result.messages if m["type"] == "solution"][0]
+    solution = next(m for m in result.messages if m["type"] == "solution")
     assert solution["solution"] is None and solution["text"].startswith('{"calls"')
 
 
