@@ -17,15 +17,23 @@ from ._errors import (
 )
 from ._expressions import Expression, Term, parse_expression
 from ._jsonstream import resilient_json_parse
-from ._models._base import ModelError, SolutionRequest, Usage
-from ._models._openai_chat import OpenAIChat
-from ._models._scripted import ScriptedModel
+from ._models import (
+    Anthropic,
+    ModelClient,
+    ModelError,
+    OpenAIChat,
+    ScriptedModel,
+    SolutionRequest,
+    TextDelta,
+    Usage,
+)
 from ._run import ExecutionResult, execute, run_calls
 from ._scheduler import CallRecord
 from ._tools import Branch, CallContext, Tool, tool
 
 __all__ = [
     "Agent",
+    "Anthropic",
     "Approve",
     "Branch",
     "CallContext",
@@ -39,6 +47,7 @@ __all__ = [
     "ExecutionResult",
     "Expression",
     "MaxIterationsError",
+    "ModelClient",
     "ModelError",
     "OpenAIChat",
     "PendingCall",
@@ -51,6 +60,7 @@ __all__ = [
     "SolutionRequest",
     "StoreError",
     "Term",
+    "TextDelta",
     "TickloopError",
     "Tool",
     "Usage",

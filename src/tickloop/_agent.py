@@ -222,9 +222,10 @@ class _SolutionLoop:
         )
 
     async def run(self) -> RunResult:
+        iteration = _iterations_in(self.log)  # a resumed log continues its count
         async with self.engine.session():
             while True:
-                iteration = _iterations_in(self.log) + 1
+                iteration += 1
                 if iteration > self.agent.max_iterations:
                     raise MaxIterationsError(
                         f"the agent made {self.agent.max_iterations} requests without a final "

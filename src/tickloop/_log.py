@@ -252,6 +252,10 @@ class ContextLog:
         self._record(term.kind, message)
         return message
 
+    def kinds(self) -> list[str]:
+        """Every data kind in the log, in order of first appearance."""
+        return list(self._by_kind)
+
     def data_messages(self, kind: str) -> list[dict[str, Any]]:
         """The kind's data messages in log order, from an index kept as they are appended."""
         return list(self._by_kind.get(kind, ()))

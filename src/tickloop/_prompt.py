@@ -8,7 +8,6 @@ an uninterrupted one would have.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from typing import Any
 
 from ._log import ContextLog
@@ -94,8 +93,7 @@ def render_tool_menu(tools: ToolSet) -> str:
 def render_context(log: ContextLog) -> str:
     """The data the model works from: every kind's view, the last plan, the last errors."""
     sections: list[str] = []
-    kinds = _data_kinds(log)
-    for kind in kinds:
+    for kind in log.kinds():
         if kind == "error":
             continue
         sections.append(_render_kind(log, kind))
@@ -139,20 +137,11 @@ def _render_kind(log: ContextLog, kind: str) -> str:
     return "\n".join(lines)
 
 
-def _data_kinds(log: ContextLog) -> list[str]:
-    seen: dict[str, None] = {}
-    for message in log.messages:
-        if message.get("type") == "data":
-            seen.setdefault(str(message.get("kind")), None)
-    return list(seen)
-
-
-def _last(messages: Iterable[dict[str, Any]], kind: str) -> dict[str, Any] | None:
-    found = None
-    for message in messages:
+def _last(messages: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
+    for message in reversed(messages):
         if message.get("type") == kind:
-            found = message
-    return found
+            return message
+    return None
 
 
 def _json(value: Any) -> str:

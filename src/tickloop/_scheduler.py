@@ -417,7 +417,7 @@ class Scheduler:
 
     def handle(self, event: Event) -> list[Action]:
         """Apply one event; return the actions the driver must carry out, in order."""
-        self._date = event.date
+        self._date = getattr(event, "date", "")  # a non-event gets its TypeError below
         if isinstance(event, CallFinished):
             self._on_finished(event)
         elif isinstance(event, CallReceived):
@@ -816,11 +816,9 @@ class Scheduler:
     # -- ready: resolve, check, approve ----------------------------------------------------
 
     def _on_ready(self, call: _Call, values: dict[tuple[str | int, ...], Any]) -> None:
-        params = (
-            substitute(call.params, {key: copy_json(value) for key, value in values.items()})
-            if call.references or call.tool.bind
-            else call.params
-        )
+        # Always a fresh copy, even without references: `††x` literals must be unescaped,
+        # and the handler must not get (and could not change) the call's own dict.
+        params = substitute(call.params, {key: copy_json(value) for key, value in values.items()})
         assert isinstance(params, dict)
         for parameter, input_name in call.tool.bind.items():
             # Bound values come from the run's input only; without one, the parameter is

@@ -309,6 +309,13 @@ class _HandlerSignature:
                     f"tool {tool_name!r}: positional-only parameter {parameter.name!r} cannot "
                     "be passed by name"
                 )
+            if parameter.name.startswith("_"):
+                # pydantic would quietly make it a private attribute, leaving it out of the
+                # schema, and the handler would then be called without it.
+                raise ConfigurationError(
+                    f"tool {tool_name!r}: parameter {parameter.name!r} starts with '_', which "
+                    "marks meta keys in a call"
+                )
             if annotation is inspect.Parameter.empty:
                 annotation = Any
             default = ... if parameter.default is inspect.Parameter.empty else parameter.default

@@ -21,6 +21,7 @@ from ._http import (
     client_scope,
     error_from_response,
     json_instruction,
+    load_event,
     redact,
     transport_error,
 )
@@ -156,14 +157,9 @@ class Anthropic:
         usage = Usage()
         stopped = False
         async for event in aiter_sse(response):
-            try:
-                payload = json.loads(event.data)
-            except ValueError:
-                raise ModelError(
-                    f"{what}: the server sent an event that is not JSON: "
-                    f"{redact(event.data[:200], secrets)}",
-                    status=None,
-                ) from None
+            if not event.data.strip():
+                continue
+            payload = load_event(event.data, what=what, secrets=secrets)
             if not isinstance(payload, dict):
                 continue
             kind = payload.get("type", event.event)

@@ -24,6 +24,7 @@ __all__ = [
     "client_scope",
     "error_from_response",
     "json_instruction",
+    "load_event",
     "parse_retry_after",
     "redact",
     "server_message",
@@ -126,6 +127,17 @@ def error_from_response(
         retry_after=parse_retry_after(response.headers),
         body=body[:_BODY_LIMIT],
     )
+
+
+def load_event(data: str, *, what: str, secrets: Iterable[str | None]) -> Any:
+    """The JSON payload of a stream event; a payload that is not JSON is a broken stream."""
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise ModelError(
+            f"{what}: the server sent an event that is not JSON: {redact(data[:200], secrets)}",
+            status=None,
+        ) from None
 
 
 def transport_error(

@@ -22,6 +22,7 @@ from ._http import (
     client_scope,
     error_from_response,
     json_instruction,
+    load_event,
     redact,
     server_message,
     transport_error,
@@ -50,7 +51,7 @@ class OpenAIChat:
       solution schema, strict. When the server rejects that, with an HTTP error whatever
       its status whose body names `response_format`, `json_schema` or `json_object`, the
       client at once asks again with `{"type": "json_object", "schema": S}` (llama.cpp
-      and Ollama enforce that schema), and then with no `response_format` and the schema
+      enforces that schema), and then with no `response_format` and the schema
       in the prompt. The step that worked is kept for this client's later requests.
     * `"json_object"` or `"none"`: that mode only, with no stepping down.
 
@@ -185,13 +186,7 @@ async def _read_stream(
             break
         if not data:
             continue
-        try:
-            chunk = json.loads(data)
-        except ValueError:
-            raise ModelError(
-                f"{what}: the server sent a chunk that is not JSON: {redact(data[:200], secrets)}",
-                status=None,
-            ) from None
+        chunk = load_event(data, what=what, secrets=secrets)
         if not isinstance(chunk, dict):
             continue
         if chunk.get("error") is not None:

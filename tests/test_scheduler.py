@@ -1,0 +1,581 @@
+"""Tests of the sans-IO scheduler, driven by events with no trio and no clock.
+
+What a driver relies on: the same events give the same actions (so a durable run can
+replay them), a call starts in the very `handle` that made it ready, approvals are asked
+one at a time in ready order, settling waits for the stream to close, and every Error
+Message is appended when the tick ends, in the order the errors happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tickloop as tl
+from tickloop._log import ContextLog
+from tickloop._scheduler import (
+    FINAL_STATUSES,
+    Action,
+    ApprovalRequested,
+    CallFinished,
+    CallReady,
+    CallReceived,
+    CallSettled,
+    DecisionMade,
+    Flush,
+    MessageAppended,
+    Scheduler,
+    StartCall,
+    StreamClosed,
+    TickEnded,
+    TickOpened,
+)
+from tickloop._tools import ToolSet
+
+
+@tl.tool
+def work(x: Any = None) -> Any:
+    """Return x (the scheduler never runs it: the test is the driver)."""
+    return x
+
+
+@tl.tool(requires_approval=True)
+def pay(x: Any = None) -> Any:
+    return x
+
+
+@tl.tool(max_concurrency=1)
+def single(x: Any = None) -> Any:
+    return x
+
+
+@tl.tool
+def login(x: Any = None) -> Any:
+    return x
+
+
+@tl.tool(depends_on=["login"])
+def fetch(x: Any = None) -> Any:
+    return x
+
+
+note = tl.Tool(name="note", parameters={"type": "object"}, output={"type": "string"})
+
+TOOLS = [work, pay, single, login, fetch, note]
+
+
+def make(state: dict[str, Any] | None = None, max_concurrency: int | None = None) -> Scheduler:
+    messages = [] if state is None else [{"type": "data", "kind": "state", "data": state}]
+    return Scheduler(ToolSet(TOOLS), ContextLog(messages), max_concurrency=max_concurrency)
+
+
+def opened(state: dict[str, Any] | None = None, **options: Any) -> Scheduler:
+    scheduler = make(state, **options)
+    scheduler.handle(TickOpened(1))
+    return scheduler
+
+
+def receive(scheduler: Scheduler, *calls: Any) -> list[Action]:
+    actions: list[Action] = []
+    for call in calls:
+        actions.extend(scheduler.handle(CallReceived(call)))
+    return actions
+
+
+def starts(actions: list[Action]) -> list[str]:
+    return [action.id for action in actions if isinstance(action, StartCall)]
+
+
+def asked(actions: list[Action]) -> list[str]:
+    return [action.pending.id for action in actions if isinstance(action, ApprovalRequested)]
+
+
+def settled(actions: list[Action]) -> dict[str, str]:
+    return {action.id: action.status for action in actions if isinstance(action, CallSettled)}
+
+
+def tick_end(actions: list[Action]) -> TickEnded | None:
+    ends = [action for action in actions if isinstance(action, TickEnded)]
+    assert len(ends) <= 1
+    return ends[0] if ends else None
+
+
+def call(x: Any = None, out: str | None = None, tool: str = "work", **meta: Any) -> dict:
+    wire: dict[str, Any] = {"_tool": tool, "x": x}
+    if out is not None:
+        wire["_outputPath"] = out
+    wire.update({f"_{key}": value for key, value in meta.items()})
+    return wire
+
+
+# -- starting --------------------------------------------------------------------------------
+
+
+def test_a_ready_call_starts_in_the_handle_that_received_it_while_the_stream_is_open() -> None:
+    scheduler = opened()
+    actions = receive(scheduler, call(1, "†state.a"))
+    assert [type(action).__name__ for action in actions] == [
+        "CallAccepted",
+        "CallReady",
+        "StartCall",
+    ]
+    start = actions[-1]
+    assert isinstance(start, StartCall)
+    assert (start.id, start.tool, start.params) == ("c1.0", "work", {"x": 1})
+    assert start.call == {"_tool": "work", "x": 1, "_outputPath": "†state.a", "_id": "c1.0"}
+
+
+def test_a_finished_call_writes_then_starts_its_readers_in_the_same_handle() -> None:
+    scheduler = opened()
+    first = receive(scheduler, call(1, "†state.a"), call("†state.a", "†state.b"))
+    assert starts(first) == ["c1.0"]
+    actions = scheduler.handle(CallFinished("c1.0", value=41))
+    assert [type(action).__name__ for action in actions] == [
+        "MessageAppended",
+        "CallSettled",
+        "CallReady",
+        "StartCall",
+    ]
+    written = actions[0]
+    assert isinstance(written, MessageAppended)
+    assert written.message["data"] == {"a": 41}
+    assert written.message["_call"]["_id"] == "c1.0"
+    assert isinstance(actions[2], CallReady) and actions[2].params == {"x": 41}
+
+
+def test_an_or_reference_does_not_fall_back_before_the_stream_closes() -> None:
+    scheduler = opened(state={"b": "fallback"})
+    assert starts(receive(scheduler, call("†state.a || †state.b"))) == []
+    actions = scheduler.handle(StreamClosed())
+    assert starts(actions) == ["c1.0"]
+    assert scheduler.records["c1.0"].params == {"x": "fallback"}
+
+
+def test_an_or_reference_waits_for_a_running_writer_of_its_first_term() -> None:
+    scheduler = opened(state={"b": "fallback"})
+    receive(scheduler, call(1, "†state.a"), call("†state.a || †state.b", "†state.c"))
+    assert starts(scheduler.handle(StreamClosed())) == []
+    assert starts(scheduler.handle(CallFinished("c1.0", value="first"))) == ["c1.1"]
+    assert scheduler.records["c1.1"].params == {"x": "first"}
+
+
+def test_a_write_below_or_above_a_read_path_wakes_the_reader() -> None:
+    scheduler = opened()
+    receive(scheduler, call({"k": 1}, "†state.page"), call("†state.page.k", "†state.x"))
+    assert starts(scheduler.handle(CallFinished("c1.0", value={"k": 2}))) == ["c1.1"]
+    assert scheduler.records["c1.1"].params == {"x": 2}
+
+
+def test_a_sibling_path_with_a_common_prefix_is_not_a_writer() -> None:
+    # state.b is not a prefix of state.base: the reader of state.b is unresolved at once.
+    scheduler = opened()
+    receive(scheduler, call(1, "†state.base"), call("†state.b", "†state.x"))
+    actions = scheduler.handle(StreamClosed())
+    assert settled(actions) == {"c1.1": "invalid"}
+
+
+# -- limits ----------------------------------------------------------------------------------
+
+
+def test_the_global_limit_caps_the_calls_started_and_frees_a_slot_per_finish() -> None:
+    scheduler = opened(max_concurrency=2)
+    assert starts(receive(scheduler, *(call(i) for i in range(4)))) == ["c1.0", "c1.1"]
+    assert starts(scheduler.handle(CallFinished("c1.1", value=1))) == ["c1.2"]
+    assert starts(scheduler.handle(CallFinished("c1.0", value=0))) == ["c1.3"]
+
+
+def test_a_tool_limit_queues_its_calls_without_holding_back_other_tools() -> None:
+    scheduler = opened()
+    actions = receive(
+        scheduler, call(0, tool="single"), call(1, tool="single"), call(2), call(3, tool="single")
+    )
+    assert starts(actions) == ["c1.0", "c1.2"]
+    assert starts(scheduler.handle(CallFinished("c1.0", value=0))) == ["c1.1"]
+    assert starts(scheduler.handle(CallFinished("c1.1", value=0))) == ["c1.3"]
+
+
+def test_under_the_global_limit_queued_calls_start_in_arrival_order_across_tools() -> None:
+    scheduler = opened(max_concurrency=1)
+    receive(scheduler, call(0), call(1, tool="single"), call(2), call(3, tool="single"))
+    order = []
+    for _ in range(3):
+        running = next(i for i, r in scheduler.records.items() if r.status == "running")
+        order += starts(scheduler.handle(CallFinished(running, value=None)))
+    assert order == ["c1.1", "c1.2", "c1.3"]
+
+
+# -- tool-name dependencies ------------------------------------------------------------------
+
+
+def test_a_tool_dependency_waits_only_for_earlier_calls_and_accepts_any_ending() -> None:
+    scheduler = opened()
+    actions = receive(
+        scheduler, call(0, tool="login"), call(1, tool="fetch"), call(2, tool="login")
+    )
+    assert starts(actions) == ["c1.0", "c1.2"]  # fetch waits for c1.0, not for c1.2
+    failed = scheduler.handle(
+        CallFinished("c1.0", error={"type": "runtime", "message": "RuntimeError: no"})
+    )
+    assert settled(failed) == {"c1.0": "failed"}
+    assert starts(failed) == ["c1.1"]
+
+
+# -- approval --------------------------------------------------------------------------------
+
+
+def test_approvals_are_asked_one_at_a_time_in_ready_order_while_others_run() -> None:
+    scheduler = opened()
+    actions = receive(scheduler, call("†state.a", tool="pay"), call(2, tool="pay"))
+    assert asked(actions) == ["c1.1"]  # c1.0 is blocked: never shown yet
+    actions = receive(scheduler, call(3, "†state.a"), call(4, tool="pay"))
+    assert starts(actions) == ["c1.2"]  # no approval needed: does not wait for the hook
+    assert asked(actions) == []  # one question at a time
+    actions = scheduler.handle(CallFinished("c1.2", value=1))  # c1.0 becomes ready
+    assert asked(actions) == []
+    actions = scheduler.handle(DecisionMade("c1.1", tl.Approve()))
+    assert starts(actions) == ["c1.1"]
+    assert asked(actions) == ["c1.3"]  # ready before c1.0
+    assert asked(scheduler.handle(DecisionMade("c1.3", tl.Approve()))) == ["c1.0"]
+    pending = scheduler.handle(StreamClosed())
+    assert asked(pending) == []
+
+
+def test_calls_ready_at_the_same_moment_are_asked_about_in_arrival_order() -> None:
+    scheduler = opened()
+    receive(scheduler, call(0, "†state.a"), call("†state.a", tool="pay"), call(5, tool="work"))
+    receive(scheduler, call("†state.a", tool="pay"))
+    actions = scheduler.handle(CallFinished("c1.0", value=7))
+    assert asked(actions) == ["c1.1"]
+    assert asked(scheduler.handle(DecisionMade("c1.1", tl.Deny("no")))) == ["c1.3"]
+
+
+def test_the_hook_sees_resolved_parameters_and_the_wire_call() -> None:
+    scheduler = opened(state={"amount": 500})
+    actions = receive(scheduler, call({"cents": "†state.amount"}, tool="pay", id="charge-1"))
+    [request] = [action for action in actions if isinstance(action, ApprovalRequested)]
+    assert request.pending.id == "charge-1"
+    assert request.pending.tool == "pay"
+    assert request.pending.params == {"x": {"cents": 500}}
+    assert request.pending.call["x"] == {"cents": "†state.amount"}
+
+
+def test_a_blocked_call_that_never_resolves_is_never_shown() -> None:
+    scheduler = opened()
+    receive(scheduler, call("†state.nowhere", tool="pay"))
+    actions = scheduler.handle(StreamClosed())
+    assert asked(actions) == []
+    assert settled(actions) == {"c1.0": "invalid"}
+
+
+def test_respond_writes_the_value_without_starting_the_call() -> None:
+    scheduler = opened()
+    receive(scheduler, call(1, "†state.r", tool="pay"))
+    actions = scheduler.handle(DecisionMade("c1.0", tl.Respond("by hand")))
+    assert starts(actions) == []
+    assert settled(actions) == {"c1.0": "done"}
+    assert scheduler.log.view("state") == {"r": "by hand"}
+
+
+def test_edit_starts_the_call_with_the_edited_parameters() -> None:
+    scheduler = opened()
+    receive(scheduler, call(1, tool="pay"))
+    actions = scheduler.handle(DecisionMade("c1.0", tl.Edit({"x": 2})))
+    [start] = [action for action in actions if isinstance(action, StartCall)]
+    assert start.params == {"x": 2}
+
+
+def test_defer_parks_the_call_and_its_readers_and_the_tick_ends_paused() -> None:
+    scheduler = opened()
+    receive(scheduler, call(1, "†state.r", tool="pay"), call("†state.r", "†state.s"), call(9))
+    scheduler.handle(StreamClosed())
+    actions = scheduler.handle(DecisionMade("c1.0", tl.Defer()))
+    assert tick_end(actions) is None  # c1.2 still runs
+    actions = scheduler.handle(CallFinished("c1.2", value=9))
+    end = tick_end(actions)
+    assert end is not None and end.paused == ["c1.0"]
+    assert scheduler.status("c1.1") == "waiting"
+    assert [p.id for p in scheduler.deferred] == ["c1.0"]
+    # A decision that arrives later picks the run up again.
+    assert starts(scheduler.handle(DecisionMade("c1.0", tl.Approve()))) == ["c1.0"]
+    assert starts(scheduler.handle(CallFinished("c1.0", value=3))) == ["c1.1"]
+    end = tick_end(scheduler.handle(CallFinished("c1.1", value=3)))
+    assert end is not None and end.paused == []
+
+
+# -- settling --------------------------------------------------------------------------------
+
+
+def test_nothing_is_settled_before_the_stream_closes() -> None:
+    scheduler = opened()
+    actions = receive(scheduler, call("†state.never"), call("†state.x", "†state.y"))
+    assert settled(actions) == {}
+    assert settled(scheduler.handle(StreamClosed())) == {"c1.0": "invalid", "c1.1": "invalid"}
+
+
+def test_the_readers_of_an_untaken_branch_are_skipped_and_so_are_theirs() -> None:
+    scheduler = opened()
+    receive(
+        scheduler,
+        call(1, "†state.ok || †state.failed"),
+        call("†state.failed", "†state.report"),
+        call("†state.report", "†state.final"),
+        call("†state.ok", "†state.shown"),
+    )
+    scheduler.handle(StreamClosed())
+    actions = scheduler.handle(CallFinished("c1.0", value="fine"))
+    assert settled(actions) == {"c1.0": "done", "c1.1": "skipped", "c1.2": "skipped"}
+    assert starts(actions) == ["c1.3"]
+    end = tick_end(scheduler.handle(CallFinished("c1.3", value="fine")))
+    assert end is not None and end.errors == []
+
+
+def test_a_cycle_is_settled_when_nothing_else_can_move_and_names_its_calls() -> None:
+    scheduler = opened()
+    receive(scheduler, call("†state.b", "†state.a"), call("†state.a", "†state.b"), call(1))
+    actions = scheduler.handle(StreamClosed())
+    assert settled(actions) == {}  # c1.2 is running: it might still have changed things
+    actions = scheduler.handle(CallFinished("c1.2", value=1))
+    assert settled(actions) == {"c1.2": "done", "c1.0": "invalid", "c1.1": "invalid"}
+    end = tick_end(actions)
+    assert end is not None
+    messages = [error["data"]["error"]["message"] for error in end.errors]
+    assert (
+        messages
+        == ["cycle: c1.0 -> c1.1 -> c1.0 (each call waits on what the next one writes)"] * 2
+    )
+
+
+# -- errors at the end of the tick -----------------------------------------------------------
+
+
+def test_error_messages_are_appended_at_the_end_of_the_tick_in_the_order_they_happened() -> None:
+    scheduler = opened()
+    actions = receive(
+        scheduler,
+        call(1, "†state.a"),
+        call(2, "†state.b"),
+        {"_tool": "nope"},
+        call("†state.a", "†state.c"),
+    )
+    actions += scheduler.handle(StreamClosed())
+    actions += scheduler.handle(
+        CallFinished("c1.1", error={"type": "runtime", "message": "ValueError: b"})
+    )
+    actions += scheduler.handle(
+        CallFinished("c1.0", error={"type": "runtime", "message": "ValueError: a"})
+    )
+    appended = [a.message for a in actions if isinstance(a, MessageAppended)]
+    assert actions[-1] == tick_end(actions)
+    # No error is in the log before the tick ends; then all of them, in order.
+    assert len(scheduler.log.messages) == len(appended) == 4
+    order = [(m["data"]["call"]["_id"], m["data"]["error"]["type"]) for m in appended]
+    assert order == [
+        ("c1.2", "structural"),  # unknown tool, on arrival
+        ("c1.1", "runtime"),
+        ("c1.0", "runtime"),
+        ("c1.3", "structural"),  # unresolved: its writer c1.0 failed
+    ]
+    assert "call c1.0 (work)" in appended[3]["data"]["error"]["message"]
+    end = tick_end(actions)
+    assert end is not None and end.errors == appended
+
+
+def test_a_fire_and_forget_call_does_not_hold_the_tick_and_its_late_error_is_flushed() -> None:
+    scheduler = opened()
+    actions = receive(scheduler, call(1), call(2, "†state.a"))
+    actions += scheduler.handle(StreamClosed())
+    end = tick_end(scheduler.handle(CallFinished("c1.1", value=2)))
+    assert end is not None and end.errors == []
+    assert scheduler.busy
+    after = scheduler.handle(
+        CallFinished("c1.0", error={"type": "runtime", "message": "OSError: gone"})
+    )
+    assert [a for a in after if isinstance(a, MessageAppended)] == []  # not until flushed
+    flushed = scheduler.handle(Flush())
+    [late] = [a.message for a in flushed if isinstance(a, MessageAppended)]
+    assert late["data"]["error"]["message"] == "OSError: gone"
+    assert not scheduler.busy
+
+
+# -- misuse by a driver ----------------------------------------------------------------------
+
+
+def test_events_out_of_place_are_driver_bugs_and_raise() -> None:
+    scheduler = make()
+    with pytest.raises(ValueError, match="no request stream is open"):
+        scheduler.handle(CallReceived(call(1)))
+    scheduler.handle(TickOpened(1))
+    with pytest.raises(ValueError, match="already open"):
+        scheduler.handle(TickOpened(2))
+    receive(scheduler, call("†state.a"), call(1, tool="pay"))
+    with pytest.raises(ValueError, match="was not running"):
+        scheduler.handle(CallFinished("c1.0", value=1))
+    with pytest.raises(ValueError, match="not awaiting a decision"):
+        scheduler.handle(DecisionMade("c1.0", tl.Approve()))
+    with pytest.raises(ValueError, match="unknown call"):
+        scheduler.handle(DecisionMade("c9.9", tl.Approve()))
+    with pytest.raises(TypeError):
+        scheduler.handle("not an event")  # type: ignore[arg-type]
+
+
+# -- determinism and the end of every call ---------------------------------------------------
+
+KEYS = ("a", "b", "c", "d")
+_terms = st.sampled_from(KEYS).map(lambda key: f"†state.{key}")
+_values = st.one_of(
+    st.integers(0, 3),
+    st.just("boom"),
+    _terms,
+    st.tuples(_terms, _terms).map(" || ".join),
+    st.tuples(_terms, _terms).map(" && ".join),
+    _terms.map(lambda term: {"nested": [term]}),
+)
+_outputs = st.one_of(
+    st.none(),
+    _terms,
+    st.tuples(_terms, _terms).filter(lambda t: t[0] != t[1]).map(" || ".join),
+    st.tuples(_terms, _terms).map(" && ".join),
+)
+_calls = st.builds(
+    lambda tool, x, out, method: {
+        "_tool": tool,
+        "x": x,
+        **({} if out is None else {"_outputPath": out}),
+        **({} if method == "set" else {"_outputMethod": method}),
+    },
+    st.sampled_from(["work", "work", "pay", "single", "login", "fetch"]),
+    _values,
+    _outputs,
+    st.sampled_from(["set", "set", "push", "merge"]),
+)
+_decisions = st.lists(
+    st.sampled_from(
+        ["approve", "deny", "respond", "edit", "bad-edit", "replace", "bad-path", "bad-params"]
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+def _decision(name: str) -> tl.Decision:
+    return {
+        "approve": tl.Approve(),
+        "deny": tl.Deny("no"),
+        "respond": tl.Respond("by hand"),
+        "edit": tl.Edit({"x": "edited"}),
+        "bad-edit": tl.Edit({"y": 1}),
+        "replace": tl.Replace({"_tool": "work", "x": "†state.a", "_outputPath": "†state.d"}),
+        "bad-path": tl.Replace({"_tool": "work", "x": 1, "_outputPath": "state"}),
+        "bad-params": tl.Replace({"_tool": "work", "y": 1, "_outputPath": "†state.d"}),
+    }[name]
+
+
+def drive(plan: list[Any], decisions: list[str]) -> tuple[list[Action], Scheduler]:
+    """A whole tick with a simple driver: calls finish in the order they started (a call
+    whose x is "boom" fails), approvals are answered first, from `decisions` in turn."""
+    scheduler = make(state={"a": 0})
+    actions: list[Action] = []
+    running: deque[StartCall] = deque()
+    asking: deque[str] = deque()
+    answers = iter(decisions * (len(plan) + 1))
+
+    def feed(event: Any) -> None:
+        out = scheduler.handle(event)
+        actions.extend(out)
+        running.extend(a for a in out if isinstance(a, StartCall))
+        asking.extend(asked(out))
+
+    feed(TickOpened(1, "t0"))
+    for wire in plan:
+        feed(CallReceived(wire, "t1"))
+    feed(StreamClosed("t2"))
+    while asking or running:
+        if asking:
+            feed(DecisionMade(asking.popleft(), _decision(next(answers)), "t3"))
+        else:
+            started = running.popleft()
+            if started.params.get("x") == "boom":
+                feed(CallFinished(started.id, error={"type": "runtime", "message": "boom"}))
+            else:
+                feed(CallFinished(started.id, value=started.params.get("x"), date="t4"))
+    feed(Flush("t5"))  # the run ends: errors of fire-and-forget calls that came late
+    return actions, scheduler
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_calls, max_size=12), _decisions)
+def test_same_events_same_actions_and_every_call_ends_with_one_status(
+    plan: list[Any], decisions: list[str]
+) -> None:
+    first, scheduler = drive(plan, decisions)
+    second, _ = drive(plan, decisions)
+    assert first == second
+    [end] = [index for index, action in enumerate(first) if isinstance(action, TickEnded)]
+    # After the tick, only fire-and-forget calls (explicit, no output path) may finish.
+    for action in first[end + 1 :]:
+        if isinstance(action, CallSettled):
+            wire = scheduler.records[action.id].call
+            assert "_outputPath" not in wire and wire["_tool"] != "note", action
+    assert len(scheduler.records) == len(plan)
+    for record in scheduler.records.values():
+        assert record.status in FINAL_STATUSES, record
+    finals = [a for a in first if isinstance(a, CallSettled)]
+    assert sorted(a.id for a in finals) == sorted(scheduler.records)  # settled exactly once
+    appended = [
+        a.message["data"]["call"]["_id"]
+        for a in first
+        if isinstance(a, MessageAppended) and a.message["kind"] == "error"
+    ]
+    assert appended == [a.id for a in finals if a.error is not None]
+
+
+_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, {tests!r})
+    from test_scheduler import drive
+    plan = json.loads({plan!r})
+    actions, _ = drive(plan, ["approve", "replace", "deny", "respond"])
+    print("\\n".join(repr(action) for action in actions))
+    """
+)
+
+
+def test_actions_do_not_depend_on_the_hash_seed() -> None:
+    # Sets of ids are everywhere in the scheduler; none may decide the order of actions.
+    plan = [
+        {"_tool": "pay", "x": "†state.b", "_outputPath": "†state.c"},
+        {"_tool": "work", "x": 1, "_outputPath": "†state.b || †state.e"},
+        {"_tool": "fetch", "x": "†state.e", "_outputPath": "†state.f"},
+        {"_tool": "login", "x": 2, "_outputPath": "†state.g"},
+        {"_tool": "work", "x": "†state.h", "_outputPath": "†state.i"},
+        {"_tool": "work", "x": "†state.i", "_outputPath": "†state.h"},
+        {"_tool": "pay", "x": "†state.g && †state.b", "_outputPath": "†state.d"},
+        {"_tool": "work", "x": "†state.d", "_outputPath": "†state.j"},
+        {"_tool": "single", "x": "boom", "_outputPath": "†state.k"},
+        {"_tool": "work", "x": "†state.k || †state.a", "_outputPath": "†state.l"},
+    ]
+    script = _SCRIPT.format(tests=str(Path(__file__).parent), plan=json.dumps(plan))
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", script],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )
+        for seed in ("1", "2")
+    ]
+    outputs = [process.communicate(timeout=60)[0] for process in processes]
+    assert [process.returncode for process in processes] == [0, 0]
+    assert outputs[0] == outputs[1]
+    assert "cycle: c1.4 -> c1.5 -> c1.4" in outputs[0]
