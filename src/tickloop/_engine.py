@@ -99,6 +99,7 @@ class Engine:
         max_concurrency: int | None = None,
         on_action: Callable[[Action], None] | None = None,
         clock: Callable[[], str] = utc_now,
+        journal: Callable[[Event, list[Action]], None] | None = None,
     ) -> None:
         check_configuration(tools, approve, max_concurrency)
         self.tools = tools
@@ -106,6 +107,8 @@ class Engine:
         self.scheduler = Scheduler(tools, log, max_concurrency=max_concurrency)
         self._approve = approve
         self._on_action = on_action
+        # Durable runs: commits each event (with what it changed) before its actions run.
+        self._journal = journal
         self._date = clock
         self._nursery: trio.Nursery | None = None
         self._tick_done: trio.Event | None = None
@@ -162,10 +165,28 @@ class Engine:
         """A decision from outside the hook (a resumed, deferred call)."""
         self.feed(DecisionMade(call_id, decision, self._date()))
 
+    # -- resuming a durable run (the scheduler was rebuilt by replaying its events) --------
+
+    def expect_tick(self) -> None:
+        """Wait for the end of a tick that was opened before a resume (no TickOpened)."""
+        self._tick_done = trio.Event()
+        self._outcome = None
+
+    def restart(self, action: StartCall) -> None:
+        """Run again a call the scheduler counts as running (idempotent, cut by a crash)."""
+        self._start(action)
+
+    def ask(self, pending: PendingCall) -> None:
+        """Ask the hook again about a call whose question a crash left unanswered."""
+        self._spawn(self._ask, pending)
+
     # -- events in, actions out ------------------------------------------------------------
 
     def feed(self, event: Event) -> None:
-        for action in self.scheduler.handle(event):
+        actions = self.scheduler.handle(event)
+        if self._journal is not None:
+            self._journal(event, actions)
+        for action in actions:
             if self._on_action is not None:
                 self._on_action(action)
             if isinstance(action, StartCall):

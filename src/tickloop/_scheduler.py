@@ -450,6 +450,15 @@ class Scheduler:
         return bool(self._running)
 
     @property
+    def tick_active(self) -> bool:
+        """A tick is open: its stream, or calls it must finish (or a resumed deferred one)."""
+        return self._tick_active
+
+    @property
+    def stream_open(self) -> bool:
+        return self._stream_open
+
+    @property
     def deferred(self) -> list[PendingCall]:
         return [self._pending(call) for call in self._deferred.values()]
 
