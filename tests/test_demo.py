@@ -11,14 +11,12 @@ import trio
 import trio.testing
 
 from tickloop._cli import main
+from tickloop._demo import run_demo
 
 
 def test_no_command_prints_help(capsys) -> None:  # type: ignore[no-untyped-def]
     assert main([]) == 0
     assert "demo" in capsys.readouterr().out
-
-
-from tickloop._demo import run_demo
 
 
 def test_demo_runs_on_virtual_time_and_shows_the_graph() -> None:
