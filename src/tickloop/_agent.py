@@ -8,6 +8,7 @@ or a model that could not be reached — never because a tool or the model misbe
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -18,24 +19,41 @@ import pydantic
 import trio
 
 from ._approval import ApproveHook, PendingCall
+from ._durable import DurableRun, RunSession
 from ._engine import Engine, check_configuration
 from ._errors import ConfigurationError, ExecuteError, MaxIterationsError
+from ._events import (
+    DEFAULT_REDACT,
+    EventSink,
+    Redactor,
+    RequestFinished,
+    RequestRetried,
+    RequestStarted,
+    RunEvent,
+    open_event_stream,
+)
 from ._jsonstream import SolutionStream
 from ._log import ContextLog
 from ._models._base import ModelError, SolutionRequest, TextDelta, Usage
 from ._prompt import render_messages, solution_schema, strip_strict_nulls
 from ._retry import StreamBroken, stream_with_retries
-from ._run import initial_log
-from ._scheduler import Action, CallRecord
+from ._run import ExecutionResult
+from ._scheduler import CallRecord
+from ._store import SQLiteStore, as_store
 from ._tools import Tool, ToolSet
+from ._trace import make_tracer
 
 __all__ = ["Agent", "RunResult"]
 
 PROTOCOLS = ("solution", "tools")
 
 
-class RunResult:
-    """What a run ended with. `output` is typed when the agent's output is a pydantic model."""
+class RunResult(ExecutionResult):
+    """What a run ended with. `output` is typed when the agent's output is a pydantic model.
+
+    Everything an `ExecutionResult` has (state, views, errors, messages, records), plus
+    what only a run with a model has.
+    """
 
     def __init__(
         self,
@@ -49,31 +67,12 @@ class RunResult:
         status: str = "done",
         pending: list[PendingCall] | None = None,
     ) -> None:
+        super().__init__(log, records, pending)
         self.output = output
-        self._log = log
-        self.records = records
         self.iterations = iterations
         self.usage = usage or Usage()
         self.run_id = run_id
         self.status = status
-        self.pending = pending or []
-
-    @property
-    def messages(self) -> list[dict[str, Any]]:
-        return self._log.messages
-
-    @property
-    def state(self) -> dict[str, Any]:
-        view = self._log.view("state")
-        return view if isinstance(view, dict) else {}
-
-    def view(self, kind: str) -> Any:
-        return self._log.view(kind)
-
-    @property
-    def errors(self) -> list[dict[str, Any]]:
-        """Every Error Message of the run, in log order."""
-        return self._log.data_messages("error")
 
     def __repr__(self) -> str:
         return (
@@ -140,8 +139,11 @@ class Agent:
         max_concurrency: int | None = None,
         protocol: str = "solution",
         strict: bool = True,
-        on_event: Callable[[Action], Any] | None = None,
+        on_event: Callable[[RunEvent], Any] | None = None,
         seed: int | None = None,
+        store: SQLiteStore | str | os.PathLike[str] | None = None,
+        redact: Sequence[str] = DEFAULT_REDACT,
+        tracer_provider: Any = None,
     ) -> None:
         self.model = model
         self.tools = ToolSet(tools)
@@ -157,6 +159,14 @@ class Agent:
         self.strict = strict
         self.on_event = on_event
         self._rng = random.Random(seed)
+        # Durable runs (docs/durability.md): the store, what events and traces hide, spans.
+        self.store = as_store(store)
+        if self.store is not None and protocol != "solution":
+            raise ConfigurationError(
+                f"a store makes runs durable for protocol='solution' only, not {protocol!r}"
+            )
+        self.redact = Redactor(redact)
+        self.tracer = make_tracer(tracer_provider)
         check_configuration(self.tools, approve, max_concurrency)
         if protocol == "solution" and not hasattr(model, "stream_solution"):
             raise ConfigurationError(
@@ -171,26 +181,75 @@ class Agent:
         input: Any = None,
         *,
         messages: Sequence[dict[str, Any]] | None = None,
-        on_event: Callable[[Action], Any] | None = None,
+        on_event: Callable[[RunEvent], Any] | None = None,
+        run_id: str | None = None,
     ) -> RunResult:
         """Run to the end from synchronous code (starts its own trio run)."""
-        return trio.run(partial(self.run_async, input, messages=messages, on_event=on_event))
+        return trio.run(
+            partial(self.run_async, input, messages=messages, on_event=on_event, run_id=run_id)
+        )
 
     async def run_async(
         self,
         input: Any = None,
         *,
         messages: Sequence[dict[str, Any]] | None = None,
-        on_event: Callable[[Action], Any] | None = None,
+        on_event: Callable[[RunEvent], Any] | None = None,
+        run_id: str | None = None,
     ) -> RunResult:
         """Run to the end inside trio. `messages` resumes from a log (e.g. an
-        ExecuteError's), in which case `input` is already in it and is ignored."""
-        log = ContextLog(messages) if messages else initial_log(input)
+        ExecuteError's), in which case `input` is already in it and is ignored.
+
+        `run_id` names the run (a unique one is made otherwise); with a store, an id the
+        store already has is refused with `ResumeError`: continue it with `resume`.
+        """
+        session = RunSession.new(self, input, messages, on_event or self.on_event, run_id)
+        return await session.execute(self._drive)
+
+    def resume(
+        self,
+        run_id: str,
+        *,
+        decisions: Mapping[str, Any] | None = None,
+        on_event: Callable[[RunEvent], Any] | None = None,
+    ) -> RunResult:
+        """Continue a paused or crashed run from the store (starts its own trio run)."""
+        return trio.run(
+            partial(self.resume_async, run_id, decisions=decisions, on_event=on_event)
+        )
+
+    async def resume_async(
+        self,
+        run_id: str,
+        *,
+        decisions: Mapping[str, Any] | None = None,
+        on_event: Callable[[RunEvent], Any] | None = None,
+    ) -> RunResult:
+        """Continue a paused or crashed run, from any process, inside trio.
+
+        `decisions` maps deferred call ids to decisions (`tl.Approve()`, ...). Raises
+        `ResumeError` before anything runs for an unknown or finished run, a decision
+        for a call that is not waiting for one, or a call decided already.
+        """
+        session = RunSession.claim(self, run_id, decisions, on_event or self.on_event)
+        return await session.execute(self._drive)
+
+    def events(self, input: Any = None, **options: Any) -> Any:
+        """`async with agent.events(input) as events: async for event in events: ...`
+
+        Runs the agent in the background and yields its typed events; `events.result`
+        holds the `RunResult` after the loop. Options are `run_async`'s.
+        """
+        return open_event_stream(self.run_async, input, **options)
+
+    async def _drive(self, session: RunSession) -> RunResult:
         if self.protocol == "tools":
             from ._turns import run_turns  # the native tool-calling loop
 
-            return await run_turns(self, log, on_event=on_event or self.on_event)
-        return await _SolutionLoop(self, log, on_event or self.on_event).run()
+            return await run_turns(self, session.log, on_event=session.sink)
+        loop = _SolutionLoop(self, session.log, session.sink, session.durable)
+        session.replay_into(loop)
+        return await loop.run()
 
     async def run_asyncio(self, input: Any = None, **options: Any) -> RunResult:
         """Await a run from an asyncio program without blocking its event loop.
@@ -208,23 +267,36 @@ class _SolutionLoop:
     """One run of the solution protocol."""
 
     def __init__(
-        self, agent: Agent, log: ContextLog, on_event: Callable[[Action], Any] | None
+        self,
+        agent: Agent,
+        log: ContextLog,
+        on_event: Callable[[RunEvent], Any] | None,
+        durable: DurableRun | None = None,
     ) -> None:
         self.agent = agent
         self.log = log
         self.usage = Usage()
+        self.events = (
+            on_event if isinstance(on_event, EventSink) else EventSink("", agent.redact, [on_event])
+        )
+        self.durable = durable
+        self.paused = False  # a tick ended with deferred calls: the run pauses
         self.engine = Engine(
             agent.tools,
             log,
             approve=agent.approve,
             max_concurrency=agent.max_concurrency,
-            on_action=on_event,
+            on_action=self.events,
+            journal=None if durable is None else durable.journal_event,
         )
 
     async def run(self) -> RunResult:
-        iteration = _iterations_in(self.log)  # a resumed log continues its count
         async with self.engine.session():
-            while True:
+            done, output = False, None
+            if self.durable is not None:  # a resumed run first settles what it left open
+                done, output = await self.durable.recover(self)
+            iteration = _iterations_in(self.log)  # a resumed log continues its count
+            while not done and not self.paused:
                 iteration += 1
                 if iteration > self.agent.max_iterations:
                     raise MaxIterationsError(
@@ -233,14 +305,15 @@ class _SolutionLoop:
                         self.log.messages,
                     )
                 done, output = await self._iterate(iteration)
-                if done:
-                    break
+        paused = self.paused
         return RunResult(
-            self.agent.output.convert(output),
+            None if paused else self.agent.output.convert(output),
             self.log,
             self.engine.records,
-            iteration,
+            _iterations_in(self.log),
             self.usage,
+            status="paused" if paused else "done",
+            pending=self.engine.scheduler.deferred if paused else None,
         )
 
     async def _iterate(self, iteration: int) -> tuple[bool, Any]:
@@ -255,6 +328,7 @@ class _SolutionLoop:
         stream = SolutionStream()
         text: list[str] = []
         self.engine.open_tick(iteration)
+        self._emit(RequestStarted, iteration=iteration)
 
         def on_item(item: TextDelta | Usage) -> None:
             if isinstance(item, Usage):
@@ -271,6 +345,7 @@ class _SolutionLoop:
                 on_item,
                 attempts=agent.max_llm_retries,
                 rng=agent._rng,
+                on_retry=partial(self._on_retry, iteration),
             )
         except StreamBroken as error:
             broken = error
@@ -282,6 +357,11 @@ class _SolutionLoop:
             ) from error
         outcome = stream.close()
         solution = outcome.solution
+        self._emit(
+            RequestFinished,
+            iteration=iteration,
+            error=f"broke off: {broken}" if broken is not None else outcome.error,
+        )
         self._record_solution(iteration, solution, "".join(text), outcome.error)
         output = None
         if broken is not None:
@@ -290,10 +370,31 @@ class _SolutionLoop:
             self.engine.report(_fault(f"the solution could not be read: {outcome.error}"))
         elif solution is not None:
             output = self._check_solution(solution)
+        if self.durable is not None:
+            self.durable.verdict(iteration, output)
         self.engine.close_stream()
         self._record_plan(iteration)
-        await self.engine.wait_tick()
+        ended = await self.engine.wait_tick()
+        self.paused = bool(ended.paused)
         return output is not None, output
+
+    def _emit(self, kind: type[RunEvent], **fields: Any) -> None:
+        if self.events.listeners:
+            self.events.emit(kind(run_id=self.events.run_id, time=trio.current_time(), **fields))
+
+    def _on_retry(self, iteration: int, attempt: int, delay: float, error: ModelError) -> None:
+        self._emit(
+            RequestRetried, iteration=iteration, attempt=attempt, delay=delay, error=str(error)
+        )
+        if self.durable is not None:
+            self.durable.note("retry", iteration=iteration, attempt=attempt, delay=delay,
+                              error=str(error))
+
+    def _append(self, message: dict[str, Any]) -> None:
+        """Append a message of the loop's own; a durable run commits it as well."""
+        self.log.append(message)
+        if self.durable is not None:
+            self.durable.journal_messages([message])
 
     def _check_solution(self, solution: dict[str, Any]) -> Any:
         if "calls" in solution and not isinstance(solution["calls"], list):
@@ -318,13 +419,13 @@ class _SolutionLoop:
         message: dict[str, Any] = {"type": "solution", "iteration": iteration, "solution": solution}
         if error is not None or solution is None:
             message["text"] = text  # kept for audit: what the model actually wrote
-        self.log.append(message)
+        self._append(message)
 
     def _record_plan(self, iteration: int) -> None:
         calls = [
             record.call for record in self.engine.records.values() if record.iteration == iteration
         ]
-        self.log.append({"type": "plan", "calls": calls})
+        self._append({"type": "plan", "calls": calls})
 
 
 def _iterations_in(log: ContextLog) -> int:

@@ -28,12 +28,10 @@ class ExecutionResult:
         self,
         log: ContextLog,
         records: dict[str, CallRecord],
-        errors: list[dict[str, Any]],
         pending: list[PendingCall] | None = None,
     ) -> None:
         self._log = log
         self.records = records
-        self.errors = errors
         self.pending = pending or []
 
     @property
@@ -47,6 +45,11 @@ class ExecutionResult:
 
     def view(self, kind: str) -> Any:
         return self._log.view(kind)
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        """Every Error Message in the log, in the order they were appended."""
+        return self._log.data_messages("error")
 
     def __repr__(self) -> str:
         statuses: dict[str, int] = {}
@@ -86,8 +89,7 @@ async def execute(
             engine.receive(call)
         engine.close_stream()
         await engine.wait_tick()
-    errors = [message for message in log.messages if _is_error(message)]
-    return ExecutionResult(log, engine.records, errors, engine.scheduler.deferred)
+    return ExecutionResult(log, engine.records, engine.scheduler.deferred)
 
 
 def run_calls(
@@ -111,7 +113,3 @@ def run_calls(
             max_concurrency=max_concurrency,
         )
     )
-
-
-def _is_error(message: dict[str, Any]) -> bool:
-    return message.get("type") == "data" and message.get("kind") == "error"
