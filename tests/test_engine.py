@@ -127,6 +127,30 @@ def test_parameters_are_converted_to_the_annotated_types_and_results_to_json() -
     assert result.state["sale"] == {"name": "pen", "price": 1.8}
 
 
+def test_a_reference_inside_an_optional_model_is_resolved_then_checked() -> None:
+    @tl.tool
+    def buy(item: Item | None = None, qty: int | None = None) -> float:
+        return 0 if item is None else item.price * (qty or 1)
+
+    result = run(
+        [
+            {
+                "_tool": "buy",
+                "item": {"name": "pen", "price": "†state.p"},
+                "qty": "†state.q",
+                "_outputPath": "†state.total",
+            },
+            {"_tool": "buy", "item": {"name": 5, "price": "†state.p"}, "_outputPath": "†state.x"},
+        ],
+        tools=[buy],
+        state={"p": 2.5, "q": 2},
+    )
+    assert result.state["total"] == 5.0
+    # A bad literal next to the reference is caught once the reference is resolved.
+    error = error_of(result, "c1.1")
+    assert error["message"].startswith("resolved parameters of 'buy' do not match its schema")
+
+
 def test_calls_run_in_parallel_and_the_tick_lasts_as_long_as_the_slowest() -> None:
     calls = [
         {"_tool": "wait", "value": i, "seconds": 1 + i % 3, "_outputPath": f"†state.v{i}"}

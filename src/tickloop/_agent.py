@@ -172,6 +172,10 @@ class Agent:
             raise ConfigurationError(
                 f"{model!r} cannot stream solutions (it has no stream_solution method)"
             )
+        if protocol == "tools":
+            from ._turns import check_turn_configuration  # native tool calling's needs
+
+            check_turn_configuration(model, self.tools)
         self.schema = solution_schema(self.tools, self.output.schema, strict=strict)
 
     # -- running -----------------------------------------------------------------------------
@@ -242,6 +246,17 @@ class Agent:
         """
         return open_event_stream(self.run_async, input, **options)
 
+    def stream(self, input: Any = None, **options: Any) -> Any:
+        """`async with agent.stream(input) as stream: async for chunk in stream.text(): ...`
+
+        Runs a protocol="tools" agent inside trio and yields its final answer's text as
+        the model writes it; `stream.result` is the `RunResult` after the loop (or after
+        the block). Options are `run_async`'s. See docs/tool-calling.md.
+        """
+        from ._turns import open_stream
+
+        return open_stream(self, input, **options)
+
     async def _drive(self, session: RunSession) -> RunResult:
         if self.protocol == "tools":
             from ._turns import run_turns  # the native tool-calling loop
@@ -287,7 +302,7 @@ class _SolutionLoop:
             approve=agent.approve,
             max_concurrency=agent.max_concurrency,
             on_action=self.events,
-            journal=None if durable is None else durable.journal_event,
+            journal=durable,
         )
 
     async def run(self) -> RunResult:

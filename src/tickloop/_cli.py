@@ -9,6 +9,10 @@ from collections.abc import Sequence
 import trio
 import trio.testing
 
+from ._cli_runs import COMMANDS as RUN_COMMANDS
+from ._cli_runs import add_commands as add_run_commands
+from ._cli_runs import run_command
+
 __all__ = ["main"]
 
 DESCRIPTION = """\
@@ -35,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run on trio's virtual clock (instant; the timings shown are still realistic)",
     )
+    add_run_commands(commands)  # runs, pending, approve, deny, resume, trace
     return parser
 
 
@@ -43,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     if arguments.command == "demo":
         return _demo(arguments)
+    if arguments.command in RUN_COMMANDS:
+        return run_command(arguments)
     parser.print_help()
     return 0
 

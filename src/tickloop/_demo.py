@@ -17,18 +17,18 @@ import trio
 
 from ._agent import Agent, RunResult
 from ._approval import Approve, PendingCall
-from ._models._base import SolutionRequest, TextDelta, Usage
-from ._models._scripted import ScriptedModel
-from ._scheduler import (
-    Action,
-    ApprovalRequested,
-    CallAccepted,
+from ._events import (
+    CallAwaitingApproval,
     CallDecided,
-    CallRecord,
-    CallSettled,
-    StartCall,
+    CallFinished,
+    CallReceived,
+    CallStarted,
+    RunEvent,
     TickEnded,
 )
+from ._models._base import SolutionRequest, TextDelta, Usage
+from ._models._scripted import ScriptedModel
+from ._scheduler import CallRecord
 from ._tools import Branch, Tool, tool
 
 __all__ = ["build_demo_agent", "run_demo"]
@@ -236,32 +236,26 @@ class _LiveView:
         self.out.write(f"{self.now():6.2f}s  {call_id:<6} {text}\n")
         self.out.flush()
 
-    def __call__(self, action: Action) -> None:
-        if isinstance(action, CallAccepted):
-            self.tools[action.id] = action.tool
-            self.line(action.id, f"{action.tool:<20} received")
-        elif isinstance(action, ApprovalRequested):
-            self.line(
-                action.pending.id,
-                f"{action.pending.tool:<20} awaiting approval {_short(action.pending.params)}",
-            )
-        elif isinstance(action, CallDecided):
-            self.line(
-                action.id,
-                f"{self.tools.get(action.id, ''):<20} "
-                f"{type(action.decision).__name__.lower()}d automatically",
-            )
-        elif isinstance(action, StartCall):
-            self.started[action.id] = self.now()
-            self.line(action.id, f"{action.tool:<20} running {_short(action.params)}")
-        elif isinstance(action, CallSettled):
-            took = self.now() - self.started.get(action.id, self.now())
-            detail = f" ({took:.2f}s)" if action.id in self.started else ""
-            self.line(action.id, f"{self.tools.get(action.id, ''):<20} {action.status}{detail}")
-        elif isinstance(action, TickEnded):
+    def __call__(self, event: RunEvent) -> None:
+        call_id = event.call_id or ""
+        if isinstance(event, CallReceived):
+            self.tools[call_id] = event.tool or ""
+            self.line(call_id, f"{event.tool or '':<20} received")
+        elif isinstance(event, CallAwaitingApproval):
+            self.line(call_id, f"{event.tool or '':<20} awaiting approval {_short(event.params)}")
+        elif isinstance(event, CallDecided):
+            self.line(call_id, f"{self.tools.get(call_id, ''):<20} {event.decision}d automatically")
+        elif isinstance(event, CallStarted):
+            self.started[call_id] = self.now()
+            self.line(call_id, f"{event.tool or '':<20} running {_short(event.params)}")
+        elif isinstance(event, CallFinished):
+            took = self.now() - self.started.get(call_id, self.now())
+            detail = f" ({took:.2f}s)" if call_id in self.started else ""
+            self.line(call_id, f"{self.tools.get(call_id, ''):<20} {event.status}{detail}")
+        elif isinstance(event, TickEnded):
             self.out.write(
-                f"{self.now():6.2f}s  -- request {action.iteration} done, "
-                f"{len(action.errors)} errors\n"
+                f"{self.now():6.2f}s  -- request {event.iteration} done, "
+                f"{len(event.errors)} errors\n"
             )
 
 

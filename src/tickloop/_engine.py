@@ -8,12 +8,11 @@ a time and never from inside `Scheduler.handle`, so the scheduler is never re-en
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import pydantic
 import trio
@@ -39,7 +38,7 @@ from ._scheduler import (
 )
 from ._tools import Branch, CallContext, ToolSet
 
-__all__ = ["Engine", "TickOutcome", "check_configuration", "utc_now"]
+__all__ = ["Engine", "Journal", "TickOutcome", "check_configuration", "utc_now"]
 
 _DEFAULT_THREADS = 64
 
@@ -71,6 +70,19 @@ def check_configuration(
         )
 
 
+class Journal(Protocol):
+    """Where a durable run records what the engine does (see `_durable.DurableRun`).
+
+    `record` is called for every event, after the scheduler and before any of its
+    actions is carried out; `commit` before the engine acts on the world (a handler runs,
+    the hook is asked), so nothing acts on an event that is not stored yet.
+    """
+
+    def record(self, event: Event, actions: list[Action]) -> None: ...
+
+    def commit(self, call_id: str | None = None) -> None: ...
+
+
 class TickOutcome:
     """What one tick left behind: its Error Messages and any calls it paused on."""
 
@@ -99,7 +111,7 @@ class Engine:
         max_concurrency: int | None = None,
         on_action: Callable[[Action], None] | None = None,
         clock: Callable[[], str] = utc_now,
-        journal: Callable[[Event, list[Action]], None] | None = None,
+        journal: Journal | None = None,
     ) -> None:
         check_configuration(tools, approve, max_concurrency)
         self.tools = tools
@@ -185,7 +197,7 @@ class Engine:
     def feed(self, event: Event) -> None:
         actions = self.scheduler.handle(event)
         if self._journal is not None:
-            self._journal(event, actions)
+            self._journal.record(event, actions)
         for action in actions:
             if self._on_action is not None:
                 self._on_action(action)
@@ -209,10 +221,14 @@ class Engine:
 
     async def _ask(self, pending: PendingCall) -> None:
         assert self._approve is not None  # configuration was checked
+        if self._journal is not None:
+            self._journal.commit(pending.id)  # stored before the question is asked
         decision = await ask(self._approve, pending)
         self.feed(DecisionMade(pending.id, decision, self._date()))
 
     async def _run(self, action: StartCall) -> None:
+        if self._journal is not None:
+            self._journal.commit(action.id)  # the call's start is stored before it can act
         tool = self.tools[action.tool]
         context = CallContext(action.id, tool.name, action.call, self.log.view)
         branch: str | None = None
@@ -227,18 +243,23 @@ class Engine:
                 f"types: {_pydantic_summary(problem)}",
             }
         else:
-            timeout = tool.timeout if tool.timeout is not None else math.inf
+            timeout = tool.timeout
             try:
-                with trio.fail_after(timeout):
+                if timeout is None:  # no cancel scope: it is a measurable cost per call
                     value = await self._invoke(handler, arguments, tool.is_async)
+                else:
+                    with trio.fail_after(timeout):
+                        value = await self._invoke(handler, arguments, tool.is_async)
                 if isinstance(value, Branch):
                     branch, value = value.term, value.value
                 value = tool.dump_output(value)
-            except trio.TooSlowError:
-                error = {
-                    "type": "runtime",
-                    "message": f"TimeoutError: {tool.name} ran over {_seconds(timeout)}",
-                }
+            except trio.TooSlowError as problem:
+                message = (
+                    f"TimeoutError: {tool.name} ran over {_seconds(timeout)}"
+                    if timeout is not None
+                    else f"{type(problem).__name__}: {problem}"  # the handler's own deadline
+                )
+                error = {"type": "runtime", "message": message}
             except Exception as problem:
                 error = {"type": "runtime", "message": f"{type(problem).__name__}: {problem}"}
         self.records[action.id].finished = trio.current_time()

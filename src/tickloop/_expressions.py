@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ._errors import ReferenceSyntaxError
 
@@ -167,6 +167,9 @@ def _term_from_match(match: re.Match[str]) -> Term:
 
 def _fast_parse(text: str) -> Expression | None:
     """Parse valid text with regular expressions; None sends it to the scanner."""
+    single = _TERM_RE.fullmatch(text)  # the common case: one term, no whitespace
+    if single is not None:
+        return Expression((_term_from_match(single),))
     if _OR_RE.fullmatch(text) is not None:
         op = "||"
     elif _AND_RE.fullmatch(text) is not None:
@@ -360,45 +363,38 @@ def substitute(params: object, values: Mapping[tuple[Step, ...], object]) -> obj
     are inserted as they are: they come from resolution, not from the wire, so they are
     neither copied nor unescaped. A location that is not in `params` raises KeyError,
     because it means the caller's locations and params have drifted apart.
+
+    It runs for every call that becomes ready, so it is one copying walk (which unescapes
+    as it goes) and then one short walk down to each location.
     """
-    if not values:
-        return _unescape_all(params)
-    prefixes: set[tuple[Step, ...]] = set()
-    for location in values:
-        for size in range(len(location)):
-            prefixes.add(location[:size])
-    used: set[tuple[Step, ...]] = set()
-    result = _replace(params, (), values, prefixes, used)
-    if len(used) != len(values):
-        missing = [format_location(loc) for loc in values if loc not in used]
-        raise KeyError(f"no such location in params: {', '.join(missing)}")
+    if () in values:
+        if len(values) > 1:
+            others = [format_location(loc) for loc in values if loc]
+            raise KeyError(f"no such location in params: {', '.join(others)}")
+        return values[()]
+    result = _unescape_all(params)
+    for location, value in values.items():
+        node: Any = result
+        try:
+            for step in location[:-1]:
+                node = _child(node, step)
+            last = location[-1]
+            _child(node, last)
+        except LookupError:
+            raise KeyError(f"no such location in params: {format_location(location)}") from None
+        node[last] = value
     return result
 
 
-def _replace(
-    value: object,
-    location: tuple[Step, ...],
-    values: Mapping[tuple[Step, ...], object],
-    prefixes: set[tuple[Step, ...]],
-    used: set[tuple[Step, ...]],
-) -> object:
-    if location in values:
-        used.add(location)
-        return values[location]
-    if location not in prefixes:
-        # Nothing below is replaced, so the cheaper walk that skips locations will do.
-        return _unescape_all(value)
-    if isinstance(value, dict):
-        return {
-            key: _replace(item, (*location, key), values, prefixes, used)
-            for key, item in value.items()
-        }
-    if isinstance(value, list):
-        return [
-            _replace(item, (*location, index), values, prefixes, used)
-            for index, item in enumerate(value)
-        ]
-    return _unescape_all(value)
+def _child(node: Any, step: Step) -> Any:
+    """`node[step]` if the location exists as JSON spells it (a key in an object, a valid
+    index in an array), else LookupError."""
+    if isinstance(node, dict) and isinstance(step, str):
+        return node[step]
+    if isinstance(node, list) and isinstance(step, int) and not isinstance(step, bool):
+        if 0 <= step < len(node):
+            return node[step]
+    raise LookupError(step)
 
 
 def _unescape_all(value: object) -> object:

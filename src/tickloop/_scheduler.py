@@ -50,6 +50,7 @@ from ._expressions import (
 )
 from ._log import ContextLog, WriteError, copy_json
 from ._tools import Tool, ToolSet
+from ._validation import UNKNOWN
 
 __all__ = [
     "FINAL_STATUSES",
@@ -587,8 +588,9 @@ class Scheduler:
             raise _Structural(f"unknown tool {tool_name!r}; the tools are: {known}")
         tool = self.tools[tool_name]
         call.tool = tool
-        unknown = sorted(key for key in wire if key.startswith("_") and key not in META_KEYS)
+        unknown = [key for key in wire if key not in META_KEYS and key.startswith("_")]
         if unknown:
+            unknown.sort()
             raise _Structural(
                 f"unknown meta key {unknown[0]!r}; meta keys are: {', '.join(sorted(META_KEYS))}"
             )
@@ -648,8 +650,19 @@ class Scheduler:
         """Catch what is wrong already: missing or unknown parameters, bad literals.
 
         A reference (or a bound parameter) stands for a value not known yet, so schema
-        errors at or under its location are left for the check after resolution.
+        errors at or under its location are left for the check after resolution, and so
+        are errors of keywords that judge a value by what is inside it (`anyOf` of an
+        optional object holding a reference fails at the object, above the reference).
         """
+        validator = call.tool.parameter_validator
+        if call.references or call.tool.bind:
+            # The fast path first: valid around the unknowns means nothing to report yet.
+            known = substitute(call.params, {r.location: UNKNOWN for r in call.references})
+            assert isinstance(known, dict)
+            for bound in call.tool.bind:
+                known[bound] = UNKNOWN
+            if validator.valid_around_unknowns(known):
+                return
         probe = dict(call.params)
         unknown_locations = [reference.location for reference in call.references]
         for bound in call.tool.bind:
@@ -657,11 +670,8 @@ class Scheduler:
             unknown_locations.append((bound,))
         errors = [
             error
-            for error in call.tool.parameter_validator.iter_errors(probe)
-            if not any(
-                tuple(error.absolute_path)[: len(location)] == location
-                for location in unknown_locations
-            )
+            for error in validator.iter_errors(probe)
+            if not _about_unknown(error, unknown_locations)
         ]
         if errors:
             raise _Structural(_schema_message(call.tool, errors, "parameters"))
@@ -836,11 +846,14 @@ class Scheduler:
             if present:
                 params[parameter] = copy_json(value)
         call.record.params = params
-        errors = list(call.tool.parameter_validator.iter_errors(params))
-        if errors:
-            message = _schema_message(call.tool, errors, "resolved parameters")
-            self._settle(call, "invalid", _structural(message))
-            return
+        # Validation is the dearest step per call; the check on arrival already covered a
+        # call that had nothing to resolve (no reference, no binding, no `††` unescaped).
+        if call.references or call.tool.bind or params != call.params:
+            errors = list(call.tool.parameter_validator.iter_errors(params))
+            if errors:
+                message = _schema_message(call.tool, errors, "resolved parameters")
+                self._settle(call, "invalid", _structural(message))
+                return
         self._emit(CallReady(call.id, params))
         if not call.preapproved and call.tool.needs_approval(params):
             call.status = call.record.status = "approving"
@@ -1135,6 +1148,33 @@ class Scheduler:
 
 class _OutputMismatch(Exception):
     """A value that cannot be written as the call's result (a runtime error of the call)."""
+
+
+# Keywords whose error sits at a value but may come from what is inside it.
+_JUDGED_BY_CONTENTS = frozenset(
+    {
+        "anyOf",
+        "oneOf",
+        "not",
+        "contains",
+        "enum",
+        "const",
+        "uniqueItems",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+    }
+)
+
+
+def _about_unknown(error: Any, unknown_locations: list[tuple[str | int, ...]]) -> bool:
+    """Whether a schema error of the probe may be caused by a value not known yet."""
+    path = tuple(error.absolute_path)
+    for location in unknown_locations:
+        if path[: len(location)] == location:
+            return True  # at or under the unknown value
+        if error.validator in _JUDGED_BY_CONTENTS and location[: len(path)] == path:
+            return True  # above it, judging it among the rest
+    return False
 
 
 def _describe_cycle(graph: Any, start: str) -> str:

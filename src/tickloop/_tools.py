@@ -21,6 +21,7 @@ from pydantic_core import to_jsonable_python
 
 from ._errors import ConfigurationError, ReferenceSyntaxError
 from ._expressions import Expression, is_reference, parse_expression
+from ._validation import SchemaValidator
 
 __all__ = ["Branch", "CallContext", "Tool", "ToolSet", "tool"]
 
@@ -162,10 +163,8 @@ class Tool:
         self.bind: dict[str, str] = dict(bind or {})
         self.idempotent = bool(idempotent)
         self._check_parameters()
-        self.parameter_validator = jsonschema.Draft202012Validator(self.parameters)
-        self.output_validator = (
-            None if self.output is None else jsonschema.Draft202012Validator(self.output)
-        )
+        self.parameter_validator = SchemaValidator(self.parameters)
+        self.output_validator = None if self.output is None else SchemaValidator(self.output)
 
     # -- what the scheduler asks -------------------------------------------------------
 

@@ -9,13 +9,26 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
 import httpx
 
 from .._errors import ConfigurationError
-from ._base import ModelError, SolutionRequest, TextDelta, Usage
+from .._jsonstream import resilient_json_parse
+from ._base import (
+    ModelError,
+    SolutionRequest,
+    TextDelta,
+    ToolCallStarted,
+    ToolResult,
+    TurnItem,
+    TurnRequest,
+    TurnResponse,
+    TurnToolCall,
+    Usage,
+    wire_conversation,
+)
 from ._http import (
     DEFAULT_TIMEOUT,
     client_scope,
@@ -61,7 +74,9 @@ class Anthropic:
     system prompt instead and streams the text: for models or proxies without tools.
 
     `client`: an `httpx.AsyncClient` to send through (never closed here); without one,
-    each request opens and closes its own, with `timeout`.
+    each request opens and closes its own, with `timeout`. `extra_body` is merged into
+    every request body last (e.g. `{"thinking": {"type": "enabled", "budget_tokens":
+    2048}}` for extended thinking).
     """
 
     def __init__(
@@ -75,6 +90,7 @@ class Anthropic:
         structured: StructuredMode = "tool",
         anthropic_version: str = "2023-06-01",
         timeout: httpx.Timeout | float | None = DEFAULT_TIMEOUT,
+        extra_body: dict[str, Any] | None = None,
     ) -> None:
         if structured not in ("tool", "json"):
             raise ConfigurationError(f"structured must be 'tool' or 'json', not {structured!r}")
@@ -89,6 +105,7 @@ class Anthropic:
         self.structured: StructuredMode = structured
         self.anthropic_version = anthropic_version
         self.timeout = timeout
+        self.extra_body = dict(extra_body or {})
 
     def __repr__(self) -> str:  # the key stays out of reprs, logs and tracebacks
         return f"Anthropic({self.model!r}, base_url={self.base_url!r})"
@@ -124,6 +141,7 @@ class Anthropic:
                 }
             ]
             body["tool_choice"] = {"type": "tool", "name": request.schema_name}
+        body.update(self.extra_body)
         return body
 
     async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
@@ -197,6 +215,74 @@ class Anthropic:
             raise ModelError(f"{what}: the stream ended before message_stop", status=None)
         yield usage
 
+    # -- native tool calling (protocol "tools", PROTOCOL §9) --------------------------------
+
+    turn_format = "anthropic"
+
+    def _turn_body(self, request: TurnRequest) -> dict[str, Any]:
+        messages = _merge_roles(
+            wire_conversation(
+                request.conversation,
+                self.turn_format,
+                text_message=lambda role, text: {"role": role, "content": text},
+                strip_reasoning=_strip_thinking,
+            )
+        )
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "messages": messages,
+            "stream": True,
+        }
+        if request.system:
+            body["system"] = request.system
+        if request.tools:
+            body["tools"] = [
+                {
+                    "name": spec.name,
+                    **({"description": spec.description} if spec.description else {}),
+                    "input_schema": spec.parameters,
+                }
+                for spec in request.tools
+            ]
+        body.update(self.extra_body)
+        return body
+
+    async def stream_turn(self, request: TurnRequest) -> AsyncIterator[TurnItem]:
+        """One request with the tools offered (not forced); see `_read_turn_stream`."""
+        what = f"messages request ({self.model} at {self.url})"
+        secrets = (self._api_key,)
+        try:
+            async with (
+                client_scope(self._client, self.timeout) as client,
+                client.stream(
+                    "POST", self.url, json=self._turn_body(request), headers=self._headers()
+                ) as response,
+            ):
+                if not response.is_success:
+                    await response.aread()
+                    raise error_from_response(response, what=what, secrets=secrets)
+                async for item in _read_turn_stream(response, what, secrets):
+                    yield item
+        except httpx.TransportError as exc:
+            raise transport_error(exc, what=what, secrets=secrets) from exc
+
+    def tool_result_messages(
+        self, response: TurnResponse, results: Sequence[ToolResult]
+    ) -> list[dict[str, Any]]:
+        """Every result as a `tool_result` block, all in one user message, in the calls'
+        order (PROTOCOL §9); a failed call's block says `is_error`."""
+        blocks = [
+            {
+                "type": "tool_result",
+                "tool_use_id": call.id,
+                "content": result.content,
+                **({"is_error": True} if result.is_error else {}),
+            }
+            for call, result in zip(response.tool_calls, results, strict=True)
+        ]
+        return [{"role": "user", "content": blocks}]
+
 
 def _input_tokens(counts: dict[str, Any]) -> int:
     """All the prompt's tokens: Anthropic counts cached ones apart from `input_tokens`."""
@@ -257,3 +343,149 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
 def _text_of(content: Any) -> str:
     """The text of a system message given as content blocks."""
     return "\n\n".join(block.get("text", "") for block in content if isinstance(block, dict))
+
+
+# ---------------------------------------------------------------------------------------
+# Native tool calling
+
+_THINKING_BLOCKS = ("thinking", "redacted_thinking")
+
+
+def _strip_thinking(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages without thinking blocks: a turn without tool calls does not send its
+    thinking back. A message left with no content at all is dropped."""
+    kept: list[dict[str, Any]] = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            content = [
+                block
+                for block in content
+                if not (isinstance(block, dict) and block.get("type") in _THINKING_BLOCKS)
+            ]
+            if not content:
+                continue
+            message = {**message, "content": content}
+        kept.append(message)
+    return kept
+
+
+def _merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive messages of one role merged into one, as the Messages API wants (the
+    tool results' user message and a user text after it become one message)."""
+    merged: list[dict[str, Any]] = []
+    for message in messages:
+        if merged and merged[-1].get("role") == message.get("role"):
+            merged[-1] = {
+                **merged[-1],
+                "content": _join(merged[-1].get("content", ""), message.get("content", "")),
+            }
+        else:
+            merged.append(message)
+    return merged
+
+
+async def _read_turn_stream(
+    response: httpx.Response, what: str, secrets: tuple[str | None, ...]
+) -> AsyncIterator[TurnItem]:
+    """Every content block of a Messages stream rebuilt as the API would return it, then
+    the whole turn.
+
+    Blocks are kept whole and in order (text, tool_use, thinking with its signature,
+    redacted_thinking, and any block type this code does not know), because the assistant
+    turn must be sent back with every original block (PROTOCOL §9).
+    """
+    blocks: dict[int, dict[str, Any]] = {}
+    arguments: dict[int, list[str]] = {}
+    text: list[str] = []
+    thinking: list[str] = []
+    usage = Usage()
+    stop_reason: str | None = None
+    stopped = False
+    async for event in aiter_sse(response):
+        if not event.data.strip():
+            continue
+        payload = load_event(event.data, what=what, secrets=secrets)
+        if not isinstance(payload, dict):
+            continue
+        kind = payload.get("type", event.event)
+        if kind == "error":
+            raise _stream_error(payload, what, secrets)
+        index = payload.get("index", 0)
+        if kind == "message_start":
+            counts = (payload.get("message") or {}).get("usage") or {}
+            usage = Usage(_input_tokens(counts), int(counts.get("output_tokens") or 0))
+        elif kind == "content_block_start":
+            block = dict(payload.get("content_block") or {})
+            blocks[index] = block
+            if block.get("type") == "tool_use":
+                arguments[index] = []
+                yield ToolCallStarted(index, str(block.get("name", "")))
+            elif block.get("type") == "text" and isinstance(block.get("text"), str):
+                if block["text"]:  # a block may start with some of its text
+                    text.append(block["text"])
+                    yield TextDelta(block["text"])
+        elif kind == "content_block_delta":
+            block = blocks.setdefault(index, {})
+            delta = payload.get("delta") or {}
+            kind_of_delta = delta.get("type")
+            if kind_of_delta == "text_delta" and isinstance(delta.get("text"), str):
+                block["text"] = str(block.get("text", "")) + delta["text"]
+                text.append(delta["text"])
+                if delta["text"]:
+                    yield TextDelta(delta["text"])
+            elif kind_of_delta == "input_json_delta":
+                arguments.setdefault(index, []).append(str(delta.get("partial_json") or ""))
+            elif kind_of_delta == "thinking_delta":
+                block["thinking"] = str(block.get("thinking", "")) + str(delta.get("thinking", ""))
+                thinking.append(str(delta.get("thinking", "")))
+            elif kind_of_delta == "signature_delta":
+                block["signature"] = str(block.get("signature", "")) + str(
+                    delta.get("signature", "")
+                )
+        elif kind == "content_block_stop":
+            block = blocks.get(index)
+            if block is not None and index in arguments:
+                block["input"] = _tool_input(block, "".join(arguments[index]))
+        elif kind == "message_delta":
+            stop_reason = (payload.get("delta") or {}).get("stop_reason") or stop_reason
+            counts = payload.get("usage") or {}
+            if counts.get("output_tokens") is not None:
+                usage.output_tokens = int(counts["output_tokens"])
+            if counts.get("input_tokens") is not None:
+                usage.input_tokens = _input_tokens(counts)
+        elif kind == "message_stop":
+            stopped = True
+            break
+    if not stopped:
+        raise ModelError(f"{what}: the stream ended before message_stop", status=None)
+    yield usage
+    content = [blocks[index] for index in sorted(blocks)]
+    calls = [
+        TurnToolCall(
+            str(blocks[index].get("id", "")),
+            str(blocks[index].get("name", "")),
+            "".join(arguments[index]).strip() or json.dumps(blocks[index].get("input") or {}),
+        )
+        for index in sorted(blocks)
+        if blocks[index].get("type") == "tool_use" and index in arguments
+    ]
+    yield TurnResponse(
+        text="".join(text),
+        tool_calls=calls,
+        messages=[{"role": "assistant", "content": content}],
+        reasoning="".join(thinking) or None,
+        finish_reason=stop_reason,
+    )
+
+
+def _tool_input(block: dict[str, Any], raw: str) -> Any:
+    """The `input` object of a tool_use block sent back: the streamed JSON. Arguments the
+    loop cannot parse get an error result; the block itself must still hold an object."""
+    if not raw.strip():
+        return block.get("input") or {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = resilient_json_parse(raw)
+    return value if isinstance(value, dict) else {}

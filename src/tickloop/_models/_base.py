@@ -14,7 +14,7 @@ one place and every provider follows it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -23,8 +23,16 @@ __all__ = [
     "ModelError",
     "SolutionRequest",
     "TextDelta",
+    "ToolCallStarted",
+    "ToolResult",
+    "ToolSpec",
+    "TurnClient",
+    "TurnRequest",
+    "TurnResponse",
+    "TurnToolCall",
     "Usage",
     "is_retryable_status",
+    "wire_conversation",
 ]
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
@@ -115,3 +123,162 @@ class ModelClient(Protocol):
         the rest as a structural error, it does not retry.
         """
         ...
+
+
+# ---------------------------------------------------------------------------------------
+# Native tool calling (protocol "tools", PROTOCOL §9)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A function the model may call, as every provider describes one.
+
+    `parameters` is the schema the model sees: bound parameters are already removed.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(slots=True)
+class TurnRequest:
+    """One request of the native tool-calling loop.
+
+    `conversation` is provider-neutral at the top and provider-specific inside, so the
+    loop never needs to know a wire format and a client never needs to know the log:
+
+    * `{"role": "user" | "assistant", "text": str}`: plain text a person (or the loop,
+      e.g. "your answer did not match the schema") wrote;
+    * `{"format": str, "messages": [...], "keep_reasoning": bool}`: messages in a
+      client's own wire format, exactly as that client produced them earlier in the run.
+      `keep_reasoning` is False for a turn without tool calls, whose reasoning must not
+      be sent back (PROTOCOL §9).
+
+    `system` is the instructions (None when there are none); `iteration` counts the
+    run's requests from 1.
+    """
+
+    system: str | None
+    conversation: list[dict[str, Any]]
+    tools: list[ToolSpec]
+    iteration: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "system": self.system,
+            "conversation": self.conversation,
+            "tools": [
+                {"name": spec.name, "description": spec.description, "parameters": spec.parameters}
+                for spec in self.tools
+            ],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStarted:
+    """A tool call began in the stream: this response is (also) a tool-call turn.
+
+    Streamed as soon as the call's name is known, so that the loop can stop showing the
+    response's text as a final answer (PROTOCOL §9, streaming the final answer).
+    """
+
+    index: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TurnToolCall:
+    """One complete tool call of a response.
+
+    `id` is the provider's id, kept only to pair the result (models may reuse one id in
+    every turn, or even twice in one response: results are paired by position);
+    `arguments` is the raw argument text, exactly as the model wrote it.
+    """
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(slots=True)
+class TurnResponse:
+    """A whole response of the model: the last item a `stream_turn` yields.
+
+    `messages` is the assistant turn in the client's wire format with every original
+    part kept (text, tool calls, reasoning or thinking blocks, in order), ready to be
+    sent back; `reasoning` is its reasoning as plain text, for people reading the log.
+    """
+
+    text: str
+    tool_calls: list[TurnToolCall]
+    messages: list[dict[str, Any]]
+    reasoning: str | None = None
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """The result of one tool call, as text for the model; `is_error` when it failed."""
+
+    content: str
+    is_error: bool = False
+
+
+TurnItem = TextDelta | ToolCallStarted | Usage | TurnResponse
+
+
+@runtime_checkable
+class TurnClient(Protocol):
+    """A client that can drive the provider's own function calling.
+
+    `turn_format` names the wire format of the messages it makes, so a log made with one
+    format is never sent to a client that speaks another.
+    """
+
+    turn_format: str
+
+    def stream_turn(self, request: TurnRequest) -> AsyncIterator[TurnItem]:
+        """Yield the answer's text as it arrives, a `ToolCallStarted` when a call begins,
+        a `Usage` when the server says, and last the complete `TurnResponse`.
+
+        Raise `ModelError` for a failed request.
+        """
+        ...
+
+    def tool_result_messages(
+        self, response: TurnResponse, results: Sequence[ToolResult]
+    ) -> list[dict[str, Any]]:
+        """The messages that answer `response`'s tool calls: `results[i]` answers
+        `response.tool_calls[i]`, in that order."""
+        ...
+
+
+def wire_conversation(
+    conversation: Sequence[dict[str, Any]],
+    turn_format: str,
+    *,
+    text_message: Callable[[str, str], dict[str, Any]],
+    strip_reasoning: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
+) -> list[dict[str, Any]]:
+    """A `TurnRequest.conversation` as one client's wire messages.
+
+    Every client walks the conversation the same way; only how a plain text becomes a
+    message and how reasoning is removed differ, so those are passed in.
+    """
+    messages: list[dict[str, Any]] = []
+    for entry in conversation:
+        if "text" in entry:
+            messages.append(text_message(str(entry.get("role", "user")), str(entry["text"])))
+            continue
+        if entry.get("format") != turn_format:
+            raise ModelError(
+                f"the conversation holds messages in the {entry.get('format')!r} wire format, "
+                f"which a {turn_format!r} client cannot send; resume it with the same kind "
+                "of model client (status 400, not retried)",
+                status=400,
+            )
+        wire = [dict(message) for message in entry.get("messages", [])]
+        messages.extend(wire if entry.get("keep_reasoning") else strip_reasoning(wire))
+    return messages

@@ -10,13 +10,25 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
 import httpx
 
 from .._errors import ConfigurationError
-from ._base import ModelError, SolutionRequest, TextDelta, Usage
+from ._base import (
+    ModelError,
+    SolutionRequest,
+    TextDelta,
+    ToolCallStarted,
+    ToolResult,
+    TurnItem,
+    TurnRequest,
+    TurnResponse,
+    TurnToolCall,
+    Usage,
+    wire_conversation,
+)
 from ._http import (
     DEFAULT_TIMEOUT,
     client_scope,
@@ -167,6 +179,71 @@ class OpenAIChat:
         except httpx.TransportError as exc:
             raise transport_error(exc, what=what, secrets=secrets) from exc
 
+    # -- native tool calling (protocol "tools", PROTOCOL §9) --------------------------------
+
+    turn_format = "openai-chat"
+
+    def _turn_body(self, request: TurnRequest) -> dict[str, Any]:
+        messages: list[dict[str, Any]] = []
+        if request.system:
+            messages.append({"role": "system", "content": request.system})
+        messages += wire_conversation(
+            request.conversation,
+            self.turn_format,
+            text_message=lambda role, text: {"role": role, "content": text},
+            strip_reasoning=_strip_chat_reasoning,
+        )
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": spec.name,
+                        **({"description": spec.description} if spec.description else {}),
+                        "parameters": spec.parameters,
+                    },
+                }
+                for spec in request.tools
+            ]
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        body.update(self.extra_body)
+        return body
+
+    async def stream_turn(self, request: TurnRequest) -> AsyncIterator[TurnItem]:
+        """One request with the tools as functions; see `_read_turn_stream`."""
+        what = f"chat completion ({self.model} at {self.url})"
+        secrets = (self._api_key,)
+        try:
+            async with (
+                client_scope(self._client, self.timeout) as client,
+                client.stream(
+                    "POST", self.url, json=self._turn_body(request), headers=self._headers()
+                ) as response,
+            ):
+                if not response.is_success:
+                    await response.aread()
+                    raise error_from_response(response, what=what, secrets=secrets)
+                async for item in _read_turn_stream(response, what, secrets, request.iteration):
+                    yield item
+        except httpx.TransportError as exc:
+            raise transport_error(exc, what=what, secrets=secrets) from exc
+
+    def tool_result_messages(
+        self, response: TurnResponse, results: Sequence[ToolResult]
+    ) -> list[dict[str, Any]]:
+        """One `tool` message per call, in the calls' order (PROTOCOL §9)."""
+        return [
+            {"role": "tool", "tool_call_id": call.id, "content": result.content}
+            for call, result in zip(response.tool_calls, results, strict=True)
+        ]
+
 
 async def _read_stream(
     response: httpx.Response, what: str, secrets: tuple[str | None, ...]
@@ -244,3 +321,186 @@ def _add_system_text(messages: list[dict[str, Any]], text: str) -> None:
             message["content"] = f"{message['content']}\n\n{text}"
             return
     messages.insert(0, {"role": "system", "content": text})
+
+
+# ---------------------------------------------------------------------------------------
+# Native tool calling
+
+# Where OpenAI-compatible servers put reasoning: DeepSeek and older vLLM send
+# `reasoning_content`, newer vLLM and others `reasoning`, OpenRouter structured
+# `reasoning_details`. It is sent back as `reasoning_content` (and the details verbatim).
+_REASONING_KEYS = ("reasoning_content", "reasoning", "reasoning_details")
+
+
+def _strip_chat_reasoning(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages without reasoning: a turn without tool calls does not send it back."""
+    return [
+        {key: value for key, value in message.items() if key not in _REASONING_KEYS}
+        for message in messages
+    ]
+
+
+class _CallParts:
+    """One tool call being assembled from its deltas."""
+
+    __slots__ = ("arguments", "id", "name")
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.name = ""
+        self.arguments: list[str] = []
+
+
+async def _read_turn_stream(
+    response: httpx.Response, what: str, secrets: tuple[str | None, ...], iteration: int
+) -> AsyncIterator[TurnItem]:
+    """Text, tool calls and reasoning of a chat-completions stream, then the whole turn.
+
+    Tool calls arrive as deltas keyed by `index`: the first carries the id and the name,
+    the rest pieces of the arguments, which are concatenated until the stream ends. A
+    server that leaves out `index` (some do) is read by id: a new id starts a new call.
+    """
+    text: list[str] = []
+    reasoning: list[str] = []
+    details: list[Any] = []
+    calls: list[_CallParts] = []
+    by_index: dict[int, _CallParts] = {}
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    finished = False
+    async for event in aiter_sse(response):
+        data = event.data.strip()
+        if data == "[DONE]":
+            finished = True
+            break
+        if not data:
+            continue
+        chunk = load_event(data, what=what, secrets=secrets)
+        if not isinstance(chunk, dict):
+            continue
+        if chunk.get("error") is not None:
+            raise _stream_error(chunk, what, secrets)
+        if isinstance(chunk.get("usage"), dict):
+            counts = chunk["usage"]
+            usage = Usage(
+                int(counts.get("prompt_tokens") or 0), int(counts.get("completion_tokens") or 0)
+            )
+        choices = chunk.get("choices") or []
+        if not choices or not isinstance(choices[0], dict):
+            continue
+        choice = choices[0]
+        delta = choice.get("delta") or {}
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            text.append(content)
+            yield TextDelta(content)
+        # A server that sends both names sends the same text twice: read one.
+        thought = delta.get("reasoning_content")
+        if not isinstance(thought, str):
+            thought = delta.get("reasoning")
+        if isinstance(thought, str) and thought:
+            reasoning.append(thought)
+        if isinstance(delta.get("reasoning_details"), list):
+            _merge_details(details, delta["reasoning_details"])
+        for position, part in enumerate(delta.get("tool_calls") or []):
+            if not isinstance(part, dict):
+                continue
+            call = _call_for(part, position, calls, by_index)
+            if call is None:
+                call = _CallParts()
+                calls.append(call)
+                if isinstance(part.get("index"), int):
+                    by_index[part["index"]] = call
+                function = part.get("function") or {}
+                name = function.get("name") if isinstance(function, dict) else None
+                yield ToolCallStarted(len(calls) - 1, name if isinstance(name, str) else "")
+            if isinstance(part.get("id"), str) and part["id"] and not call.id:
+                call.id = part["id"]
+            function = part.get("function") or {}
+            if isinstance(function, dict):
+                if isinstance(function.get("name"), str) and not call.name:
+                    call.name = function["name"]
+                if isinstance(function.get("arguments"), str):
+                    call.arguments.append(function["arguments"])
+                elif isinstance(function.get("arguments"), dict):  # a server that sends objects
+                    call.arguments.append(json.dumps(function["arguments"], ensure_ascii=False))
+        if choice.get("finish_reason"):
+            finished = True
+            finish_reason = choice["finish_reason"]
+    if not finished:
+        raise ModelError(f"{what}: the stream ended before the answer did", status=None)
+    if usage is not None:
+        yield usage
+    tool_calls = [
+        TurnToolCall(call.id or f"call_{iteration}_{index}", call.name, "".join(call.arguments))
+        for index, call in enumerate(calls)
+    ]
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
+    if tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in tool_calls
+        ]
+    thoughts = "".join(reasoning)
+    if thoughts:
+        message["reasoning_content"] = thoughts
+    if details:
+        message["reasoning_details"] = details
+    yield TurnResponse(
+        text="".join(text),
+        tool_calls=tool_calls,
+        messages=[message],
+        reasoning=thoughts or _details_text(details),
+        finish_reason=finish_reason,
+    )
+
+
+def _call_for(
+    part: dict[str, Any], position: int, calls: list[_CallParts], by_index: dict[int, _CallParts]
+) -> _CallParts | None:
+    """The call a delta continues, or None when it starts a new one."""
+    index = part.get("index")
+    if isinstance(index, int):
+        return by_index.get(index)
+    # No index: a delta with an id not seen yet starts a call, anything else continues
+    # the latest one.
+    new_id = part.get("id")
+    if not calls or (isinstance(new_id, str) and new_id and new_id != calls[-1].id):
+        return None
+    return calls[-1]
+
+
+def _merge_details(details: list[Any], pieces: list[Any]) -> None:
+    """Add streamed `reasoning_details` pieces: a piece with the same `index` and `type`
+    as the last detail continues it (its text fields are concatenated), others are new."""
+    for piece in pieces:
+        if not isinstance(piece, dict):
+            details.append(piece)
+            continue
+        last = details[-1] if details else None
+        if (
+            isinstance(last, dict)
+            and "index" in piece
+            and last.get("index") == piece.get("index")
+            and last.get("type") == piece.get("type")
+        ):
+            for key, value in piece.items():
+                if key in ("text", "summary", "data") and isinstance(value, str):
+                    last[key] = str(last.get(key) or "") + value
+                elif value is not None:
+                    last[key] = value
+        else:
+            details.append(dict(piece))
+
+
+def _details_text(details: list[Any]) -> str | None:
+    parts = [
+        str(detail.get("text") or detail.get("summary") or "")
+        for detail in details
+        if isinstance(detail, dict)
+    ]
+    return "".join(parts) or None

@@ -15,7 +15,19 @@ from typing import Any
 import trio
 
 from .._errors import ConfigurationError
-from ._base import ModelError, SolutionRequest, TextDelta, Usage
+from ._base import (
+    ModelError,
+    SolutionRequest,
+    TextDelta,
+    ToolCallStarted,
+    ToolResult,
+    TurnItem,
+    TurnRequest,
+    TurnResponse,
+    TurnToolCall,
+    Usage,
+    wire_conversation,
+)
 
 __all__ = ["ScriptedModel"]
 
@@ -40,6 +52,14 @@ class ScriptedModel:
 
     `.requests` records every request received, each the JSON-serialisable snapshot
     `{"messages": [...], "schema": {...}}` taken when it arrived.
+
+    With `protocol="tools"` (native tool calling) a response is one turn of the model: a
+    string is a final text answer, and a dict is shaped like an OpenAI assistant message,
+    `{"content": "...", "tool_calls": [{"name": ..., "arguments": {...} or "raw text",
+    "id": optional}], "reasoning": optional}`. Arguments given as a string are sent
+    verbatim (to test malformed ones). The content streams in chunks as above, then each
+    call. A request is then recorded as `{"system": ..., "messages": [...], "tools":
+    [...]}`, the messages in OpenAI chat shape (tool results as `tool` messages).
     """
 
     def __init__(
@@ -53,6 +73,7 @@ class ScriptedModel:
     ) -> None:
         if isinstance(responses, str | dict):
             raise ConfigurationError("ScriptedModel takes a list of responses, not one response")
+        responses = list(responses)
         if chunk_chars < 1:
             raise ConfigurationError(f"chunk_chars must be at least 1, not {chunk_chars}")
         if chunk_delay < 0 or first_token_delay < 0:
@@ -76,6 +97,10 @@ class ScriptedModel:
         # Serialised once, now: a bad response fails at construction, not mid-run, and a
         # dict the caller mutates later does not change the script.
         self._texts = texts
+        self._turns: list[dict[str, Any] | str] = [
+            json.loads(text) if isinstance(response, dict) else text
+            for response, text in zip(responses, texts, strict=True)
+        ]
         self.chunk_chars = chunk_chars
         self.chunk_delay = chunk_delay
         self.first_token_delay = first_token_delay
@@ -105,3 +130,101 @@ class ScriptedModel:
             yield TextDelta(text[offset : offset + self.chunk_chars])
         if self.usage:
             yield Usage(_estimate_tokens(snapshot), _estimate_tokens(text))
+
+    # -- native tool calling (protocol "tools", PROTOCOL §9) --------------------------------
+
+    turn_format = "scripted"
+
+    async def stream_turn(self, request: TurnRequest) -> AsyncIterator[TurnItem]:
+        start = trio.current_time()
+        record = {
+            "system": request.system,
+            "messages": wire_conversation(
+                request.conversation,
+                self.turn_format,
+                text_message=lambda role, text: {"role": role, "content": text},
+                strip_reasoning=_strip_reasoning,
+            ),
+            "tools": request.to_dict()["tools"],
+        }
+        snapshot = json.dumps(record, ensure_ascii=False)
+        self.requests.append(json.loads(snapshot))
+        k = request.iteration
+        if not 1 <= k <= len(self._turns):
+            raise ModelError(
+                f"ScriptedModel has no response for iteration {k}: the script has "
+                f"{len(self._turns)} response(s) (status 400, not retried)",
+                status=400,
+            )
+        turn = _read_turn(self._turns[k - 1], k)
+        text = turn.text
+        chunks = [text[i : i + self.chunk_chars] for i in range(0, len(text), self.chunk_chars)]
+        for i, piece in enumerate(chunks):
+            await trio.sleep_until(start + self.first_token_delay + i * self.chunk_delay)
+            yield TextDelta(piece)
+        for index, call in enumerate(turn.tool_calls):
+            await trio.sleep_until(
+                start + self.first_token_delay + (len(chunks) + index) * self.chunk_delay
+            )
+            yield ToolCallStarted(index, call.name)
+        if self.usage:
+            answer = json.dumps(turn.messages, ensure_ascii=False)
+            yield Usage(_estimate_tokens(snapshot), _estimate_tokens(answer))
+        yield turn
+
+    def tool_result_messages(
+        self, response: TurnResponse, results: Sequence[ToolResult]
+    ) -> list[dict[str, Any]]:
+        return [
+            {"role": "tool", "tool_call_id": call.id, "content": result.content}
+            for call, result in zip(response.tool_calls, results, strict=True)
+        ]
+
+
+def _strip_reasoning(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{key: value for key, value in m.items() if key != "reasoning"} for m in messages]
+
+
+def _read_turn(response: dict[str, Any] | str, k: int) -> TurnResponse:
+    """A scripted turn as the model's response; a script that is not one fails (400)."""
+    if isinstance(response, str):
+        return TurnResponse(
+            text=response, tool_calls=[], messages=[{"role": "assistant", "content": response}]
+        )
+    if not ({"content", "tool_calls"} & response.keys()):
+        raise ModelError(
+            f"response {k} of the script is not a turn: with protocol='tools' a response is "
+            'a string or {"content": ..., "tool_calls": [...]} (status 400, not retried)',
+            status=400,
+        )
+    text = response.get("content") or ""
+    calls: list[TurnToolCall] = []
+    for index, call in enumerate(response.get("tool_calls") or []):
+        function = call.get("function", call) if isinstance(call, dict) else {}
+        arguments = function.get("arguments", {})
+        calls.append(
+            TurnToolCall(
+                str(call.get("id") or f"call_{k}_{index}"),
+                str(function.get("name", "")),
+                arguments if isinstance(arguments, str) else json.dumps(arguments),
+            )
+        )
+    message: dict[str, Any] = {"role": "assistant", "content": str(text)}
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in calls
+        ]
+    reasoning = response.get("reasoning")
+    if isinstance(reasoning, str) and reasoning:
+        message["reasoning"] = reasoning
+    return TurnResponse(
+        text=str(text),
+        tool_calls=calls,
+        messages=[message],
+        reasoning=reasoning if isinstance(reasoning, str) and reasoning else None,
+    )

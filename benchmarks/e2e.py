@@ -1,0 +1,297 @@
+"""The end-to-end latency benchmark: every strategy and peer on every workload, both clocks.
+
+`python -m benchmarks` runs `main()`; see `benchmarks/__main__.py` for the options.
+Results are plain dicts (also saved as JSON in benchmarks/results/e2e.json), rendered to
+markdown by `benchmarks.report`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+import tickloop as tl
+
+from .peers import PEERS, peer_versions, run_peer
+from .simmodel import ModelCosts
+from .strategies import STRATEGIES, Outcome, bound, run, run_replay
+from .workloads import LatencyModel, Workload, all_workloads, make
+
+__all__ = ["Settings", "machine", "run_all"]
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMELINE_WORKLOAD = "fan_out_fan_in"
+SEED_WORKLOADS = (
+    "two_hop",
+    "eight_way",
+    "fan_out_fan_in",
+    "chain",
+    "wide_then_narrow",
+    "random_20",
+    "random_50",
+)
+GRID_MEDIANS = (0.5, 1.0, 2.0, 4.0)
+GRID_THOUGHTS = (0, 120, 400)
+
+
+@dataclasses.dataclass
+class Settings:
+    costs: ModelCosts = dataclasses.field(default_factory=ModelCosts)
+    latency: LatencyModel = dataclasses.field(default_factory=LatencyModel)
+    scale: float = 0.025  # real seconds per model second on the real clock, at least...
+    min_real_bound: float = 0.4  # ...enough for T* to last this many real seconds
+    real_repeats: int = 3  # tickloop: median of this many runs
+    seeds: int = 20  # for the over-seeds table (virtual clock)
+    grid_seeds: int = 10  # for the sensitivity grid (virtual clock)
+    real: bool = True
+    peers: bool = True
+    engine: bool = True
+    grid: bool = True
+
+    def as_dict(self) -> dict[str, Any]:
+        """What the report needs to say how the figures were made."""
+        return {
+            "costs": dataclasses.asdict(self.costs),
+            "latency": dataclasses.asdict(self.latency),
+            "scale": self.scale,
+            "min_real_bound": self.min_real_bound,
+            "real_repeats": self.real_repeats,
+            "seeds": self.seeds,
+            "grid_seeds": self.grid_seeds,
+        }
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = None
+    import importlib.metadata as md
+
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "trio": trio.__version__,
+        "tickloop": md.version("tickloop"),
+        "peers": peer_versions(),
+        "load_at_start": load,
+    }
+
+
+def _workload_facts(w: Workload) -> dict[str, Any]:
+    return {
+        "title": w.title,
+        "calls": len(w.nodes),
+        "edges": w.edges(),
+        "levels": len(w.levels()),
+        "critical_path": w.critical_path(),
+        "tool_time": sum(node.latency for node in w.nodes),
+        "has_dependency": w.has_dependency,
+    }
+
+
+def _outcome_dict(o: Outcome) -> dict[str, Any]:
+    return {
+        "makespan": o.makespan,
+        "requests": o.requests,
+        "calls": o.calls,
+        "iterations": o.iterations,
+    }
+
+
+def _available_peers(settings: Settings) -> list[str]:
+    if not settings.peers:
+        return []
+    versions = peer_versions()
+    return [name for name in PEERS if versions.get(name)]
+
+
+def run_virtual(settings: Settings, workloads: list[Workload]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    peers = _available_peers(settings)
+    for w in workloads:
+        started = time.perf_counter()
+        b = bound(w, settings.costs, 1.0)
+        runs = {s: run(w, s, settings.costs) for s in STRATEGIES}
+        for name in peers:
+            runs[name] = run_peer(name, w, settings.costs)
+        out[w.name] = {
+            **_workload_facts(w),
+            "bound": b.total,
+            "stream_end": b.stream_end,
+            "final_request": b.final,
+            "replay": run_replay(w, settings.costs),
+            "makespans": {name: o.makespan for name, o in runs.items()},
+            "timeline": (
+                {name: _outcome_dict(o) for name, o in runs.items()}
+                if w.name == TIMELINE_WORKLOAD
+                else None
+            ),
+        }
+        log(f"virtual {w.name}: {time.perf_counter() - started:.1f} s")
+    return out
+
+
+def run_real(settings: Settings, workloads: list[Workload]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    peers = _available_peers(settings)
+    # Warm up each runner once (imports, first-call caches) so no figure pays for it.
+    warm = workloads[0]
+    run(warm, "tickloop", settings.costs, scale=settings.scale, virtual=False)
+    for name in peers:
+        run_peer(name, warm, settings.costs, scale=settings.scale, virtual=False)
+    for w in workloads:
+        started = time.perf_counter()
+        # Timer slack and per-request costs are fixed amounts of real time: a workload
+        # whose bound is short gets a larger scale, so they weigh the same everywhere.
+        scale = max(settings.scale, settings.min_real_bound / bound(w, settings.costs, 1.0).total)
+        b = bound(w, settings.costs, scale)
+        makespans: dict[str, float] = {}
+        tickloop_runs: list[float] = []
+        floor_runs: list[float] = []
+        for s in STRATEGIES:
+            if s == "tickloop":
+                for _ in range(settings.real_repeats):
+                    tickloop_runs.append(
+                        run(w, s, settings.costs, scale=scale, virtual=False).makespan
+                    )
+                makespans[s] = statistics.median(tickloop_runs)
+            else:
+                makespans[s] = run(w, s, settings.costs, scale=scale, virtual=False).makespan
+        floor_runs.append(run_replay(w, settings.costs, scale=scale, virtual=False))
+        for name in peers:
+            makespans[name] = run_peer(
+                name, w, settings.costs, scale=scale, virtual=False
+            ).makespan
+        out[w.name] = {
+            "scale": scale,
+            "bound": b.total,
+            "floor": statistics.median(floor_runs),
+            "floor_runs": floor_runs,
+            "tickloop_runs": tickloop_runs,
+            "makespans": makespans,
+        }
+        log(f"real {w.name}: {time.perf_counter() - started:.1f} s")
+    return out
+
+
+def run_seeds(settings: Settings) -> dict[str, Any]:
+    """Speedups over `settings.seeds` latency draws per shape (virtual clock)."""
+    out: dict[str, Any] = {}
+    for name in SEED_WORKLOADS:
+        started = time.perf_counter()
+        rows: dict[str, list[float]] = {s: [] for s in STRATEGIES}
+        for seed in range(1000, 1000 + settings.seeds):
+            w = make(name, seed, settings.latency)
+            for s in STRATEGIES:
+                rows[s].append(run(w, s, settings.costs).makespan)
+        out[name] = rows
+        log(f"seeds {name}: {time.perf_counter() - started:.1f} s")
+    return out
+
+
+def run_grid(settings: Settings) -> list[dict[str, Any]]:
+    """tickloop's speedup over sequential on two-hop and eight-way, as the costs change."""
+    rows = []
+    started = time.perf_counter()
+    for median in GRID_MEDIANS:
+        lat = dataclasses.replace(settings.latency, median=median)
+        for thought_chars in GRID_THOUGHTS:
+            costs = dataclasses.replace(settings.costs, thought_chars=thought_chars)
+            cell: dict[str, Any] = {"median": median, "thought": thought_chars}
+            for name in ("two_hop", "eight_way"):
+                speedups = []
+                for seed in range(2000, 2000 + settings.grid_seeds):
+                    w = make(name, seed, lat)
+                    seq = run(w, "sequential", costs).makespan
+                    speedups.append(seq / run(w, "tickloop", costs).makespan)
+                cell[name] = statistics.mean(speedups)
+            rows.append(cell)
+    log(f"grid: {time.perf_counter() - started:.1f} s")
+    return rows
+
+
+def run_engine_bench() -> dict[str, Any]:
+    """The engine's own overhead figures, from benchmarks/bench_engine.py (its owner's)."""
+    script = ROOT / "benchmarks" / "bench_engine.py"
+    command = f"python {script.relative_to(ROOT)}"
+    if not script.exists():
+        return {"command": command, "status": "missing", "output": ""}
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    except subprocess.TimeoutExpired:
+        return {"command": command, "status": "timed out after 600 s", "output": ""}
+    log(f"engine: {time.perf_counter() - started:.1f} s")
+    status = "ok" if done.returncode == 0 else f"exit {done.returncode}"
+    output = done.stdout.strip() or done.stderr.strip()[-2000:]
+    return {"command": command, "status": status, "output": output}
+
+
+def _timed(label: str, fn: Callable[[], Any]) -> tuple[Any, float]:
+    started = time.perf_counter()
+    value = fn()
+    elapsed = time.perf_counter() - started
+    log(f"== {label}: {elapsed:.1f} s")
+    return value, elapsed
+
+
+def run_all(settings: Settings) -> dict[str, Any]:
+    workloads = all_workloads(settings.latency)
+    results: dict[str, Any] = {
+        "machine": machine(),
+        "settings": settings.as_dict(),
+        "tickloop_version": getattr(tl, "__version__", None),
+        "workloads": [w.name for w in workloads],
+        "timings": {},
+    }
+    results["virtual"], results["timings"]["virtual"] = _timed(
+        "virtual clock", lambda: run_virtual(settings, workloads)
+    )
+    results["seeds"], results["timings"]["seeds"] = _timed(
+        "over seeds", lambda: run_seeds(settings)
+    )
+    if settings.grid:
+        results["grid"], results["timings"]["grid"] = _timed(
+            "sensitivity grid", lambda: run_grid(settings)
+        )
+    if settings.real:
+        results["real"], results["timings"]["real"] = _timed(
+            "real clock", lambda: run_real(settings, workloads)
+        )
+    if settings.engine:
+        results["engine"], results["timings"]["engine"] = _timed(
+            "engine overhead", run_engine_bench
+        )
+    return results

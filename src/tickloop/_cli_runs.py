@@ -1,0 +1,203 @@
+"""The command line for durable runs: list, inspect, decide, resume, trace.
+
+`runs`, `pending`, `approve`, `deny` and `trace` read and write the store only, so an
+operator can answer an approval from a shell without the agent's code; `resume` loads
+the agent (`--agent module:attr`) because continuing a run means running its tools.
+Refusals (an unknown run or call, a second decision) print one line and exit with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from ._approval import Approve, Deny
+from ._errors import ResumeError, StoreError, TickloopError
+from ._store import SQLiteStore
+
+__all__ = ["COMMANDS", "add_commands", "run_command"]
+
+COMMANDS = ("runs", "pending", "approve", "deny", "resume", "trace")
+DEFAULT_STORE = "runs.db"
+EXIT_REFUSED = 2
+
+
+def add_commands(commands: Any) -> None:
+    """Add the durable-run subcommands to the `tickloop` parser's subparsers."""
+
+    def store_option(parser: argparse.ArgumentParser, default: str | None = DEFAULT_STORE) -> None:
+        parser.add_argument(
+            "--store",
+            default=default,
+            metavar="PATH",
+            help=f"the store file (default: {DEFAULT_STORE})",
+        )
+
+    runs = commands.add_parser(
+        "runs", help="list stored runs, one per line: id, status, started, calls"
+    )
+    store_option(runs)
+    pending = commands.add_parser("pending", help="show the calls a paused run waits on")
+    pending.add_argument("run", metavar="RUN")
+    store_option(pending)
+    approve = commands.add_parser("approve", help="approve a deferred call of a paused run")
+    approve.add_argument("run", metavar="RUN")
+    approve.add_argument("call", metavar="CALL")
+    store_option(approve)
+    deny = commands.add_parser("deny", help="deny a deferred call of a paused run")
+    deny.add_argument("run", metavar="RUN")
+    deny.add_argument("call", metavar="CALL")
+    deny.add_argument("--reason", default="denied from the command line", help="told to the model")
+    store_option(deny)
+    resume = commands.add_parser(
+        "resume",
+        help="continue a paused or interrupted run",
+        description="Continue a run with the agent found at MODULE:ATTR (an Agent, or a "
+        "function returning one). Decisions recorded with approve/deny are applied.",
+    )
+    resume.add_argument("run", metavar="RUN")
+    resume.add_argument("--agent", required=True, metavar="MODULE:ATTR")
+    store_option(resume, default=None)
+    trace = commands.add_parser("trace", help="show a run's timeline (text, or --html FILE)")
+    trace.add_argument("run", metavar="RUN")
+    trace.add_argument("--html", metavar="FILE", help="write a self-contained HTML timeline")
+    store_option(trace)
+
+
+def run_command(arguments: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    try:
+        if arguments.command == "resume":
+            return _resume(arguments, out)
+        store = _existing_store(arguments.store)
+        if arguments.command == "runs":
+            return _runs(store, out)
+        if arguments.command == "pending":
+            return _pending(store, arguments.run, out)
+        if arguments.command in ("approve", "deny"):
+            decision = Approve() if arguments.command == "approve" else Deny(arguments.reason)
+            store.decide(arguments.run, arguments.call, decision)
+            verb = "approved" if arguments.command == "approve" else "denied"
+            out.write(
+                f"{verb} {arguments.call} of run {arguments.run}; continue it with: "
+                f"tickloop resume {arguments.run} --agent MODULE:ATTR\n"
+            )
+            return 0
+        if arguments.command == "trace":
+            return _trace(store, arguments.run, arguments.html, out)
+    except (ResumeError, StoreError) as error:
+        print(f"tickloop {arguments.command}: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    raise AssertionError(f"not a run command: {arguments.command}")
+
+
+def _existing_store(path: str) -> SQLiteStore:
+    """Reading commands never create a store: a missing file is a mistake worth naming."""
+    if not Path(path).exists():
+        raise StoreError(f"no store at {path} (give --store PATH)")
+    return SQLiteStore(path)
+
+
+def _when(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _runs(store: SQLiteStore, out: TextIO) -> int:
+    runs = store.runs()
+    if not runs:
+        print(f"no runs in {store.path}", file=sys.stderr)
+        return 0
+    width = max(len(run.run_id) for run in runs)
+    for run in runs:
+        out.write(
+            f"{run.run_id:<{width}}  {run.status:<11}  {_when(run.created)}  {run.calls} calls\n"
+        )
+    return 0
+
+
+def _pending(store: SQLiteStore, run_id: str, out: TextIO) -> int:
+    run = store.run(run_id)
+    waiting = store.pending(run_id)
+    if not waiting:
+        print(f"run {run_id} ({run.status}) waits on no decision", file=sys.stderr)
+        return 0
+    width = max(len(call.id) for call in waiting)
+    for call in waiting:
+        line = (
+            f"{call.id:<{width}}  {call.tool or '?'}  {json.dumps(call.params, ensure_ascii=False)}"
+        )
+        if call.decision is not None:
+            line += f"  (decided: {call.decision.get('decision')}; resume to apply)"
+        out.write(line + "\n")
+    return 0
+
+
+def _trace(store: SQLiteStore, run_id: str, html: str | None, out: TextIO) -> int:
+    if html is not None:
+        from ._timeline import timeline_html
+
+        Path(html).write_text(timeline_html(store, run_id), encoding="utf-8")
+        out.write(f"wrote {html}\n")
+        return 0
+    calls = store.calls(run_id)
+    origin = min((call.received for call in calls if call.received is not None), default=0.0)
+    for call in calls:
+        start = "" if call.started is None else f"{call.started - origin:8.3f}s"
+        took = (
+            ""
+            if call.started is None or call.finished is None
+            else f"{call.finished - call.started:.3f}s"
+        )
+        out.write(f"{call.id:<8} {call.tool or '?':<24} {call.status:<9} {start:>9} {took:>9}\n")
+    return 0
+
+
+def load_agent(spec: str) -> Any:
+    """The object at `module:attr` (an Agent, or a callable returning one)."""
+    from ._agent import Agent
+
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ResumeError(f"--agent must look like module:attr, not {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as error:
+        raise ResumeError(f"cannot load the agent {spec!r}: {error}") from error
+    if not isinstance(found, Agent) and callable(found):
+        found = found()
+    if not isinstance(found, Agent):
+        raise ResumeError(f"{spec!r} is not a tickloop Agent (it is {type(found).__name__})")
+    return found
+
+
+def _resume(arguments: argparse.Namespace, out: TextIO) -> int:
+    agent = load_agent(arguments.agent)
+    if arguments.store is not None or agent.store is None:
+        agent.store = _existing_store(arguments.store or DEFAULT_STORE)
+    try:
+        result = agent.resume(arguments.run)
+    except (ResumeError, StoreError):
+        raise
+    except TickloopError as error:
+        print(f"tickloop resume: the run stopped: {error}", file=sys.stderr)
+        return 1
+    out.write(f"run {result.run_id}: {result.status} after {result.iterations} iterations\n")
+    if result.status == "paused":
+        for pending in result.pending:
+            out.write(f"  waiting on {pending.id} ({pending.tool})\n")
+    else:
+        output = result.output
+        if hasattr(output, "model_dump"):
+            output = output.model_dump(mode="json")
+        out.write(json.dumps(output, ensure_ascii=False, default=str) + "\n")
+    return 0

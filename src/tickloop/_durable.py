@@ -1,0 +1,693 @@
+"""Durable runs: journal a run as it goes, and resume it by replaying the journal.
+
+A run is event sourced (PROTOCOL §10). `DurableRun` sits between the engine and the
+store: every scheduler event is committed to the run's journal, with the call rows it
+changed, before the engine carries out the event's actions; every message the outer loop
+appends itself (input, solution, plan) is committed as it is appended.
+
+To resume, the journal is replayed into a fresh scheduler without carrying out any
+action: the log, every call's state and the tick's position come back exactly as they
+were. `recover` then settles what the crash left open:
+
+* a call that had started and not finished runs again if its tool is `idempotent`;
+  otherwise it finishes `failed` with a runtime error saying it was interrupted;
+* a call whose approval was being asked is asked again;
+* decisions recorded for deferred calls are applied;
+* a request whose stream had closed is never sent again; a stream that was still open
+  is closed (the calls that arrived keep running) with a structural error telling the
+  model its answer was cut off, and the loop goes on with the next iteration.
+
+`RunSession` is one run or resume of an agent: its id, log, events and store binding,
+and the bookkeeping around the loop (run status, `RunStarted`/`RunEnded`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ._approval import (
+    Decision,
+    Defer,
+    PendingCall,
+    Replace,
+    decision_from_dict,
+    decision_to_dict,
+)
+from ._errors import ConfigurationError, ResumeError, StoreError
+from ._events import EventSink, Redactor, RunEnded, RunEvent, RunStarted
+from ._expressions import find_references, parse_term
+from ._log import ContextLog
+from ._run import initial_log
+from ._scheduler import (
+    Action,
+    ApprovalRequested,
+    CallAccepted,
+    CallDecided,
+    CallFinished,
+    CallReady,
+    CallReceived,
+    CallSettled,
+    DecisionMade,
+    Event,
+    FaultReported,
+    Flush,
+    MessageAppended,
+    StartCall,
+    StreamClosed,
+    TickOpened,
+    _PathIndex,
+)
+from ._store import CALL_COLUMNS, RunWriter, SQLiteStore, claim_run, create_run
+from ._tools import ToolSet
+
+if TYPE_CHECKING:
+    from ._agent import Agent, RunResult, _SolutionLoop
+
+__all__ = [
+    "INTERRUPTED",
+    "DurableRun",
+    "RunSession",
+    "event_from_dict",
+    "event_to_dict",
+    "new_run_id",
+]
+
+INTERRUPTED = {
+    "type": "runtime",
+    "message": "interrupted: the process running this call stopped before it finished",
+}
+CUT_OFF = "the model's answer was cut off by a crash"
+UNCHECKED = (
+    "the process stopped before the model's answer was checked; its output, if any, was not used"
+)
+
+
+# --------------------------------------------------------------------------------------
+# Events as JSON
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    """A scheduler event as JSON data; `event_from_dict` turns it back."""
+    if isinstance(event, CallFinished):
+        body: dict[str, Any] = {
+            "type": "CallFinished",
+            "call_id": event.call_id,
+            "value": event.value,
+        }
+        if event.branch is not None:
+            body["branch"] = event.branch
+        if event.error is not None:
+            body["error"] = event.error
+    elif isinstance(event, CallReceived):
+        body = {"type": "CallReceived", "call": event.call}
+    elif isinstance(event, DecisionMade):
+        body = {
+            "type": "DecisionMade",
+            "call_id": event.call_id,
+            "decision": decision_to_dict(event.decision),
+        }
+    elif isinstance(event, TickOpened):
+        body = {"type": "TickOpened", "iteration": event.iteration}
+    elif isinstance(event, StreamClosed):
+        body = {"type": "StreamClosed"}
+    elif isinstance(event, FaultReported):
+        body = {"type": "FaultReported", "error": event.error, "call": event.call}
+    elif isinstance(event, Flush):
+        body = {"type": "Flush"}
+    else:
+        raise TypeError(f"not a scheduler event: {event!r}")
+    body["date"] = event.date
+    return body
+
+
+def event_from_dict(data: Mapping[str, Any]) -> Event:
+    kind = data["type"]
+    date = data.get("date", "")
+    if kind == "CallFinished":
+        return CallFinished(
+            data["call_id"], data.get("value"), data.get("branch"), data.get("error"), date
+        )
+    if kind == "CallReceived":
+        return CallReceived(data["call"], date)
+    if kind == "DecisionMade":
+        return DecisionMade(data["call_id"], decision_from_dict(data["decision"]), date)
+    if kind == "TickOpened":
+        return TickOpened(data["iteration"], date)
+    if kind == "StreamClosed":
+        return StreamClosed(date)
+    if kind == "FaultReported":
+        return FaultReported(data["error"], data.get("call"), date)
+    if kind == "Flush":
+        return Flush(date)
+    raise ValueError(f"unknown journal event type {kind!r}")
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def _dumps(value: Any) -> str:
+    try:
+        return _ENCODER.encode(value)
+    except (TypeError, ValueError) as error:
+        raise StoreError(f"a value of this run cannot be stored as JSON: {error}") from error
+
+
+def new_run_id() -> str:
+    return f"run-{uuid.uuid4().hex[:12]}"
+
+
+# --------------------------------------------------------------------------------------
+# One call's row
+
+
+class _Row:
+    """The `calls` row of one call, kept in memory and rewritten whenever it changes."""
+
+    __slots__ = CALL_COLUMNS
+
+    def __init__(self, call_id: str, seq: int, iteration: int, tool: str | None, at: float) -> None:
+        self.call_id = call_id
+        self.seq = seq
+        self.iteration = iteration
+        self.tool = tool
+        self.status = "waiting"
+        self.call: str | None = None
+        self.params: str | None = None
+        self.deps: str | None = None
+        self.decision: str | None = None
+        self.error: str | None = None
+        self.received: float | None = at
+        self.ready: float | None = None
+        self.asked: float | None = None
+        self.decided: float | None = None
+        self.started: float | None = None
+        self.finished: float | None = None
+
+    def values(self) -> tuple[Any, ...]:
+        """The row in CALL_COLUMNS order (spelled out: this runs once per changed row)."""
+        return (
+            self.call_id,
+            self.seq,
+            self.iteration,
+            self.tool,
+            self.status,
+            self.call,
+            self.params,
+            self.deps,
+            self.decision,
+            self.error,
+            self.received,
+            self.ready,
+            self.asked,
+            self.decided,
+            self.started,
+            self.finished,
+        )
+
+
+# --------------------------------------------------------------------------------------
+# The binding between a running loop and the store
+
+
+class DurableRun:
+    """Journals one run and replays it; see the module docstring."""
+
+    def __init__(
+        self, writer: RunWriter, tools: ToolSet, redact: Redactor, sink: EventSink
+    ) -> None:
+        self.writer = writer
+        self.tools = tools
+        self.redact = redact
+        self.sink = sink
+        self.rows: dict[str, _Row] = {}
+        self.wires: dict[str, Any] = {}
+        self.ready_params: dict[str, Any] = {}  # so a start need not serialise them again
+        self.written = _PathIndex()  # which call wrote which path: dependency arrows
+        self.by_tool: dict[tuple[int, str], list[str]] = {}
+        self.running: dict[str, StartCall] = {}  # started, not finished
+        self.asking: PendingCall | None = None
+        self.iteration = 0
+        self.solutions: set[int] = set()
+        self.plan_due = False
+        self.verdicts: dict[int, Any] = {}  # iteration -> accepted output (None: none)
+        self.decisions: dict[str, Decision] = {}
+        self.resumed = False
+        self._pending: list[tuple[float, str, str]] = []
+        self._dirty: dict[str, _Row] = {}
+        self._wakeup: trio.Event | None = None
+        self._added = self._committed = 0  # entries recorded / committed by this process
+        self._marks: dict[str, int] = {}
+        self.wall0 = time.time()
+        self.trio0 = trio.current_time()
+
+    def now(self) -> float:
+        """The run clock: trio time, placed on the wall clock when this process began.
+
+        Monotonic within a process (and virtual under a MockClock, so a test's timeline
+        is meaningful), and comparable across the processes a resumed run passes through.
+        """
+        return self.wall0 + (trio.current_time() - self.trio0)
+
+    # -- writing -----------------------------------------------------------------------
+
+    def record(self, event: Event, actions: list[Action]) -> None:
+        """The engine's journal hook: called after the scheduler, before any action."""
+        at = self.now()
+        for row in self._track(event, actions, at):
+            self._dirty[row.call_id] = row
+        self._add(at, "event", event_to_dict(event))
+        for action in actions:  # what must be stored before this call may act
+            if isinstance(action, StartCall):
+                self._marks[action.id] = self._added
+            elif isinstance(action, ApprovalRequested):
+                self._marks[action.pending.id] = self._added
+
+    def journal_messages(self, messages: Sequence[dict[str, Any]]) -> None:
+        at = self.now()
+        for message in messages:
+            self._track_message(message)
+            self._add(at, "message", message)
+
+    def note(self, name: str, **data: Any) -> None:
+        """Something replay does not need but the timeline does (retries, restarts...)."""
+        self._add(self.now(), "note", {"note": name, **data})
+
+    def _add(self, at: float, kind: str, body: Any) -> None:
+        self._pending.append((at, kind, _dumps(body)))
+        self._added += 1
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def commit(self, call_id: str | None = None) -> None:
+        """Commit every entry recorded so far, with the call rows they changed.
+
+        With `call_id`, only when the entry that started (or asked about) that call is
+        not committed yet: calls that start together share one commit.
+
+        Group commit: entries wait in memory until the engine is about to act (it calls
+        this before a handler runs or the hook is asked) or until the flusher task gets
+        its turn, which is the next trio scheduling batch. Nothing acts on an entry that
+        is not committed, so losing uncommitted entries in a crash is the same as
+        crashing a moment earlier; and one transaction per batch instead of one per
+        event keeps durability cheap.
+        """
+        if call_id is not None:
+            mark = self._marks.pop(call_id, None)
+            if mark is not None and mark <= self._committed:
+                return
+        if not self._pending:
+            return
+        self._committed = self._added
+        entries, self._pending = self._pending, []
+        rows, self._dirty = self._dirty, {}
+        self.writer.append(entries, [row.values() for row in rows.values()])
+
+    @asynccontextmanager
+    async def flushing(self) -> AsyncIterator[None]:
+        """Run the flusher beside the loop; commit whatever is left on the way out."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._flush_soon)
+                try:
+                    yield
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            self.commit()
+
+    async def _flush_soon(self) -> None:
+        while True:
+            self._wakeup = trio.Event()
+            if self._pending:
+                self._wakeup.set()
+            await self._wakeup.wait()
+            self.commit()
+
+    def verdict(self, iteration: int, output: Any) -> None:
+        """The loop's judgement of an iteration's answer: its accepted output, or None."""
+        self.verdicts[iteration] = output
+        self.note("verdict", iteration=iteration, output=output)
+
+    # -- tracking (live and on replay) -------------------------------------------------
+
+    def _track_message(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "solution":
+            self.solutions.add(message.get("iteration", 0))
+        elif kind == "plan":
+            self.plan_due = False
+
+    def _track(self, event: Event, actions: list[Action], at: float) -> list[_Row]:
+        if isinstance(event, TickOpened):
+            self.iteration = event.iteration
+            self.plan_due = False
+        elif isinstance(event, StreamClosed):
+            self.plan_due = True
+        changed: dict[str, _Row] = {}
+        for action in actions:
+            row = self._apply(action, event, at)
+            if row is not None:
+                changed[row.call_id] = row
+        return list(changed.values())
+
+    def _apply(self, action: Action, event: Event, at: float) -> _Row | None:
+        if isinstance(action, MessageAppended):
+            message = action.message
+            path, call = message.get("_path"), message.get("_call")
+            if isinstance(path, str) and isinstance(call, dict) and "_id" in call:
+                self.written.add(parse_term(path), call["_id"])
+            return None
+        if isinstance(action, ApprovalRequested):
+            row = self.rows[action.pending.id]
+            row.status, row.asked = "approving", at
+            self.asking = action.pending
+            return row
+        if isinstance(action, CallAccepted):
+            row = self._new_row(action.id, action.tool, at)
+            row.call = _dumps(self.redact.shared(action.call))
+            self.wires[action.id] = action.call
+            self.by_tool.setdefault((self.iteration, action.tool), []).append(action.id)
+            return row
+        row = self.rows.get(getattr(action, "id", ""))
+        if isinstance(action, CallSettled):
+            if row is None:  # failed its arrival checks, so it was never accepted
+                call = event.call if isinstance(event, CallReceived) else None
+                tool = call.get("_tool") if isinstance(call, dict) else None
+                row = self._new_row(action.id, tool if isinstance(tool, str) else None, at)
+                row.call = _dumps(self.redact.shared(call))
+            row.status, row.finished = action.status, at
+            row.error = None if action.error is None else _dumps(self.redact.shared(action.error))
+            self.running.pop(action.id, None)
+            return row
+        if row is None:
+            return None
+        if isinstance(action, CallReady):
+            row.status, row.ready = "queued", at
+            row.params = _dumps(self.redact.shared(action.params))
+            self.ready_params[action.id] = action.params
+            row.deps = _dumps(self._dependencies(action.id, row))
+        elif isinstance(action, CallDecided):
+            row.decided = at
+            row.decision = _dumps(self.redact.shared(decision_to_dict(action.decision)))
+            if self.asking is not None and self.asking.id == action.id:
+                self.asking = None
+            if isinstance(action.decision, Defer):
+                row.status = "deferred"
+            else:
+                row.status = "queued"
+                if isinstance(action.decision, Replace):
+                    wire = action.decision.call
+                    self.wires[action.id] = wire
+                    row.call = _dumps(self.redact.shared(wire))
+                    tool = wire.get("_tool") if isinstance(wire, dict) else None
+                    row.tool = tool if isinstance(tool, str) else row.tool
+        elif isinstance(action, StartCall):
+            row.status, row.started = "running", at
+            if action.params is not self.ready_params.pop(action.id, None):  # edited
+                row.params = _dumps(self.redact.shared(action.params))
+            self.running[action.id] = action
+        else:
+            return None
+        return row
+
+    def _new_row(self, call_id: str, tool: str | None, at: float) -> _Row:
+        row = _Row(call_id, len(self.rows), self.iteration, tool, at)
+        self.rows[call_id] = row
+        return row
+
+    def _dependencies(self, call_id: str, row: _Row) -> list[str]:
+        """The calls whose writes (or, for tool dependencies, whose end) it waited on."""
+        found: set[str] = set()
+        wire = self.wires.get(call_id)
+        params = (
+            {k: v for k, v in wire.items() if not k.startswith("_")}
+            if isinstance(wire, dict)
+            else {}
+        )
+        terms = []
+        try:
+            terms = [term for ref in find_references(params) for term in ref.expression.terms]
+        except ValueError:
+            pass
+        tool = self.tools.get(row.tool) if row.tool is not None else None
+        if tool is not None:
+            terms += [
+                term for expression in tool.dependency_references for term in expression.terms
+            ]
+            for name in tool.dependency_tools:
+                for earlier in self.by_tool.get((row.iteration, name), ()):
+                    if self.rows[earlier].seq < row.seq:
+                        found.add(earlier)
+        for term in terms:
+            found.update(self.written.ids_overlapping(term))
+        found.discard(call_id)
+        return sorted(found, key=lambda other: self.rows[other].seq if other in self.rows else 0)
+
+    # -- resuming ----------------------------------------------------------------------
+
+    def replay(self, journal: list[tuple[int, float, str, Any]], loop: _SolutionLoop) -> None:
+        """Rebuild the log and the scheduler from the journal; no action is carried out."""
+        scheduler = loop.engine.scheduler
+        for seq, at, kind, body in journal:
+            if kind == "message":
+                loop.log.append(body)
+                self._track_message(body)
+            elif kind == "event":
+                event = event_from_dict(body)
+                try:
+                    actions = scheduler.handle(event)
+                except (ValueError, KeyError, TypeError) as error:
+                    raise ResumeError(
+                        f"run {self.writer.run_id!r} cannot be replayed at journal entry "
+                        f"{seq} ({body.get('type')}): {error}. Were the agent's tools changed "
+                        "since the run began?"
+                    ) from error
+                self._track(event, actions, at)
+            elif body.get("note") == "verdict":
+                self.verdicts[body["iteration"]] = body.get("output")
+            elif body.get("note") == "restart" and body.get("call_id") in self.rows:
+                self.rows[body["call_id"]].started = at
+        # Times of calls that ran in an earlier process, on this process's trio clock.
+        for call_id, record in scheduler.records.items():
+            row = self.rows.get(call_id)
+            if row is not None and row.started is not None:
+                record.started = row.started - self.wall0 + self.trio0
+                if row.finished is not None and call_id not in self.running:
+                    record.finished = row.finished - self.wall0 + self.trio0
+        self.resumed = True
+
+    async def recover(self, loop: _SolutionLoop) -> tuple[bool, Any]:
+        """Settle what the crash (or the pause) left open; (done, output) as `_iterate`."""
+        if not self.resumed:
+            return False, None
+        engine = loop.engine
+        scheduler = engine.scheduler
+        self.note("resumed")
+        engine.expect_tick()
+        for call_id, action in list(self.running.items()):
+            tool = self.tools.get(action.tool)
+            if tool is not None and tool.idempotent:
+                self.note("restart", call_id=call_id)
+                self.rows[call_id].started = self.now()
+                self.sink.restarted(action)
+                engine.restart(action)
+            else:
+                engine.feed(CallFinished(call_id, error=dict(INTERRUPTED), date=_date()))
+                scheduler.records[call_id].finished = trio.current_time()
+        if self.asking is not None and scheduler.status(self.asking.id) == "approving":
+            engine.ask(self.asking)
+        for pending in scheduler.deferred:
+            decision = self.decisions.get(pending.id)
+            if decision is not None:
+                engine.decide(pending.id, decision)
+        iteration = scheduler.iteration
+        if scheduler.stream_open:
+            if iteration not in self.solutions:
+                loop._record_solution(iteration, None, "", None)
+                engine.report({"type": "structural", "message": CUT_OFF})
+                self.verdict(iteration, None)
+            elif iteration not in self.verdicts:
+                engine.report({"type": "structural", "message": UNCHECKED})
+                self.verdict(iteration, None)
+            engine.close_stream()
+            loop._record_plan(iteration)
+        elif self.plan_due:
+            loop._record_plan(iteration)
+        if scheduler.tick_active:
+            outcome = await engine.wait_tick()
+            loop.paused = bool(outcome.paused)
+        else:
+            loop.paused = bool(scheduler.deferred)
+        output = self.verdicts.get(iteration)
+        return output is not None and not loop.paused, output
+
+
+def _date() -> str:
+    from ._engine import utc_now
+
+    return utc_now()
+
+
+# --------------------------------------------------------------------------------------
+# One run (or resume) of an agent
+
+
+class RunSession:
+    """The id, log, events and store binding of one run; statuses and run events."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        run_id: str,
+        log: ContextLog,
+        sink: EventSink,
+        durable: DurableRun | None,
+        *,
+        resumed: bool,
+        journal: list[tuple[int, float, str, Any]] | None = None,
+    ) -> None:
+        self.agent = agent
+        self.run_id = run_id
+        self.log = log
+        self.sink = sink
+        self.durable = durable
+        self.resumed = resumed
+        self.journal = journal
+
+    @classmethod
+    def new(
+        cls,
+        agent: Agent,
+        input: Any,
+        messages: Sequence[dict[str, Any]] | None,
+        on_event: Callable[[RunEvent], Any] | None,
+        run_id: str | None,
+    ) -> RunSession:
+        """Claim the run id (refused when the store has it) and start a log."""
+        if run_id is not None and (not isinstance(run_id, str) or not run_id):
+            raise ConfigurationError(f"run_id must be a non-empty string, not {run_id!r}")
+        run_id = run_id or new_run_id()
+        log = ContextLog(messages) if messages else initial_log(input)
+        sink = _sink(agent, run_id, on_event)
+        durable = None
+        store: SQLiteStore | None = agent.store
+        if store is not None:
+            writer = create_run(store, run_id, agent.protocol)
+            durable = DurableRun(writer, agent.tools, agent.redact, sink)
+            try:
+                durable.journal_messages(log.messages)
+                durable.commit()
+            except BaseException:
+                writer.release()
+                raise
+        return cls(agent, run_id, log, sink, durable, resumed=False)
+
+    @classmethod
+    def claim(
+        cls,
+        agent: Agent,
+        run_id: str,
+        decisions: Mapping[str, Any] | None,
+        on_event: Callable[[RunEvent], Any] | None,
+    ) -> RunSession:
+        """Check the resume and take the run over; `ResumeError` before anything runs."""
+        store: SQLiteStore | None = agent.store
+        if store is None:
+            raise ResumeError(
+                "this agent has no store, so it has no runs to resume (pass store=...)"
+            )
+        if decisions is not None and not isinstance(decisions, Mapping):
+            raise ResumeError("decisions must be a dict from call id to decision")
+        claimed = claim_run(store, run_id, dict(decisions or {}))
+        sink = _sink(agent, run_id, on_event)
+        durable = DurableRun(claimed.writer, agent.tools, agent.redact, sink)
+        durable.decisions = claimed.decisions
+        return cls(
+            agent, run_id, ContextLog(), sink, durable, resumed=True, journal=claimed.journal
+        )
+
+    async def execute(self, drive: Callable[[RunSession], Awaitable[RunResult]]) -> RunResult:
+        """Run the loop; record how it ended in the store and in a `RunEnded` event."""
+        self.sink.emit(
+            RunStarted(run_id=self.run_id, time=trio.current_time(), resumed=self.resumed)
+        )
+        writer = self.durable.writer if self.durable is not None else None
+        try:
+            async with self.durable.flushing() if self.durable is not None else _nothing():
+                result = await drive(self)
+        except Exception as error:
+            reason = f"{type(error).__name__}: {error}"
+            if writer is not None:
+                _quietly(writer.set_status, "failed", error=reason)
+            self.sink.emit(
+                RunEnded(
+                    run_id=self.run_id,
+                    time=trio.current_time(),
+                    status="failed",
+                    iterations=_iterations(self.log),
+                    error=reason,
+                )
+            )
+            raise
+        except BaseException:  # cancelled: the run stays resumable ("interrupted")
+            if writer is not None:
+                _quietly(writer.set_status, "running")
+            raise
+        else:
+            result.run_id = self.run_id
+            if writer is not None:
+                output = _final_output(self.durable) if result.status == "done" else None
+                writer.set_status(result.status, output=output)
+        finally:
+            if writer is not None:
+                writer.release()
+        self.sink.emit(
+            RunEnded(
+                run_id=self.run_id,
+                time=trio.current_time(),
+                status=result.status,
+                iterations=result.iterations,
+            )
+        )
+        return result
+
+    def replay_into(self, loop: _SolutionLoop) -> None:
+        if self.durable is not None and self.journal is not None:
+            self.durable.replay(self.journal, loop)
+
+
+@asynccontextmanager
+async def _nothing() -> AsyncIterator[None]:
+    yield
+
+
+def _sink(agent: Agent, run_id: str, on_event: Callable[[RunEvent], Any] | None) -> EventSink:
+    listeners: list[Callable[[RunEvent], Any] | None] = [on_event]
+    if agent.tracer is not None:
+        listeners.append(agent.tracer.listener())
+    return EventSink(run_id, agent.redact, listeners)
+
+
+def _iterations(log: ContextLog) -> int:
+    return sum(1 for message in log.messages if message.get("type") == "solution")
+
+
+def _final_output(durable: DurableRun | None) -> Any:
+    if durable is None or not durable.verdicts:
+        return None
+    return durable.verdicts[max(durable.verdicts)]
+
+
+def _quietly(function: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Record a status on the way out of a failure, without hiding that failure."""
+    try:
+        function(*args, **kwargs)
+    except Exception:
+        pass

@@ -1,0 +1,419 @@
+"""Typed run events: what happened, to which call, when (trio clock), with secrets hidden.
+
+The scheduler speaks in actions meant for its driver (start this call, ask about that
+one). Users want something steadier: a small, typed vocabulary of transitions they can
+log, display or count. `EventSink` turns actions into these events, adds the run id and
+the time, redacts parameters whose names look secret, and hands each event to its
+listeners (the `on_event` callback, the tracer, an `EventStream`).
+
+Redaction happens here, on the way out: the engine, the log and the tool itself always
+see the real values.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+import trio
+
+from . import _scheduler as sched
+from ._approval import decision_to_dict
+
+__all__ = [
+    "DEFAULT_REDACT",
+    "CallAwaitingApproval",
+    "CallDecided",
+    "CallFinished",
+    "CallReady",
+    "CallReceived",
+    "CallStarted",
+    "EventSink",
+    "EventStream",
+    "Redactor",
+    "RequestFinished",
+    "RequestRetried",
+    "RequestStarted",
+    "RunEnded",
+    "RunEvent",
+    "RunStarted",
+    "TickEnded",
+    "open_event_stream",
+]
+
+DEFAULT_REDACT = ("*key*", "*token*", "*password*")
+REDACTED = "[redacted]"
+
+
+class Redactor:
+    """Hides the values of parameters whose names match any of the glob patterns.
+
+    Matching ignores case and applies at every depth of an object, so a nested
+    `{"auth": {"api_key": ...}}` is hidden too. Only the copy shown is changed.
+    """
+
+    def __init__(self, patterns: Iterable[str] = DEFAULT_REDACT) -> None:
+        if isinstance(patterns, str):
+            patterns = (patterns,)
+        self.patterns = tuple(patterns)
+        joined = "|".join(fnmatch.translate(pattern.lower()) for pattern in self.patterns)
+        self._match = re.compile(joined).match if joined else None
+        self._secret: dict[str, bool] = {}  # parameter names repeat: match each once
+
+    def __call__(self, value: Any) -> Any:
+        """A redacted copy that shares nothing with `value` (events are handed out)."""
+        return self._redact(value, True)
+
+    def shared(self, value: Any) -> Any:
+        """Redacted, sharing what needs no change with `value`: for a value about to be
+        serialised, where a copy would be wasted work."""
+        return self._redact(value, False)
+
+    def is_secret(self, key: str) -> bool:
+        known = self._secret.get(key)
+        if known is None:
+            match = self._match
+            known = match is not None and not key.startswith("_") and bool(match(key.lower()))
+            self._secret[key] = known
+        return known
+
+    def _redact(self, value: Any, copy: bool) -> Any:
+        if isinstance(value, dict):
+            result = dict(value) if copy else value
+            for key, item in value.items():
+                if isinstance(key, str) and self.is_secret(key):
+                    new = REDACTED
+                else:
+                    new = self._redact(item, copy)
+                if new is not item or copy:
+                    if result is value:
+                        result = dict(value)
+                    result[key] = new
+            return result
+        if isinstance(value, list):
+            items = [self._redact(item, copy) for item in value]
+            if copy or any(new is not old for new, old in zip(items, value, strict=True)):
+                return items
+            return value
+        return value
+
+
+# --------------------------------------------------------------------------------------
+# The events
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunEvent:
+    """Base of every event: the run, the call it is about (if any), and trio time."""
+
+    kind: ClassVar[str] = "event"
+    run_id: str
+    time: float
+    call_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as JSON-ready data, with its `kind` (e.g. "call.started")."""
+        return {"kind": self.kind, **asdict(self)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStarted(RunEvent):
+    kind: ClassVar[str] = "run.started"
+    resumed: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunEnded(RunEvent):
+    """`status` is "done", "paused" or "failed" (then `error` says why)."""
+
+    kind: ClassVar[str] = "run.ended"
+    status: str
+    iterations: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestStarted(RunEvent):
+    """The loop asked the model for iteration `iteration`'s solution."""
+
+    kind: ClassVar[str] = "request.started"
+    iteration: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestRetried(RunEvent):
+    """Attempt `attempt` failed; the loop waits `delay` seconds and asks again."""
+
+    kind: ClassVar[str] = "request.retried"
+    iteration: int
+    attempt: int
+    delay: float
+    error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestFinished(RunEvent):
+    """The model's stream ended; `error` when it broke off or could not be read."""
+
+    kind: ClassVar[str] = "request.finished"
+    iteration: int
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallReceived(RunEvent):
+    """A call arrived from the model's stream (`call` is the wire call, redacted)."""
+
+    kind: ClassVar[str] = "call.received"
+    tool: str | None
+    call: Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallReady(RunEvent):
+    """Every reference resolved: `params` are what will run (redacted)."""
+
+    kind: ClassVar[str] = "call.ready"
+    tool: str | None
+    params: Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallAwaitingApproval(RunEvent):
+    kind: ClassVar[str] = "call.awaiting_approval"
+    tool: str | None
+    params: Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallDecided(RunEvent):
+    """`decision` names it ("approve", "deny", "edit", "replace", "respond", "defer")."""
+
+    kind: ClassVar[str] = "call.decided"
+    tool: str | None
+    decision: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallStarted(RunEvent):
+    """The handler starts; `restarted` when an idempotent call re-runs after a crash."""
+
+    kind: ClassVar[str] = "call.started"
+    tool: str | None
+    params: Any
+    restarted: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallFinished(RunEvent):
+    """The call's final status (done, failed, denied, skipped, invalid) and error."""
+
+    kind: ClassVar[str] = "call.finished"
+    tool: str | None
+    status: str
+    error: dict[str, Any] | None = None
+    duration: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TickEnded(RunEvent):
+    """The tick of `iteration` is over: its Error Messages and the calls it paused on."""
+
+    kind: ClassVar[str] = "tick.ended"
+    iteration: int
+    errors: list[dict[str, Any]]
+    paused: list[str]
+
+
+# --------------------------------------------------------------------------------------
+# Actions in, events out
+
+
+class EventSink:
+    """Turns scheduler actions into events and delivers events to listeners.
+
+    It accepts both (an already typed event passes through), so any driver can hand it
+    whatever it has. A listener that raises stops the run: it is the caller's code.
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        redactor: Redactor,
+        listeners: Iterable[Callable[[RunEvent], Any] | None] = (),
+    ) -> None:
+        self.run_id = run_id
+        self.redact = redactor
+        self.listeners = [listener for listener in listeners if listener is not None]
+        self._tools: dict[str, str | None] = {}
+        self._started: dict[str, float] = {}
+
+    def __call__(self, item: Any) -> None:
+        if not self.listeners:
+            return
+        if isinstance(item, RunEvent):
+            self.emit(item)
+            return
+        event = self._translate(item)
+        if event is not None:
+            self.emit(event)
+
+    def emit(self, event: RunEvent) -> None:
+        for listener in self.listeners:
+            listener(event)
+
+    def restarted(self, action: sched.StartCall) -> None:
+        """An idempotent call re-run after a crash (not a new scheduler action)."""
+        self._tools[action.id] = action.tool
+        self._started[action.id] = now = trio.current_time()
+        self.emit(
+            CallStarted(
+                run_id=self.run_id,
+                time=now,
+                call_id=action.id,
+                tool=action.tool,
+                params=self.redact(action.params),
+                restarted=True,
+            )
+        )
+
+    def _translate(self, action: Any) -> RunEvent | None:
+        now = trio.current_time()
+        run_id = self.run_id
+        if isinstance(action, sched.CallAccepted):
+            self._tools[action.id] = action.tool
+            return CallReceived(
+                run_id=run_id,
+                time=now,
+                call_id=action.id,
+                tool=action.tool,
+                call=self.redact(action.call),
+            )
+        if isinstance(action, sched.CallReady):
+            return CallReady(
+                run_id=run_id,
+                time=now,
+                call_id=action.id,
+                tool=self._tools.get(action.id),
+                params=self.redact(action.params),
+            )
+        if isinstance(action, sched.ApprovalRequested):
+            pending = action.pending
+            return CallAwaitingApproval(
+                run_id=run_id,
+                time=now,
+                call_id=pending.id,
+                tool=pending.tool,
+                params=self.redact(pending.params),
+            )
+        if isinstance(action, sched.CallDecided):
+            detail = decision_to_dict(action.decision)
+            name = detail.pop("decision")
+            return CallDecided(
+                run_id=run_id,
+                time=now,
+                call_id=action.id,
+                tool=self._tools.get(action.id),
+                decision=name,
+                detail=self.redact(detail),
+            )
+        if isinstance(action, sched.StartCall):
+            self._tools[action.id] = action.tool
+            self._started[action.id] = now
+            return CallStarted(
+                run_id=run_id,
+                time=now,
+                call_id=action.id,
+                tool=action.tool,
+                params=self.redact(action.params),
+            )
+        if isinstance(action, sched.CallSettled):
+            if action.id not in self._tools:  # failed its arrival checks: never accepted
+                self._tools[action.id] = None
+                self.emit(
+                    CallReceived(run_id=run_id, time=now, call_id=action.id, tool=None, call=None)
+                )
+            started = self._started.pop(action.id, None)
+            return CallFinished(
+                run_id=run_id,
+                time=now,
+                call_id=action.id,
+                tool=self._tools.get(action.id),
+                status=action.status,
+                error=action.error,
+                duration=None if started is None else now - started,
+            )
+        if isinstance(action, sched.TickEnded):
+            return TickEnded(
+                run_id=run_id,
+                time=now,
+                iteration=action.iteration,
+                errors=[self.redact(error) for error in action.errors],
+                paused=list(action.paused),
+            )
+        return None  # MessageAppended: the log, not a transition
+
+
+# --------------------------------------------------------------------------------------
+# Events as an async iterator
+
+
+class EventStream:
+    """The events of one run as an async iterator; `.result` once the run has ended."""
+
+    def __init__(self, receive: trio.MemoryReceiveChannel[RunEvent]) -> None:
+        self._receive = receive
+        self.result: Any = None
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> RunEvent:
+        try:
+            return await self._receive.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+
+@asynccontextmanager
+async def open_event_stream(
+    run: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
+) -> AsyncIterator[EventStream]:
+    """Run `run(*args, on_event=..., **kwargs)` in the background and iterate its events.
+
+    ::
+
+        async with tl.open_event_stream(agent.run_async, {"q": "..."}) as events:
+            async for event in events:
+                print(event.kind, event.call_id)
+        result = events.result
+
+    The iteration ends when the run does. Leaving the block early stops delivery but lets
+    the run finish; an exception in the block cancels the run (it stays resumable).
+    """
+    send, receive = trio.open_memory_channel[RunEvent](math.inf)
+    stream = EventStream(receive)
+    also = kwargs.pop("on_event", None)
+
+    def deliver(event: RunEvent) -> None:
+        if also is not None:
+            also(event)
+        try:
+            send.send_nowait(event)
+        except trio.BrokenResourceError:
+            pass  # the reader left the block: the run goes on without it
+
+    async def drive() -> None:
+        async with send:
+            stream.result = await run(*args, on_event=deliver, **kwargs)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(drive)
+        async with receive:
+            yield stream

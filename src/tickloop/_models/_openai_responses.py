@@ -1,0 +1,319 @@
+"""The OpenAI Responses API (`/v1/responses`), streamed.
+
+The Responses API speaks in typed items instead of chat messages: a turn's output is a
+list of `reasoning`, `message` and `function_call` items, and the next request's `input`
+must hold those items again, followed by one `function_call_output` per call. The items
+are sent back exactly as they came (ids, encrypted reasoning and all), since the API
+checks them against what it produced.
+
+No server-side state is relied on (`previous_response_id` is never sent): each request
+carries the whole conversation, as in every other client, so a run resumes from its log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import httpx
+
+from ._base import (
+    ModelError,
+    SolutionRequest,
+    TextDelta,
+    ToolCallStarted,
+    ToolResult,
+    TurnItem,
+    TurnRequest,
+    TurnResponse,
+    TurnToolCall,
+    Usage,
+    wire_conversation,
+)
+from ._http import (
+    DEFAULT_TIMEOUT,
+    client_scope,
+    error_from_response,
+    load_event,
+    redact,
+    transport_error,
+)
+from ._sse import aiter_sse
+
+__all__ = ["OpenAIResponses"]
+
+_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+# Error codes a failed stream reports, read as the HTTP status the same error would have
+# had as a response; any other code is the server's fault, and so retryable.
+_ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "invalid_prompt": 400,
+    "context_length_exceeded": 400,
+    "invalid_api_key": 401,
+    "rate_limit_exceeded": 429,
+    "insufficient_quota": 429,
+}
+
+
+class OpenAIResponses:
+    """A model client for `{base_url}/responses`, streamed over server-sent events.
+
+    `base_url` includes the `/v1`; it and `api_key` default to `OPENAI_BASE_URL` and
+    `OPENAI_API_KEY`, as for `OpenAIChat`.
+
+    With `protocol="tools"` the agent's tools are offered as functions; with the
+    solution protocol the solution schema is asked for as a strict `json_schema` text
+    format. `reasoning` (e.g. `{"effort": "low"}`), `store` and `include` are sent when
+    given: for reasoning models without server-side storage, pass `store=False,
+    include=["reasoning.encrypted_content"]` so that reasoning items can be sent back.
+    `extra_body` is merged into every request body last.
+    """
+
+    turn_format = "openai-responses"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        client: httpx.AsyncClient | None = None,
+        temperature: float | None = None,
+        max_output_tokens: int | None = None,
+        reasoning: dict[str, Any] | None = None,
+        store: bool | None = None,
+        include: Sequence[str] | None = None,
+        extra_body: dict[str, Any] | None = None,
+        timeout: httpx.Timeout | float | None = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.model = model
+        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or _DEFAULT_BASE_URL
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self._client = client
+        self.temperature = temperature
+        self.max_output_tokens = max_output_tokens
+        self.reasoning = dict(reasoning) if reasoning is not None else None
+        self.store = store
+        self.include = list(include) if include is not None else None
+        self.extra_body = dict(extra_body or {})
+        self.timeout = timeout
+
+    def __repr__(self) -> str:  # the key stays out of reprs, logs and tracebacks
+        return f"OpenAIResponses({self.model!r}, base_url={self.base_url!r})"
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/responses"
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "text/event-stream"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    def _options(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        if self.max_output_tokens is not None:
+            body["max_output_tokens"] = self.max_output_tokens
+        if self.reasoning is not None:
+            body["reasoning"] = self.reasoning
+        if self.store is not None:
+            body["store"] = self.store
+        if self.include is not None:
+            body["include"] = self.include
+        body.update(self.extra_body)
+        return body
+
+    async def _post(self, body: dict[str, Any]) -> AsyncIterator[TurnItem]:
+        what = f"responses request ({self.model} at {self.url})"
+        secrets = (self._api_key,)
+        try:
+            async with (
+                client_scope(self._client, self.timeout) as client,
+                client.stream("POST", self.url, json=body, headers=self._headers()) as response,
+            ):
+                if not response.is_success:
+                    await response.aread()
+                    raise error_from_response(response, what=what, secrets=secrets)
+                async for item in _read_stream(response, what, secrets):
+                    yield item
+        except httpx.TransportError as exc:
+            raise transport_error(exc, what=what, secrets=secrets) from exc
+
+    # -- the solution protocol --------------------------------------------------------------
+
+    async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
+        system = [m["content"] for m in request.messages if m.get("role") == "system"]
+        body: dict[str, Any] = {
+            "model": self.model,
+            "input": [
+                {"role": m["role"], "content": m["content"]}
+                for m in request.messages
+                if m.get("role") != "system"
+            ],
+            "text": {
+                "format": {
+                    "type": "json_schema",
+                    "name": request.schema_name,
+                    "schema": request.schema,
+                    "strict": True,
+                }
+            },
+            "stream": True,
+        }
+        if system:
+            body["instructions"] = "\n\n".join(str(text) for text in system)
+        async for item in self._post(self._options(body)):
+            if isinstance(item, TextDelta | Usage):
+                yield item
+
+    # -- native tool calling (PROTOCOL §9) ------------------------------------------------
+
+    def _turn_body(self, request: TurnRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "input": wire_conversation(
+                request.conversation,
+                self.turn_format,
+                text_message=lambda role, text: {"role": role, "content": text},
+                strip_reasoning=_strip_reasoning,
+            ),
+            "stream": True,
+        }
+        if request.system:
+            body["instructions"] = request.system
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "name": spec.name,
+                    **({"description": spec.description} if spec.description else {}),
+                    "parameters": spec.parameters,
+                }
+                for spec in request.tools
+            ]
+        return self._options(body)
+
+    async def stream_turn(self, request: TurnRequest) -> AsyncIterator[TurnItem]:
+        async for item in self._post(self._turn_body(request)):
+            yield item
+
+    def tool_result_messages(
+        self, response: TurnResponse, results: Sequence[ToolResult]
+    ) -> list[dict[str, Any]]:
+        """One `function_call_output` item per call, in the calls' order (PROTOCOL §9)."""
+        return [
+            {"type": "function_call_output", "call_id": call.id, "output": result.content}
+            for call, result in zip(response.tool_calls, results, strict=True)
+        ]
+
+
+def _strip_reasoning(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items without reasoning items: a turn without tool calls does not send its
+    reasoning back."""
+    return [item for item in items if item.get("type") != "reasoning"]
+
+
+async def _read_stream(
+    response: httpx.Response, what: str, secrets: tuple[str | None, ...]
+) -> AsyncIterator[TurnItem]:
+    """The text and items of a Responses event stream, then its usage and the whole turn.
+
+    Each output item is taken from its `response.output_item.done` event, the complete
+    item as the API will expect it back; an item that never got one is rebuilt from its
+    `added` event and deltas.
+    """
+    items: dict[int, dict[str, Any]] = {}
+    arguments: dict[int, list[str]] = {}
+    text: list[str] = []
+    usage: Usage | None = None
+    finish: str | None = None
+    async for event in aiter_sse(response):
+        if not event.data.strip():
+            continue
+        payload = load_event(event.data, what=what, secrets=secrets)
+        if not isinstance(payload, dict):
+            continue
+        kind = payload.get("type", event.event)
+        index = payload.get("output_index", 0)
+        if kind == "error":
+            raise _stream_error(payload, what, secrets)
+        if kind == "response.failed":
+            error = (payload.get("response") or {}).get("error") or {}
+            raise _stream_error(error if isinstance(error, dict) else {}, what, secrets)
+        if kind == "response.output_item.added":
+            item = dict(payload.get("item") or {})
+            items[index] = item
+            if item.get("type") == "function_call":
+                arguments[index] = []
+                yield ToolCallStarted(index, str(item.get("name", "")))
+        elif kind == "response.output_text.delta":
+            delta = payload.get("delta")
+            if isinstance(delta, str) and delta:
+                text.append(delta)
+                yield TextDelta(delta)
+        elif kind == "response.function_call_arguments.delta":
+            delta = payload.get("delta")
+            if isinstance(delta, str):
+                arguments.setdefault(index, []).append(delta)
+        elif kind == "response.output_item.done":
+            item = payload.get("item")
+            if isinstance(item, dict):
+                items[index] = dict(item)
+        elif kind in ("response.completed", "response.incomplete"):
+            body = payload.get("response") or {}
+            counts = body.get("usage") or {}
+            if counts:
+                usage = Usage(
+                    int(counts.get("input_tokens") or 0), int(counts.get("output_tokens") or 0)
+                )
+            finish = "completed" if kind == "response.completed" else "incomplete"
+            break
+    if finish is None:
+        raise ModelError(f"{what}: the stream ended before the response did", status=None)
+    if usage is not None:
+        yield usage
+    output: list[dict[str, Any]] = []
+    calls: list[TurnToolCall] = []
+    reasoning: list[str] = []
+    for index in sorted(items):
+        item = items[index]
+        kind = item.get("type")
+        if kind == "function_call":
+            if not item.get("arguments") and arguments.get(index):
+                item["arguments"] = "".join(arguments[index])
+            item.setdefault("arguments", "")
+            calls.append(
+                TurnToolCall(
+                    str(item.get("call_id") or item.get("id") or ""),
+                    str(item.get("name", "")),
+                    str(item["arguments"]),
+                )
+            )
+        elif kind == "reasoning":
+            for part in item.get("summary") or []:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    reasoning.append(part["text"])
+        output.append(item)
+    yield TurnResponse(
+        text="".join(text),
+        tool_calls=calls,
+        messages=output,
+        reasoning="\n\n".join(reasoning) or None,
+        finish_reason=finish,
+    )
+
+
+def _stream_error(error: dict[str, Any], what: str, secrets: tuple[str | None, ...]) -> ModelError:
+    code = error.get("code")
+    message = str(error.get("message") or code or "no message")
+    return ModelError(
+        f"{what}: error in stream: {code or 'error'}: {redact(message, secrets)}",
+        status=_ERROR_STATUS.get(code) if isinstance(code, str) else None,
+        body=redact(json.dumps(error, ensure_ascii=False), secrets),
+    )

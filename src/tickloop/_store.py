@@ -1,0 +1,694 @@
+"""The durable store: one SQLite file holding every run's journal, calls and decisions.
+
+Durability is event sourcing (PROTOCOL §10). For each run the store keeps, in one
+sequence, every scheduler event fed to the engine and every message the outer loop
+appended by itself (the input, solutions, plans). Replaying that journal into a fresh
+scheduler rebuilds the log and every call's state exactly, because the scheduler is a
+pure function of its events. Each entry is committed before the engine acts on it.
+
+Beside the journal, the store keeps what a reader without the agent's tools needs (the
+command line, the timeline): a `calls` row per call with its status and the time of each
+transition, and a `decisions` table for decisions made outside a running process. Both
+are written in the same transaction as the journal entry that changed them, so they
+never disagree with it.
+
+The file is opened with the standard library's `sqlite3` in WAL mode with
+`synchronous=NORMAL`: a committed transaction survives the process being killed (not a
+power cut, which would need `FULL` and an fsync per event). Several processes may share
+one file; writes take the lock up front (`BEGIN IMMEDIATE`) and wait on a busy timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._approval import Decision, Defer, decision_from_dict, decision_to_dict
+from ._errors import ResumeError, StoreError
+
+__all__ = ["CallInfo", "PendingDecision", "RunInfo", "SQLiteStore", "as_store"]
+
+SCHEMA_VERSION = 1
+_ACTIVE: set[tuple[Path, str]] = set()  # (store, run id) of the runs this process runs
+_HEADER = b"SQLite format 3\x00"
+
+_SCHEMA = """
+CREATE TABLE tickloop_schema (
+    version INTEGER NOT NULL
+);
+CREATE TABLE runs (
+    run_id   TEXT PRIMARY KEY,
+    status   TEXT NOT NULL,         -- running, paused, done, failed
+    created  REAL NOT NULL,         -- seconds since the epoch
+    updated  REAL NOT NULL,
+    protocol TEXT NOT NULL,
+    owner    TEXT,                  -- host:pid of the process running it, while it runs
+    output   TEXT,                  -- the final output (JSON) of a done run
+    error    TEXT                   -- why a failed run stopped
+);
+CREATE TABLE journal (
+    run_id TEXT NOT NULL,
+    seq    INTEGER NOT NULL,        -- one sequence per run: replay order
+    at     REAL NOT NULL,           -- run clock, seconds since the epoch
+    kind   TEXT NOT NULL,           -- event, message or note
+    body   TEXT NOT NULL,           -- JSON
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE calls (
+    run_id    TEXT NOT NULL,
+    call_id   TEXT NOT NULL,
+    seq       INTEGER NOT NULL,     -- arrival order in the run
+    iteration INTEGER NOT NULL,
+    tool      TEXT,
+    status    TEXT NOT NULL,
+    call      TEXT,                 -- the wire call (JSON), secrets redacted
+    params    TEXT,                 -- resolved parameters (JSON), secrets redacted
+    deps      TEXT,                 -- ids of the calls it waited on (JSON list)
+    decision  TEXT,                 -- the decision applied to it (JSON)
+    error     TEXT,                 -- its error (JSON)
+    received  REAL, ready REAL, asked REAL, decided REAL, started REAL, finished REAL,
+    PRIMARY KEY (run_id, call_id)
+);
+CREATE TABLE decisions (
+    run_id   TEXT NOT NULL,
+    call_id  TEXT NOT NULL,
+    decision TEXT NOT NULL,         -- JSON, as decision_to_dict
+    recorded REAL NOT NULL,
+    PRIMARY KEY (run_id, call_id)
+);
+"""
+
+_TABLES = frozenset({"tickloop_schema", "runs", "journal", "calls", "decisions"})
+
+CALL_COLUMNS = (
+    "call_id",
+    "seq",
+    "iteration",
+    "tool",
+    "status",
+    "call",
+    "params",
+    "deps",
+    "decision",
+    "error",
+    "received",
+    "ready",
+    "asked",
+    "decided",
+    "started",
+    "finished",
+)
+_INSERT_CALL = (
+    f"INSERT OR REPLACE INTO calls (run_id, {', '.join(CALL_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * (len(CALL_COLUMNS) + 1))})"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """One stored run as `tickloop runs` lists it."""
+
+    run_id: str
+    status: str  # running, interrupted, paused, done, failed
+    created: float
+    updated: float
+    calls: int
+    output: Any = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CallInfo:
+    """One call's row: status, redacted parameters, and the time of each transition.
+
+    Times are on the run clock (seconds since the epoch); None for a transition the
+    call never made.
+    """
+
+    id: str
+    seq: int
+    iteration: int
+    tool: str | None
+    status: str
+    call: Any
+    params: Any
+    deps: list[str]
+    decision: dict[str, Any] | None
+    error: dict[str, Any] | None
+    received: float | None
+    ready: float | None
+    asked: float | None
+    decided: float | None
+    started: float | None
+    finished: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingDecision:
+    """A deferred call of a paused run, and the decision recorded for it, if any."""
+
+    id: str
+    tool: str | None
+    params: Any
+    decision: dict[str, Any] | None
+
+
+def as_store(store: SQLiteStore | str | os.PathLike[str] | None) -> SQLiteStore | None:
+    """Accept a path where a store is expected, as `Agent(store="runs.db")` does."""
+    if store is None or isinstance(store, SQLiteStore):
+        return store
+    if isinstance(store, str | os.PathLike):
+        return SQLiteStore(store)
+    raise TypeError(f"store must be a path or a SQLiteStore, not {store!r}")
+
+
+def owner_label() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _owner_alive(owner: str | None) -> bool:
+    """Whether the process that claimed a run still runs (only knowable on this host)."""
+    if not owner:
+        return False
+    host, _, pid_text = owner.rpartition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class SQLiteStore:
+    """A store of durable runs in one SQLite file (created with mode 0600).
+
+    An existing file is checked when the store is made: a file that is not a tickloop
+    store raises `StoreError` naming the path, and is left exactly as it was.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 10.0) -> None:
+        self.path = Path(path)
+        self.timeout = timeout
+        # Connections are kept for reuse: opening checks the file, and closing the last
+        # one checkpoints the WAL into the main file, neither of which a run should pay.
+        self._idle: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        if self.path.exists() and self.path.stat().st_size > 0:
+            with self.connect():
+                pass  # checks the file; raises StoreError for one that is not a store
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self.path)!r})"
+
+    # -- connections -------------------------------------------------------------------
+
+    @contextmanager
+    def connect(self) -> Iterator[sqlite3.Connection]:
+        """A checked connection for the block; the file is made (0600) when missing."""
+        connection = self.acquire()
+        try:
+            yield connection
+        finally:
+            self.release(connection)
+
+    def acquire(self) -> sqlite3.Connection:
+        """A connection of this store's own (a running run keeps one); `release` it."""
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return self.open()
+
+    def release(self, connection: sqlite3.Connection) -> None:
+        if connection.in_transaction:  # only after an error: never reuse a half transaction
+            connection.close()
+            return
+        with self._lock:
+            self._idle.append(connection)
+
+    def close(self) -> None:
+        """Close the connections kept for reuse (the WAL is then checkpointed)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def open(self) -> sqlite3.Connection:
+        """A new checked connection, which the caller closes."""
+        self._create_file()
+        self._check_header()
+        try:
+            connection = sqlite3.connect(
+                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as error:
+            raise StoreError(f"{self.path}: cannot open the store: {error}") from error
+        try:
+            self._prepare(connection)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def _create_file(self) -> None:
+        try:
+            descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            return
+        except OSError as error:
+            raise StoreError(f"{self.path}: cannot create the store: {error}") from error
+        os.close(descriptor)
+
+    def _check_header(self) -> None:
+        """Reject a file that is not SQLite, or was cut short, before sqlite touches it.
+
+        SQLite itself would treat some damaged files as empty databases and write to them;
+        the header says how big the file must be, so a truncated store is caught here.
+        """
+        try:
+            with open(self.path, "rb") as file:
+                header = file.read(100)
+                size = os.fstat(file.fileno()).st_size
+        except OSError as error:
+            raise StoreError(f"{self.path}: cannot read the store: {error}") from error
+        if size == 0:
+            return  # a new store (or one whose creation was interrupted): made on first use
+        if len(header) < 100 or not header.startswith(_HEADER):
+            raise StoreError(f"{self.path} is not a tickloop store (not an SQLite database)")
+        page_size = int.from_bytes(header[16:18], "big")
+        page_size = 65536 if page_size == 1 else page_size
+        pages = int.from_bytes(header[28:32], "big")
+        valid_count = header[24:28] == header[92:96] and pages > 0
+        if page_size < 512 or page_size & (page_size - 1):
+            raise StoreError(f"{self.path}: the store is damaged (bad page size {page_size})")
+        if valid_count and size < pages * page_size:
+            raise StoreError(
+                f"{self.path}: the store is truncated ({size} bytes, its header says "
+                f"{pages * page_size})"
+            )
+        if size % page_size:
+            raise StoreError(f"{self.path}: the store is damaged (its size does not fit its pages)")
+
+    def _prepare(self, connection: sqlite3.Connection) -> None:
+        """Check the schema (read only), then switch to WAL and create tables if new."""
+        try:
+            names = {
+                row[0]
+                for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            }
+            if names and "tickloop_schema" not in names:
+                raise StoreError(
+                    f"{self.path} is an SQLite database but not a tickloop store "
+                    f"(it has tables {', '.join(sorted(names)[:5])})"
+                )
+            if names:
+                self._check_version(connection, names)
+            if connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=NORMAL")
+            if not names:
+                with self._write(connection):
+                    exists = connection.execute(
+                        "SELECT 1 FROM sqlite_master WHERE name='tickloop_schema'"
+                    ).fetchone()
+                    if not exists:  # another process may have made it meanwhile
+                        for statement in _SCHEMA.split(";"):
+                            if statement.strip():
+                                connection.execute(statement)
+                        connection.execute(
+                            "INSERT INTO tickloop_schema (version) VALUES (?)", (SCHEMA_VERSION,)
+                        )
+        except sqlite3.DatabaseError as error:
+            raise StoreError(
+                f"{self.path}: the store is damaged or not a store: {error}"
+            ) from error
+
+    def _check_version(self, connection: sqlite3.Connection, names: set[str]) -> None:
+        row = connection.execute("SELECT version FROM tickloop_schema").fetchone()
+        if row is None or not isinstance(row[0], int):
+            raise StoreError(f"{self.path}: the store has no schema version")
+        if row[0] > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} was written by a newer tickloop (store schema {row[0]}, this "
+                f"version reads {SCHEMA_VERSION}); upgrade tickloop"
+            )
+        missing = _TABLES - names
+        if missing:
+            raise StoreError(f"{self.path}: the store lacks tables {', '.join(sorted(missing))}")
+
+    @contextmanager
+    def _write(self, connection: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taking the write lock at once (no upgrade deadlocks)."""
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as error:
+            raise StoreError(f"{self.path}: cannot write to the store: {error}") from error
+        try:
+            yield connection
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        try:
+            connection.execute("COMMIT")
+        except sqlite3.Error as error:
+            raise StoreError(f"{self.path}: cannot commit to the store: {error}") from error
+
+    # -- reading -----------------------------------------------------------------------
+
+    def runs(self) -> list[RunInfo]:
+        """Every run, oldest first."""
+        with self.connect() as connection:
+            rows = connection.execute(
+                "SELECT r.run_id, r.status, r.created, r.updated, r.owner, r.output, r.error, "
+                "(SELECT count(*) FROM calls c WHERE c.run_id = r.run_id) "
+                "FROM runs r ORDER BY r.created, r.run_id"
+            ).fetchall()
+        return [_run_info(row) for row in rows]
+
+    def run(self, run_id: str) -> RunInfo:
+        """One run; `ResumeError` when the store has no run of that id."""
+        with self.connect() as connection:
+            return self._run(connection, run_id)
+
+    def _run(self, connection: sqlite3.Connection, run_id: str) -> RunInfo:
+        row = connection.execute(
+            "SELECT r.run_id, r.status, r.created, r.updated, r.owner, r.output, r.error, "
+            "(SELECT count(*) FROM calls c WHERE c.run_id = r.run_id) "
+            "FROM runs r WHERE r.run_id = ?",
+            (run_id,),
+        ).fetchone()
+        if row is None:
+            raise ResumeError(f"no run {run_id!r} in {self.path}")
+        return _run_info(row)
+
+    def calls(self, run_id: str) -> list[CallInfo]:
+        """The run's calls in arrival order."""
+        with self.connect() as connection:
+            self._run(connection, run_id)
+            rows = connection.execute(
+                f"SELECT {', '.join(CALL_COLUMNS)} FROM calls WHERE run_id = ? ORDER BY seq",
+                (run_id,),
+            ).fetchall()
+        return [_call_info(row) for row in rows]
+
+    def journal(self, run_id: str) -> list[tuple[int, float, str, Any]]:
+        """The run's journal: (seq, at, kind, body) in order."""
+        with self.connect() as connection:
+            return self._journal(connection, run_id)
+
+    @staticmethod
+    def _journal(connection: sqlite3.Connection, run_id: str) -> list[tuple[int, float, str, Any]]:
+        rows = connection.execute(
+            "SELECT seq, at, kind, body FROM journal WHERE run_id = ? ORDER BY seq", (run_id,)
+        ).fetchall()
+        return [(seq, at, kind, json.loads(body)) for seq, at, kind, body in rows]
+
+    def pending(self, run_id: str) -> list[PendingDecision]:
+        """The calls a paused run waits on, with any decision already recorded for them."""
+        with self.connect() as connection:
+            self._run(connection, run_id)
+            rows = connection.execute(
+                "SELECT c.call_id, c.tool, c.params, d.decision FROM calls c "
+                "LEFT JOIN decisions d ON d.run_id = c.run_id AND d.call_id = c.call_id "
+                "WHERE c.run_id = ? AND c.status = 'deferred' ORDER BY c.seq",
+                (run_id,),
+            ).fetchall()
+        return [
+            PendingDecision(call_id, tool, _loads(params), _loads(decision))
+            for call_id, tool, params, decision in rows
+        ]
+
+    # -- decisions ---------------------------------------------------------------------
+
+    def decide(self, run_id: str, call_id: str, decision: Decision | bool) -> None:
+        """Record a decision for a deferred call of a run; the next resume applies it.
+
+        Refused with `ResumeError` (nothing recorded) for an unknown or finished run, a
+        call that is not waiting for a decision, or a call already decided.
+        """
+        self.record_decisions(run_id, {call_id: decision})
+
+    def record_decisions(self, run_id: str, decisions: dict[str, Any]) -> None:
+        """Check and record several decisions atomically: all are recorded, or none."""
+        checked = {
+            call_id: _checked_decision(call_id, value) for call_id, value in decisions.items()
+        }
+        with self.connect() as connection, self._write(connection):
+            run = self._run(connection, run_id)
+            if run.status == "done":
+                raise ResumeError(f"run {run_id!r} is finished; it takes no more decisions")
+            self._insert_decisions(connection, run_id, checked)
+
+    def _insert_decisions(
+        self, connection: sqlite3.Connection, run_id: str, decisions: dict[str, Decision]
+    ) -> None:
+        now = time.time()
+        for call_id, decision in decisions.items():
+            row = connection.execute(
+                "SELECT status FROM calls WHERE run_id = ? AND call_id = ?", (run_id, call_id)
+            ).fetchone()
+            if row is None:
+                waiting = self._waiting_ids(connection, run_id)
+                raise ResumeError(
+                    f"run {run_id!r} has no call {call_id!r}"
+                    + (f"; the calls waiting for a decision are {waiting}" if waiting else "")
+                )
+            if row[0] != "deferred":
+                raise ResumeError(
+                    f"call {call_id!r} of run {run_id!r} is not waiting for a decision "
+                    f"(it is {row[0]})"
+                )
+            earlier = connection.execute(
+                "SELECT decision FROM decisions WHERE run_id = ? AND call_id = ?",
+                (run_id, call_id),
+            ).fetchone()
+            if earlier is not None:
+                name = json.loads(earlier[0]).get("decision")
+                raise ResumeError(
+                    f"call {call_id!r} of run {run_id!r} already has a decision ({name}); "
+                    "a call is decided once"
+                )
+            connection.execute(
+                "INSERT INTO decisions (run_id, call_id, decision, recorded) VALUES (?, ?, ?, ?)",
+                (run_id, call_id, json.dumps(decision_to_dict(decision)), now),
+            )
+
+    @staticmethod
+    def _waiting_ids(connection: sqlite3.Connection, run_id: str) -> str:
+        rows = connection.execute(
+            "SELECT call_id FROM calls WHERE run_id = ? AND status = 'deferred' ORDER BY seq",
+            (run_id,),
+        ).fetchall()
+        return ", ".join(row[0] for row in rows)
+
+
+def _checked_decision(call_id: str, value: Any) -> Decision:
+    from ._approval import Approve, Deny, Edit, Replace, Respond
+
+    if value is True:
+        return Approve()
+    if value is False:
+        return Deny()
+    if isinstance(value, Defer):
+        raise ResumeError(f"the decision for {call_id!r} cannot be Defer: it is deferred already")
+    if not isinstance(value, Approve | Deny | Edit | Replace | Respond):
+        raise ResumeError(f"the decision for {call_id!r} is not a decision: {value!r}")
+    return value
+
+
+class RunWriter:
+    """Appends one run's journal; one instance per process that runs the run.
+
+    `seq` is the journal's primary key with the run id, so a second process writing the
+    same run at the same time fails on its first entry instead of interleaving.
+    """
+
+    def __init__(self, store: SQLiteStore, connection: sqlite3.Connection, run_id: str) -> None:
+        self.store = store
+        self.connection = connection
+        self.run_id = run_id
+        self.seq = 0
+
+    def append(
+        self,
+        entries: Sequence[tuple[float, str, str]],
+        calls: Iterable[Sequence[Any]] = (),
+    ) -> None:
+        """Commit journal entries (at, kind, JSON body) and changed call rows together."""
+        rows = []
+        for at, kind, body in entries:
+            self.seq += 1
+            rows.append((self.run_id, self.seq, at, kind, body))
+        connection = self.connection
+        try:
+            with self.store._write(connection):
+                connection.executemany(
+                    "INSERT INTO journal (run_id, seq, at, kind, body) VALUES (?, ?, ?, ?, ?)",
+                    rows,
+                )
+                connection.executemany(_INSERT_CALL, [(self.run_id, *row) for row in calls])
+        except sqlite3.IntegrityError as error:
+            self.seq -= len(rows)
+            raise StoreError(
+                f"{self.store.path}: run {self.run_id!r} was written by another process at "
+                "the same time; only one process may run a run"
+            ) from error
+        except sqlite3.Error as error:
+            self.seq -= len(rows)
+            raise StoreError(f"{self.store.path}: cannot write to the store: {error}") from error
+
+    def release(self) -> None:
+        """The run is over in this process: give back the connection."""
+        _ACTIVE.discard((self.store.path.resolve(), self.run_id))
+        self.store.release(self.connection)
+
+    def set_status(
+        self, status: str, *, output: Any = None, error: str | None = None, release: bool = True
+    ) -> None:
+        with self.store._write(self.connection):
+            self.connection.execute(
+                "UPDATE runs SET status = ?, updated = ?, output = ?, error = ?, "
+                "owner = CASE WHEN ? THEN NULL ELSE owner END WHERE run_id = ?",
+                (
+                    status,
+                    time.time(),
+                    None if output is None else json.dumps(output, ensure_ascii=False),
+                    error,
+                    release,
+                    self.run_id,
+                ),
+            )
+
+
+def create_run(store: SQLiteStore, run_id: str, protocol: str) -> RunWriter:
+    """Claim a new run id; `ResumeError` if the store has it already."""
+    connection = store.acquire()
+    try:
+        with store._write(connection):
+            row = connection.execute(
+                "SELECT status FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if row is not None:
+                if row[0] == "done":
+                    raise ResumeError(
+                        f"run {run_id!r} is finished; a finished run is not run again "
+                        "(choose another run_id)"
+                    )
+                raise ResumeError(
+                    f"run {run_id!r} already exists ({row[0]}); continue it with "
+                    f"agent.resume({run_id!r})"
+                )
+            now = time.time()
+            connection.execute(
+                "INSERT INTO runs (run_id, status, created, updated, protocol, owner) "
+                "VALUES (?, 'running', ?, ?, ?, ?)",
+                (run_id, now, now, protocol, owner_label()),
+            )
+    except BaseException:
+        store.release(connection)
+        raise
+    _ACTIVE.add((store.path.resolve(), run_id))
+    return RunWriter(store, connection, run_id)
+
+
+@dataclass(slots=True)
+class ClaimedRun:
+    """What a resume needs: the writer, the journal to replay, and the decisions."""
+
+    writer: RunWriter
+    journal: list[tuple[int, float, str, Any]]
+    decisions: dict[str, Decision]
+
+
+def claim_run(store: SQLiteStore, run_id: str, decisions: dict[str, Any]) -> ClaimedRun:
+    """Check a resume and take the run over, atomically; `ResumeError` before any change.
+
+    The new decisions are checked and recorded in the same transaction that claims the
+    run, so two processes deciding the same call cannot both win.
+    """
+    checked = {call_id: _checked_decision(call_id, value) for call_id, value in decisions.items()}
+    connection = store.acquire()
+    try:
+        with store._write(connection):
+            row = connection.execute(
+                "SELECT status, owner FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if row is None:
+                raise ResumeError(f"no run {run_id!r} in {store.path}")
+            status, owner = row
+            if status == "done":
+                raise ResumeError(f"run {run_id!r} is finished; there is nothing to resume")
+            if (store.path.resolve(), run_id) in _ACTIVE or (
+                status == "running" and owner != owner_label() and _owner_alive(owner)
+            ):
+                raise ResumeError(f"run {run_id!r} is running in process {owner}")
+            store._insert_decisions(connection, run_id, checked)
+            connection.execute(
+                "UPDATE runs SET status = 'running', owner = ?, updated = ? WHERE run_id = ?",
+                (owner_label(), time.time(), run_id),
+            )
+            journal = SQLiteStore._journal(connection, run_id)
+            stored = connection.execute(
+                "SELECT call_id, decision FROM decisions WHERE run_id = ? "
+                "ORDER BY recorded, call_id",
+                (run_id,),
+            ).fetchall()
+    except BaseException:
+        store.release(connection)
+        raise
+    writer = RunWriter(store, connection, run_id)
+    writer.seq = journal[-1][0] if journal else 0
+    _ACTIVE.add((store.path.resolve(), run_id))
+    return ClaimedRun(
+        writer,
+        journal,
+        {call_id: decision_from_dict(json.loads(body)) for call_id, body in stored},
+    )
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _run_info(row: Sequence[Any]) -> RunInfo:
+    run_id, status, created, updated, owner, output, error, calls = row
+    if status == "running" and not _owner_alive(owner):
+        status = "interrupted"  # its process died: `agent.resume` continues it
+    return RunInfo(run_id, status, created, updated, calls, _loads(output), error)
+
+
+def _call_info(row: Sequence[Any]) -> CallInfo:
+    (call_id, seq, iteration, tool, status, call, params, deps, decision, error, *times) = row
+    return CallInfo(
+        call_id,
+        seq,
+        iteration,
+        tool,
+        status,
+        _loads(call),
+        _loads(params),
+        _loads(deps) or [],
+        _loads(decision),
+        _loads(error),
+        *times,
+    )

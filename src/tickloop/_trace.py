@@ -1,0 +1,141 @@
+"""OpenTelemetry spans for runs, when `opentelemetry-api` is installed.
+
+A run becomes spans `turn` › `request` › `execute_tool`: one `turn` per iteration, the
+model `request` inside it, and one `execute_tool` per call, carrying the call id, tool
+and final status. Spans are made from the typed run events, so they see exactly what
+`on_event` sees, secrets already redacted. Without OpenTelemetry nothing is imported and
+nothing is recorded; tickloop does not depend on it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from ._errors import ConfigurationError
+from ._events import (
+    CallFinished,
+    CallStarted,
+    RequestFinished,
+    RequestRetried,
+    RequestStarted,
+    RunEnded,
+    RunEvent,
+    TickEnded,
+)
+
+__all__ = ["RunTracer", "make_tracer"]
+
+_ERROR_STATUSES = frozenset({"failed", "denied", "invalid"})
+
+
+def make_tracer(tracer_provider: Any = None) -> RunTracer | None:
+    """A tracer on `tracer_provider` (default: the global one), or None without OTel."""
+    try:
+        from opentelemetry import trace
+    except ImportError:
+        if tracer_provider is not None:
+            raise ConfigurationError(
+                "tracer_provider was given but opentelemetry-api is not installed"
+            ) from None
+        return None
+    return RunTracer(trace, tracer_provider)
+
+
+class RunTracer:
+    """Makes a fresh span-keeping listener for each run."""
+
+    def __init__(self, trace: Any, tracer_provider: Any) -> None:
+        self._trace = trace
+        self._provider = tracer_provider
+
+    def listener(self) -> Callable[[RunEvent], None] | None:
+        """None while no SDK is configured: every span would be dropped, so the run
+        skips building them (the global provider is looked up per run, so one set
+        later is used from the next run on)."""
+        trace = self._trace
+        provider = self._provider or trace.get_tracer_provider()
+        if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+            return None
+        return _RunSpans(trace, trace.get_tracer("tickloop", tracer_provider=provider))
+
+
+class _RunSpans:
+    """The open spans of one run, driven by its events."""
+
+    def __init__(self, trace: Any, tracer: Any) -> None:
+        self._trace = trace
+        self._tracer = tracer
+        self._turn: Any = None
+        self._request: Any = None
+        self._calls: dict[str, Any] = {}
+        self._run_id = ""
+
+    def __call__(self, event: RunEvent) -> None:
+        self._run_id = event.run_id
+        if isinstance(event, RequestStarted):
+            self._end_turn()
+            self._turn = self._start("turn", None, {"tickloop.iteration": event.iteration})
+            self._request = self._start(
+                "request", self._turn, {"tickloop.iteration": event.iteration}
+            )
+        elif isinstance(event, RequestRetried) and self._request is not None:
+            self._request.add_event(
+                "retry", {"attempt": event.attempt, "delay": event.delay, "error": event.error}
+            )
+        elif isinstance(event, RequestFinished) and self._request is not None:
+            if event.error is not None:
+                self._request.set_attribute("tickloop.error", event.error)
+            self._request.end()
+        elif isinstance(event, CallStarted):
+            self._calls[event.call_id or ""] = self._call_span(
+                event.call_id, event.tool, event.params
+            )
+        elif isinstance(event, CallFinished):
+            span = self._calls.pop(event.call_id or "", None)
+            if span is None:  # never ran (denied, skipped, invalid): a span for its status
+                span = self._call_span(event.call_id, event.tool, None)
+            span.set_attribute("tickloop.call.status", event.status)
+            if event.status in _ERROR_STATUSES:
+                message = (event.error or {}).get("message", event.status)
+                span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, message))
+            span.end()
+        elif isinstance(event, TickEnded) and self._turn is not None:
+            if event.paused:
+                self._turn.set_attribute("tickloop.paused", list(event.paused))
+        elif isinstance(event, RunEnded):
+            for span in self._calls.values():
+                span.end()
+            self._calls.clear()
+            self._end_turn()
+
+    def _call_span(self, call_id: str | None, tool: str | None, params: Any) -> Any:
+        parent = self._request if self._request is not None else self._ensure_turn()
+        attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool or "",
+            "gen_ai.tool.call.id": call_id or "",
+        }
+        if params is not None:
+            attributes["tickloop.call.params"] = json.dumps(params, default=str)
+        return self._start("execute_tool", parent, attributes)
+
+    def _ensure_turn(self) -> Any:
+        """A resumed run's first calls come before any request: give them a turn."""
+        if self._turn is None:
+            self._turn = self._start("turn", None, {"tickloop.resumed": True})
+        return self._turn
+
+    def _start(self, name: str, parent: Any, attributes: dict[str, Any]) -> Any:
+        context = None if parent is None else self._trace.set_span_in_context(parent)
+        return self._tracer.start_span(
+            name, context=context, attributes={"tickloop.run_id": self._run_id, **attributes}
+        )
+
+    def _end_turn(self) -> None:
+        if self._request is not None and self._request.is_recording():
+            self._request.end()
+        if self._turn is not None:
+            self._turn.end()
+        self._turn = self._request = None

@@ -1,0 +1,652 @@
+"""The native tool-calling loop (PROTOCOL §9): the seeds' `turn()` on the tick engine.
+
+The model is driven through its own function-calling API instead of writing a solution.
+Each tool call of a response becomes an ordinary wire call, handed to the same engine the
+solution protocol uses, so native calls still run in parallel, wait on `depends_on` and
+prescribed output paths, and pass the approval hook. Only the edges differ: arguments come
+as text (parsed with the resilient parser), and results go back as messages in the
+provider's own wire format, one per call, in request order.
+
+The conversation lives in the log like everything else, so a run can resume from any
+`ExecuteError.messages`: `text` messages hold what people wrote, and `data` messages of
+kind `turn` (pushed, so the `turn` view is the whole exchange) hold the provider's wire
+messages verbatim: an assistant turn with every part the model sent, reasoning included,
+then its tool results. See docs/tool-calling.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+import trio
+
+from ._engine import Engine
+from ._errors import ConfigurationError, ExecuteError, MaxIterationsError
+from ._events import EventSink, RequestFinished, RequestRetried, RequestStarted, RunEvent
+from ._jsonstream import resilient_json_parse, resilient_json_parse_with_strategy
+from ._log import ContextLog
+from ._models._base import (
+    ModelError,
+    TextDelta,
+    ToolCallStarted,
+    ToolResult,
+    ToolSpec,
+    TurnRequest,
+    TurnResponse,
+    TurnToolCall,
+    Usage,
+)
+from ._prompt import _visible_parameters
+from ._retry import StreamBroken, stream_with_retries
+from ._scheduler import FINAL_STATUSES, CallSettled
+from ._tools import ToolSet
+
+if TYPE_CHECKING:
+    from ._agent import Agent, RunResult
+
+__all__ = ["TURN_KIND", "TextStream", "check_turn_configuration", "open_stream", "run_turns"]
+
+TURN_KIND = "turn"  # the data kind holding the provider's wire messages
+_REFERENCE_MARK = "†"
+
+
+def check_turn_configuration(model: Any, tools: ToolSet) -> None:
+    """What protocol "tools" needs, checked before anything runs."""
+    missing = [name for name in ("stream_turn", "tool_result_messages") if not hasattr(model, name)]
+    if missing or not isinstance(getattr(model, "turn_format", None), str):
+        raise ConfigurationError(
+            f"{model!r} cannot drive native tool calling (protocol='tools'): it needs "
+            "stream_turn, tool_result_messages and turn_format"
+        )
+    latent = [name for name, tool in tools.items() if tool.is_latent]
+    if latent:
+        raise ConfigurationError(
+            f"latent tool(s) {', '.join(map(repr, latent))} have no handler, and with "
+            "protocol='tools' the model cannot write a result itself; give them a handler "
+            "or use protocol='solution'"
+        )
+
+
+async def run_turns(
+    agent: Agent,
+    log: ContextLog,
+    *,
+    on_event: Callable[[RunEvent], Any] | None = None,
+    on_text: Callable[[str], Any] | None = None,
+) -> RunResult:
+    """Run the loop to a final answer. `on_event` is an `EventSink` or a listener of run
+    events; `on_text` receives the final answer's text as it streams (and only that:
+    tool-call turns are never shown, see `_TurnLoop._attempt`)."""
+    return await _TurnLoop(agent, log, on_event, on_text).run()
+
+
+class _TurnLoop:
+    """One run of the native tool-calling protocol."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        log: ContextLog,
+        on_event: Callable[[RunEvent], Any] | None,
+        on_text: Callable[[str], Any] | None,
+    ) -> None:
+        check_turn_configuration(agent.model, agent.tools)
+        self.agent = agent
+        self.model = agent.model
+        self.format: str = agent.model.turn_format
+        self.log = log
+        self.events = (
+            on_event if isinstance(on_event, EventSink) else EventSink("", agent.redact, [on_event])
+        )
+        self.on_text = on_text
+        self.usage = Usage()
+        self.specs = [
+            ToolSpec(tool.name, tool.description, _visible_parameters(tool))
+            for tool in agent.tools.values()
+        ]
+        self._settled = trio.Event()
+        self.engine = Engine(
+            agent.tools,
+            log,
+            approve=agent.approve,
+            max_concurrency=agent.max_concurrency,
+            on_action=self._on_action,
+        )
+        self._check_log_format()
+
+    def _on_action(self, action: Any) -> None:
+        if isinstance(action, CallSettled):
+            self._settled.set()
+        self.events(action)
+
+    def _emit(self, kind: type[RunEvent], **fields: Any) -> None:
+        if self.events.listeners:
+            self.events.emit(kind(run_id=self.events.run_id, time=trio.current_time(), **fields))
+
+    def _check_log_format(self) -> None:
+        for entry in self.log.view(TURN_KIND) or ():
+            if isinstance(entry, dict) and entry.get("format") not in (None, self.format):
+                raise ConfigurationError(
+                    f"this log's conversation was made in the {entry.get('format')!r} wire "
+                    f"format, and {self.model!r} speaks {self.format!r}: resume it with the "
+                    "same kind of model client"
+                )
+
+    # -- the outer loop -------------------------------------------------------------------
+
+    async def run(self) -> RunResult:
+        from ._agent import RunResult
+
+        iteration = _turns_in(self.log)  # a resumed log continues its count
+        self._start_conversation()
+        async with self.engine.session():
+            while True:
+                iteration += 1
+                if iteration > self.agent.max_iterations:
+                    raise MaxIterationsError(
+                        f"the agent made {self.agent.max_iterations} requests without a final "
+                        "answer; raise max_iterations or check the tools and instructions",
+                        self.log.messages,
+                    )
+                done, output = await self._iterate(iteration)
+                if done:
+                    break
+        return RunResult(output, self.log, self.engine.records, iteration, self.usage)
+
+    def _start_conversation(self) -> None:
+        """A fresh run opens with the input as the user's message, written to the log so
+        that a resumed run shows the model exactly the same conversation."""
+        for message in self.log.messages:
+            if message.get("type") == "text" and message.get("role") in ("user", "assistant"):
+                return
+            if message.get("type") == "data" and message.get("kind") == TURN_KIND:
+                return
+        value = self.log.view("input")
+        if value is None:
+            return
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        self.log.append({"type": "text", "role": "user", "text": text})
+
+    async def _iterate(self, iteration: int) -> tuple[bool, Any]:
+        request = TurnRequest(
+            system=self._system(),
+            conversation=self._conversation(),
+            tools=self.specs,
+            iteration=iteration,
+        )
+        self.engine.open_tick(iteration)
+        self._emit(RequestStarted, iteration=iteration)
+        try:
+            response = await self._ask(request)
+        except StreamBroken as broken:
+            # Text of it was already shown, so it could not be retried whole; nothing ran.
+            # The next iteration asks again with the same conversation.
+            self._emit(RequestFinished, iteration=iteration, error=f"broke off: {broken}")
+            self._append_turn(
+                {"role": "assistant", "iteration": iteration, "broken": True, "messages": []}
+            )
+            self.engine.report(_fault(f"the model's answer broke off: {broken}"))
+            await self._end_tick()
+            return False, None
+        self._emit(RequestFinished, iteration=iteration)
+        calls = response.tool_calls
+        ids = [f"c{iteration}.{index}" for index in range(len(calls))]
+        self._append_turn(
+            {
+                "role": "assistant",
+                "iteration": iteration,
+                "text": response.text,
+                "tool_calls": [
+                    {
+                        "id": id,
+                        "provider_id": call.id,
+                        "name": call.name,
+                        "arguments": call.arguments,
+                    }
+                    for id, call in zip(ids, calls, strict=True)
+                ],
+                **({"reasoning": response.reasoning} if response.reasoning else {}),
+                "messages": response.messages,
+            }
+        )
+        if not calls:
+            return await self._finish(response)
+        rejected = {
+            id: result
+            for id, call in zip(ids, calls, strict=True)
+            if (result := self._dispatch(id, call)) is not None
+        }
+        await self._end_tick()
+        await self._wait_for([id for id in ids if id not in rejected])
+        results = [
+            rejected[id] if id in rejected else self._result(id, call)
+            for id, call in zip(ids, calls, strict=True)
+        ]
+        self._append_turn(
+            {
+                "role": "tool",
+                "iteration": iteration,
+                "results": [
+                    {"id": id, "content": result.content, "is_error": result.is_error}
+                    for id, result in zip(ids, results, strict=True)
+                ],
+                "messages": self.model.tool_result_messages(response, results),
+            }
+        )
+        return False, None
+
+    async def _end_tick(self) -> None:
+        self.engine.close_stream()
+        outcome = await self.engine.wait_tick()
+        if outcome.paused:
+            raise ConfigurationError(
+                "a call was deferred (tl.Defer), which protocol='tools' cannot wait for: the "
+                "model needs every result of a turn before it can go on"
+            )
+
+    async def _wait_for(self, ids: Sequence[str]) -> None:
+        """Until every call has its final status, fire-and-forget ones included: in this
+        protocol each call's result goes back to the model, written to the state or not."""
+        records = self.engine.records
+        while not all(records[id].status in FINAL_STATUSES for id in ids if id in records):
+            self._settled = trio.Event()
+            await self._settled.wait()
+
+    # -- the request ----------------------------------------------------------------------
+
+    def _system(self) -> str | None:
+        parts = [self.agent.instructions.strip()] if self.agent.instructions else []
+        parts += [
+            str(message.get("text", ""))
+            for message in self.log.messages
+            if message.get("type") == "text" and message.get("role") == "system"
+        ]
+        schema = self.agent.output.schema
+        if schema is not None:
+            parts.append(
+                "When you have the final answer, reply without calling a tool, with only a "
+                "JSON value (no prose, no code fence) that matches this JSON Schema:\n"
+                + json.dumps(schema, ensure_ascii=False)
+            )
+        return "\n\n".join(parts) if parts else None
+
+    def _conversation(self) -> list[dict[str, Any]]:
+        conversation: list[dict[str, Any]] = []
+        for message in self.log.messages:
+            kind = message.get("type")
+            if kind == "text" and message.get("role") in ("user", "assistant"):
+                conversation.append({"role": message["role"], "text": str(message.get("text", ""))})
+            elif kind == "data" and message.get("kind") == TURN_KIND:
+                entry = message.get("data")
+                if not isinstance(entry, dict) or entry.get("broken") or not entry.get("messages"):
+                    continue
+                keep = entry.get("role") == "tool" or bool(entry.get("tool_calls"))
+                conversation.append(
+                    {
+                        "format": entry.get("format", self.format),
+                        "messages": entry["messages"],
+                        "keep_reasoning": keep,
+                    }
+                )
+        return conversation
+
+    async def _ask(self, request: TurnRequest) -> TurnResponse:
+        response: TurnResponse | None = None
+
+        def on_item(item: TextDelta | Usage | TurnResponse) -> None:
+            nonlocal response
+            if isinstance(item, Usage):
+                self.usage = self.usage + item
+            elif isinstance(item, TextDelta):
+                if self.on_text is not None:
+                    self.on_text(item.text)
+            else:
+                response = item
+
+        try:
+            await stream_with_retries(
+                lambda: self._attempt(request),
+                on_item,
+                attempts=self.agent.max_llm_retries,
+                rng=self.agent._rng,
+                on_retry=lambda attempt, delay, error: self._emit(
+                    RequestRetried,
+                    iteration=request.iteration,
+                    attempt=attempt,
+                    delay=delay,
+                    error=str(error),
+                ),
+            )
+        except StreamBroken:
+            raise
+        except ModelError as error:
+            raise ExecuteError(f"the model request failed: {error}", self.log.messages) from error
+        except Exception as error:  # a client bug must still hand back the log
+            raise ExecuteError(
+                f"the model client raised {type(error).__name__}: {error}", self.log.messages
+            ) from error
+        assert response is not None  # `_attempt` ends with one or raises
+        return response
+
+    async def _attempt(
+        self, request: TurnRequest
+    ) -> AsyncIterator[TextDelta | Usage | TurnResponse]:
+        """One request, held back until it is complete, except a final answer's text.
+
+        Holding back means a failure before the end is retried whole (nothing ran, nothing
+        was shown). Text is shown live only to a reader (`on_text`), only while the
+        response has not called a tool, and only once it has begun with something other
+        than whitespace: the first thing a response streams decides (the seeds' rule), as
+        providers stream tool calls from the start. A response that calls tools after
+        some text (a preamble) stops being shown at its first call.
+        """
+        held: list[Usage | TurnResponse] = []
+        live: bool | None = None if self.on_text is not None else False
+        waiting: list[str] = []
+        async for item in self.model.stream_turn(request):
+            if isinstance(item, ToolCallStarted):
+                live = False
+            elif isinstance(item, TextDelta):
+                if live is None:
+                    waiting.append(item.text)
+                    if item.text.strip():
+                        live = True
+                        yield TextDelta("".join(waiting))
+                elif live:
+                    yield item
+            elif isinstance(item, Usage | TurnResponse):
+                held.append(item)
+        if not any(isinstance(item, TurnResponse) for item in held):
+            raise ModelError(
+                f"{self.model!r} ended its stream without a complete response", status=None
+            )
+        for item in held:
+            yield item
+
+    # -- calls and results ----------------------------------------------------------------
+
+    def _dispatch(self, id: str, call: TurnToolCall) -> ToolResult | None:
+        """Hand one provider call to the engine; or, when its arguments cannot make a
+        call at all, report the fault and return the error result at once."""
+        tools = self.agent.tools
+        if call.name not in tools:
+            self.engine.receive({"_tool": call.name, "_id": id})  # "unknown tool", recorded
+            return None
+        if not call.arguments.strip():
+            arguments: Any = {}  # a call without arguments: some servers send nothing at all
+        else:
+            arguments, _ = resilient_json_parse_with_strategy(call.arguments)
+        problem: str | None = None
+        if arguments is None:
+            problem = f"got arguments that are not valid JSON ({_json_fault(call.arguments)})"
+        elif not isinstance(arguments, dict):
+            problem = "got arguments that are not a JSON object (a JSON array)"
+        else:
+            meta = sorted(key for key in arguments if key.startswith("_"))
+            if meta:
+                problem = (
+                    f"got argument {meta[0]!r}, which is not one of its parameters "
+                    f"({', '.join(tools[call.name].parameters.get('properties', {})) or 'none'})"
+                )
+        if problem is not None:
+            message = f"Tool {call.name!r} {problem}; send the arguments as one JSON object"
+            self.engine.report(
+                _fault(message), {"_tool": call.name, "_id": id, "_arguments": call.arguments}
+            )
+            return ToolResult(f"Error: {message}", is_error=True)
+        self.engine.receive({"_tool": call.name, **_literal(arguments), "_id": id})
+        return None
+
+    def _result(self, id: str, call: TurnToolCall) -> ToolResult:
+        record = self.engine.records[id]
+        error = record.error or {}
+        message = str(error.get("message", ""))
+        name = call.name
+        if record.status == "done":
+            output = record.output
+            content = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+            return ToolResult(content)
+        if record.status == "failed":
+            return ToolResult(f"Error: Tool {name!r} failed: {message}", is_error=True)
+        if record.status == "denied":
+            return ToolResult(f"Error: Tool {name!r} was denied: {message}", is_error=True)
+        if record.status == "skipped":
+            return ToolResult(
+                f"Error: Tool {name!r} was skipped: a value it depends on will not be written",
+                is_error=True,
+            )
+        if name not in self.agent.tools:
+            known = ", ".join(self.agent.tools) or "none"
+            return ToolResult(
+                f"Error: Tool {name!r} does not exist; the tools are: {known}", is_error=True
+            )
+        return ToolResult(f"Error: Tool {name!r} was not run: {message}", is_error=True)
+
+    # -- the final answer -----------------------------------------------------------------
+
+    async def _finish(self, response: TurnResponse) -> tuple[bool, Any]:
+        output, problem = self._final_output(response.text)
+        if problem is not None:
+            self.engine.report(_fault(problem), {"output": response.text})
+        await self._end_tick()
+        if problem is None:
+            return True, output
+        self.log.append(
+            {
+                "type": "text",
+                "role": "user",
+                "text": f"Your final answer was not accepted: {problem}. Reply again with "
+                "only a JSON value that matches the schema.",
+            }
+        )
+        return False, None
+
+    def _final_output(self, text: str) -> tuple[Any, str | None]:
+        spec = self.agent.output
+        if spec.schema is None:
+            return text, None
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = resilient_json_parse(text)
+            if value is None:
+                return None, f"the final answer is not JSON ({_json_fault(text)})"
+        problem = spec.problem(value)
+        if problem is None and spec.model is not None:
+            try:
+                spec.model.model_validate(value)
+            except pydantic.ValidationError as error:
+                problem = f"the output does not validate: {error.errors()[0].get('msg')}"
+        if problem is not None:
+            return None, problem
+        return spec.convert(value), None
+
+    def _append_turn(self, entry: dict[str, Any]) -> None:
+        self.log.append(
+            {
+                "type": "data",
+                "kind": TURN_KIND,
+                "_outputMethod": "push",
+                "data": {"format": self.format, **entry},
+            }
+        )
+
+
+def _turns_in(log: ContextLog) -> int:
+    entries = log.view(TURN_KIND) or ()
+    return sum(
+        1 for entry in entries if isinstance(entry, dict) and entry.get("role") == "assistant"
+    )
+
+
+def _literal(value: Any) -> Any:
+    """Model arguments are literals: a string that starts with `†` would otherwise be read
+    as a reference, so it is escaped (`††x` is the literal `†x`, PROTOCOL §3)."""
+    if isinstance(value, str):
+        return _REFERENCE_MARK + value if value.startswith(_REFERENCE_MARK) else value
+    if isinstance(value, dict):
+        return {key: _literal(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_literal(item) for item in value]
+    return value
+
+
+def _json_fault(text: str) -> str:
+    try:
+        json.loads(text)
+    except ValueError as error:
+        return str(error)
+    return "a JSON value, but not an object"
+
+
+def _fault(message: str) -> dict[str, Any]:
+    return {"type": "structural", "message": message}
+
+
+# ---------------------------------------------------------------------------------------
+# Streaming the final answer
+
+
+class TextStream:
+    """A run whose final answer can be read as it arrives (`Agent.stream`).
+
+    `text()` yields the final answer's text chunks as the model writes them and ends when
+    the run does; `result` is the `RunResult` once the run has finished. A run that failed
+    raises its error from `text()` (at the end of the chunks) or, when nobody read it
+    there, when the `async with` block is left.
+    """
+
+    def __init__(self, receive: trio.MemoryReceiveChannel[str]) -> None:
+        self._receive = receive
+        self._result: RunResult | None = None
+        self._error: BaseException | None = None
+        self._delivered = False
+        self._finished = False
+
+    def text(self) -> _Chunks:
+        """The final answer's text, chunk by chunk (an async iterator of `str`)."""
+        return _Chunks(self)
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    @property
+    def result(self) -> RunResult:
+        if not self._finished:
+            raise RuntimeError(
+                "the run has not finished: read text() to its end or leave the `async with` "
+                "block first"
+            )
+        if self._error is not None:
+            self._delivered = True
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    async def _run(self, run: Callable[[Callable[[str], Any]], Any], send: Any) -> None:
+        async with send:
+            try:
+                self._result = await run(send.send_nowait)
+            except Exception as error:
+                self._error = error
+            finally:
+                self._finished = True
+
+
+class _Chunks:
+    """The iterator behind `TextStream.text()` (a class, not an async generator, so that
+    a reader who stops early leaves nothing to finalize)."""
+
+    def __init__(self, stream: TextStream) -> None:
+        self._stream = stream
+
+    def __aiter__(self) -> _Chunks:
+        return self
+
+    async def __anext__(self) -> str:
+        stream = self._stream
+        try:
+            return await stream._receive.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            pass
+        if stream._error is not None and not stream._delivered:
+            stream._delivered = True
+            raise stream._error
+        raise StopAsyncIteration
+
+
+class _StreamScope:
+    """`async with agent.stream(...) as stream`: the run's task lives in this block."""
+
+    def __init__(self, agent: Agent, input: Any, options: dict[str, Any]) -> None:
+        if agent.protocol != "tools":
+            raise ConfigurationError(
+                "agent.stream() streams the final answer of protocol='tools'; this agent "
+                f"uses protocol={agent.protocol!r}"
+            )
+        self._agent = agent
+        self._input = input
+        self._options = options
+        self._manager: Any = None
+
+    async def __aenter__(self) -> TextStream:
+        self._manager = self._open()
+        return await self._manager.__aenter__()
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool | None:
+        return await self._manager.__aexit__(kind, error, traceback)
+
+    @asynccontextmanager
+    async def _open(self) -> AsyncIterator[TextStream]:
+        from ._durable import RunSession
+
+        agent = self._agent
+        options = dict(self._options)
+        on_event = options.pop("on_event", None) or agent.on_event
+        session = RunSession.new(
+            agent, self._input, options.pop("messages", None), on_event, options.pop("run_id", None)
+        )
+        if options:
+            raise TypeError(f"agent.stream() got unexpected options: {', '.join(options)}")
+        send, receive = trio.open_memory_channel[str](math.inf)
+        stream = TextStream(receive)
+
+        def run(on_text: Callable[[str], Any]) -> Any:
+            return session.execute(
+                lambda session: run_turns(
+                    agent, session.log, on_event=session.sink, on_text=on_text
+                )
+            )
+
+        failure: BaseException | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stream._run, run, send)
+            try:
+                yield stream
+            except BaseException as error:
+                # The caller's block failed: stop the run, then re-raise the caller's own
+                # error outside the nursery, so it is not wrapped in an exception group.
+                failure = error
+                nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        if stream._error is not None and not stream._delivered:
+            stream._delivered = True
+            raise stream._error
+
+
+def open_stream(agent: Agent, input: Any = None, **options: Any) -> _StreamScope:
+    """`Agent.stream`: options are `run_async`'s (`messages`, `on_event`, `run_id`)."""
+    return _StreamScope(agent, input, options)

@@ -1,0 +1,136 @@
+"""Smoke test of the end-to-end benchmark (benchmarks/, `python -m benchmarks`).
+
+Every strategy runs on small workloads on trio's virtual clock, where the figures are
+exact, and the orderings that must hold do: tickloop reaches the bound T* exactly, and
+tickloop <= batch after stream <= per-turn parallel <= sequential.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `benchmarks` is a folder of the repository, not installed
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.report import check_targets, render, write_section  # noqa: E402
+from benchmarks.simmodel import ModelCosts, scripts, solution_text  # noqa: E402
+from benchmarks.strategies import STRATEGIES, bound, run, run_replay  # noqa: E402
+from benchmarks.workloads import LatencyModel, all_workloads, make  # noqa: E402
+
+COSTS = ModelCosts()
+SMALL = ["two_hop", "fan_out_fan_in", "chain"]
+
+
+def close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(1.0, abs(b))
+
+
+@pytest.fixture(scope="module", params=SMALL)
+def measured(request: pytest.FixtureRequest) -> tuple:
+    workload = make(request.param, seed=7)
+    return workload, bound(workload, COSTS, 1.0), {s: run(workload, s, COSTS) for s in STRATEGIES}
+
+
+def test_tickloop_reaches_the_bound_on_virtual_time(measured: tuple) -> None:
+    workload, b, runs = measured
+    assert close(runs["tickloop"].makespan, b.total)
+    # and each call started the moment the bound says it could
+    for node in workload.nodes:
+        started, finished = runs["tickloop"].calls[node.key]
+        ready = max([b.emitted[node.key], *(b.finish[dep] for dep in node.deps)])
+        assert close(started, ready)
+        assert close(finished, b.finish[node.key])
+
+
+def test_strategies_are_ordered(measured: tuple) -> None:
+    workload, b, runs = measured
+    m = {s: runs[s].makespan for s in STRATEGIES}
+    assert b.total <= m["tickloop"] + 1e-9
+    assert m["tickloop"] <= m["batch"] <= m["per_turn"] <= m["sequential"]
+    if workload.has_dependency:
+        assert m["tickloop"] < m["per_turn"]
+        assert m["tickloop"] < m["batch"]
+    assert m["tickloop"] < m["sequential"]
+
+
+def test_each_strategy_makes_the_requests_it_should(measured: tuple) -> None:
+    workload, _, runs = measured
+    assert runs["sequential"].iterations == len(workload.nodes) + 1
+    assert runs["per_turn"].iterations == len(workload.levels()) + 1
+    assert runs["batch"].iterations == runs["tickloop"].iterations == 2
+    for outcome in runs.values():
+        assert set(outcome.calls) == {node.key for node in workload.nodes}
+
+
+def test_batch_after_stream_starts_nothing_before_the_response_ends(measured: tuple) -> None:
+    _, b, runs = measured
+    first_start = min(start for start, _ in runs["batch"].calls.values())
+    assert close(first_start, b.stream_end)
+    # while tickloop starts its first call before the plan has finished streaming
+    assert min(start for start, _ in runs["tickloop"].calls.values()) < b.stream_end
+
+
+def test_bare_trio_replay_is_the_bound() -> None:
+    workload = make("fan_out_fan_in", seed=3)
+    assert close(run_replay(workload, COSTS), bound(workload, COSTS, 1.0).total)
+
+
+def test_bound_uses_where_each_call_closes() -> None:
+    workload = make("chain", seed=1)
+    text, closes = solution_text(workload.nodes)
+    assert all(text[offset] == "}" for offset in closes.values())
+    assert scripts(workload, COSTS)["tickloop"][0].endswith('"output": null}')
+
+
+def test_workloads_are_seeded_and_heavy_tailed() -> None:
+    assert [w.nodes for w in all_workloads()] == [w.nodes for w in all_workloads()]
+    lat = LatencyModel()
+    latencies = [node.latency for node in make("random_200", seed=1, lat=lat).nodes]
+    median = sorted(latencies)[len(latencies) // 2]
+    assert 0.7 < median < 1.4
+    assert any(x > 2.2 * median for x in latencies)  # a few stragglers
+    assert sum(x > 2.2 * median for x in latencies) < len(latencies) / 4
+
+
+@pytest.mark.skipif(
+    not all(importlib.util.find_spec(name) for name in ("pydantic_ai", "langgraph")),
+    reason="peers are in the bench extra",
+)
+def test_peers_match_per_turn_parallel_on_virtual_time() -> None:
+    from benchmarks.peers import run_peer
+
+    workload = make("fan_out_fan_in", seed=5)
+    expected = run(workload, "per_turn", COSTS).makespan
+    for name in ("pydantic_ai", "langgraph"):
+        assert close(run_peer(name, workload, COSTS).makespan, expected)
+
+
+def test_report_renders_and_keeps_other_sections(tmp_path: Path) -> None:
+    from benchmarks.e2e import Settings, _workload_facts, machine
+
+    workload = make("fan_out_fan_in", seed=5)
+    b = bound(workload, COSTS, 1.0)
+    results = {
+        "machine": machine(),
+        "settings": Settings().as_dict(),
+        "workloads": [workload.name],
+        "virtual": {workload.name: {
+            **_workload_facts(workload), "bound": b.total,
+            "makespans": {s: run(workload, s, COSTS).makespan for s in STRATEGIES},
+        }},
+    }
+    section = render(results, [])
+    assert "| `fan_out_fan_in` |" in section
+    assert any(ok for _, _, ok in check_targets(results))
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n\n## The engine\n\nkept\n")
+    write_section(docs, section)
+    write_section(docs, section)  # replaced in place, not appended twice
+    text = docs.read_text()
+    assert "## The engine\n\nkept" in text
+    assert text.count("## End-to-end latency") == 1
