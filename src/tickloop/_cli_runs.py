@@ -147,6 +147,7 @@ def _trace(store: SQLiteStore, run_id: str, html: str | None, out: TextIO) -> in
         return 0
     calls = store.calls(run_id)
     origin = min((call.received for call in calls if call.received is not None), default=0.0)
+    out.write(f"{'call':<8} {'tool':<24} {'status':<9} {'started':>9} {'ran':>9}\n")
     for call in calls:
         start = "" if call.started is None else f"{call.started - origin:8.3f}s"
         took = (

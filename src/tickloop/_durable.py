@@ -27,7 +27,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -40,8 +40,9 @@ from ._approval import (
     decision_from_dict,
     decision_to_dict,
 )
+from ._engine import utc_now
 from ._errors import ConfigurationError, ResumeError, StoreError
-from ._events import EventSink, Redactor, RunEnded, RunEvent, RunStarted
+from ._events import EventSink, Redactor, RunEnded, RunEvent, RunStarted, unwrap_single
 from ._expressions import find_references, parse_term
 from ._log import ContextLog
 from ._run import initial_log
@@ -260,8 +261,7 @@ class DurableRun:
     def record(self, event: Event, actions: list[Action]) -> None:
         """The engine's journal hook: called after the scheduler, before any action."""
         at = self.now()
-        for row in self._track(event, actions, at):
-            self._dirty[row.call_id] = row
+        self._track(event, actions, at)
         self._add(at, "event", event_to_dict(event))
         for action in actions:  # what must be stored before this call may act
             if isinstance(action, StartCall):
@@ -313,12 +313,13 @@ class DurableRun:
     async def flushing(self) -> AsyncIterator[None]:
         """Run the flusher beside the loop; commit whatever is left on the way out."""
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._flush_soon)
-                try:
-                    yield
-                finally:
-                    nursery.cancel_scope.cancel()
+            with unwrap_single():
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._flush_soon)
+                    try:
+                        yield
+                    finally:
+                        nursery.cancel_scope.cancel()
         finally:
             self.commit()
 
@@ -344,18 +345,17 @@ class DurableRun:
         elif kind == "plan":
             self.plan_due = False
 
-    def _track(self, event: Event, actions: list[Action], at: float) -> list[_Row]:
+    def _track(self, event: Event, actions: list[Action], at: float) -> None:
+        """Follow the run's state; changed call rows are kept for the next commit."""
         if isinstance(event, TickOpened):
             self.iteration = event.iteration
             self.plan_due = False
         elif isinstance(event, StreamClosed):
             self.plan_due = True
-        changed: dict[str, _Row] = {}
         for action in actions:
             row = self._apply(action, event, at)
             if row is not None:
-                changed[row.call_id] = row
-        return list(changed.values())
+                self._dirty[row.call_id] = row
 
     def _apply(self, action: Action, event: Event, at: float) -> _Row | None:
         if isinstance(action, MessageAppended):
@@ -385,6 +385,7 @@ class DurableRun:
             row.status, row.finished = action.status, at
             row.error = None if action.error is None else _dumps(self.redact.shared(action.error))
             self.running.pop(action.id, None)
+            self.ready_params.pop(action.id, None)
             return row
         if row is None:
             return None
@@ -425,7 +426,7 @@ class DurableRun:
     def _dependencies(self, call_id: str, row: _Row) -> list[str]:
         """The calls whose writes (or, for tool dependencies, whose end) it waited on."""
         found: set[str] = set()
-        wire = self.wires.get(call_id)
+        wire = self.wires.pop(call_id, None)  # needed no longer (a Replace brings a new one)
         params = (
             {k: v for k, v in wire.items() if not k.startswith("_")}
             if isinstance(wire, dict)
@@ -481,6 +482,7 @@ class DurableRun:
                 record.started = row.started - self.wall0 + self.trio0
                 if row.finished is not None and call_id not in self.running:
                     record.finished = row.finished - self.wall0 + self.trio0
+        self._dirty.clear()  # the stored rows already say all this
         self.resumed = True
 
     async def recover(self, loop: _SolutionLoop) -> tuple[bool, Any]:
@@ -495,11 +497,12 @@ class DurableRun:
             tool = self.tools.get(action.tool)
             if tool is not None and tool.idempotent:
                 self.note("restart", call_id=call_id)
-                self.rows[call_id].started = self.now()
+                row = self._dirty[call_id] = self.rows[call_id]
+                row.started = self.now()
                 self.sink.restarted(action)
                 engine.restart(action)
             else:
-                engine.feed(CallFinished(call_id, error=dict(INTERRUPTED), date=_date()))
+                engine.feed(CallFinished(call_id, error=dict(INTERRUPTED), date=utc_now()))
                 scheduler.records[call_id].finished = trio.current_time()
         if self.asking is not None and scheduler.status(self.asking.id) == "approving":
             engine.ask(self.asking)
@@ -509,15 +512,21 @@ class DurableRun:
                 engine.decide(pending.id, decision)
         iteration = scheduler.iteration
         if scheduler.stream_open:
-            if iteration not in self.solutions:
-                loop._record_solution(iteration, None, "", None)
-                engine.report({"type": "structural", "message": CUT_OFF})
-                self.verdict(iteration, None)
-            elif iteration not in self.verdicts:
-                engine.report({"type": "structural", "message": UNCHECKED})
-                self.verdict(iteration, None)
-            engine.close_stream()
-            loop._record_plan(iteration)
+            answered = iteration in self.solutions
+            if not answered and not any(r.iteration == iteration for r in self.rows.values()):
+                # The request failed or died before a single call arrived: nothing came
+                # of it, so the empty tick is closed and the same iteration asked again.
+                engine.close_stream()
+            else:
+                if not answered:
+                    loop._record_solution(iteration, None, "", None)
+                    engine.report({"type": "structural", "message": CUT_OFF})
+                    self.verdict(iteration, None)
+                elif iteration not in self.verdicts:
+                    engine.report({"type": "structural", "message": UNCHECKED})
+                    self.verdict(iteration, None)
+                engine.close_stream()
+                loop._record_plan(iteration)
         elif self.plan_due:
             loop._record_plan(iteration)
         if scheduler.tick_active:
@@ -527,12 +536,6 @@ class DurableRun:
             loop.paused = bool(scheduler.deferred)
         output = self.verdicts.get(iteration)
         return output is not None and not loop.paused, output
-
-
-def _date() -> str:
-    from ._engine import utc_now
-
-    return utc_now()
 
 
 # --------------------------------------------------------------------------------------
@@ -620,7 +623,7 @@ class RunSession:
         )
         writer = self.durable.writer if self.durable is not None else None
         try:
-            async with self.durable.flushing() if self.durable is not None else _nothing():
+            async with self.durable.flushing() if self.durable is not None else nullcontext():
                 result = await drive(self)
         except Exception as error:
             reason = f"{type(error).__name__}: {error}"
@@ -661,11 +664,6 @@ class RunSession:
     def replay_into(self, loop: _SolutionLoop) -> None:
         if self.durable is not None and self.journal is not None:
             self.durable.replay(self.journal, loop)
-
-
-@asynccontextmanager
-async def _nothing() -> AsyncIterator[None]:
-    yield
 
 
 def _sink(agent: Agent, run_id: str, on_event: Callable[[RunEvent], Any] | None) -> EventSink:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
@@ -44,6 +44,7 @@ __all__ = [
     "RunStarted",
     "TickEnded",
     "open_event_stream",
+    "unwrap_single",
 ]
 
 DEFAULT_REDACT = ("*key*", "*token*", "*password*")
@@ -413,7 +414,21 @@ async def open_event_stream(
         async with send:
             stream.result = await run(*args, on_event=deliver, **kwargs)
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(drive)
-        async with receive:
-            yield stream
+    with unwrap_single():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drive)
+            async with receive:
+                yield stream
+
+
+@contextmanager
+def unwrap_single() -> Iterator[None]:
+    """Give back a nursery's lone exception as itself: a run that raises `ResumeError`
+    raises `ResumeError`, not a group holding it (as `Engine.session` does)."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            error = group.exceptions[0]
+            raise error from error.__cause__
+        raise

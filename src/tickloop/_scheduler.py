@@ -656,11 +656,11 @@ class Scheduler:
         """
         validator = call.tool.parameter_validator
         if call.references or call.tool.bind:
-            # The fast path first: valid around the unknowns means nothing to report yet.
-            known = substitute(call.params, {r.location: UNKNOWN for r in call.references})
-            assert isinstance(known, dict)
-            for bound in call.tool.bind:
-                known[bound] = UNKNOWN
+            # The fast path first: valid around the unknowns (the references, the bound
+            # parameters) means there is nothing to report yet.
+            known = call.params
+            if call.tool.bind:
+                known = {**known, **dict.fromkeys(call.tool.bind, UNKNOWN)}
             if validator.valid_around_unknowns(known):
                 return
         probe = dict(call.params)
@@ -989,25 +989,26 @@ class Scheduler:
             if not checked:
                 self._check_output(call.tool, value, structural=False)
             targets, untaken = self._targets(call, branch)
-            for term in targets:
-                problem = self.log.check_write(term, call.method, value)
-                if problem is not None:
-                    raise _OutputMismatch(problem)
+            if len(targets) > 1:  # a fan-out is written whole or not at all: check first
+                for term in targets:
+                    problem = self.log.check_write(term, call.method, value)
+                    if problem is not None:
+                        raise _OutputMismatch(problem)
         except _OutputMismatch as problem:
             self._settle(call, "failed", {"type": "runtime", "message": str(problem)})
             return
-        for term in untaken:  # an if/else plan: readers of the untaken branch are skipped
-            self._skip_sources.add(term, call.id)
         for term in targets:
             try:
                 message = self.log.write(
                     term, call.method, value, call=call.wire, date=self._date or None
                 )
-            except WriteError as error:  # check_write said yes: only a log bug gets here
+            except WriteError as error:  # a single write is atomic: nothing was written
                 self._settle(call, "failed", {"type": "runtime", "message": str(error)})
                 return
             self._emit(MessageAppended(message))
             self._dirty.update(self._waiters.ids_overlapping(term))
+        for term in untaken:  # an if/else plan: readers of the untaken branch are skipped
+            self._skip_sources.add(term, call.id)
         call.record.output = value
         self._settle(call, "done", None)
 

@@ -32,7 +32,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._approval import Decision, Defer, decision_from_dict, decision_to_dict
+from ._approval import (
+    Approve,
+    Decision,
+    Defer,
+    Deny,
+    Edit,
+    Replace,
+    Respond,
+    decision_from_dict,
+    decision_to_dict,
+)
 from ._errors import ResumeError, StoreError
 
 __all__ = ["CallInfo", "PendingDecision", "RunInfo", "SQLiteStore", "as_store"]
@@ -503,8 +513,6 @@ class SQLiteStore:
 
 
 def _checked_decision(call_id: str, value: Any) -> Decision:
-    from ._approval import Approve, Deny, Edit, Replace, Respond
-
     if value is True:
         return Approve()
     if value is False:
@@ -513,6 +521,10 @@ def _checked_decision(call_id: str, value: Any) -> Decision:
         raise ResumeError(f"the decision for {call_id!r} cannot be Defer: it is deferred already")
     if not isinstance(value, Approve | Deny | Edit | Replace | Respond):
         raise ResumeError(f"the decision for {call_id!r} is not a decision: {value!r}")
+    try:
+        json.dumps(decision_to_dict(value))
+    except (TypeError, ValueError) as error:
+        raise ResumeError(f"the decision for {call_id!r} cannot be stored: {error}") from error
     return value
 
 

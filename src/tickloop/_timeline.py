@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
+from ._errors import StoreError
 from ._store import CallInfo, RunInfo, SQLiteStore, as_store
 
 __all__ = ["timeline_html"]
@@ -52,6 +53,8 @@ class _Request:
 
 def timeline_html(store: SQLiteStore | str | os.PathLike[str], run_id: str) -> str:
     """Render run `run_id` of `store` as one HTML page (a string); see the module doc."""
+    if not isinstance(store, SQLiteStore) and not os.path.exists(store):
+        raise StoreError(f"no store at {store}")  # reading never creates a store
     resolved = as_store(store)
     assert resolved is not None
     run = resolved.run(run_id)
@@ -147,10 +150,8 @@ def _render(
         f'height="{height}" viewBox="0 0 {width} {height}">'
         f'{_DEFS}{"".join(parts)}<g id="arrows">{"".join(arrows)}</g></svg>'
     )
-    data = json.dumps({"run": run.run_id, "calls": len(calls)})
     return _PAGE.format(
         title=escape(title),
-        run=escape(run.run_id),
         status=escape(run.status),
         started=escape(started),
         duration=f"{span:.2f}",
@@ -158,7 +159,7 @@ def _render(
         summary=escape(summary or "no calls"),
         legend=_LEGEND,
         svg=svg,
-        data=escape(data),
+        run=escape(run.run_id),
         style=_STYLE,
         script=_SCRIPT,
     )
@@ -410,7 +411,7 @@ _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>{title}</title>
 <style>{style}</style></head>
-<body data-run="{data}">
+<body data-run="{run}">
 <h1>{title}</h1>
 <div class="meta">status <b>{status}</b> · started {started} · {duration}s on the run clock ·
 {count} calls ({summary})</div>

@@ -104,6 +104,7 @@ class _RunSpans:
         elif isinstance(event, TickEnded) and self._turn is not None:
             if event.paused:
                 self._turn.set_attribute("tickloop.paused", list(event.paused))
+            self._end_turn()
         elif isinstance(event, RunEnded):
             for span in self._calls.values():
                 span.end()

@@ -19,7 +19,9 @@ from typing import Any
 
 import jsonschema
 
-__all__ = ["UNKNOWN", "SchemaValidator", "compile_fast_check"]
+from ._expressions import is_reference
+
+__all__ = ["UNKNOWN", "SchemaValidator", "compile_fast_check", "is_unknown"]
 
 FastCheck = Callable[[Any], bool]
 
@@ -34,7 +36,13 @@ class _Unknown:
 
 
 UNKNOWN: Any = _Unknown()
-"""Stands for a value not known yet (a reference before resolution) in a lenient check."""
+"""Stands for a value not known yet (a bound input, say) in a lenient check."""
+
+
+def is_unknown(value: Any) -> bool:
+    """Whether a lenient check must take `value` as not known yet: UNKNOWN, or a reference
+    string (`†…`, not the escaped literal `††…`), which stands for its value to come."""
+    return value is UNKNOWN or is_reference(value)
 
 # Keywords that never make a value invalid (Draft 2020-12 without a format checker, which
 # is how the engine's validators are built: `format` is an annotation there).
@@ -82,7 +90,8 @@ def compile_fast_check(schema: Any, *, lenient: bool = False) -> FastCheck | Non
 
     None when the schema uses a keyword outside the small set handled here (`type`,
     `properties`, `required`, `additionalProperties`, `items`, `anyOf`, annotations).
-    With `lenient`, UNKNOWN is accepted wherever it stands: True then means the value is
+    With `lenient`, UNKNOWN and reference strings are accepted wherever they stand (see
+    `is_unknown`): True then means the value is
     valid whatever values later take the place of the unknown parts, as far as the
     schema's judgement of everything around them goes (the parts themselves are checked
     once known).
@@ -94,7 +103,7 @@ def _compile(schema: Any, lenient: bool) -> FastCheck | None:
     check = _compile_node(schema, lenient)
     if not lenient or check is None or check is _always:
         return check
-    return lambda value: value is UNKNOWN or check(value)
+    return lambda value: is_unknown(value) or check(value)
 
 
 def _compile_node(schema: Any, lenient: bool) -> FastCheck | None:
@@ -204,7 +213,7 @@ class SchemaValidator:
         self._lenient = compile_fast_check(schema, lenient=True)
 
     def valid_around_unknowns(self, instance: Any) -> bool:
-        """True when `instance` is certainly valid wherever it does not hold UNKNOWN.
+        """True when `instance` is certainly valid wherever it holds no unknown value.
 
         False means "not sure": the caller must then ask jsonschema.
         """

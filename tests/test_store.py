@@ -1,0 +1,280 @@
+"""The SQLite store: one owner-only file, refused when damaged, shared by processes."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+import tickloop as tl
+from tickloop._cli import main
+from tickloop._store import SCHEMA_VERSION
+
+
+@tl.tool
+async def add(a: int, b: int) -> int:
+    return a + b
+
+
+def _agent(store: tl.SQLiteStore | str | Path, counter: list[int] | None = None) -> tl.Agent:
+    @tl.tool
+    def tally(n: int) -> int:
+        if counter is not None:
+            counter.append(n)
+        return n
+
+    plan = [
+        {"_tool": "add", "a": 1, "b": 2, "_outputPath": "†state.x"},
+        {"_tool": "tally", "n": "†state.x", "_outputPath": "†state.t"},
+    ]
+    model = tl.ScriptedModel([{"calls": plan, "output": None}, {"calls": [], "output": 1}])
+    return tl.Agent(model, tools=[add, tally], store=store)
+
+
+def _make_store_with_a_run(path: Path) -> None:
+    with tl.SQLiteStore(path) as store:
+        result = _agent(store).run({"q": 1}, run_id="first")
+    assert result.status == "done"
+
+
+def test_a_new_store_is_owner_only_and_versioned(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    _make_store_with_a_run(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    connection = sqlite3.connect(path)
+    try:
+        assert connection.execute("SELECT version FROM tickloop_schema").fetchall() == [
+            (SCHEMA_VERSION,)
+        ]
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        connection.close()
+    [run] = tl.SQLiteStore(path).runs()
+    assert (run.run_id, run.status, run.calls, run.output) == ("first", "done", 2, 1)
+
+
+def test_making_a_store_object_creates_no_file(tmp_path: Path) -> None:
+    tl.Agent(tl.ScriptedModel([]), store=tmp_path / "later.db")
+    assert not (tmp_path / "later.db").exists()
+
+
+def _garbage(path: Path) -> None:
+    path.write_bytes(b"this is not a database, it is a shopping list\n" * 40)
+
+
+def _truncated(path: Path) -> None:
+    _make_store_with_a_run(path)
+    data = path.read_bytes()
+    assert not (path.parent / "runs.db-wal").exists()  # everything is in the main file
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _truncated_at_a_page(path: Path) -> None:
+    _make_store_with_a_run(path)
+    page_size = int.from_bytes(path.read_bytes()[16:18], "big")
+    path.write_bytes(path.read_bytes()[: 2 * page_size])
+
+
+def _foreign(path: Path) -> None:
+    connection = sqlite3.connect(path)
+    connection.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+    connection.commit()
+    connection.close()
+
+
+def _newer(path: Path) -> None:
+    _make_store_with_a_run(path)
+    connection = sqlite3.connect(path)
+    connection.execute("UPDATE tickloop_schema SET version = ?", (SCHEMA_VERSION + 1,))
+    connection.commit()
+    connection.close()
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (_garbage, "is not a tickloop store \\(not an SQLite database\\)"),
+        (_truncated, "is truncated"),
+        (_truncated_at_a_page, "is truncated"),
+        (_foreign, "is an SQLite database but not a tickloop store"),
+        (_newer, "was written by a newer tickloop"),
+    ],
+)
+def test_a_file_that_is_not_a_usable_store_is_refused_and_left_alone(
+    tmp_path: Path, damage: object, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "runs.db"
+    damage(path)  # type: ignore[operator]
+    before = path.read_bytes()
+    siblings = sorted(p.name for p in tmp_path.iterdir())
+    ran: list[int] = []
+
+    with pytest.raises(tl.StoreError, match=message) as caught:
+        _agent(path, ran).run({"q": 1})
+    assert str(path) in str(caught.value)
+    with pytest.raises(tl.StoreError, match=message):
+        tl.SQLiteStore(path)
+    assert main(["runs", "--store", str(path)]) == 2
+    assert str(path) in capsys.readouterr().err
+
+    assert ran == []  # nothing ran: the error came before the run
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == siblings
+
+
+def test_reading_commands_do_not_create_a_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nowhere.db"
+    assert main(["runs", "--store", str(missing)]) == 2
+    assert "no store at" in capsys.readouterr().err
+    assert not missing.exists()
+
+
+WORKER = r"""
+import json, sys, time, os
+import trio
+import tickloop as tl
+
+who = int(sys.argv[2])
+
+@tl.tool
+async def greet(name: str, n: int) -> str:
+    await trio.sleep(0.001 * (n % 3))
+    return f"{name}-{n}"
+
+plan = [{"_tool": "greet", "name": "†input.name", "n": n, "_outputPath": f"†state.g{n}"}
+        for n in range(20)]
+model = tl.ScriptedModel([{"calls": plan, "output": None}, {"calls": [], "output": who}],
+                         chunk_chars=7)
+agent = tl.Agent(model, tools=[greet], store=sys.argv[1])
+while not os.path.exists(sys.argv[3]):   # start together, to write at the same time
+    time.sleep(0.005)
+result = agent.run({"name": f"p{who}"}, run_id=f"proc-{who}")
+print(json.dumps(result.state))
+"""
+
+
+def test_runs_from_several_processes_share_one_store_and_keep_their_logs_apart(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER, encoding="utf-8")
+    db, go = tmp_path / "runs.db", tmp_path / "go"
+    workers = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(db), str(who), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for who in range(4)
+    ]
+    go.touch()
+    states = []
+    for worker in workers:
+        out, err = worker.communicate(timeout=120)
+        assert worker.returncode == 0, err
+        states.append(json.loads(out))
+    for who, state in enumerate(states):
+        assert state == {f"g{n}": f"p{who}-{n}" for n in range(20)}
+
+    store = tl.SQLiteStore(db)
+    assert sorted((run.run_id, run.status, run.calls) for run in store.runs()) == [
+        (f"proc-{who}", "done", 20) for who in range(4)
+    ]
+    for who in range(4):
+        run_id = f"proc-{who}"
+        journal = store.journal(run_id)
+        assert [seq for seq, *_ in journal] == list(range(1, len(journal) + 1))
+        inputs = [
+            body
+            for _, _, kind, body in journal
+            if kind == "message" and body.get("kind") == "input"
+        ]
+        assert inputs == [{"type": "data", "kind": "input", "data": {"name": f"p{who}"}}]
+        finished = [
+            body["value"]
+            for _, _, kind, body in journal
+            if kind == "event" and body["type"] == "CallFinished"
+        ]
+        assert sorted(finished) == sorted(f"p{who}-{n}" for n in range(20))
+        assert {call.params["name"] for call in store.calls(run_id)} == {f"p{who}"}
+
+
+def test_one_run_cannot_be_driven_by_two_processes_at_once(tmp_path: Path) -> None:
+    """A resume while the run's own process is alive is refused; so is a second writer."""
+    db = tmp_path / "runs.db"
+    started = trio.Event()
+    release = trio.Event()
+
+    @tl.tool
+    async def hold() -> int:
+        started.set()
+        await release.wait()
+        return 1
+
+    model = tl.ScriptedModel(
+        [
+            {"calls": [{"_tool": "hold", "_outputPath": "†state.h"}], "output": None},
+            {"calls": [], "output": "ok"},
+        ]
+    )
+    agent = tl.Agent(model, tools=[hold], store=db)
+
+    async def main_task() -> None:
+        async with trio.open_nursery() as nursery:
+            results: list[tl.RunResult] = []
+
+            async def run() -> None:
+                results.append(await agent.run_async({}, run_id="solo"))
+
+            nursery.start_soon(run)
+            await started.wait()
+            with pytest.raises(tl.ResumeError, match="already exists \\(running\\)"):
+                await agent.run_async({}, run_id="solo")
+            with pytest.raises(tl.ResumeError, match="'solo' is running in process"):
+                await agent.resume_async("solo")
+            assert tl.SQLiteStore(db).run("solo").status == "running"
+            release.set()
+        assert results[0].status == "done"
+
+    trio.run(main_task)
+
+
+def test_only_the_solution_protocol_is_durable(tmp_path: Path) -> None:
+    with pytest.raises(tl.ConfigurationError, match="protocol='solution' only"):
+        tl.Agent(tl.ScriptedModel([]), protocol="tools", store=tmp_path / "runs.db")
+
+
+def test_a_failed_run_is_recorded_and_can_be_resumed(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    ran: list[int] = []
+    plan = [{"_tool": "tally", "n": 7, "_outputPath": "†state.t"}]
+
+    def agent(responses: list[Any]) -> tl.Agent:
+        @tl.tool
+        def tally(n: int) -> int:
+            ran.append(n)
+            return n
+
+        return tl.Agent(tl.ScriptedModel(responses), tools=[tally], store=db)
+
+    with pytest.raises(tl.ExecuteError):  # the script has no answer for iteration 2
+        agent([{"calls": plan, "output": None}]).run({}, run_id="flaky")
+    info = tl.SQLiteStore(db).run("flaky")
+    assert info.status == "failed" and info.error is not None
+    assert info.error.startswith("ExecuteError: the model request failed")
+
+    fixed = agent([{"calls": plan, "output": None}, {"calls": [], "output": 7}])
+    result = fixed.resume("flaky")
+    assert (result.status, result.output, result.state) == ("done", 7, {"t": 7})
+    assert ran == [7]  # the finished call did not run again
+    assert len(fixed.model.requests) == 1  # only iteration 2 was asked
