@@ -41,8 +41,8 @@ from ._approval import (
     decision_to_dict,
 )
 from ._engine import utc_now
-from ._errors import ConfigurationError, ResumeError, StoreError
-from ._events import EventSink, Redactor, RunEnded, RunEvent, RunStarted, unwrap_single
+from ._errors import ConfigurationError, ResumeError, StoreError, unwrap_single
+from ._events import EventSink, Redactor, RunEnded, RunEvent, RunStarted
 from ._expressions import find_references, parse_term
 from ._log import ContextLog
 from ._run import initial_log

@@ -18,7 +18,7 @@ import pydantic
 import trio
 
 from ._approval import ApproveHook, PendingCall, ask
-from ._errors import ConfigurationError
+from ._errors import ConfigurationError, unwrap_single
 from ._log import ContextLog
 from ._scheduler import (
     Action,
@@ -134,16 +134,10 @@ class Engine:
     @asynccontextmanager
     async def session(self) -> AsyncIterator[Engine]:
         try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery  # stays open while calls run: they may start others
-                yield self
-        except BaseExceptionGroup as group:
-            # Call tasks never raise (their failures become Error Messages), so a group
-            # holds what the caller's own code raised: give it back unwrapped.
-            if len(group.exceptions) == 1:
-                error = group.exceptions[0]
-                raise error from error.__cause__
-            raise
+            with unwrap_single():
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery  # stays open while calls run: they may start others
+                    yield self
         finally:
             self._nursery = None
         # Every task, fire-and-forget ones included, has finished: report their late errors.

@@ -7,6 +7,8 @@ for the few ways a whole run can stop (iteration limit, model attempts used up).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -54,3 +56,20 @@ class ResumeError(TickloopError):
 
 class StoreError(TickloopError):
     """A store file that cannot be used (not a store, corrupt, unreadable)."""
+
+
+@contextmanager
+def unwrap_single() -> Iterator[None]:
+    """Give back a nursery's lone exception as itself.
+
+    Call tasks never raise (their failures become Error Messages), so a group around a
+    run holds what the caller's own code raised: `MaxIterationsError` should reach the
+    caller as `MaxIterationsError`, not as an exception group holding it.
+    """
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            error = group.exceptions[0]
+            raise error from error.__cause__
+        raise

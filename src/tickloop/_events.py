@@ -15,8 +15,8 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
@@ -24,6 +24,7 @@ import trio
 
 from . import _scheduler as sched
 from ._approval import decision_to_dict
+from ._errors import unwrap_single
 
 __all__ = [
     "DEFAULT_REDACT",
@@ -44,7 +45,6 @@ __all__ = [
     "RunStarted",
     "TickEnded",
     "open_event_stream",
-    "unwrap_single",
 ]
 
 DEFAULT_REDACT = ("*key*", "*token*", "*password*")
@@ -419,16 +419,3 @@ async def open_event_stream(
             nursery.start_soon(drive)
             async with receive:
                 yield stream
-
-
-@contextmanager
-def unwrap_single() -> Iterator[None]:
-    """Give back a nursery's lone exception as itself: a run that raises `ResumeError`
-    raises `ResumeError`, not a group holding it (as `Engine.session` does)."""
-    try:
-        yield
-    except BaseExceptionGroup as group:
-        if len(group.exceptions) == 1:
-            error = group.exceptions[0]
-            raise error from error.__cause__
-        raise

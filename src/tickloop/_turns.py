@@ -615,11 +615,11 @@ class _StreamScope:
         agent = self._agent
         options = dict(self._options)
         on_event = options.pop("on_event", None) or agent.on_event
-        session = RunSession.new(
-            agent, self._input, options.pop("messages", None), on_event, options.pop("run_id", None)
-        )
-        if options:
+        messages = options.pop("messages", None)
+        run_id = options.pop("run_id", None)
+        if options:  # checked before the run is claimed, so a typo strands nothing
             raise TypeError(f"agent.stream() got unexpected options: {', '.join(options)}")
+        session = RunSession.new(agent, self._input, messages, on_event, run_id)
         send, receive = trio.open_memory_channel[str](math.inf)
         stream = TextStream(receive)
 
