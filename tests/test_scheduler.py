@@ -32,6 +32,7 @@ from tickloop._scheduler import (
     CallReceived,
     CallSettled,
     DecisionMade,
+    FaultReported,
     Flush,
     MessageAppended,
     Scheduler,
@@ -388,6 +389,22 @@ def test_error_messages_are_appended_at_the_end_of_the_tick_in_the_order_they_ha
     assert "call c1.0 (work)" in appended[3]["data"]["error"]["message"]
     end = tick_end(actions)
     assert end is not None and end.errors == appended
+
+
+def test_a_fault_of_the_iteration_itself_is_reported_with_the_tick_errors() -> None:
+    scheduler = opened()
+    receive(scheduler, {"_tool": "nope"})
+    fault = {"type": "structural", "message": "the solution is not valid JSON"}
+    assert scheduler.handle(FaultReported(fault)) == []  # kept until the tick ends
+    end = tick_end(scheduler.handle(StreamClosed()))
+    assert end is not None
+    assert [(e["data"]["call"], e["data"]["error"]["message"]) for e in end.errors] == [
+        (
+            {"_tool": "nope", "_id": "c1.0"},
+            "unknown tool 'nope'; the tools are: work, pay, single, login, fetch, note",
+        ),
+        (None, "the solution is not valid JSON"),
+    ]
 
 
 def test_a_fire_and_forget_call_does_not_hold_the_tick_and_its_late_error_is_flushed() -> None:

@@ -17,6 +17,10 @@ were. `recover` then settles what the crash left open:
   is closed (the calls that arrived keep running) with a structural error telling the
   model its answer was cut off, and the loop goes on with the next iteration.
 
+Replay and the settling of calls (`reopen`) serve both protocols' loops; what a crash
+means for the request itself differs, so each loop settles its own: `recover` here for
+the solution protocol, `_TurnLoop._recover` (in `_turns.py`) for native tool calling.
+
 `RunSession` is one run or resume of an agent: its id, log, events and store binding,
 and the bookkeeping around the loop (run status, `RunStarted`/`RunEnded`).
 """
@@ -28,7 +32,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -40,7 +44,7 @@ from ._approval import (
     decision_from_dict,
     decision_to_dict,
 )
-from ._engine import utc_now
+from ._engine import Engine, utc_now
 from ._errors import ConfigurationError, ResumeError, StoreError, unwrap_single
 from ._events import EventSink, Redactor, RunEnded, RunEvent, RunStarted
 from ._expressions import find_references, parse_term
@@ -79,6 +83,13 @@ __all__ = [
     "event_to_dict",
     "new_run_id",
 ]
+
+
+class DurableLoop(Protocol):
+    """What replay needs of an outer loop (either protocol's): its engine and its log."""
+
+    engine: Engine
+    log: ContextLog
 
 INTERRUPTED = {
     "type": "runtime",
@@ -235,6 +246,9 @@ class DurableRun:
         self.running: dict[str, StartCall] = {}  # started, not finished
         self.asking: PendingCall | None = None
         self.iteration = 0
+        # The `_id`s (None for a fault of the iteration itself) of the calls handed to the
+        # current tick: what a tools run's recovery must not hand over twice.
+        self.handed: set[str | None] = set()
         self.solutions: set[int] = set()
         self.plan_due = False
         self.verdicts: dict[int, Any] = {}  # iteration -> accepted output (None: none)
@@ -350,8 +364,13 @@ class DurableRun:
         if isinstance(event, TickOpened):
             self.iteration = event.iteration
             self.plan_due = False
+            self.handed = set()
         elif isinstance(event, StreamClosed):
             self.plan_due = True
+        elif isinstance(event, CallReceived | FaultReported):
+            call = event.call
+            handed = call.get("_id") if isinstance(call, dict) else None
+            self.handed.add(handed if isinstance(handed, str) else None)
         for action in actions:
             row = self._apply(action, event, at)
             if row is not None:
@@ -453,7 +472,7 @@ class DurableRun:
 
     # -- resuming ----------------------------------------------------------------------
 
-    def replay(self, journal: list[tuple[int, float, str, Any]], loop: _SolutionLoop) -> None:
+    def replay(self, journal: list[tuple[int, float, str, Any]], loop: DurableLoop) -> None:
         """Rebuild the log and the scheduler from the journal; no action is carried out."""
         scheduler = loop.engine.scheduler
         for seq, at, kind, body in journal:
@@ -485,11 +504,16 @@ class DurableRun:
         self._dirty.clear()  # the stored rows already say all this
         self.resumed = True
 
-    async def recover(self, loop: _SolutionLoop) -> tuple[bool, Any]:
-        """Settle what the crash (or the pause) left open; (done, output) as `_iterate`."""
+    def reopen(self, engine: Engine) -> bool:
+        """Settle the calls a crash (or a pause) left open, for either protocol's loop.
+
+        Runs inside the engine's session, after `replay`. A call that was running runs
+        again if its tool is idempotent, else finishes `failed` with `INTERRUPTED`; a
+        question left unanswered is asked again; the decisions recorded for deferred
+        calls are applied. False when this run is not a resume (nothing to settle).
+        """
         if not self.resumed:
-            return False, None
-        engine = loop.engine
+            return False
         scheduler = engine.scheduler
         self.note("resumed")
         engine.expect_tick()
@@ -510,6 +534,15 @@ class DurableRun:
             decision = self.decisions.get(pending.id)
             if decision is not None:
                 engine.decide(pending.id, decision)
+        return True
+
+    async def recover(self, loop: _SolutionLoop) -> tuple[bool, Any]:
+        """Settle what the crash (or the pause) left open in a solution-protocol run:
+        the calls (`reopen`), then the request; (done, output) as `_iterate`."""
+        engine = loop.engine
+        if not self.reopen(engine):
+            return False, None
+        scheduler = engine.scheduler
         iteration = scheduler.iteration
         if scheduler.stream_open:
             answered = iteration in self.solutions
@@ -608,7 +641,7 @@ class RunSession:
             )
         if decisions is not None and not isinstance(decisions, Mapping):
             raise ResumeError("decisions must be a dict from call id to decision")
-        claimed = claim_run(store, run_id, dict(decisions or {}))
+        claimed = claim_run(store, run_id, dict(decisions or {}), protocol=agent.protocol)
         sink = _sink(agent, run_id, on_event)
         durable = DurableRun(claimed.writer, agent.tools, agent.redact, sink)
         durable.decisions = claimed.decisions
@@ -634,7 +667,7 @@ class RunSession:
                     run_id=self.run_id,
                     time=trio.current_time(),
                     status="failed",
-                    iterations=_iterations(self.log),
+                    iterations=_iterations(self.agent, self.log),
                     error=reason,
                 )
             )
@@ -661,7 +694,7 @@ class RunSession:
         )
         return result
 
-    def replay_into(self, loop: _SolutionLoop) -> None:
+    def replay_into(self, loop: DurableLoop) -> None:
         if self.durable is not None and self.journal is not None:
             self.durable.replay(self.journal, loop)
 
@@ -673,7 +706,12 @@ def _sink(agent: Agent, run_id: str, on_event: Callable[[RunEvent], Any] | None)
     return EventSink(run_id, agent.redact, listeners)
 
 
-def _iterations(log: ContextLog) -> int:
+def _iterations(agent: Agent, log: ContextLog) -> int:
+    """Requests made so far: solutions, or the model's turns with protocol "tools"."""
+    if agent.protocol == "tools":
+        from ._turns import turns_in
+
+        return turns_in(log)
     return sum(1 for message in log.messages if message.get("type") == "solution")
 
 

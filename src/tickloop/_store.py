@@ -632,24 +632,32 @@ class ClaimedRun:
     decisions: dict[str, Decision]
 
 
-def claim_run(store: SQLiteStore, run_id: str, decisions: dict[str, Any]) -> ClaimedRun:
+def claim_run(
+    store: SQLiteStore, run_id: str, decisions: dict[str, Any], *, protocol: str | None = None
+) -> ClaimedRun:
     """Check a resume and take the run over, atomically; `ResumeError` before any change.
 
     The new decisions are checked and recorded in the same transaction that claims the
-    run, so two processes deciding the same call cannot both win.
+    run, so two processes deciding the same call cannot both win. With `protocol`, a run
+    made with another protocol is refused: its journal is another loop's.
     """
     checked = {call_id: _checked_decision(call_id, value) for call_id, value in decisions.items()}
     connection = store.acquire()
     try:
         with store._write(connection):
             row = connection.execute(
-                "SELECT status, owner FROM runs WHERE run_id = ?", (run_id,)
+                "SELECT status, owner, protocol FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
             if row is None:
                 raise ResumeError(f"no run {run_id!r} in {store.path}")
-            status, owner = row
+            status, owner, made_with = row
             if status == "done":
                 raise ResumeError(f"run {run_id!r} is finished; there is nothing to resume")
+            if protocol is not None and made_with != protocol:
+                raise ResumeError(
+                    f"run {run_id!r} was made with protocol={made_with!r}; resume it with an "
+                    f"agent of that protocol, not protocol={protocol!r}"
+                )
             if (store.path.resolve(), run_id) in _ACTIVE or (
                 status == "running" and owner != owner_label() and _owner_alive(owner)
             ):

@@ -44,6 +44,7 @@ def is_unknown(value: Any) -> bool:
     string (`†…`, not the escaped literal `††…`), which stands for its value to come."""
     return value is UNKNOWN or is_reference(value)
 
+
 # Keywords that never make a value invalid (Draft 2020-12 without a format checker, which
 # is how the engine's validators are built: `format` is an annotation there).
 _ANNOTATIONS = frozenset(
