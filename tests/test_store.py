@@ -249,9 +249,21 @@ def test_one_run_cannot_be_driven_by_two_processes_at_once(tmp_path: Path) -> No
     trio.run(main_task)
 
 
-def test_only_the_solution_protocol_is_durable(tmp_path: Path) -> None:
-    with pytest.raises(tl.ConfigurationError, match="protocol='solution' only"):
-        tl.Agent(tl.ScriptedModel([]), protocol="tools", store=tmp_path / "runs.db")
+def test_both_protocols_are_durable_and_a_run_resumes_only_with_its_own(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    tools_agent = tl.Agent(tl.ScriptedModel(["hi"]), protocol="tools", store=db)
+    assert tools_agent.run("go", run_id="chat").status == "done"
+    solution = _agent(db)
+    with pytest.raises(tl.ResumeError, match="finished"):
+        solution.resume("chat")
+    # A run of one protocol is refused to an agent of the other, before anything changes.
+    with tl.SQLiteStore(db) as store, store.connect() as connection:
+        connection.execute("UPDATE runs SET status = 'failed' WHERE run_id = 'chat'")
+    before = tl.SQLiteStore(db).journal("chat")
+    with pytest.raises(tl.ResumeError, match="protocol='tools'; resume it with an agent"):
+        solution.resume("chat")
+    assert tl.SQLiteStore(db).journal("chat") == before
+    assert tl.SQLiteStore(db).run("chat").status == "failed"
 
 
 def test_a_failed_run_is_recorded_and_can_be_resumed(tmp_path: Path) -> None:

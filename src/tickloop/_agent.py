@@ -161,10 +161,6 @@ class Agent:
         self._rng = random.Random(seed)
         # Durable runs (docs/durability.md): the store, what events and traces hide, spans.
         self.store = as_store(store)
-        if self.store is not None and protocol != "solution":
-            raise ConfigurationError(
-                f"a store makes runs durable for protocol='solution' only, not {protocol!r}"
-            )
         self.redact = Redactor(redact)
         self.tracer = make_tracer(tracer_provider)
         check_configuration(self.tools, approve, max_concurrency)
@@ -261,7 +257,7 @@ class Agent:
         if self.protocol == "tools":
             from ._turns import run_turns  # the native tool-calling loop
 
-            return await run_turns(self, session.log, on_event=session.sink)
+            return await run_turns(self, session.log, on_event=session.sink, session=session)
         loop = _SolutionLoop(self, session.log, session.sink, session.durable)
         session.replay_into(loop)
         return await loop.run()

@@ -91,6 +91,7 @@ class DurableLoop(Protocol):
     engine: Engine
     log: ContextLog
 
+
 INTERRUPTED = {
     "type": "runtime",
     "message": "interrupted: the process running this call stopped before it finished",

@@ -12,6 +12,14 @@ The conversation lives in the log like everything else, so a run can resume from
 kind `turn` (pushed, so the `turn` view is the whole exchange) hold the provider's wire
 messages verbatim: an assistant turn with every part the model sent, reasoning included,
 then its tool results. See docs/tool-calling.md.
+
+With a store the run is durable (PROTOCOL §10, docs/durability.md) on the same journal as
+the solution protocol: the engine journals its events, and every message this loop
+appends (the first user message, each turn, each result batch, each feedback) is
+journaled as it is appended. A model's response is recorded, handed to the tick and its
+stream closed in one synchronous step, so one commit holds all three. A resume replays
+the journal, settles the calls (`DurableRun.reopen`), then `_TurnLoop._recover` finishes
+the interrupted iteration from the log: a recorded response is never asked for again.
 """
 
 from __future__ import annotations
@@ -49,8 +57,16 @@ from ._tools import ToolSet
 
 if TYPE_CHECKING:
     from ._agent import Agent, RunResult
+    from ._durable import DurableRun, RunSession
 
-__all__ = ["TURN_KIND", "TextStream", "check_turn_configuration", "open_stream", "run_turns"]
+__all__ = [
+    "TURN_KIND",
+    "TextStream",
+    "check_turn_configuration",
+    "open_stream",
+    "run_turns",
+    "turns_in",
+]
 
 TURN_KIND = "turn"  # the data kind holding the provider's wire messages
 _REFERENCE_MARK = "†"
@@ -79,11 +95,17 @@ async def run_turns(
     *,
     on_event: Callable[[RunEvent], Any] | None = None,
     on_text: Callable[[str], Any] | None = None,
+    session: RunSession | None = None,
 ) -> RunResult:
     """Run the loop to a final answer. `on_event` is an `EventSink` or a listener of run
     events; `on_text` receives the final answer's text as it streams (and only that:
-    tool-call turns are never shown, see `_TurnLoop._attempt`)."""
-    return await _TurnLoop(agent, log, on_event, on_text).run()
+    tool-call turns are never shown, see `_TurnLoop._attempt`). With a `session` of a
+    store, the run is journaled, and a resumed session's journal is replayed first."""
+    durable = session.durable if session is not None else None
+    loop = _TurnLoop(agent, log, on_event, on_text, durable)
+    if session is not None:
+        session.replay_into(loop)
+    return await loop.run()
 
 
 class _TurnLoop:
@@ -95,6 +117,7 @@ class _TurnLoop:
         log: ContextLog,
         on_event: Callable[[RunEvent], Any] | None,
         on_text: Callable[[str], Any] | None,
+        durable: DurableRun | None = None,
     ) -> None:
         check_turn_configuration(agent.model, agent.tools)
         self.agent = agent
@@ -110,13 +133,17 @@ class _TurnLoop:
             ToolSpec(tool.name, tool.description, _visible_parameters(tool))
             for tool in agent.tools.values()
         ]
+        self.durable = durable
+        self.paused = False  # a tick ended with deferred calls: the run pauses
         self._settled = trio.Event()
+        self._rejected: dict[str, str] = {}  # call id -> why its arguments make no call
         self.engine = Engine(
             agent.tools,
             log,
             approve=agent.approve,
             max_concurrency=agent.max_concurrency,
             on_action=self._on_action,
+            journal=durable,
         )
         self._check_log_format()
 
@@ -143,10 +170,12 @@ class _TurnLoop:
     async def run(self) -> RunResult:
         from ._agent import RunResult
 
-        iteration = _turns_in(self.log)  # a resumed log continues its count
+        self._check_log_format()  # again: a resumed run's log came from its journal
         self._start_conversation()
         async with self.engine.session():
-            while True:
+            done, output = await self._recover()  # a resumed run: what it left open
+            iteration = turns_in(self.log)  # a resumed log continues its count
+            while not done and not self.paused:
                 iteration += 1
                 if iteration > self.agent.max_iterations:
                     raise MaxIterationsError(
@@ -155,9 +184,22 @@ class _TurnLoop:
                         self.log.messages,
                     )
                 done, output = await self._iterate(iteration)
-                if done:
-                    break
-        return RunResult(output, self.log, self.engine.records, iteration, self.usage)
+        paused = self.paused
+        return RunResult(
+            None if paused else self.agent.output.convert(output),
+            self.log,
+            self.engine.records,
+            turns_in(self.log),
+            self.usage,
+            status="paused" if paused else "done",
+            pending=self.engine.scheduler.deferred if paused else None,
+        )
+
+    def _append(self, message: dict[str, Any]) -> None:
+        """Append a message of the loop's own; a durable run journals it as well."""
+        self.log.append(message)
+        if self.durable is not None:
+            self.durable.journal_messages([message])
 
     def _start_conversation(self) -> None:
         """A fresh run opens with the input as the user's message, written to the log so
@@ -171,7 +213,7 @@ class _TurnLoop:
         if value is None:
             return
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        self.log.append({"type": "text", "role": "user", "text": text})
+        self._append({"type": "text", "role": "user", "text": text})
 
     async def _iterate(self, iteration: int) -> tuple[bool, Any]:
         request = TurnRequest(
@@ -192,11 +234,12 @@ class _TurnLoop:
                 {"role": "assistant", "iteration": iteration, "broken": True, "messages": []}
             )
             self.engine.report(_fault(f"the model's answer broke off: {broken}"))
+            self.engine.close_stream()
             await self._end_tick()
             return False, None
         self._emit(RequestFinished, iteration=iteration)
-        calls = response.tool_calls
-        ids = [f"c{iteration}.{index}" for index in range(len(calls))]
+        # Recorded, handed over and closed in one synchronous step (no checkpoint), so a
+        # durable run commits the response together with every call it made.
         self._append_turn(
             {
                 "role": "assistant",
@@ -209,24 +252,50 @@ class _TurnLoop:
                         "name": call.name,
                         "arguments": call.arguments,
                     }
-                    for id, call in zip(ids, calls, strict=True)
+                    for id, call in zip(
+                        _call_ids(iteration, response), response.tool_calls, strict=True
+                    )
                 ],
                 **({"reasoning": response.reasoning} if response.reasoning else {}),
                 "messages": response.messages,
             }
         )
-        if not calls:
-            return await self._finish(response)
-        rejected = {
-            id: result
-            for id, call in zip(ids, calls, strict=True)
-            if (result := self._dispatch(id, call)) is not None
-        }
-        await self._end_tick()
-        await self._wait_for([id for id in ids if id not in rejected])
+        self._hand_over(iteration, response)
+        if not await self._end_tick():
+            return False, None  # paused on a deferred call: the results wait for it
+        if not response.tool_calls:
+            return self._judge(iteration, response.text)
+        await self._send_results(iteration, response)
+        return False, None
+
+    def _hand_over(
+        self, iteration: int, response: TurnResponse, handed: set[str | None] | None = None
+    ) -> None:
+        """Give the tick a response's calls (a final answer: its fault, if it has one),
+        then close the stream. `handed`: what a resumed journal shows was given already."""
+        handed = handed or set()
+        if response.tool_calls:
+            for id, call in zip(_call_ids(iteration, response), response.tool_calls, strict=True):
+                if id not in handed:
+                    self._dispatch(id, call)
+        elif None not in handed:
+            _, problem = self._final_output(response.text)
+            if problem is not None:
+                self.engine.report(_fault(problem), {"output": response.text})
+        self.engine.close_stream()
+
+    async def _end_tick(self) -> bool:
+        """Wait for the tick whose stream is closed; False when it paused (tl.Defer)."""
+        outcome = await self.engine.wait_tick()
+        self.paused = bool(outcome.paused)
+        return not self.paused
+
+    async def _send_results(self, iteration: int, response: TurnResponse) -> None:
+        """Once every call of the response has its final status, append their results."""
+        ids = _call_ids(iteration, response)
+        await self._wait_for(ids)
         results = [
-            rejected[id] if id in rejected else self._result(id, call)
-            for id, call in zip(ids, calls, strict=True)
+            self._result(id, call) for id, call in zip(ids, response.tool_calls, strict=True)
         ]
         self._append_turn(
             {
@@ -239,16 +308,65 @@ class _TurnLoop:
                 "messages": self.model.tool_result_messages(response, results),
             }
         )
+
+    # -- resuming a durable run -----------------------------------------------------------
+
+    async def _recover(self) -> tuple[bool, Any]:
+        """Finish the iteration a crash or a pause interrupted; (done, output) as
+        `_iterate`. The calls are settled first, as for the solution protocol; then the
+        log says where the iteration was: a response that was recorded is never asked for
+        again, its results are sent once every call has ended, and a final answer is
+        judged (again: judging is a pure function of its text). A request that had not
+        answered left nothing behind: its empty tick is closed and the same iteration
+        asked again."""
+        durable, engine = self.durable, self.engine
+        if durable is None or not durable.reopen(engine):
+            return False, None
+        scheduler = engine.scheduler
+        iteration = scheduler.iteration
+        entry = self._recorded_turn(iteration)
+        response = None if entry is None or entry.get("broken") else _response_of(entry)
+        if scheduler.stream_open:
+            if response is not None:  # only a journal cut inside the one-commit step above
+                self._hand_over(iteration, response, durable.handed)
+            else:
+                engine.close_stream()
+        if scheduler.tick_active:
+            await self._end_tick()
+        else:
+            self.paused = bool(scheduler.deferred)
+        if response is None or self.paused:
+            return False, None
+        if not response.tool_calls:
+            return self._judge(iteration, response.text, feedback=not self._fed_back())
+        if not self._results_recorded(iteration):
+            await self._send_results(iteration, response)
         return False, None
 
-    async def _end_tick(self) -> None:
-        self.engine.close_stream()
-        outcome = await self.engine.wait_tick()
-        if outcome.paused:
-            raise ConfigurationError(
-                "a call was deferred (tl.Defer), which protocol='tools' cannot wait for: the "
-                "model needs every result of a turn before it can go on"
-            )
+    def _recorded_turn(self, iteration: int) -> dict[str, Any] | None:
+        """The model's recorded response of `iteration` (the log's last), or None."""
+        for entry in reversed(self.log.view(TURN_KIND) or ()):
+            if isinstance(entry, dict) and entry.get("role") == "assistant":
+                return entry if entry.get("iteration") == iteration else None
+        return None
+
+    def _results_recorded(self, iteration: int) -> bool:
+        entries = self.log.view(TURN_KIND) or ()
+        last = entries[-1] if entries else None
+        return (
+            isinstance(last, dict)
+            and last.get("role") == "tool"
+            and last.get("iteration") == iteration
+        )
+
+    def _fed_back(self) -> bool:
+        """Whether the last answer's rejection was told already (a user text after it)."""
+        for message in reversed(self.log.messages):
+            if message.get("type") == "text" and message.get("role") == "user":
+                return True
+            if message.get("type") == "data" and message.get("kind") == TURN_KIND:
+                return False
+        return False
 
     async def _wait_for(self, ids: Sequence[str]) -> None:
         """Until every call has its final status, fire-and-forget ones included: in this
@@ -315,12 +433,8 @@ class _TurnLoop:
                 on_item,
                 attempts=self.agent.max_llm_retries,
                 rng=self.agent._rng,
-                on_retry=lambda attempt, delay, error: self._emit(
-                    RequestRetried,
-                    iteration=request.iteration,
-                    attempt=attempt,
-                    delay=delay,
-                    error=str(error),
+                on_retry=lambda attempt, delay, error: self._on_retry(
+                    request.iteration, attempt, delay, error
                 ),
             )
         except StreamBroken:
@@ -333,6 +447,15 @@ class _TurnLoop:
             ) from error
         assert response is not None  # `_attempt` ends with one or raises
         return response
+
+    def _on_retry(self, iteration: int, attempt: int, delay: float, error: Exception) -> None:
+        self._emit(
+            RequestRetried, iteration=iteration, attempt=attempt, delay=delay, error=str(error)
+        )
+        if self.durable is not None:  # for the timeline
+            self.durable.note(
+                "retry", iteration=iteration, attempt=attempt, delay=delay, error=str(error)
+            )
 
     async def _attempt(
         self, request: TurnRequest
@@ -371,13 +494,24 @@ class _TurnLoop:
 
     # -- calls and results ----------------------------------------------------------------
 
-    def _dispatch(self, id: str, call: TurnToolCall) -> ToolResult | None:
+    def _dispatch(self, id: str, call: TurnToolCall) -> None:
         """Hand one provider call to the engine; or, when its arguments cannot make a
-        call at all, report the fault and return the error result at once."""
-        tools = self.agent.tools
-        if call.name not in tools:
+        call at all, report the fault (its result is an error, see `_result`)."""
+        if call.name not in self.agent.tools:
             self.engine.receive({"_tool": call.name, "_id": id})  # "unknown tool", recorded
-            return None
+            return
+        arguments, problem = self._arguments(call)
+        if problem is not None:
+            self._rejected[id] = problem
+            self.engine.report(
+                _fault(problem), {"_tool": call.name, "_id": id, "_arguments": call.arguments}
+            )
+            return
+        self.engine.receive({"_tool": call.name, **_literal(arguments), "_id": id})
+
+    def _arguments(self, call: TurnToolCall) -> tuple[Any, str | None]:
+        """A known tool's call's arguments, or why they cannot make a call."""
+        tools = self.agent.tools
         if not call.arguments.strip():
             arguments: Any = {}  # a call without arguments: some servers send nothing at all
         else:
@@ -395,16 +529,14 @@ class _TurnLoop:
                     f"({', '.join(tools[call.name].parameters.get('properties', {})) or 'none'})"
                 )
         if problem is not None:
-            message = f"Tool {call.name!r} {problem}; send the arguments as one JSON object"
-            self.engine.report(
-                _fault(message), {"_tool": call.name, "_id": id, "_arguments": call.arguments}
-            )
-            return ToolResult(f"Error: {message}", is_error=True)
-        self.engine.receive({"_tool": call.name, **_literal(arguments), "_id": id})
-        return None
+            return None, f"Tool {call.name!r} {problem}; send the arguments as one JSON object"
+        return arguments, None
 
     def _result(self, id: str, call: TurnToolCall) -> ToolResult:
-        record = self.engine.records[id]
+        record = self.engine.records.get(id)
+        if record is None:  # its arguments made no call (known again after a resume)
+            problem = self._rejected.get(id) or self._arguments(call)[1]
+            return ToolResult(f"Error: {problem}", is_error=True)
         error = record.error or {}
         message = str(error.get("message", ""))
         name = call.name
@@ -430,24 +562,27 @@ class _TurnLoop:
 
     # -- the final answer -----------------------------------------------------------------
 
-    async def _finish(self, response: TurnResponse) -> tuple[bool, Any]:
-        output, problem = self._final_output(response.text)
-        if problem is not None:
-            self.engine.report(_fault(problem), {"output": response.text})
-        await self._end_tick()
+    def _judge(self, iteration: int, text: str, *, feedback: bool = True) -> tuple[bool, Any]:
+        """A final answer's verdict: (True, output), or the model is told why not."""
+        output, problem = self._final_output(text)
         if problem is None:
+            if self.durable is not None:
+                self.durable.verdict(iteration, output)  # the run's stored output
             return True, output
-        self.log.append(
-            {
-                "type": "text",
-                "role": "user",
-                "text": f"Your final answer was not accepted: {problem}. Reply again with "
-                "only a JSON value that matches the schema.",
-            }
-        )
+        if feedback:
+            self._append(
+                {
+                    "type": "text",
+                    "role": "user",
+                    "text": f"Your final answer was not accepted: {problem}. Reply again with "
+                    "only a JSON value that matches the schema.",
+                }
+            )
         return False, None
 
     def _final_output(self, text: str) -> tuple[Any, str | None]:
+        """The answer's output as JSON data (the text itself without an output schema),
+        or why it is not one; `spec.convert` makes it typed at the end of the run."""
         spec = self.agent.output
         if spec.schema is None:
             return text, None
@@ -465,10 +600,10 @@ class _TurnLoop:
                 problem = f"the output does not validate: {error.errors()[0].get('msg')}"
         if problem is not None:
             return None, problem
-        return spec.convert(value), None
+        return value, None
 
     def _append_turn(self, entry: dict[str, Any]) -> None:
-        self.log.append(
+        self._append(
             {
                 "type": "data",
                 "kind": TURN_KIND,
@@ -478,10 +613,28 @@ class _TurnLoop:
         )
 
 
-def _turns_in(log: ContextLog) -> int:
+def turns_in(log: ContextLog) -> int:
+    """Requests the log records: the model's turns, broken ones included."""
     entries = log.view(TURN_KIND) or ()
     return sum(
         1 for entry in entries if isinstance(entry, dict) and entry.get("role") == "assistant"
+    )
+
+
+def _call_ids(iteration: int, response: TurnResponse) -> list[str]:
+    return [f"c{iteration}.{index}" for index in range(len(response.tool_calls))]
+
+
+def _response_of(entry: dict[str, Any]) -> TurnResponse:
+    """A recorded assistant turn as the response it was (what results are paired with)."""
+    return TurnResponse(
+        text=str(entry.get("text", "")),
+        tool_calls=[
+            TurnToolCall(str(call.get("provider_id", "")), str(call["name"]), call["arguments"])
+            for call in entry.get("tool_calls") or ()
+        ],
+        messages=list(entry.get("messages") or ()),
+        reasoning=entry.get("reasoning"),
     )
 
 
@@ -626,7 +779,7 @@ class _StreamScope:
         def run(on_text: Callable[[str], Any]) -> Any:
             return session.execute(
                 lambda session: run_turns(
-                    agent, session.log, on_event=session.sink, on_text=on_text
+                    agent, session.log, on_event=session.sink, on_text=on_text, session=session
                 )
             )
 
