@@ -18,10 +18,10 @@ import jsonschema
 import pydantic
 import trio
 
-from ._approval import ApproveHook, PendingCall
+from ._approval import ApproveHook
 from ._durable import DurableRun, RunSession
 from ._engine import Engine, check_configuration
-from ._errors import ConfigurationError, ExecuteError, MaxIterationsError
+from ._errors import ConfigurationError, ExecuteError
 from ._events import (
     DEFAULT_REDACT,
     EventSink,
@@ -34,11 +34,10 @@ from ._events import (
 )
 from ._jsonstream import SolutionStream
 from ._log import ContextLog
+from ._loop import OuterLoop, RunResult
 from ._models._base import ModelError, SolutionRequest, TextDelta, Usage
 from ._prompt import render_messages, solution_schema, strip_strict_nulls
 from ._retry import StreamBroken, stream_with_retries
-from ._run import ExecutionResult
-from ._scheduler import CallRecord
 from ._store import SQLiteStore, as_store
 from ._tools import Tool, ToolSet
 from ._trace import make_tracer
@@ -46,39 +45,6 @@ from ._trace import make_tracer
 __all__ = ["Agent", "RunResult"]
 
 PROTOCOLS = ("solution", "tools")
-
-
-class RunResult(ExecutionResult):
-    """What a run ended with. `output` is typed when the agent's output is a pydantic model.
-
-    Everything an `ExecutionResult` has (state, views, errors, messages, records), plus
-    what only a run with a model has.
-    """
-
-    def __init__(
-        self,
-        output: Any,
-        log: ContextLog,
-        records: dict[str, CallRecord],
-        iterations: int,
-        usage: Usage | None = None,
-        *,
-        run_id: str | None = None,
-        status: str = "done",
-        pending: list[PendingCall] | None = None,
-    ) -> None:
-        super().__init__(log, records, pending)
-        self.output = output
-        self.iterations = iterations
-        self.usage = usage or Usage()
-        self.run_id = run_id
-        self.status = status
-
-    def __repr__(self) -> str:
-        return (
-            f"<RunResult {self.status} after {self.iterations} iterations, "
-            f"{len(self.records)} calls, output={self.output!r}>"
-        )
 
 
 class OutputSpec:
@@ -274,7 +240,7 @@ class Agent:
         return await run_trio_in_asyncio(partial(self.run_async, input, **options))
 
 
-class _SolutionLoop:
+class _SolutionLoop(OuterLoop):
     """One run of the solution protocol."""
 
     def __init__(
@@ -301,31 +267,13 @@ class _SolutionLoop:
             journal=durable,
         )
 
-    async def run(self) -> RunResult:
-        async with self.engine.session():
-            done, output = False, None
-            if self.durable is not None:  # a resumed run first settles what it left open
-                done, output = await self.durable.recover(self)
-            iteration = _iterations_in(self.log)  # a resumed log continues its count
-            while not done and not self.paused:
-                iteration += 1
-                if iteration > self.agent.max_iterations:
-                    raise MaxIterationsError(
-                        f"the agent made {self.agent.max_iterations} requests without a final "
-                        "output; raise max_iterations or check the tools and instructions",
-                        self.log.messages,
-                    )
-                done, output = await self._iterate(iteration)
-        paused = self.paused
-        return RunResult(
-            None if paused else self.agent.output.convert(output),
-            self.log,
-            self.engine.records,
-            _iterations_in(self.log),
-            self.usage,
-            status="paused" if paused else "done",
-            pending=self.engine.scheduler.deferred if paused else None,
-        )
+    async def _recover(self) -> tuple[bool, Any]:
+        if self.durable is None:
+            return False, None
+        return await self.durable.recover(self)
+
+    def _iterations_done(self) -> int:
+        return _iterations_in(self.log)
 
     async def _iterate(self, iteration: int) -> tuple[bool, Any]:
         agent = self.agent

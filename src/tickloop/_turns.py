@@ -35,10 +35,11 @@ import pydantic
 import trio
 
 from ._engine import Engine
-from ._errors import ConfigurationError, ExecuteError, MaxIterationsError
+from ._errors import ConfigurationError, ExecuteError
 from ._events import EventSink, RequestFinished, RequestRetried, RequestStarted, RunEvent
 from ._jsonstream import resilient_json_parse, resilient_json_parse_with_strategy
 from ._log import ContextLog
+from ._loop import OuterLoop, RunResult
 from ._models._base import (
     ModelError,
     TextDelta,
@@ -56,7 +57,7 @@ from ._scheduler import FINAL_STATUSES, CallSettled
 from ._tools import ToolSet
 
 if TYPE_CHECKING:
-    from ._agent import Agent, RunResult
+    from ._agent import Agent
     from ._durable import DurableRun, RunSession
 
 __all__ = [
@@ -108,7 +109,7 @@ async def run_turns(
     return await loop.run()
 
 
-class _TurnLoop:
+class _TurnLoop(OuterLoop):
     """One run of the native tool-calling protocol."""
 
     def __init__(
@@ -167,33 +168,14 @@ class _TurnLoop:
 
     # -- the outer loop -------------------------------------------------------------------
 
-    async def run(self) -> RunResult:
-        from ._agent import RunResult
+    final_answer = "answer"
 
+    def _before_session(self) -> None:
         self._check_log_format()  # again: a resumed run's log came from its journal
         self._start_conversation()
-        async with self.engine.session():
-            done, output = await self._recover()  # a resumed run: what it left open
-            iteration = turns_in(self.log)  # a resumed log continues its count
-            while not done and not self.paused:
-                iteration += 1
-                if iteration > self.agent.max_iterations:
-                    raise MaxIterationsError(
-                        f"the agent made {self.agent.max_iterations} requests without a final "
-                        "answer; raise max_iterations or check the tools and instructions",
-                        self.log.messages,
-                    )
-                done, output = await self._iterate(iteration)
-        paused = self.paused
-        return RunResult(
-            None if paused else self.agent.output.convert(output),
-            self.log,
-            self.engine.records,
-            turns_in(self.log),
-            self.usage,
-            status="paused" if paused else "done",
-            pending=self.engine.scheduler.deferred if paused else None,
-        )
+
+    def _iterations_done(self) -> int:
+        return turns_in(self.log)
 
     def _append(self, message: dict[str, Any]) -> None:
         """Append a message of the loop's own; a durable run journals it as well."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, aclosing
 from typing import Any, Literal
 
 import httpx
@@ -29,16 +30,7 @@ from ._base import (
     Usage,
     wire_conversation,
 )
-from ._http import (
-    DEFAULT_TIMEOUT,
-    client_scope,
-    error_from_response,
-    json_instruction,
-    load_event,
-    redact,
-    transport_error,
-)
-from ._sse import aiter_sse
+from ._http import DEFAULT_TIMEOUT, json_instruction, open_stream, redact, typed_events
 
 __all__ = ["Anthropic"]
 
@@ -144,23 +136,26 @@ class Anthropic:
         body.update(self.extra_body)
         return body
 
+    @property
+    def _what(self) -> str:
+        return f"messages request ({self.model} at {self.url})"
+
+    def _post(self, body: dict[str, Any]) -> AbstractAsyncContextManager[httpx.Response]:
+        """The Messages endpoint's streamed answer to `body` (see `open_stream`)."""
+        return open_stream(
+            self._client,
+            self.timeout,
+            self.url,
+            body,
+            self._headers(),
+            what=self._what,
+            secrets=(self._api_key,),
+        )
+
     async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
-        what = f"messages request ({self.model} at {self.url})"
-        secrets = (self._api_key,)
-        try:
-            async with (
-                client_scope(self._client, self.timeout) as client,
-                client.stream(
-                    "POST", self.url, json=self._body(request), headers=self._headers()
-                ) as response,
-            ):
-                if not response.is_success:
-                    await response.aread()
-                    raise error_from_response(response, what=what, secrets=secrets)
-                async for item in self._read_stream(response, what, secrets):
-                    yield item
-        except httpx.TransportError as exc:
-            raise transport_error(exc, what=what, secrets=secrets) from exc
+        async with self._post(self._body(request)) as response:
+            async for item in self._read_stream(response, self._what, (self._api_key,)):
+                yield item
 
     async def _read_stream(
         self, response: httpx.Response, what: str, secrets: tuple[str | None, ...]
@@ -172,21 +167,9 @@ class Anthropic:
         """
         wanted = "tool_use" if self.structured == "tool" else "text"
         blocks: dict[int, str] = {}  # content block index -> block type
-        usage = Usage()
-        stopped = False
-        async for event in aiter_sse(response):
-            if not event.data.strip():
-                continue
-            payload = load_event(event.data, what=what, secrets=secrets)
-            if not isinstance(payload, dict):
-                continue
-            kind = payload.get("type", event.event)
-            if kind == "error":
-                raise _stream_error(payload, what, secrets)
-            if kind == "message_start":
-                counts = (payload.get("message") or {}).get("usage") or {}
-                usage = Usage(_input_tokens(counts), int(counts.get("output_tokens") or 0))
-            elif kind == "content_block_start":
+        stream = _MessageStream(response, what, secrets)
+        async for kind, payload in stream.events():
+            if kind == "content_block_start":
                 block = payload.get("content_block") or {}
                 blocks[payload.get("index", 0)] = block.get("type", "")
             elif kind == "content_block_delta":
@@ -201,19 +184,7 @@ class Anthropic:
                     continue
                 if isinstance(text, str) and text:
                     yield TextDelta(text)
-            elif kind == "message_delta":
-                # Counts here are running totals for the message, not increments.
-                counts = payload.get("usage") or {}
-                if counts.get("output_tokens") is not None:
-                    usage.output_tokens = int(counts["output_tokens"])
-                if counts.get("input_tokens") is not None:
-                    usage.input_tokens = _input_tokens(counts)
-            elif kind == "message_stop":
-                stopped = True
-                break
-        if not stopped:
-            raise ModelError(f"{what}: the stream ended before message_stop", status=None)
-        yield usage
+        yield stream.usage
 
     # -- native tool calling (protocol "tools", PROTOCOL §9) --------------------------------
 
@@ -250,22 +221,9 @@ class Anthropic:
 
     async def stream_turn(self, request: TurnRequest) -> AsyncIterator[TurnItem]:
         """One request with the tools offered (not forced); see `_read_turn_stream`."""
-        what = f"messages request ({self.model} at {self.url})"
-        secrets = (self._api_key,)
-        try:
-            async with (
-                client_scope(self._client, self.timeout) as client,
-                client.stream(
-                    "POST", self.url, json=self._turn_body(request), headers=self._headers()
-                ) as response,
-            ):
-                if not response.is_success:
-                    await response.aread()
-                    raise error_from_response(response, what=what, secrets=secrets)
-                async for item in _read_turn_stream(response, what, secrets):
-                    yield item
-        except httpx.TransportError as exc:
-            raise transport_error(exc, what=what, secrets=secrets) from exc
+        async with self._post(self._turn_body(request)) as response:
+            async for item in _read_turn_stream(response, self._what, (self._api_key,)):
+                yield item
 
     def tool_result_messages(
         self, response: TurnResponse, results: Sequence[ToolResult]
@@ -290,6 +248,50 @@ def _input_tokens(counts: dict[str, Any]) -> int:
         int(counts.get(key) or 0)
         for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     )
+
+
+class _MessageStream:
+    """A Messages event stream as both readers walk it, so that where it ends, its errors
+    and its token counts are read one way.
+
+    `events()` yields `(type, payload)` up to `message_stop`, the one end of a whole
+    answer: an `error` event is raised as a `ModelError`, and a stream that stops before
+    `message_stop` broke off. `usage` follows the counts of `message_start` and
+    `message_delta`, updated after the reader has handled the event, the order each
+    reader had when it kept its own count.
+    """
+
+    def __init__(
+        self, response: httpx.Response, what: str, secrets: tuple[str | None, ...]
+    ) -> None:
+        self._response = response
+        self._what = what
+        self._secrets = secrets
+        self.usage = Usage()
+
+    async def events(self) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
+        what, secrets = self._what, self._secrets
+        async with aclosing(typed_events(self._response, what=what, secrets=secrets)) as events:
+            async for kind, payload in events:
+                if kind == "error":
+                    raise _stream_error(payload, what, secrets)
+                if kind == "message_stop":
+                    return
+                yield kind, payload
+                self._count(kind, payload)
+        raise ModelError(f"{what}: the stream ended before message_stop", status=None)
+
+    def _count(self, kind: Any, payload: dict[str, Any]) -> None:
+        if kind == "message_start":
+            counts = (payload.get("message") or {}).get("usage") or {}
+            self.usage = Usage(_input_tokens(counts), int(counts.get("output_tokens") or 0))
+        elif kind == "message_delta":
+            # Counts here are running totals for the message, not increments.
+            counts = payload.get("usage") or {}
+            if counts.get("output_tokens") is not None:
+                self.usage.output_tokens = int(counts["output_tokens"])
+            if counts.get("input_tokens") is not None:
+                self.usage.input_tokens = _input_tokens(counts)
 
 
 def _stream_error(
@@ -399,23 +401,11 @@ async def _read_turn_stream(
     arguments: dict[int, list[str]] = {}
     text: list[str] = []
     thinking: list[str] = []
-    usage = Usage()
     stop_reason: str | None = None
-    stopped = False
-    async for event in aiter_sse(response):
-        if not event.data.strip():
-            continue
-        payload = load_event(event.data, what=what, secrets=secrets)
-        if not isinstance(payload, dict):
-            continue
-        kind = payload.get("type", event.event)
-        if kind == "error":
-            raise _stream_error(payload, what, secrets)
+    stream = _MessageStream(response, what, secrets)
+    async for kind, payload in stream.events():
         index = payload.get("index", 0)
-        if kind == "message_start":
-            counts = (payload.get("message") or {}).get("usage") or {}
-            usage = Usage(_input_tokens(counts), int(counts.get("output_tokens") or 0))
-        elif kind == "content_block_start":
+        if kind == "content_block_start":
             block = dict(payload.get("content_block") or {})
             blocks[index] = block
             if block.get("type") == "tool_use":
@@ -449,17 +439,7 @@ async def _read_turn_stream(
                 block["input"] = _tool_input(block, "".join(arguments[index]))
         elif kind == "message_delta":
             stop_reason = (payload.get("delta") or {}).get("stop_reason") or stop_reason
-            counts = payload.get("usage") or {}
-            if counts.get("output_tokens") is not None:
-                usage.output_tokens = int(counts["output_tokens"])
-            if counts.get("input_tokens") is not None:
-                usage.input_tokens = _input_tokens(counts)
-        elif kind == "message_stop":
-            stopped = True
-            break
-    if not stopped:
-        raise ModelError(f"{what}: the stream ended before message_stop", status=None)
-    yield usage
+    yield stream.usage
     content = [blocks[index] for index in sorted(blocks)]
     calls = [
         TurnToolCall(

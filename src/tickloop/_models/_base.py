@@ -31,6 +31,8 @@ __all__ = [
     "TurnResponse",
     "TurnToolCall",
     "Usage",
+    "chat_assistant_message",
+    "chat_tool_messages",
     "is_retryable_status",
     "wire_conversation",
 ]
@@ -282,3 +284,32 @@ def wire_conversation(
         wire = [dict(message) for message in entry.get("messages", [])]
         messages.extend(wire if entry.get("keep_reasoning") else strip_reasoning(wire))
     return messages
+
+
+# OpenAI's chat shape: `OpenAIChat` sends it and `ScriptedModel` records it, so that a
+# script reads like the conversation a chat server would see.
+
+
+def chat_assistant_message(text: str, calls: Sequence[TurnToolCall]) -> dict[str, Any]:
+    """An assistant turn as a chat message: its text, and its calls (if any) as functions."""
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in calls
+        ]
+    return message
+
+
+def chat_tool_messages(
+    response: TurnResponse, results: Sequence[ToolResult]
+) -> list[dict[str, Any]]:
+    """One `tool` message per call, in the calls' order (PROTOCOL §9)."""
+    return [
+        {"role": "tool", "tool_call_id": call.id, "content": result.content}
+        for call, result in zip(response.tool_calls, results, strict=True)
+    ]

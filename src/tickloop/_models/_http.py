@@ -18,17 +18,21 @@ from typing import Any
 import httpx
 
 from ._base import ModelError
+from ._sse import aiter_sse
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "bearer_headers",
     "client_scope",
     "error_from_response",
     "json_instruction",
     "load_event",
+    "open_stream",
     "parse_retry_after",
     "redact",
     "server_message",
     "transport_error",
+    "typed_events",
 ]
 
 # A long read timeout: the first token of a large prompt on a local model, or of a
@@ -140,6 +144,24 @@ def load_event(data: str, *, what: str, secrets: Iterable[str | None]) -> Any:
         ) from None
 
 
+async def typed_events(
+    response: httpx.Response, *, what: str, secrets: Iterable[str | None]
+) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
+    """`(type, payload)` for each JSON object event of a stream whose payloads say their type.
+
+    Anthropic and the Responses API both name an event in its payload's `type` (the SSE
+    `event:` field is the fallback); blank events and payloads that are not objects carry
+    nothing either reader wants, and are skipped.
+    """
+    async for event in aiter_sse(response):
+        if not event.data.strip():
+            continue
+        payload = load_event(event.data, what=what, secrets=secrets)
+        if not isinstance(payload, dict):
+            continue
+        yield payload.get("type", event.event), payload
+
+
 def transport_error(
     exc: httpx.TransportError, *, what: str, secrets: Iterable[str | None]
 ) -> ModelError:
@@ -163,6 +185,49 @@ async def client_scope(
         return
     async with httpx.AsyncClient(timeout=timeout) as owned:
         yield owned
+
+
+@asynccontextmanager
+async def open_stream(
+    client: httpx.AsyncClient | None,
+    timeout: httpx.Timeout | float | None,
+    url: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    *,
+    what: str,
+    secrets: tuple[str | None, ...],
+) -> AsyncIterator[httpx.Response]:
+    """The streamed answer to POSTing `body`, open while the `async with` lasts.
+
+    Every client sends its request and classifies failures the same way: an error
+    response becomes `error_from_response`'s `ModelError`, and a connection that fails
+    or breaks, also while the caller reads the stream inside the `async with`, a
+    retryable `transport_error`. A context manager rather than a generator of items, so
+    a caller that stops reading closes the response at once, not when it is collected.
+    """
+    try:
+        async with (
+            client_scope(client, timeout) as scope,
+            scope.stream("POST", url, json=body, headers=headers) as response,
+        ):
+            if not response.is_success:
+                await response.aread()
+                raise error_from_response(response, what=what, secrets=secrets)
+            yield response
+    except httpx.TransportError as exc:
+        raise transport_error(exc, what=what, secrets=secrets) from exc
+
+
+def bearer_headers(api_key: str | None) -> dict[str, str]:
+    """The headers of a streamed request to an OpenAI-style server.
+
+    Without a key no `Authorization` header is sent at all, as local servers expect.
+    """
+    headers = {"Accept": "text/event-stream"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return headers
 
 
 def json_instruction(schema: dict[str, Any]) -> str:

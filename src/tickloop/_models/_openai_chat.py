@@ -27,14 +27,18 @@ from ._base import (
     TurnResponse,
     TurnToolCall,
     Usage,
+    chat_assistant_message,
+    chat_tool_messages,
     wire_conversation,
 )
 from ._http import (
     DEFAULT_TIMEOUT,
+    bearer_headers,
     client_scope,
     error_from_response,
     json_instruction,
     load_event,
+    open_stream,
     redact,
     server_message,
     transport_error,
@@ -112,10 +116,7 @@ class OpenAIChat:
         return f"{self.base_url}/chat/completions"
 
     def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "text/event-stream"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        return headers
+        return bearer_headers(self._api_key)
 
     def _body(self, request: SolutionRequest, mode: StructuredMode) -> dict[str, Any]:
         messages = [dict(message) for message in request.messages]
@@ -220,71 +221,84 @@ class OpenAIChat:
         """One request with the tools as functions; see `_read_turn_stream`."""
         what = f"chat completion ({self.model} at {self.url})"
         secrets = (self._api_key,)
-        try:
-            async with (
-                client_scope(self._client, self.timeout) as client,
-                client.stream(
-                    "POST", self.url, json=self._turn_body(request), headers=self._headers()
-                ) as response,
-            ):
-                if not response.is_success:
-                    await response.aread()
-                    raise error_from_response(response, what=what, secrets=secrets)
-                async for item in _read_turn_stream(response, what, secrets, request.iteration):
-                    yield item
-        except httpx.TransportError as exc:
-            raise transport_error(exc, what=what, secrets=secrets) from exc
+        body = self._turn_body(request)
+        async with open_stream(
+            self._client, self.timeout, self.url, body, self._headers(), what=what, secrets=secrets
+        ) as response:
+            async for item in _read_turn_stream(response, what, secrets, request.iteration):
+                yield item
 
     def tool_result_messages(
         self, response: TurnResponse, results: Sequence[ToolResult]
     ) -> list[dict[str, Any]]:
         """One `tool` message per call, in the calls' order (PROTOCOL §9)."""
-        return [
-            {"role": "tool", "tool_call_id": call.id, "content": result.content}
-            for call, result in zip(response.tool_calls, results, strict=True)
-        ]
+        return chat_tool_messages(response, results)
 
 
 async def _read_stream(
     response: httpx.Response, what: str, secrets: tuple[str | None, ...]
 ) -> AsyncIterator[TextDelta | Usage]:
-    """The text and usage of a chat-completions event stream.
+    """The text and usage of a chat-completions event stream (see `_ChunkStream`)."""
+    stream = _ChunkStream(response, what, secrets)
+    async for choice in stream.choices():
+        content = (choice.get("delta") or {}).get("content")
+        if isinstance(content, str) and content:
+            yield TextDelta(content)
+    if stream.usage is not None:
+        yield stream.usage
 
-    Usage is yielded once, at the end, from the last chunk that carried it: servers that
-    report running totals (vLLM's continuous usage) would otherwise be counted twice.
-    A stream that stops before `[DONE]` and before any `finish_reason` broke off.
+
+class _ChunkStream:
+    """A chat-completions event stream as both readers walk it, so that where it ends,
+    its errors and its usage are read one way.
+
+    `choices()` yields each chunk's first choice until `[DONE]`: a chunk that reports an
+    error is raised as a `ModelError`, and a stream that stops before `[DONE]` and before
+    any `finish_reason` broke off. `usage` is the last chunk's that carried one, for the
+    reader to yield once, at the end: servers that report running totals (vLLM's
+    continuous usage) would otherwise be counted twice. `finish_reason` is the last one
+    a choice gave.
     """
-    usage: Usage | None = None
-    finished = False
-    async for event in aiter_sse(response):
-        data = event.data.strip()
-        if data == "[DONE]":
-            finished = True
-            break
-        if not data:
-            continue
-        chunk = load_event(data, what=what, secrets=secrets)
-        if not isinstance(chunk, dict):
-            continue
-        if chunk.get("error") is not None:
-            raise _stream_error(chunk, what, secrets)
-        if isinstance(chunk.get("usage"), dict):
-            counts = chunk["usage"]
-            usage = Usage(
-                int(counts.get("prompt_tokens") or 0), int(counts.get("completion_tokens") or 0)
-            )
-        choices = chunk.get("choices") or []
-        if choices and isinstance(choices[0], dict):
-            choice = choices[0]
-            content = (choice.get("delta") or {}).get("content")
-            if isinstance(content, str) and content:
-                yield TextDelta(content)
-            if choice.get("finish_reason"):
+
+    def __init__(
+        self, response: httpx.Response, what: str, secrets: tuple[str | None, ...]
+    ) -> None:
+        self._response = response
+        self._what = what
+        self._secrets = secrets
+        self.usage: Usage | None = None
+        self.finish_reason: str | None = None
+
+    async def choices(self) -> AsyncIterator[dict[str, Any]]:
+        what, secrets = self._what, self._secrets
+        finished = False
+        async for event in aiter_sse(self._response):
+            data = event.data.strip()
+            if data == "[DONE]":
                 finished = True
-    if not finished:
-        raise ModelError(f"{what}: the stream ended before the answer did", status=None)
-    if usage is not None:
-        yield usage
+                break
+            if not data:
+                continue
+            chunk = load_event(data, what=what, secrets=secrets)
+            if not isinstance(chunk, dict):
+                continue
+            if chunk.get("error") is not None:
+                raise _stream_error(chunk, what, secrets)
+            if isinstance(chunk.get("usage"), dict):
+                counts = chunk["usage"]
+                self.usage = Usage(
+                    int(counts.get("prompt_tokens") or 0),
+                    int(counts.get("completion_tokens") or 0),
+                )
+            choices = chunk.get("choices") or []
+            if choices and isinstance(choices[0], dict):
+                choice = choices[0]
+                yield choice
+                if choice.get("finish_reason"):
+                    finished = True
+                    self.finish_reason = choice["finish_reason"]
+        if not finished:
+            raise ModelError(f"{what}: the stream ended before the answer did", status=None)
 
 
 def _stream_error(chunk: dict[str, Any], what: str, secrets: tuple[str | None, ...]) -> ModelError:
@@ -365,30 +379,8 @@ async def _read_turn_stream(
     details: list[Any] = []
     calls: list[_CallParts] = []
     by_index: dict[int, _CallParts] = {}
-    usage: Usage | None = None
-    finish_reason: str | None = None
-    finished = False
-    async for event in aiter_sse(response):
-        data = event.data.strip()
-        if data == "[DONE]":
-            finished = True
-            break
-        if not data:
-            continue
-        chunk = load_event(data, what=what, secrets=secrets)
-        if not isinstance(chunk, dict):
-            continue
-        if chunk.get("error") is not None:
-            raise _stream_error(chunk, what, secrets)
-        if isinstance(chunk.get("usage"), dict):
-            counts = chunk["usage"]
-            usage = Usage(
-                int(counts.get("prompt_tokens") or 0), int(counts.get("completion_tokens") or 0)
-            )
-        choices = chunk.get("choices") or []
-        if not choices or not isinstance(choices[0], dict):
-            continue
-        choice = choices[0]
+    stream = _ChunkStream(response, what, secrets)
+    async for choice in stream.choices():
         delta = choice.get("delta") or {}
         content = delta.get("content")
         if isinstance(content, str) and content:
@@ -424,27 +416,13 @@ async def _read_turn_stream(
                     call.arguments.append(function["arguments"])
                 elif isinstance(function.get("arguments"), dict):  # a server that sends objects
                     call.arguments.append(json.dumps(function["arguments"], ensure_ascii=False))
-        if choice.get("finish_reason"):
-            finished = True
-            finish_reason = choice["finish_reason"]
-    if not finished:
-        raise ModelError(f"{what}: the stream ended before the answer did", status=None)
-    if usage is not None:
-        yield usage
+    if stream.usage is not None:
+        yield stream.usage
     tool_calls = [
         TurnToolCall(call.id or f"call_{iteration}_{index}", call.name, "".join(call.arguments))
         for index, call in enumerate(calls)
     ]
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
-    if tool_calls:
-        message["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments},
-            }
-            for call in tool_calls
-        ]
+    message = chat_assistant_message("".join(text), tool_calls)
     thoughts = "".join(reasoning)
     if thoughts:
         message["reasoning_content"] = thoughts
@@ -455,7 +433,7 @@ async def _read_turn_stream(
         tool_calls=tool_calls,
         messages=[message],
         reasoning=thoughts or _details_text(details),
-        finish_reason=finish_reason,
+        finish_reason=stream.finish_reason,
     )
 
 

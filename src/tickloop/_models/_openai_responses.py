@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from typing import Any
 
 import httpx
@@ -32,15 +33,7 @@ from ._base import (
     Usage,
     wire_conversation,
 )
-from ._http import (
-    DEFAULT_TIMEOUT,
-    client_scope,
-    error_from_response,
-    load_event,
-    redact,
-    transport_error,
-)
-from ._sse import aiter_sse
+from ._http import DEFAULT_TIMEOUT, bearer_headers, open_stream, redact, typed_events
 
 __all__ = ["OpenAIResponses"]
 
@@ -109,12 +102,6 @@ class OpenAIResponses:
     def url(self) -> str:
         return f"{self.base_url}/responses"
 
-    def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "text/event-stream"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        return headers
-
     def _options(self, body: dict[str, Any]) -> dict[str, Any]:
         if self.temperature is not None:
             body["temperature"] = self.temperature
@@ -132,18 +119,12 @@ class OpenAIResponses:
     async def _post(self, body: dict[str, Any]) -> AsyncIterator[TurnItem]:
         what = f"responses request ({self.model} at {self.url})"
         secrets = (self._api_key,)
-        try:
-            async with (
-                client_scope(self._client, self.timeout) as client,
-                client.stream("POST", self.url, json=body, headers=self._headers()) as response,
-            ):
-                if not response.is_success:
-                    await response.aread()
-                    raise error_from_response(response, what=what, secrets=secrets)
-                async for item in _read_stream(response, what, secrets):
-                    yield item
-        except httpx.TransportError as exc:
-            raise transport_error(exc, what=what, secrets=secrets) from exc
+        headers = bearer_headers(self._api_key)
+        async with open_stream(
+            self._client, self.timeout, self.url, body, headers, what=what, secrets=secrets
+        ) as response:
+            async for item in _read_stream(response, what, secrets):
+                yield item
 
     # -- the solution protocol --------------------------------------------------------------
 
@@ -233,47 +214,43 @@ async def _read_stream(
     text: list[str] = []
     usage: Usage | None = None
     finish: str | None = None
-    async for event in aiter_sse(response):
-        if not event.data.strip():
-            continue
-        payload = load_event(event.data, what=what, secrets=secrets)
-        if not isinstance(payload, dict):
-            continue
-        kind = payload.get("type", event.event)
-        index = payload.get("output_index", 0)
-        if kind == "error":
-            raise _stream_error(payload, what, secrets)
-        if kind == "response.failed":
-            error = (payload.get("response") or {}).get("error") or {}
-            raise _stream_error(error if isinstance(error, dict) else {}, what, secrets)
-        if kind == "response.output_item.added":
-            item = dict(payload.get("item") or {})
-            items[index] = item
-            if item.get("type") == "function_call":
-                arguments[index] = []
-                yield ToolCallStarted(index, str(item.get("name", "")))
-        elif kind == "response.output_text.delta":
-            delta = payload.get("delta")
-            if isinstance(delta, str) and delta:
-                text.append(delta)
-                yield TextDelta(delta)
-        elif kind == "response.function_call_arguments.delta":
-            delta = payload.get("delta")
-            if isinstance(delta, str):
-                arguments.setdefault(index, []).append(delta)
-        elif kind == "response.output_item.done":
-            item = payload.get("item")
-            if isinstance(item, dict):
-                items[index] = dict(item)
-        elif kind in ("response.completed", "response.incomplete"):
-            body = payload.get("response") or {}
-            counts = body.get("usage") or {}
-            if counts:
-                usage = Usage(
-                    int(counts.get("input_tokens") or 0), int(counts.get("output_tokens") or 0)
-                )
-            finish = "completed" if kind == "response.completed" else "incomplete"
-            break
+    events = typed_events(response, what=what, secrets=secrets)
+    async with aclosing(events):
+        async for kind, payload in events:
+            index = payload.get("output_index", 0)
+            if kind == "error":
+                raise _stream_error(payload, what, secrets)
+            if kind == "response.failed":
+                error = (payload.get("response") or {}).get("error") or {}
+                raise _stream_error(error if isinstance(error, dict) else {}, what, secrets)
+            if kind == "response.output_item.added":
+                item = dict(payload.get("item") or {})
+                items[index] = item
+                if item.get("type") == "function_call":
+                    arguments[index] = []
+                    yield ToolCallStarted(index, str(item.get("name", "")))
+            elif kind == "response.output_text.delta":
+                delta = payload.get("delta")
+                if isinstance(delta, str) and delta:
+                    text.append(delta)
+                    yield TextDelta(delta)
+            elif kind == "response.function_call_arguments.delta":
+                delta = payload.get("delta")
+                if isinstance(delta, str):
+                    arguments.setdefault(index, []).append(delta)
+            elif kind == "response.output_item.done":
+                item = payload.get("item")
+                if isinstance(item, dict):
+                    items[index] = dict(item)
+            elif kind in ("response.completed", "response.incomplete"):
+                body = payload.get("response") or {}
+                counts = body.get("usage") or {}
+                if counts:
+                    usage = Usage(
+                        int(counts.get("input_tokens") or 0), int(counts.get("output_tokens") or 0)
+                    )
+                finish = "completed" if kind == "response.completed" else "incomplete"
+                break
     if finish is None:
         raise ModelError(f"{what}: the stream ended before the response did", status=None)
     if usage is not None:

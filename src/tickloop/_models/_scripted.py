@@ -26,6 +26,8 @@ from ._base import (
     TurnResponse,
     TurnToolCall,
     Usage,
+    chat_assistant_message,
+    chat_tool_messages,
     wire_conversation,
 )
 
@@ -110,6 +112,18 @@ class ScriptedModel:
     def __repr__(self) -> str:
         return f"ScriptedModel(<{len(self._texts)} responses>, chunk_chars={self.chunk_chars})"
 
+    def _check_iteration(self, k: int) -> None:
+        """Fail request `k` when the script holds no response for it.
+
+        Status 400: a script that ran out is the test's mistake; retrying cannot fix it.
+        """
+        if not 1 <= k <= len(self._texts):
+            raise ModelError(
+                f"ScriptedModel has no response for iteration {k}: the script has "
+                f"{len(self._texts)} response(s) (status 400, not retried)",
+                status=400,
+            )
+
     async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
         start = trio.current_time()
         # A JSON round trip: proves the record serialisable and detaches it from the
@@ -117,13 +131,7 @@ class ScriptedModel:
         snapshot = json.dumps(request.to_dict(), ensure_ascii=False)
         self.requests.append(json.loads(snapshot))
         k = request.iteration
-        if not 1 <= k <= len(self._texts):
-            # 400: a script that ran out is the test's mistake; retrying cannot fix it.
-            raise ModelError(
-                f"ScriptedModel has no response for iteration {k}: the script has "
-                f"{len(self._texts)} response(s) (status 400, not retried)",
-                status=400,
-            )
+        self._check_iteration(k)
         text = self._texts[k - 1]
         for i, offset in enumerate(range(0, len(text), self.chunk_chars)):
             await trio.sleep_until(start + self.first_token_delay + i * self.chunk_delay)
@@ -150,12 +158,7 @@ class ScriptedModel:
         snapshot = json.dumps(record, ensure_ascii=False)
         self.requests.append(json.loads(snapshot))
         k = request.iteration
-        if not 1 <= k <= len(self._turns):
-            raise ModelError(
-                f"ScriptedModel has no response for iteration {k}: the script has "
-                f"{len(self._turns)} response(s) (status 400, not retried)",
-                status=400,
-            )
+        self._check_iteration(k)
         turn = _read_turn(self._turns[k - 1], k)
         text = turn.text
         chunks = [text[i : i + self.chunk_chars] for i in range(0, len(text), self.chunk_chars)]
@@ -175,10 +178,7 @@ class ScriptedModel:
     def tool_result_messages(
         self, response: TurnResponse, results: Sequence[ToolResult]
     ) -> list[dict[str, Any]]:
-        return [
-            {"role": "tool", "tool_call_id": call.id, "content": result.content}
-            for call, result in zip(response.tool_calls, results, strict=True)
-        ]
+        return chat_tool_messages(response, results)
 
 
 def _strip_reasoning(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -209,16 +209,7 @@ def _read_turn(response: dict[str, Any] | str, k: int) -> TurnResponse:
                 arguments if isinstance(arguments, str) else json.dumps(arguments),
             )
         )
-    message: dict[str, Any] = {"role": "assistant", "content": str(text)}
-    if calls:
-        message["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments},
-            }
-            for call in calls
-        ]
+    message = chat_assistant_message(str(text), calls)
     reasoning = response.get("reasoning")
     if isinstance(reasoning, str) and reasoning:
         message["reasoning"] = reasoning
