@@ -206,7 +206,7 @@ def test_a_return_value_that_does_not_match_the_output_schema_is_a_runtime_error
     assert statuses(result) == {"c1.0": "failed", "c1.1": "failed"}
     assert error_of(result, "c1.0") == {
         "type": "runtime",
-        "message": "output of 'count' do not match its schema: (params): 'many' is not of type "
+        "message": "output of 'count' does not match its schema: (output): 'many' is not of type "
         "'integer'",
     }
     assert error_of(result, "c1.1")["type"] == "runtime"
@@ -1296,7 +1296,7 @@ def test_respond_writes_the_answer_as_the_result_without_running_the_call() -> N
     assert result.records["c1.0"].output == {"answer": 42}
     error = error_of(result, "c1.1")
     assert error["type"] == "runtime"
-    assert "output of 'lookup' do not match its schema" in error["message"]
+    assert "output of 'lookup' does not match its schema" in error["message"]
 
 
 def test_respond_to_a_latent_call_is_checked_against_its_output_schema() -> None:

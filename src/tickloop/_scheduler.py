@@ -1213,12 +1213,14 @@ def _json_type(value: Any) -> str:
 def _schema_message(tool: Tool, errors: list[Any], what: str) -> str:
     """Name every failing parameter and what was expected, most specific first."""
     ordered = sorted(errors, key=lambda error: (list(map(str, error.absolute_path)), error.message))
+    whole = "(output)" if what == "output" else "(params)"  # what an empty path points at
     parts = []
     for error in ordered[:_MAX_LISTED_SCHEMA_ERRORS]:
         path = tuple(error.absolute_path)
-        where = format_location(path) if path else "(params)"
+        where = format_location(path) if path else whole
         parts.append(f"{where}: {error.message}")
     more = len(ordered) - _MAX_LISTED_SCHEMA_ERRORS
     if more > 0:
         parts.append(f"and {more} more")
-    return f"{what} of {tool.name!r} do not match its schema: " + "; ".join(parts)
+    verb = "does" if what == "output" else "do"
+    return f"{what} of {tool.name!r} {verb} not match its schema: " + "; ".join(parts)

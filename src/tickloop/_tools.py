@@ -11,9 +11,11 @@ from __future__ import annotations
 import copy
 import inspect
 import re
+import sys
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, get_type_hints
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import jsonschema
 import pydantic
@@ -287,10 +289,7 @@ class _HandlerSignature:
             getattr(handler, "__call__", None)  # noqa: B004
         )
         signature = inspect.signature(handler)
-        try:
-            hints = get_type_hints(handler, include_extras=True)
-        except Exception:  # unresolvable forward references: fall back to raw annotations
-            hints = {}
+        hints = _type_hints(handler)
         self.context_parameter: str | None = None
         fields: dict[str, Any] = {}
         for parameter in signature.parameters.values():
@@ -334,7 +333,7 @@ class _HandlerSignature:
         self.fields = tuple(fields)
         returned = hints.get("return", signature.return_annotation)
         self.output_schema: dict[str, Any] | None = None
-        if returned not in _NO_OUTPUT_ANNOTATIONS and returned is not Branch:
+        if returned not in _NO_OUTPUT_ANNOTATIONS and not _may_return_branch(returned):
             try:
                 self.output_schema = pydantic.TypeAdapter(returned).json_schema()
             except Exception:
@@ -346,6 +345,47 @@ class _HandlerSignature:
         if self.context_parameter is not None:
             arguments[self.context_parameter] = context
         return arguments
+
+
+def _may_return_branch(annotation: Any) -> bool:
+    """`-> Branch` or `-> int | Branch`: a Branch's value may be anything, so the
+    annotation does not constrain the output, and there is no output schema to check."""
+    if annotation is Branch:
+        return True
+    if get_origin(annotation) in (Union, types.UnionType):
+        return any(_may_return_branch(member) for member in get_args(annotation))
+    return False
+
+
+def _type_hints(handler: Callable[..., Any]) -> dict[str, Any]:
+    """The handler's annotations, resolved.
+
+    Under `from __future__ import annotations` they are strings, and one that names a
+    class local to the defining function (a pydantic model made in a test or a factory)
+    cannot be resolved from the module's globals alone: like pydantic, look in the
+    namespace of the code that defined the tool as well. When even that fails, fall back
+    to the raw annotations.
+    """
+    try:
+        return get_type_hints(handler, include_extras=True)
+    except Exception:
+        pass
+    try:
+        return get_type_hints(handler, localns=_definer_namespace(), include_extras=True)
+    except Exception:
+        return {}
+
+
+def _definer_namespace() -> dict[str, Any] | None:
+    """The local names of the first frame on the stack outside tickloop: the user's code
+    that is applying `@tool` or calling `Tool(...)`."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module != "tickloop" and not module.startswith("tickloop."):
+            return dict(frame.f_locals)
+        frame = frame.f_back
+    return None
 
 
 def _schema_of(
