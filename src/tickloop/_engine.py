@@ -38,7 +38,7 @@ from ._scheduler import (
 )
 from ._tools import Branch, CallContext, ToolSet
 
-__all__ = ["Engine", "Journal", "TickOutcome", "check_configuration", "utc_now"]
+__all__ = ["Engine", "Journal", "check_configuration", "utc_now"]
 
 _DEFAULT_THREADS = 64
 
@@ -83,17 +83,6 @@ class Journal(Protocol):
     def commit(self, call_id: str | None = None) -> None: ...
 
 
-class TickOutcome:
-    """What one tick left behind: its Error Messages and any calls it paused on."""
-
-    __slots__ = ("errors", "iteration", "paused")
-
-    def __init__(self, ended: TickEnded) -> None:
-        self.iteration = ended.iteration
-        self.errors = ended.errors
-        self.paused = ended.paused
-
-
 class Engine:
     """Runs ticks of one run on trio.
 
@@ -124,7 +113,7 @@ class Engine:
         self._date = clock
         self._nursery: trio.Nursery | None = None
         self._tick_done: trio.Event | None = None
-        self._outcome: TickOutcome | None = None
+        self._outcome: TickEnded | None = None
         self._threads = trio.CapacityLimiter(max_concurrency or _DEFAULT_THREADS)
 
     @property
@@ -161,7 +150,7 @@ class Engine:
     def close_stream(self) -> None:
         self.feed(StreamClosed(self._date()))
 
-    async def wait_tick(self) -> TickOutcome:
+    async def wait_tick(self) -> TickEnded:
         assert self._tick_done is not None, "open_tick first"
         await self._tick_done.wait()
         assert self._outcome is not None
@@ -200,7 +189,7 @@ class Engine:
             elif isinstance(action, ApprovalRequested):
                 self._spawn(self._ask, action.pending)
             elif isinstance(action, TickEnded):
-                self._outcome = TickOutcome(action)
+                self._outcome = action
                 if self._tick_done is not None:
                     self._tick_done.set()
 

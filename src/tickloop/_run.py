@@ -62,10 +62,9 @@ class ExecutionResult:
         return f"<ExecutionResult {summary or 'no calls'}, {len(self.errors)} errors>"
 
 
-def initial_log(
-    input: Any = None, state: Mapping[str, Any] | None = None, messages: Iterable[dict] = ()
-) -> ContextLog:
-    log = ContextLog(messages)
+def initial_log(input: Any = None, state: Mapping[str, Any] | None = None) -> ContextLog:
+    """A new run's log: its input, then its starting state, as data messages."""
+    log = ContextLog()
     if input is not None:
         log.append({"type": "data", "kind": "input", "data": input})
     if state is not None:

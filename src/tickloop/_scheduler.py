@@ -527,7 +527,6 @@ class Scheduler:
                 )
             self._check(call, wire)
         except _Structural as fault:
-            call.wire = wire if isinstance(wire, dict) else call.wire
             self._report_invalid(call, str(fault), fault.details, wire=wire)
             return
         self._accept(call)
