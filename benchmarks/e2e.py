@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -42,6 +43,8 @@ SEED_WORKLOADS = (
 )
 GRID_MEDIANS = (0.5, 1.0, 2.0, 4.0)
 GRID_THOUGHTS = (0, 120, 400)
+CEILING_SHAPES = {"two_hop": 2, "eight_way": 8}  # shape: its number of parallel lookups
+CEILING_DRAWS = 20_000
 
 
 @dataclasses.dataclass
@@ -236,6 +239,33 @@ def run_grid(settings: Settings) -> list[dict[str, Any]]:
     return rows
 
 
+def run_ceiling(settings: Settings) -> dict[str, Any]:
+    """The most any runner can gain over sequential on n parallel lookups, whatever a request costs.
+
+    Sequential pays n requests of R seconds, each writing one call, then the final one,
+    and the lookups one after another: `(n + 1) R + sum(t)`. Any runner of a one-response
+    plan pays at least the time to the plan's first call (the same text as sequential's
+    first request, so R), the slowest lookup, and the final request: `2R + max(t)`. The
+    mean of the ratio over the latency distribution, maximised over R from nearly free
+    requests to requests that dwarf the tools, bounds every strategy's mean speedup with
+    these latencies: a target above it cannot be met by tuning the model's costs.
+    """
+    rng = random.Random(7)
+    requests = [0.01 * 1.25**k for k in range(45)]  # 10 ms to ~230 s per request
+    out: dict[str, Any] = {}
+    for name, n in CEILING_SHAPES.items():
+        draws = [
+            [settings.latency.draw(rng) for _ in range(n)] for _ in range(CEILING_DRAWS)
+        ]
+        best, at = 0.0, 0.0
+        for r in requests:
+            mean = statistics.fmean(((n + 1) * r + sum(t)) / (2 * r + max(t)) for t in draws)
+            if mean > best:
+                best, at = mean, r
+        out[name] = {"ceiling": best, "at_request": at, "draws": CEILING_DRAWS}
+    return out
+
+
 def run_engine_bench() -> dict[str, Any]:
     """The engine's own overhead figures, from benchmarks/bench_engine.py (its owner's)."""
     script = ROOT / "benchmarks" / "bench_engine.py"
@@ -281,6 +311,9 @@ def run_all(settings: Settings) -> dict[str, Any]:
     )
     results["seeds"], results["timings"]["seeds"] = _timed(
         "over seeds", lambda: run_seeds(settings)
+    )
+    results["ceiling"], results["timings"]["ceiling"] = _timed(
+        "speedup ceiling", lambda: run_ceiling(settings)
     )
     if settings.grid:
         results["grid"], results["timings"]["grid"] = _timed(

@@ -134,3 +134,18 @@ def test_report_renders_and_keeps_other_sections(tmp_path: Path) -> None:
     text = docs.read_text()
     assert "## The engine\n\nkept" in text
     assert text.count("## End-to-end latency") == 1
+
+
+def test_no_strategy_beats_the_speedup_ceiling() -> None:
+    """The ceiling claims no runner averages more over sequential, whatever the costs."""
+    from benchmarks.e2e import Settings, run_ceiling
+
+    ceiling = run_ceiling(Settings())["two_hop"]["ceiling"]
+    assert 1.5 < ceiling < 2.0
+    for costs in (COSTS, ModelCosts(overhead=0.0, ttft=0.05, thought_chars=0)):
+        speedups = []
+        for seed in range(10):
+            workload = make("two_hop", seed=seed)
+            sequential = run(workload, "sequential", costs).makespan
+            speedups.append(sequential / run(workload, "tickloop", costs).makespan)
+        assert sum(speedups) / len(speedups) <= ceiling
