@@ -1448,3 +1448,35 @@ def test_every_call_starts_when_its_last_input_exists(
         assert record.finished == finish[i]
     makespan = max(record.finished for record in result.records.values())
     assert makespan == max(finish)  # the critical path
+
+
+def test_an_explicit_id_that_looks_like_an_engine_id_loses_no_call() -> None:
+    # "c1.1" is the engine id the second call would get; the third call repeats "c1.1".
+    result = run(
+        [
+            {"_tool": "wait", "value": 1, "_id": "c1.1", "_outputPath": "†state.first"},
+            {"_tool": "wait", "value": 2, "_outputPath": "†state.second"},
+            {"_tool": "wait", "value": 3, "_id": "c1.1", "_outputPath": "†state.third"},
+        ],
+        tools=TOOLS,
+    )
+    # The call without an `_id` is not at fault: it runs under a free id.
+    assert result.state == {"first": 1, "second": 2}
+    assert statuses(result) == {"c1.1": "done", "c1.1#2": "done", "c1.2": "invalid"}
+    assert "id 'c1.1' is already used" in result.records["c1.2"].error["message"]
+    assert result.records["c1.2"].call["_id"] == "c1.1"  # the call as the model wrote it
+
+
+def test_a_repeated_id_whose_engine_id_is_taken_still_has_a_record() -> None:
+    result = run(
+        [
+            {"_tool": "wait", "value": 1, "_id": "c1.1", "_outputPath": "†state.first"},
+            {"_tool": "wait", "value": 2, "_id": "c1.1", "_outputPath": "†state.second"},
+        ],
+        tools=TOOLS,
+    )
+    assert result.state == {"first": 1}
+    assert statuses(result) == {"c1.1": "done", "c1.1#2": "invalid"}
+    assert "id 'c1.1' is already used" in result.records["c1.1#2"].error["message"]
+    [error] = result.errors  # and the model is told, with the call as it wrote it
+    assert error["data"]["call"]["value"] == 2

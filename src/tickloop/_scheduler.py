@@ -492,19 +492,20 @@ class Scheduler:
         self._index += 1
         auto_id = f"c{self._iteration}.{index}"
         self._seq += 1
+        # A call without a usable `_id` is known by its engine id, made unique if an
+        # explicit `_id` already took it; only a repeated explicit id is the call's fault.
         if isinstance(wire, dict):
             wire = dict(wire)
             given = wire.get("_id")
-            wanted = given if isinstance(given, str) and given else auto_id
+            explicit = isinstance(given, str) and given
+            wanted = given if explicit else self._free_id(auto_id)
             wire["_id"] = wanted
         else:
-            given, wanted = None, auto_id
-        record_id = wanted if wanted not in self._calls else None
-        if record_id is None and auto_id not in self._calls:
-            record_id = auto_id  # keep a record of the faulty call under its engine id
+            given, wanted = None, self._free_id(auto_id)
+        record_id = wanted if wanted not in self._calls else self._free_id(auto_id)
         tool_name = wire.get("_tool") if isinstance(wire, dict) else None
         record = CallRecord(
-            id=record_id or wanted,
+            id=record_id,
             tool=tool_name if isinstance(tool_name, str) else None,
             status="waiting",
             params=_parameters_of(wire) if isinstance(wire, dict) else wire,
@@ -513,9 +514,8 @@ class Scheduler:
         )
         call = _Call(record.id, self._seq, self._iteration, record)
         call.wire = wire if isinstance(wire, dict) else {"_id": wanted}
-        if record_id is not None:
-            self._calls[record_id] = call
-            self.records[record_id] = record
+        self._calls[record_id] = call
+        self.records[record_id] = record
         try:
             if given is not None and (not isinstance(given, str) or not given):
                 raise _Structural(f"_id must be a non-empty string, got {given!r}")
@@ -530,6 +530,18 @@ class Scheduler:
             self._report_invalid(call, str(fault), fault.details, wire=wire)
             return
         self._accept(call)
+
+    def _free_id(self, auto_id: str) -> str:
+        """An id no call has, for a call whose own id is taken: its record is never lost.
+
+        The engine id is free unless an explicit `_id` happened to look like one; then a
+        suffix that no engine id carries keeps it apart, deterministically.
+        """
+        candidate, n = auto_id, 1
+        while candidate in self._calls:
+            n += 1
+            candidate = f"{auto_id}#{n}"
+        return candidate
 
     def _on_decision(self, call_id: str, decision: Decision) -> None:
         call = self._calls.get(call_id)
