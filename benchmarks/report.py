@@ -407,6 +407,7 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
                 ],
             ))
         default_thought = results["settings"]["costs"]["thought_chars"]
+        latency = results["settings"]["latency"]
         reaching = [
             r["median"] for r in grid
             if r["thought"] == default_thought and r["eight_way"] >= EIGHT_WAY_TARGET * 0.97
@@ -430,9 +431,10 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
                 f"once tools' median is {min(reaching):g} s"
                 if reaching else "at none of the tool medians above"
             )
-            + "; at the default costs it is lower because more often than not one of the "
-            "eight lookups is a 3× straggler, which the final request has to wait for "
-            "(1 − 0.9⁸ = 57% of draws). "
+            + "; at the default costs it is lower: in "
+            f"{1 - (1 - latency['straggler_p']) ** 8:.0%} of draws at least one of the eight lookups "
+            f"is a {latency['straggler_x']:g}× straggler, which the final request has to "
+            "wait for. "
             "The default costs are not tuned to reach a target (docs/decisions.md).\n"
         )
 
