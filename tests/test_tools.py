@@ -218,7 +218,7 @@ def test_good_tool_names(name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["", "1abc", "-x", "has space", "dotted.name", "A" * 65, "é", None]
+    "name", ["", "1abc", "-x", "has space", "dotted.name", "A" * 65, "é", None, "add\n"]
 )
 def test_bad_tool_names_are_configuration_errors(name: Any) -> None:
     with pytest.raises(tl.ConfigurationError, match="must match"):

@@ -159,6 +159,7 @@ def test_model_strings_are_literals_never_references() -> None:
     ("arguments", "fault"),
     [
         ('["a", "b"]', "got arguments that are not a JSON object"),
+        ("", "got arguments that are not valid JSON"),  # §9: never a silent {}
         ({"text": "x", "_outputPath": "†state.stolen"}, "got argument '_outputPath'"),
     ],
 )

@@ -27,7 +27,7 @@ from ._validation import SchemaValidator
 
 __all__ = ["Branch", "CallContext", "Tool", "ToolSet", "tool"]
 
-TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")  # used with fullmatch: no "\n" before $
 _NO_OUTPUT_ANNOTATIONS = (inspect.Signature.empty, None, type(None), Any)
 
 
@@ -127,9 +127,9 @@ class Tool:
         bind: Mapping[str, str] | None = None,
         idempotent: bool = False,
     ) -> None:
-        if not isinstance(name, str) or not TOOL_NAME.match(name):
+        if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
             raise ConfigurationError(
-                f"tool name {name!r} must match {TOOL_NAME.pattern} (letters, digits, _ and -)"
+                f"tool name {name!r} must match ^{TOOL_NAME.pattern}$ (letters, digits, _ and -)"
             )
         self.name = name
         self.description = inspect.cleandoc(description or "")
@@ -250,7 +250,7 @@ class Tool:
                 )
             if is_reference(entry):
                 references.append(_parse_option(entry, self.name, "depends_on"))
-            elif TOOL_NAME.match(entry):
+            elif TOOL_NAME.fullmatch(entry):
                 tools.append(entry)
             else:
                 raise ConfigurationError(

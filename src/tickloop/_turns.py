@@ -494,8 +494,8 @@ class _TurnLoop(OuterLoop):
     def _arguments(self, call: TurnToolCall) -> tuple[Any, str | None]:
         """A known tool's call's arguments, or why they cannot make a call."""
         tools = self.agent.tools
-        if not call.arguments.strip():
-            arguments: Any = {}  # a call without arguments: some servers send nothing at all
+        if not call.arguments.strip() and not tools[call.name].parameters.get("properties"):
+            arguments: Any = {}  # a tool without parameters: some servers send nothing at all
         else:
             arguments, _ = resilient_json_parse_with_strategy(call.arguments)
         problem: str | None = None
