@@ -3,7 +3,8 @@
 Claude thinks, then calls two tools at once; tickloop runs them in parallel and sends back
 the assistant turn with every original block (the signed thinking block included, as
 the API requires on a tool-call turn) and both results in one user message. Against the
-real API, drop `client=` and set ANTHROPIC_API_KEY.
+real API, drop `client=` and `base_url=`, set ANTHROPIC_API_KEY, and drop the asserts,
+which check the replayed conversation.
 """
 
 from __future__ import annotations

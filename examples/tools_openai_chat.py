@@ -1,8 +1,9 @@
 """Native tool calling on an OpenAI-compatible chat-completions server, replayed offline.
 
 The transport below answers with recorded-looking event streams instead of a network, so
-this runs anywhere. Against a real server, drop `client=` (and set OPENAI_API_KEY, or
-`base_url=` for vLLM, llama.cpp or Ollama): nothing else changes.
+this runs anywhere. Against a real server, drop `client=`, point `base_url=` at it (or
+drop it for OpenAI and set OPENAI_API_KEY), and drop the asserts, which check the
+replayed conversation.
 """
 
 from __future__ import annotations

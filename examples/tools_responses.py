@@ -2,7 +2,8 @@
 
 The Responses API keeps a turn's items (reasoning, function calls) in the next request's
 `input`, followed by one `function_call_output` per call. Against the real API, drop
-`client=` and set OPENAI_API_KEY; for reasoning models without server-side storage pass
+`client=` and `base_url=`, set OPENAI_API_KEY and drop the asserts, which check the
+replayed conversation; for reasoning models without server-side storage pass
 `store=False, include=["reasoning.encrypted_content"]`.
 """
 

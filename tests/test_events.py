@@ -232,3 +232,16 @@ def test_redaction_patterns_are_configurable(tmp_path: Path) -> None:
         "options": {"auth": {"Session_Token": "tok-456"}, "mode": "[redacted]"},
     }
     assert received[0][0] == "ak-123"
+
+
+def test_a_resumed_run_names_the_tools_of_calls_it_received_before(tmp_path: Path) -> None:
+    agent = _agent(store=tmp_path / "runs.db")
+    agent.approve = lambda call: tl.Defer()
+    paused = agent.run({"q": 1}, run_id="later")
+    assert paused.status == "paused"
+    [pending] = [r for r in paused.records.values() if r.status == "deferred"]
+    events: list[tl.RunEvent] = []
+    agent.resume("later", decisions={pending.id: tl.Deny("no")}, on_event=events.append)
+    about_pay = [e for e in events if getattr(e, "call_id", None) == pending.id]
+    assert [e.kind for e in about_pay] == ["call.decided", "call.finished"]
+    assert all(e.tool == "pay" for e in about_pay)

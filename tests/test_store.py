@@ -60,6 +60,14 @@ def test_a_new_store_is_owner_only_and_versioned(tmp_path: Path) -> None:
     assert (run.run_id, run.status, run.calls, run.output) == ("first", "done", 2, 1)
 
 
+def test_an_empty_file_taken_as_a_new_store_becomes_owner_only(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    path.touch(mode=0o644)
+    path.chmod(0o644)  # whatever the umask made of it
+    _make_store_with_a_run(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
 def test_making_a_store_object_creates_no_file(tmp_path: Path) -> None:
     tl.Agent(tl.ScriptedModel([]), store=tmp_path / "later.db")
     assert not (tmp_path / "later.db").exists()

@@ -36,7 +36,10 @@ def add_commands(commands: Any) -> None:
             "--store",
             default=default,
             metavar="PATH",
-            help=f"the store file (default: {DEFAULT_STORE})",
+            help=(
+                f"the store file (default: {DEFAULT_STORE})" if default is not None
+                else f"the store file (default: the agent's own store, else {DEFAULT_STORE})"
+            ),
         )
 
     runs = commands.add_parser(
@@ -192,7 +195,10 @@ def _resume(arguments: argparse.Namespace, out: TextIO) -> int:
     except TickloopError as error:
         print(f"tickloop resume: the run stopped: {error}", file=sys.stderr)
         return 1
-    out.write(f"run {result.run_id}: {result.status} after {result.iterations} iterations\n")
+    plural = "" if result.iterations == 1 else "s"
+    out.write(
+        f"run {result.run_id}: {result.status} after {result.iterations} iteration{plural}\n"
+    )
     if result.status == "paused":
         for pending in result.pending:
             out.write(f"  waiting on {pending.id} ({pending.tool})\n")

@@ -503,6 +503,7 @@ class DurableRun:
                 if row.finished is not None and call_id not in self.running:
                     record.finished = row.finished - self.wall0 + self.trio0
         self._dirty.clear()  # the stored rows already say all this
+        self.sink.remember(scheduler.records)
         self.resumed = True
 
     def reopen(self, engine: Engine) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
@@ -268,6 +268,16 @@ class EventSink:
     def emit(self, event: RunEvent) -> None:
         for listener in self.listeners:
             listener(event)
+
+    def remember(self, records: Mapping[str, Any]) -> None:
+        """Calls a resumed run received before: their later events name their tools.
+
+        Replay rebuilds the scheduler without delivering its actions, so without this a
+        call accepted before the pause would look, when it settles, like one that failed
+        its arrival checks.
+        """
+        for call_id, record in records.items():
+            self._tools.setdefault(call_id, record.tool)
 
     def restarted(self, action: sched.StartCall) -> None:
         """An idempotent call re-run after a crash (not a new scheduler action)."""

@@ -31,6 +31,7 @@ __all__ = [
 ]
 
 _log = logging.getLogger("tickloop")
+_log.addHandler(logging.NullHandler())  # a library prints nothing the app did not ask for
 
 
 @dataclass(frozen=True)

@@ -284,10 +284,24 @@ class SQLiteStore:
         try:
             descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         except FileExistsError:
+            self._restrict_if_empty()
             return
         except OSError as error:
             raise StoreError(f"{self.path}: cannot create the store: {error}") from error
         os.close(descriptor)
+
+    def _restrict_if_empty(self) -> None:
+        """An empty file is taken as a new store, so it gets a new store's mode, 0600.
+
+        The journal holds parameters unredacted; a file someone else made (touch, a
+        tempfile) must not leave them readable to others. A file with data keeps its mode:
+        its owner chose it.
+        """
+        try:
+            if os.path.getsize(self.path) == 0:
+                os.chmod(self.path, 0o600)
+        except OSError:
+            pass  # not ours to change: the header check still decides whether it is usable
 
     def _check_header(self) -> None:
         """Reject a file that is not SQLite, or was cut short, before sqlite touches it.

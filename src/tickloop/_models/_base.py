@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from .._errors import TickloopError
+
 __all__ = [
     "ModelClient",
     "ModelError",
@@ -44,7 +46,7 @@ def is_retryable_status(status: int) -> bool:
     return status in RETRYABLE_STATUSES or 500 <= status <= 599
 
 
-class ModelError(Exception):
+class ModelError(TickloopError):
     """A failed model request.
 
     `status` is the HTTP status (None for a transport error: connection refused, reset,
