@@ -432,9 +432,9 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
                 if reaching else "at none of the tool medians above"
             )
             + "; at the default costs it is lower: in "
-            f"{1 - (1 - latency['straggler_p']) ** 8:.0%} of draws at least one of the eight lookups "
-            f"is a {latency['straggler_x']:g}× straggler, which the final request has to "
-            "wait for. "
+            f"{1 - (1 - latency['straggler_p']) ** 8:.0%} of draws at least one of the "
+            f"eight lookups is a {latency['straggler_x']:g}× straggler, which the final "
+            "request has to wait for. "
             "The default costs are not tuned to reach a target (docs/decisions.md).\n"
         )
 
