@@ -241,6 +241,87 @@ def test_cancellation_stops_a_backoff_at_once() -> None:
     assert trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0)) == 1
 
 
+finished_in_background: list[tuple[str, float]] = []
+
+
+@tl.tool
+async def background(tag: str, seconds: float) -> None:
+    """Work whose value nobody reads (fire-and-forget); fails when its tag says so."""
+    await trio.sleep(seconds)
+    finished_in_background.append((tag, trio.current_time()))
+    if tag.startswith("fail"):
+        raise RuntimeError(f"late {tag}")
+
+
+def _late_errors(messages: list[dict[str, Any]]) -> list[str]:
+    return [
+        m["data"]["error"]["message"]
+        for m in messages
+        if m.get("type") == "data" and m.get("kind") == "error"
+    ]
+
+
+def test_the_iteration_limit_waits_for_fire_and_forget_calls_and_reports_them() -> None:
+    # PROTOCOL §4: the run does not end before a fire-and-forget call does, and its late
+    # failure is reported before the run returns, here in MaxIterationsError's log.
+    finished_in_background.clear()
+    model = tl.ScriptedModel(
+        [{"calls": [{"_tool": "background", "tag": "fail-ff", "seconds": 10}], "output": None}]
+    )
+    agent = tl.Agent(model, tools=[background], max_iterations=1)
+    raised_at: list[float] = []
+
+    async def main() -> None:
+        try:
+            await agent.run_async()
+        finally:
+            raised_at.append(trio.current_time())
+
+    with pytest.raises(tl.MaxIterationsError, match="made 1 requests") as caught:
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert finished_in_background == [("fail-ff", 10.0)]  # not cancelled
+    assert raised_at == [10.0]
+    assert _late_errors(caught.value.messages) == ["RuntimeError: late fail-ff"]
+
+
+def test_execute_error_waits_for_fire_and_forget_calls_and_reports_them() -> None:
+    finished_in_background.clear()
+    script = [
+        {"calls": [{"_tool": "background", "tag": "fail-ff", "seconds": 10}], "output": None}
+    ]
+
+    class DownOnSecond(FlakyModel):
+        async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[Any]:
+            if request.iteration == 2:
+                raise ModelError("bad request: no such model", status=400)
+            async for item in self.scripted.stream_solution(request):
+                yield item
+
+    agent = tl.Agent(DownOnSecond([], script), tools=[background])
+    with pytest.raises(tl.ExecuteError, match="no such model") as caught:
+        run_virtual(agent)
+    assert finished_in_background == [("fail-ff", 10.0)]
+    assert _late_errors(caught.value.messages) == ["RuntimeError: late fail-ff"]
+
+
+def test_a_cancel_by_the_caller_does_not_wait_for_fire_and_forget_calls() -> None:
+    # Only the run's own stop waits; the caller's cancel (here after the iteration limit
+    # was reached, while the session waits for the call) still cancels at once.
+    finished_in_background.clear()
+    model = tl.ScriptedModel(
+        [{"calls": [{"_tool": "background", "tag": "slow", "seconds": 100}], "output": None}]
+    )
+    agent = tl.Agent(model, tools=[background], max_iterations=1)
+
+    async def main() -> float:
+        with trio.move_on_after(5):
+            await agent.run_async()
+        return trio.current_time()
+
+    assert trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0)) == 5
+    assert finished_in_background == []
+
+
 def test_stream_broken_after_text_is_not_retried() -> None:
     class Breaks:
         calls = 0

@@ -182,12 +182,17 @@ def test_tool_options_of_the_snippet_take_effect() -> None:
         await trio.sleep(3)
         return name
 
+    async def approve_all(call: tl.PendingCall) -> bool:
+        # Async: it answers in no virtual time. A sync hook runs in a worker thread, and
+        # the autojumping virtual clock may move on while a thread runs.
+        return True
+
     calls = [{"_tool": "charge", "customer": c, "cents": 1} for c in ("a", "b", "c")]
     result = virtual_run(
         tl.execute,
         [*calls, {"_tool": "login", "name": "bob"}],
         tools=[charge, login],
-        approve=lambda c: True,
+        approve=approve_all,
     )
     times = sorted((r.started, r.finished) for r in result.records.values() if r.tool == "charge")
     assert times == [(3, 4), (3, 4), (4, 5)]  # waited on †state.user; two at a time

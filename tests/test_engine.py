@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import pydantic
 import pytest
 import trio
+import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from trio.testing import MockClock
@@ -482,6 +483,58 @@ def test_a_sync_handler_that_runs_over_its_timeout_is_abandoned() -> None:
     assert result.state == {}
 
 
+def test_the_timeout_of_a_call_never_includes_the_wait_for_an_abandoned_thread() -> None:
+    # `stuck` times out and its thread is abandoned, but keeps the one worker thread
+    # (global limit 1) until its handler returns. `quick` waits for that thread; its
+    # 0.5 s must measure `quick`'s handler, not the wait (PROTOCOL §7.2: per-call timeout).
+    # The clock moves only when the test jumps it (a thread's run takes no virtual time).
+    entered, release = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    @tl.tool(timeout=1)
+    def stuck() -> int:
+        entered.set()
+        release.wait(30)
+        ran.append("stuck returned")
+        return 1
+
+    @tl.tool(timeout=0.5)
+    def quick() -> int:
+        ran.append("quick ran")
+        return 2
+
+    clock = MockClock()
+    results: list[tl.ExecutionResult] = []
+
+    async def main() -> None:
+        async def execute() -> None:
+            calls = [
+                {"_tool": "stuck", "_outputPath": "†state.a"},
+                {"_tool": "quick", "_outputPath": "†state.b"},
+            ]
+            results.append(await tl.execute(calls, tools=[stuck, quick], max_concurrency=1))
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(execute)
+                assert await trio.to_thread.run_sync(entered.wait, 30)
+                clock.jump(1)  # stuck runs over: abandoned, quick starts and waits
+                await trio.testing.wait_all_tasks_blocked()
+                clock.jump(10)  # long past quick's 0.5 s, had its timeout begun
+                await trio.testing.wait_all_tasks_blocked()
+                release.set()  # stuck's handler returns: its thread is free for quick
+        finally:
+            release.set()
+
+    trio.run(main, clock=clock)
+    [result] = results
+    assert error_of(result, "c1.0")["message"] == "TimeoutError: stuck ran over 1 s"
+    assert result.records["c1.1"].status == "done", result.errors
+    assert result.state == {"b": 2}
+    # The global limit held for threads too: quick ran once stuck's thread was free.
+    assert ran == ["stuck returned", "quick ran"]
+
+
 def _counting_tool(name: str, **options: Any) -> tuple[tl.Tool, list[int]]:
     """An async tool that records how many calls of any counted tool run at once."""
     running = [0]
@@ -521,6 +574,29 @@ def test_no_limit_means_every_ready_call_runs_at_once() -> None:
     result = run([{"_tool": "counted"} for _ in range(100)], tools=[counted], max_concurrency=None)
     assert max(peaks) == 100
     assert {r.finished for r in result.records.values()} == {1}
+
+
+def test_no_limit_means_every_ready_sync_call_gets_a_thread_at_once() -> None:
+    # PROTOCOL §2: a global max_concurrency of None is no limit, for sync handlers too.
+    # Each handler waits at a barrier for all the others, so the calls all complete only
+    # if every one of them runs at once (the timeout makes a failure fail, not hang).
+    count = 80  # above the 64 threads the engine once capped sync handlers at
+    barrier = threading.Barrier(count, timeout=20)
+
+    @tl.tool
+    def meet(i: int) -> int:
+        barrier.wait()
+        return i
+
+    try:
+        result = tl.run_calls(
+            [{"_tool": "meet", "i": i, "_outputPath": f"†state.r{i}"} for i in range(count)],
+            tools=[meet],
+        )
+    finally:
+        barrier.abort()  # frees any thread still waiting when the test fails
+    assert set(statuses(result).values()) == {"done"}, result.errors[:1]
+    assert result.state == {f"r{i}": i for i in range(count)}
 
 
 # -- the call context ------------------------------------------------------------------------
@@ -684,6 +760,69 @@ def test_a_fan_out_writes_both_terms_when_both_apply() -> None:
     assert [m["_path"] for m in writes_by(result, "c1.0")] == ["†state.a", "†audit.a"]
 
 
+@pytest.mark.parametrize(
+    ("state", "out", "method", "value", "fault"),
+    [
+        (
+            {},
+            "†state.a && †state.a.b",
+            "set",
+            5,
+            "cannot set at †state.a.b: †state.a is an int, not a dict to take the key 'b' of "
+            "(after the fan-out's earlier term †state.a); nothing was written",
+        ),
+        (
+            {"a": [[0]]},
+            "†state.a && †state.a[1]",
+            "push",
+            2,
+            "cannot push onto an int at †state.a[1] (after the fan-out's earlier term "
+            "†state.a); nothing was written",
+        ),
+        (
+            {"a": {"x": {"y": {"z": 0}}}},
+            "†state.a && †state.b && †state.a.x.y",
+            "merge",
+            {"x": {"y": 3}},
+            "cannot merge into an int at †state.a.x.y (after the fan-out's earlier terms "
+            "†state.a && †state.b); nothing was written",
+        ),
+    ],
+)
+def test_a_fan_out_whose_later_term_fails_on_what_an_earlier_one_wrote_writes_nothing(
+    state: dict[str, Any], out: str, method: str, value: Any, fault: str
+) -> None:
+    # Every term is checked as the earlier ones leave the state, before any is written
+    # (PROTOCOL §4: a type mismatch is a runtime error, and nothing is written).
+    result = run(
+        [
+            {"_tool": "wait", "value": value, "_outputPath": out, "_outputMethod": method},
+            {"_tool": "wait", "value": "†state.a", "seconds": 1, "_outputPath": "†state.seen"},
+        ],
+        tools=TOOLS,
+        state=state,
+    )
+    assert statuses(result)["c1.0"] == "failed"
+    assert writes_by(result, "c1.0") == []
+    assert result.state == {**state, **({"seen": state["a"]} if state else {})}
+    assert error_of(result, "c1.0") == {"type": "runtime", "message": fault}
+    if not state:  # its reader is not woken by a value a failed call never wrote
+        assert error_of(result, "c1.1")["writer"] == "c1.0"
+
+
+def test_a_fan_out_writes_each_term_where_the_earlier_ones_leave_the_state() -> None:
+    result = run(
+        [
+            {"_tool": "wait", "value": "x", "_outputPath": "†state.rows[1] && †state.rows[2]"},
+            {"_tool": "wait", "value": {"n": 1}, "_outputPath": "†state.a && †state.a.copy"},
+        ],
+        tools=TOOLS,
+        state={"rows": [0]},
+    )
+    assert statuses(result) == {"c1.0": "done", "c1.1": "done"}
+    assert result.state == {"rows": [0, "x", "x"], "a": {"n": 1, "copy": {"n": 1}}}
+
+
 def test_a_branch_output_goes_where_the_activity_chooses_and_the_other_side_is_skipped() -> None:
     @tl.tool
     async def check(amount: int) -> Any:
@@ -788,7 +927,15 @@ def test_a_latent_call_waits_for_its_references_like_any_call() -> None:
         ({"_tool": "summarize", "text": "x", "_output": 3}, "3 is not of type 'string'"),
         (
             {"_tool": "summarize", "text": "x", "_output": "s", "_outputPath": "†a.x || †a.y"},
-            "exactly one output term",
+            "a latent call must name exactly one output term, not the branch '†a.x || †a.y': "
+            "latent tool 'summarize' writes its _output to one place; give one term, such as "
+            "'†a.x'",
+        ),
+        (
+            {"_tool": "summarize", "text": "x", "_output": "s", "_outputPath": "†a.x && †b.x"},
+            "a latent call must name exactly one output term, not the fan-out '†a.x && †b.x': "
+            "latent tool 'summarize' writes its _output to one place; give one term, such as "
+            "'†a.x'",
         ),
         ({"_tool": "wait", "_output": 1}, "_output is only for latent tools"),
     ],
@@ -1147,16 +1294,44 @@ def test_a_hook_that_raises_denies_the_call() -> None:
     }
 
 
-def test_a_sync_hook_runs_inline_on_the_trio_thread() -> None:
-    threads: list[bool] = []
+def test_a_sync_hook_runs_in_a_worker_thread_while_other_calls_keep_running() -> None:
+    # PROTOCOL §6: calls that need no approval never wait for the hook. The hook below can
+    # only answer once a call that needs no approval, and the call that reads its result,
+    # have run, so it answers in time only if it does not hold up the trio thread. (The
+    # wait's timeout makes a failure fail, not hang.)
+    other_calls_ran = threading.Event()
+    asked: list[tuple[bool, bool]] = []
 
     def hook(call: tl.PendingCall) -> bool:
-        trio.lowlevel.current_task()  # raises outside trio: the hook is not in a worker thread
-        threads.append(threading.current_thread() is threading.main_thread())
-        return True
+        answered = other_calls_ran.wait(10)
+        asked.append((threading.current_thread() is threading.main_thread(), answered))
+        return answered
 
-    run([charge_call()], tools=[charge], approve=hook)
-    assert threads == [True]
+    @tl.tool
+    async def signal(value: int) -> int:
+        other_calls_ran.set()
+        return value
+
+    result = run(
+        [
+            charge_call(_id="pay"),
+            {"_tool": "wait", "value": 7, "seconds": 1, "_outputPath": "†state.w", "_id": "w"},
+            {"_tool": "signal", "value": "†state.w", "_outputPath": "†state.s", "_id": "s"},
+        ],
+        tools=[charge, wait, signal],
+        approve=hook,
+    )
+    assert asked == [(False, True)]  # in a worker thread, and answered after the others
+    assert statuses(result) == {"pay": "done", "w": "done", "s": "done"}
+    assert result.state == {"w": 7, "s": 7, "receipt": {"charged": 500, "customer": "ada"}}
+
+
+def test_a_sync_callable_that_returns_a_coroutine_is_awaited() -> None:
+    async def decide(call: tl.PendingCall) -> tl.Decision:
+        return tl.Deny("not today")
+
+    result = run([charge_call()], tools=[charge], approve=lambda call: decide(call))
+    assert error_of(result, "c1.0") == {"type": "denied", "message": "not today"}
 
 
 def test_an_async_hook_may_take_its_time() -> None:

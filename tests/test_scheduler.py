@@ -297,10 +297,15 @@ def test_edit_starts_the_call_with_the_edited_parameters() -> None:
 
 def test_defer_parks_the_call_and_its_readers_and_the_tick_ends_paused() -> None:
     scheduler = opened()
-    receive(scheduler, call(1, "†state.r", tool="pay"), call("†state.r", "†state.s"), call(9))
+    receive(
+        scheduler,
+        call(1, "†state.r", tool="pay"),
+        call("†state.r", "†state.s"),
+        call(9, "†state.n"),
+    )
     scheduler.handle(StreamClosed())
     actions = scheduler.handle(DecisionMade("c1.0", tl.Defer()))
-    assert tick_end(actions) is None  # c1.2 still runs
+    assert tick_end(actions) is None  # c1.2 still runs, and writes
     actions = scheduler.handle(CallFinished("c1.2", value=9))
     end = tick_end(actions)
     assert end is not None and end.paused == ["c1.0"]
@@ -340,9 +345,41 @@ def test_the_readers_of_an_untaken_branch_are_skipped_and_so_are_theirs() -> Non
     assert end is not None and end.errors == []
 
 
+def test_a_branch_not_taken_by_an_earlier_request_skips_nothing_in_a_later_one() -> None:
+    # Skipping is how an if/else plan works within one request; a later request that reads
+    # what an earlier one did not write made a mistake the model must be told about.
+    scheduler = opened()
+    receive(scheduler, call(1, "†state.ok || †state.bad"), call("boom", "†state.lost"))
+    scheduler.handle(StreamClosed())
+    scheduler.handle(CallFinished("c1.1", error={"type": "runtime", "message": "boom"}))
+    assert tick_end(scheduler.handle(CallFinished("c1.0", value="fine"))) is not None
+    scheduler.handle(TickOpened(2))
+    receive(scheduler, call("†state.bad.detail", "†state.u"), call("†state.lost", "†state.v"))
+    actions = scheduler.handle(StreamClosed())
+    assert settled(actions) == {"c2.0": "invalid", "c2.1": "invalid"}
+    end = tick_end(actions)
+    assert end is not None
+    assert [e["data"]["error"] for e in end.errors] == [
+        {
+            "type": "structural",
+            "message": "unresolved reference †state.bad.detail in parameter x: no call wrote "
+            "it, and none will",
+            "reference": "†state.bad.detail",
+        },
+        {
+            "type": "structural",
+            "message": "unresolved reference †state.lost in parameter x: no call wrote it, "
+            "and none will",
+            "reference": "†state.lost",
+        },
+    ]
+
+
 def test_a_cycle_is_settled_when_nothing_else_can_move_and_names_its_calls() -> None:
     scheduler = opened()
-    receive(scheduler, call("†state.b", "†state.a"), call("†state.a", "†state.b"), call(1))
+    receive(
+        scheduler, call("†state.b", "†state.a"), call("†state.a", "†state.b"), call(1, "†state.c")
+    )
     actions = scheduler.handle(StreamClosed())
     assert settled(actions) == {}  # c1.2 is running: it might still have changed things
     actions = scheduler.handle(CallFinished("c1.2", value=1))
@@ -422,6 +459,45 @@ def test_a_fire_and_forget_call_does_not_hold_the_tick_and_its_late_error_is_flu
     [late] = [a.message for a in flushed if isinstance(a, MessageAppended)]
     assert late["data"]["error"]["message"] == "OSError: gone"
     assert not scheduler.busy
+
+
+def test_a_fire_and_forget_call_of_an_earlier_tick_holds_back_no_later_one() -> None:
+    scheduler = opened()
+    receive(scheduler, call(1))  # fire-and-forget: it runs on after its tick ends
+    assert tick_end(scheduler.handle(StreamClosed())) is not None
+    scheduler.handle(TickOpened(2))
+    receive(scheduler, call("†state.y", "†state.x"), call("†state.x", "†state.y"))
+    actions = scheduler.handle(StreamClosed())
+    # Nothing in flight can write: the cycle is settled and the tick ends at once.
+    assert settled(actions) == {"c2.0": "invalid", "c2.1": "invalid"}
+    end = tick_end(actions)
+    assert end is not None
+    assert [e["data"]["error"]["cycle"] for e in end.errors] == ["c2.0 -> c2.1 -> c2.0"] * 2
+    assert scheduler.status("c1.0") == "running" and scheduler.busy
+
+
+def test_a_fire_and_forget_call_holds_the_tick_only_while_a_call_waits_for_its_tool() -> None:
+    scheduler = opened()
+    receive(scheduler, call(0))  # fire-and-forget, left running by tick 1
+    scheduler.handle(StreamClosed())
+    scheduler.handle(TickOpened(2))
+    receive(
+        scheduler,
+        call(1, tool="login"),  # fire-and-forget, but c2.1 waits for it by tool name
+        call(2, "†state.f", tool="fetch"),
+        call("†state.b", "†state.a"),
+        call("†state.a", "†state.b"),
+        call(3),  # fire-and-forget, nothing waits for it
+    )
+    actions = scheduler.handle(StreamClosed())
+    assert settled(actions) == {} and tick_end(actions) is None  # c2.0 may unblock c2.1
+    actions = scheduler.handle(CallFinished("c2.0", value=None))
+    assert starts(actions) == ["c2.1"] and tick_end(actions) is None
+    actions = scheduler.handle(CallFinished("c2.1", value=2))
+    assert settled(actions) == {"c2.1": "done", "c2.2": "invalid", "c2.3": "invalid"}
+    end = tick_end(actions)
+    assert end is not None and end.paused == []
+    assert (scheduler.status("c1.0"), scheduler.status("c2.4")) == ("running", "running")
 
 
 # -- misuse by a driver ----------------------------------------------------------------------

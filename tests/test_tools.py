@@ -7,6 +7,7 @@ test_engine.py.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import jsonschema
@@ -251,12 +252,17 @@ def test_a_bad_output_path_is_a_configuration_error_naming_the_fault(path: str) 
         tl.Tool(name="t", parameters={"type": "object"}, handler=lambda: None, output_path=path)
 
 
-def test_a_latent_tool_cannot_prescribe_a_branch_output_path() -> None:
-    # A latent result has no Branch to choose a term with.
-    with pytest.raises(tl.ConfigurationError, match="exactly one term"):
-        tl.Tool(name="t", parameters={"type": "object"}, output_path="†state.a || †state.b")
-    fan_out = tl.Tool(name="t", parameters={"type": "object"}, output_path="†state.a && †log.a")
-    assert fan_out.output_path == "†state.a && †log.a"
+@pytest.mark.parametrize(
+    ("path", "shape"),
+    [("†state.a || †state.b", "the branch"), ("†state.a && †log.a", "the fan-out")],
+)
+def test_a_latent_tool_must_prescribe_exactly_one_output_term(path: str, shape: str) -> None:
+    # A latent call names exactly one term (PROTOCOL §4): no Branch to choose with, no fan-out.
+    message = f"tool 't': a latent tool's output_path must name exactly one term, not {shape}"
+    with pytest.raises(tl.ConfigurationError, match=re.escape(message)):
+        tl.Tool(name="t", parameters={"type": "object"}, output_path=path)
+    one = tl.Tool(name="t", parameters={"type": "object"}, output_path="†state.a")
+    assert one.output_path == "†state.a"
 
 
 def test_depends_on_splits_references_from_tool_names() -> None:

@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import trio
+
 __all__ = [
     "Approve",
     "ApproveHook",
@@ -103,17 +105,32 @@ def normalize_decision(answer: Any) -> Decision:
 async def ask(hook: ApproveHook, pending: PendingCall) -> Decision:
     """Ask the hook about one call; a hook that raises denies the call (fail closed).
 
-    A sync hook runs inline on the event loop: hooks are meant to be quick policy checks,
-    and running them inline keeps approval deterministic under a virtual clock. A hook
-    that waits for a person should be async (e.g. `await trio.to_thread.run_sync(input)`).
+    An async hook runs in the asking task. A sync hook runs in a worker thread, so a
+    hook that takes its time (a policy lookup, a person at a prompt) never holds up the
+    other calls (PROTOCOL §6); a cancel of the run abandons its thread at once. The
+    scheduler asks about one call at a time, so one hook runs at a time.
     """
     try:
-        answer = hook(pending)
+        if _is_async(hook):
+            answer = await hook(pending)  # type: ignore[misc]
+        else:
+            # Boxed: trio refuses a coroutine returned from a thread, and a sync callable
+            # may return an awaitable (a lambda around an async function), awaited here.
+            [answer] = await trio.to_thread.run_sync(
+                lambda: [hook(pending)], abandon_on_cancel=True
+            )
         if inspect.isawaitable(answer):
             answer = await answer
     except Exception as error:
         return Deny(f"the approval hook raised {type(error).__name__}: {error}")
     return normalize_decision(answer)
+
+
+def _is_async(hook: Callable[..., Any]) -> bool:
+    """An `async def` function (a partial of one too) or an object with `async def __call__`."""
+    return inspect.iscoroutinefunction(hook) or inspect.iscoroutinefunction(
+        getattr(hook, "__call__", None)  # noqa: B004  # the method itself, as _tools does
+    )
 
 
 def decision_to_dict(decision: Decision) -> dict[str, Any]:

@@ -216,7 +216,9 @@ def build_demo_agent(
     )
 
 
-def _approve_automatically(call: PendingCall) -> Approve:
+async def _approve_automatically(call: PendingCall) -> Approve:
+    # Async: answered in the run's own task, so the demo's virtual timings stay exact
+    # (a sync hook would run in a worker thread, during which virtual time may jump).
     return Approve()
 
 

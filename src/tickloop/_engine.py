@@ -8,6 +8,7 @@ a time and never from inside `Scheduler.handle`, so the scheduler is never re-en
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -39,8 +40,6 @@ from ._scheduler import (
 from ._tools import Branch, CallContext, ToolSet
 
 __all__ = ["Engine", "Journal", "check_configuration", "utc_now"]
-
-_DEFAULT_THREADS = 64
 
 
 def utc_now() -> str:
@@ -88,7 +87,9 @@ class Engine:
 
     Use inside `async with engine.session():` — the session's nursery owns every call's
     task, so leaving it waits for fire-and-forget calls too and the run never ends while
-    one still runs.
+    one still runs, then appends their late errors (`Flush`). That is on a normal exit
+    only: an exception out of the block cancels the calls still running, so a run that
+    stops on its own leaves the block first and raises after it (`OuterLoop.run`).
     """
 
     def __init__(
@@ -114,7 +115,11 @@ class Engine:
         self._nursery: trio.Nursery | None = None
         self._tick_done: trio.Event | None = None
         self._outcome: TickEnded | None = None
-        self._threads = trio.CapacityLimiter(max_concurrency or _DEFAULT_THREADS)
+        # Worker threads of sync handlers: as many as calls may run (PROTOCOL §2: a
+        # max_concurrency of None means no limit, for sync tools too).
+        self._threads = trio.CapacityLimiter(
+            math.inf if max_concurrency is None else max_concurrency
+        )
 
     @property
     def records(self) -> dict[str, CallRecord]:
@@ -227,12 +232,16 @@ class Engine:
             }
         else:
             timeout = tool.timeout
+            # A sync handler's thread is taken before its timeout starts: the timeout
+            # measures the handler, not the wait for a thread (which an abandoned,
+            # timed-out thread of an earlier call may still hold).
+            thread = None if tool.is_async else await _ThreadToken.take(self._threads)
             try:
                 if timeout is None:  # no cancel scope: it is a measurable cost per call
-                    value = await self._invoke(handler, arguments, tool.is_async)
+                    value = await self._invoke(handler, arguments, thread)
                 else:
                     with trio.fail_after(timeout):
-                        value = await self._invoke(handler, arguments, tool.is_async)
+                        value = await self._invoke(handler, arguments, thread)
                 if isinstance(value, Branch):
                     branch, value = value.term, value.value
                 value = tool.dump_output(value)
@@ -245,20 +254,59 @@ class Engine:
                 error = {"type": "runtime", "message": message}
             except Exception as problem:
                 error = {"type": "runtime", "message": f"{type(problem).__name__}: {problem}"}
+            finally:
+                if thread is not None:
+                    thread.release_unless_handed()
         self.records[action.id].finished = trio.current_time()
         self.feed(CallFinished(action.id, value, branch, error, self._date()))
 
     async def _invoke(
-        self, handler: Callable[..., Any], arguments: dict[str, Any], is_async: bool
+        self, handler: Callable[..., Any], arguments: dict[str, Any], thread: _ThreadToken | None
     ) -> Any:
-        if is_async:
+        if thread is None:  # an async handler
             return await handler(**arguments)
         result = await trio.to_thread.run_sync(
-            partial(handler, **arguments), abandon_on_cancel=True, limiter=self._threads
+            partial(handler, **arguments),
+            abandon_on_cancel=True,
+            limiter=thread,  # type: ignore[arg-type]  # CapacityLimiter-like, as trio allows
         )
         if inspect.isawaitable(result):  # a sync callable that returned a coroutine
             result = await result
         return result
+
+
+class _ThreadToken:
+    """A worker-thread token of the engine's limiter, taken before a call's timeout starts.
+
+    It is handed to `trio.to_thread.run_sync` as the call's limiter (trio accepts any
+    CapacityLimiter-like object): trio "acquires" it without waiting, since it is held
+    already, and gives it back when the thread really ends, so a timed-out, abandoned
+    thread keeps its token until its handler returns. When trio never took it over (the
+    call was cancelled before the thread started), `release_unless_handed` gives it back.
+    """
+
+    __slots__ = ("_handed", "_limiter")
+
+    def __init__(self, limiter: trio.CapacityLimiter) -> None:
+        self._limiter = limiter
+        self._handed = False
+
+    @classmethod
+    async def take(cls, limiter: trio.CapacityLimiter) -> _ThreadToken:
+        token = cls(limiter)
+        await limiter.acquire_on_behalf_of(token)
+        return token
+
+    async def acquire_on_behalf_of(self, borrower: object) -> None:
+        self._handed = True  # trio starts the thread next, and releases after it ends
+
+    def release_on_behalf_of(self, borrower: object) -> None:
+        self._limiter.release_on_behalf_of(self)
+
+    def release_unless_handed(self) -> None:
+        if not self._handed:
+            self._handed = True
+            self._limiter.release_on_behalf_of(self)
 
 
 def _seconds(value: float) -> str:

@@ -12,7 +12,9 @@ Two rules keep the views trustworthy:
   can change the state behind the log's back (and no later write can rewrite a logged
   message). Values are copied once on the way in with a JSON-aware copy.
 - A write is checked completely before anything is touched, so a write that cannot apply
-  leaves both the log and the view as they were: the failed call simply wrote nothing.
+  leaves both the log and the view as they were: the failed call simply wrote nothing. A
+  fan-out (`write_many`) is checked whole, each term as the earlier ones leave the views,
+  before its first term is written.
 
 Writes mutate the view in place; copying the whole view per write would make a run of many
 small writes quadratic.
@@ -237,6 +239,66 @@ class ContextLog:
         error = self.check_write(term, method, value)
         if error is not None:
             raise WriteError(error)
+        return self._write_checked(term, method, value, call, date)
+
+    def write_many(
+        self,
+        terms: Iterable[Term],
+        method: str,
+        value: Any,
+        *,
+        call: dict[str, Any] | None = None,
+        date: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Write the same value at every term, in order: a fan-out (PROTOCOL §4).
+
+        All or nothing: every term is checked as it will find the views once the terms
+        before it are written (`†state.a && †state.a.b` writes below what its first term
+        wrote), before anything is appended. When one cannot apply, WriteError is raised
+        and neither the log nor any view has changed. The data messages, one per term,
+        are returned in order.
+        """
+        terms = tuple(terms)
+        if method not in METHODS:
+            raise ValueError(f"unknown output method {method!r}; expected one of {METHODS}")
+        error = self._check_in_order(terms, method, value)
+        if error is not None:
+            raise WriteError(error)
+        return [self._write_checked(term, method, value, call, date) for term in terms]
+
+    def _check_in_order(self, terms: tuple[Term, ...], method: str, value: Any) -> str | None:
+        """The first fault of writing `value` at `terms` one after another, or None.
+
+        The writes are tried on a scratch set of views that shares everything with the
+        real ones except the containers a write changes, which are copied first along its
+        path; so the cost is the paths written, not the size of the state.
+        """
+        if len(terms) == 1:
+            return self._check(terms[0], method, value)
+        scratch = dict(self._views)
+        for index, term in enumerate(terms):
+            error = _check_in(scratch, term, method, value)
+            if error is not None:
+                if index and self._check(term, method, value) is None:
+                    earlier = " && ".join(str(written) for written in terms[:index])
+                    error += (
+                        f" (after the fan-out's earlier term{'s' if index > 1 else ''} "
+                        f"{earlier}); nothing was written"
+                    )
+                return error
+            if index + 1 < len(terms):
+                _copy_path(scratch, term, method)
+                _apply_in(scratch, term, method, copy_json(value))
+        return None
+
+    def _write_checked(
+        self,
+        term: Term,
+        method: str,
+        value: Any,
+        call: dict[str, Any] | None,
+        date: str | None,
+    ) -> dict[str, Any]:
         message: dict[str, Any] = {
             "type": "data",
             "kind": term.kind,
@@ -288,78 +350,127 @@ class ContextLog:
         return term, method, _unnest(message["data"], term)
 
     def _check(self, term: Term, method: str, value: Any) -> str | None:
-        """Walk the path as `_apply` will, without creating anything, and find the fault.
-
-        A missing key on the way would be created as a dict, so below it only key steps can
-        follow: an index step needs a list that already exists.
-        """
-        error = _check_value(method, value)
-        if error is not None:
-            return f"{error} at {term}"
-        present = term.kind in self._views
-        current = self._views.get(term.kind)
-        path = term.path
-        for depth, step in enumerate(path):
-            if isinstance(step, int):
-                if not present:
-                    return (
-                        f"cannot {method} at {term}: {Term(term.kind, path[:depth])} is absent, "
-                        f"and the index step [{step}] needs an existing list"
-                    )
-                if not isinstance(current, list):
-                    return (
-                        f"cannot {method} at {term}: {Term(term.kind, path[:depth])} is "
-                        f"{_a(current)}, not a list to take the index [{step}] of"
-                    )
-                if step < len(current):
-                    current = current[step]
-                elif step == len(current):
-                    present, current = False, None
-                else:
-                    return (
-                        f"cannot {method} at {term}: index {step} is out of range for the list "
-                        f"of length {len(current)} at {Term(term.kind, path[:depth])}"
-                    )
-            elif present:
-                if not isinstance(current, dict):
-                    return (
-                        f"cannot {method} at {term}: {Term(term.kind, path[:depth])} is "
-                        f"{_a(current)}, not a dict to take the key {step!r} of"
-                    )
-                if step in current:
-                    current = current[step]
-                else:
-                    present, current = False, None
-        error = _check_target(method, present, current)
-        return None if error is None else f"{error} at {term}"
+        """The fault of writing `value` at `term` now, or None (see `_check_in`)."""
+        return _check_in(self._views, term, method, value)
 
     def _apply(self, term: Term, method: str, value: Any) -> None:
         """Apply a checked write; `value` is a private copy the view may keep."""
-        kind, path = term.kind, term.path
-        if not path:
-            present = kind in self._views
-            self._views[kind] = _combine(method, present, self._views.get(kind), value)
-            return
-        if kind not in self._views:
-            self._views[kind] = {}
-        parent = self._views[kind]
-        last = len(path) - 1
-        for step in path[:last]:
-            # `_check` passed, so a missing step is a key (or an index one past the end)
-            # with a key step after it: it becomes a new dict.
-            if isinstance(step, int):
-                if step == len(parent):
-                    parent.append({})
-            elif step not in parent:
-                parent[step] = {}
-            parent = parent[step]
-        step = path[last]
+        _apply_in(self._views, term, method, value)
+
+
+def _shallow(value: Any) -> Any:
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        return list(value)
+    return value
+
+
+def _copy_path(views: dict[str, Any], term: Term, method: str) -> None:
+    """Give `views` its own copy of every container a write at `term` may change in place.
+
+    The containers above the target are copied shallowly (the write changes one entry of
+    each); the target is copied shallowly for `assign`, `push` and `concat`, whole for
+    `merge` (which changes nested objects) and not at all for `set` (which replaces it).
+    Where the path leaves what exists, the write only creates new containers.
+    """
+    kind, path = term.kind, term.path
+    if kind not in views:
+        return
+
+    def copy(value: Any, target: bool) -> Any:
+        if not target:
+            return _shallow(value)
+        if method == "merge":
+            return copy_json(value)
+        return value if method == "set" else _shallow(value)
+
+    last = len(path) - 1
+    node = views[kind] = copy(views[kind], last < 0)
+    for depth, step in enumerate(path):
         if isinstance(step, int):
-            if step < len(parent):
-                parent[step] = _combine(method, True, parent[step], value)
+            if not isinstance(node, list) or step >= len(node):
+                return
+        elif not isinstance(node, dict) or step not in node:
+            return
+        node[step] = child = copy(node[step], depth == last)
+        node = child
+
+
+def _check_in(views: dict[str, Any], term: Term, method: str, value: Any) -> str | None:
+    """Walk the path as `_apply` will, without creating anything, and find the fault.
+
+    A missing key on the way would be created as a dict, so below it only key steps can
+    follow: an index step needs a list that already exists.
+    """
+    error = _check_value(method, value)
+    if error is not None:
+        return f"{error} at {term}"
+    present = term.kind in views
+    current = views.get(term.kind)
+    path = term.path
+    for depth, step in enumerate(path):
+        if isinstance(step, int):
+            if not present:
+                return (
+                    f"cannot {method} at {term}: {Term(term.kind, path[:depth])} is absent, "
+                    f"and the index step [{step}] needs an existing list"
+                )
+            if not isinstance(current, list):
+                return (
+                    f"cannot {method} at {term}: {Term(term.kind, path[:depth])} is "
+                    f"{_a(current)}, not a list to take the index [{step}] of"
+                )
+            if step < len(current):
+                current = current[step]
+            elif step == len(current):
+                present, current = False, None
             else:
-                parent.append(_combine(method, False, None, value))
+                return (
+                    f"cannot {method} at {term}: index {step} is out of range for the list "
+                    f"of length {len(current)} at {Term(term.kind, path[:depth])}"
+                )
+        elif present:
+            if not isinstance(current, dict):
+                return (
+                    f"cannot {method} at {term}: {Term(term.kind, path[:depth])} is "
+                    f"{_a(current)}, not a dict to take the key {step!r} of"
+                )
+            if step in current:
+                current = current[step]
+            else:
+                present, current = False, None
+    error = _check_target(method, present, current)
+    return None if error is None else f"{error} at {term}"
+
+
+def _apply_in(views: dict[str, Any], term: Term, method: str, value: Any) -> None:
+    """Apply a checked write to `views`; `value` is a private copy the view may keep."""
+    kind, path = term.kind, term.path
+    if not path:
+        present = kind in views
+        views[kind] = _combine(method, present, views.get(kind), value)
+        return
+    if kind not in views:
+        views[kind] = {}
+    parent = views[kind]
+    last = len(path) - 1
+    for step in path[:last]:
+        # `_check` passed, so a missing step is a key (or an index one past the end)
+        # with a key step after it: it becomes a new dict.
+        if isinstance(step, int):
+            if step == len(parent):
+                parent.append({})
+        elif step not in parent:
+            parent[step] = {}
+        parent = parent[step]
+    step = path[last]
+    if isinstance(step, int):
+        if step < len(parent):
+            parent[step] = _combine(method, True, parent[step], value)
         else:
-            old = parent.get(step, _MISSING)
-            present = old is not _MISSING
-            parent[step] = _combine(method, present, old if present else None, value)
+            parent.append(_combine(method, False, None, value))
+    else:
+        old = parent.get(step, _MISSING)
+        present = old is not _MISSING
+        parent[step] = _combine(method, present, old if present else None, value)

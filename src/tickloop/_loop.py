@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._approval import PendingCall
 from ._engine import Engine
-from ._errors import MaxIterationsError
+from ._errors import MaxIterationsError, _RunStopped
 from ._log import ContextLog
 from ._models._base import Usage
 from ._run import ExecutionResult
@@ -73,19 +73,29 @@ class OuterLoop:
 
     async def run(self) -> RunResult:
         self._before_session()
+        stopped: _RunStopped | None = None
         async with self.engine.session():
-            done, output = await self._recover()  # a resumed run: what it left open
-            iteration = self._iterations_done()  # a resumed log continues its count
-            while not done and not self.paused:
-                iteration += 1
-                if iteration > self.agent.max_iterations:
-                    raise MaxIterationsError(
-                        f"the agent made {self.agent.max_iterations} requests without a final "
-                        f"{self.final_answer}; raise max_iterations or check the tools and "
-                        "instructions",
-                        self.log.messages,
-                    )
-                done, output = await self._iterate(iteration)
+            try:
+                done, output = await self._recover()  # a resumed run: what it left open
+                iteration = self._iterations_done()  # a resumed log continues its count
+                while not done and not self.paused:
+                    iteration += 1
+                    if iteration > self.agent.max_iterations:
+                        raise MaxIterationsError(
+                            f"the agent made {self.agent.max_iterations} requests without a "
+                            f"final {self.final_answer}; raise max_iterations or check the "
+                            "tools and instructions",
+                            self.log.messages,
+                        )
+                    done, output = await self._iterate(iteration)
+            except _RunStopped as error:
+                # The run stops on its own (iteration limit, model unreachable), not on
+                # the caller's cancel: the session still ends normally, so fire-and-forget
+                # calls finish and their late errors are flushed into the log (§4).
+                stopped = error
+        if stopped is not None:
+            stopped.messages = list(self.log.messages)  # with what the session flushed
+            raise stopped
         paused = self.paused
         return RunResult(
             None if paused else self.agent.output.convert(output),

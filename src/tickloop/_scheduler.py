@@ -477,6 +477,12 @@ class Scheduler:
         self._stream_open = True
         self._tick_active = True
         self._request_by_tool = {}
+        # Skipping is how an if/else plan works within one request (PROTOCOL §5): a
+        # branch an earlier request did not take, or a call it skipped or lost, says
+        # nothing about what this request reads. The outer loops open a tick only once no
+        # call is deferred, so no call of an earlier tick still waits to consult them.
+        self._skip_sources = _PathIndex()
+        self._lost_writers = _PathIndex()
 
     def _on_stream_closed(self) -> None:
         if not self._stream_open:
@@ -651,9 +657,15 @@ class Scheduler:
                 f"{tool.output_path!r}; omit _outputPath or use that one",
                 expected=tool.output_path,
             )
-        if tool.is_latent and expression.op == "||":
+        if tool.is_latent and expression.op is not None:
+            # Its result is the model's own `_output`, written to one place (PROTOCOL §4):
+            # it has no Branch to choose a term with, and is not fanned out.
+            shape = "the branch" if expression.op == "||" else "the fan-out"
             raise _Structural(
-                f"a latent call must name exactly one output term, not the branch {given!r}"
+                f"a latent call must name exactly one output term, not {shape} {given!r}: "
+                f"latent tool {tool.name!r} writes its _output to one place; give one term, "
+                f"such as {str(expression.terms[0])!r}",
+                expected="one term",
             )
         return expression
 
@@ -1000,22 +1012,15 @@ class Scheduler:
             if not checked:
                 self._check_output(call.tool, value, structural=False)
             targets, untaken = self._targets(call, branch)
-            if len(targets) > 1:  # a fan-out is written whole or not at all: check first
-                for term in targets:
-                    problem = self.log.check_write(term, call.method, value)
-                    if problem is not None:
-                        raise _OutputMismatch(problem)
-        except _OutputMismatch as problem:
+            # A fan-out is written whole or not at all: every term is checked as the
+            # earlier ones leave the views before the first is written (PROTOCOL §4).
+            messages = self.log.write_many(
+                targets, call.method, value, call=call.wire, date=self._date or None
+            )
+        except (_OutputMismatch, WriteError) as problem:  # nothing written, no reader woken
             self._settle(call, "failed", {"type": "runtime", "message": str(problem)})
             return
-        for term in targets:
-            try:
-                message = self.log.write(
-                    term, call.method, value, call=call.wire, date=self._date or None
-                )
-            except WriteError as error:  # a single write is atomic: nothing was written
-                self._settle(call, "failed", {"type": "runtime", "message": str(error)})
-                return
+        for term, message in zip(targets, messages, strict=True):
             self._emit(MessageAppended(message))
             self._dirty.update(self._waiters.ids_overlapping(term))
         for term in untaken:  # an if/else plan: readers of the untaken branch are skipped
@@ -1083,14 +1088,17 @@ class Scheduler:
     # -- deadlocks and the end of a tick ---------------------------------------------------
 
     def _settle_deadlocks(self) -> bool:
-        """When nothing is in flight, waiting calls that wait on each other are cycles."""
+        """When nothing in flight can unblock them, waiting calls that wait on each other
+        are cycles. A running fire-and-forget call writes nothing, so it holds this back
+        only while a waiting call waits for it by tool name (PROTOCOL §4, §5)."""
         if (
             self._stream_open
             or not self._waiting
-            or self._running
+            or self._running_writers
             or self._queued
             or self._asking is not None
             or self._approval_queue
+            or self._awaited_fire_and_forget()
         ):
             return False
         graph = nx.DiGraph()
@@ -1134,14 +1142,30 @@ class Scheduler:
                     if writer != call.id:
                         yield writer
 
+    def _awaited_fire_and_forget(self) -> bool:
+        """Whether a running fire-and-forget call has a waiting call waiting for it.
+
+        Only a `depends_on` tool name waits for a call that writes nothing, and only for
+        calls of its own request (`_tool_dependents` maps each unfinished call to the
+        calls that wait for it that way). A tick never ends while one of its calls waits
+        like this, so a fire-and-forget call an earlier tick left running never counts
+        here: the tick does not wait for it (PROTOCOL §4).
+        """
+        for call_id, dependents in self._tool_dependents.items():
+            if call_id in self._running and self._calls[call_id].fire_and_forget:
+                if any(dependent in self._waiting for dependent in dependents):
+                    return True
+        return False
+
     def _end_tick_if_done(self) -> None:
         if not self._tick_active or self._stream_open:
             return
         if self._asking is not None or self._approval_queue or self._queued:
             return
-        if self._running_writers or (self._waiting and self._running):
+        if self._running_writers or (self._waiting and self._awaited_fire_and_forget()):
             return
-        # Only calls parked behind a deferred decision (and fire-and-forget ones) remain.
+        # Only calls parked behind a deferred decision, and fire-and-forget ones nothing
+        # waits for (this tick's or an earlier one's), remain.
         self._tick_active = False
         paused = list(self._deferred)
         errors = self._append_errors()

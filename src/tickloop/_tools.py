@@ -154,11 +154,13 @@ class Tool:
         self.output_expression: Expression | None = None
         if output_path is not None:
             self.output_expression = _parse_option(output_path, name, "output_path")
-            if handler is None and self.output_expression.op == "||":
-                # A latent result has no Branch to pick a term with (PROTOCOL §4).
+            if handler is None and self.output_expression.op is not None:
+                # A latent call names exactly one term (PROTOCOL §4): its result has no
+                # Branch to pick a term with, and is not fanned out either.
+                shape = "the branch" if self.output_expression.op == "||" else "the fan-out"
                 raise ConfigurationError(
-                    f"tool {name!r}: a latent tool's output_path must name exactly one term "
-                    f"(or fan out with '&&'), not the branch {output_path!r}"
+                    f"tool {name!r}: a latent tool's output_path must name exactly one term, "
+                    f"not {shape} {output_path!r}"
                 )
         self.timeout = _check_positive(timeout, name, "timeout", float)
         self.max_concurrency = _check_positive(max_concurrency, name, "max_concurrency", int)
