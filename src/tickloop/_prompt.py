@@ -36,7 +36,8 @@ You work by writing a solution: a JSON object {"calls": [...], "output": ...}.
   "_outputMethod" is "set" (default), "merge", "assign", "push" or "concat".
   A call without "_outputPath" runs but its result is dropped.
 - "_id" names a call (optional); "_reasoningForCall" is free text for your reasoning.
-- Latent tools have no code: you write their result yourself in "_output".
+- Latent tools have no code: you write their result yourself in "_output", and give
+  it one "_outputPath" term (no "&&" or "||").
 - Set "output" to the final answer when you are done, otherwise null. You see the
   results (the state) and any errors in the next request.
 """
@@ -184,7 +185,12 @@ def tool_call_schema(tool: Tool, *, strict: bool = True) -> dict[str, Any]:
     path_schema: dict[str, Any] = (
         {"type": "string", "enum": [tool.output_path]}
         if tool.output_path
-        else {"type": "string", "description": "where the result goes, like †state.x"}
+        else {
+            "type": "string",
+            "description": "where your _output goes: one term, like †state.x"
+            if tool.is_latent
+            else "where the result goes, like †state.x",
+        }
     )
     meta: dict[str, Any] = {
         "_outputPath": path_schema,
