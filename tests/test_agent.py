@@ -447,3 +447,43 @@ def test_strict_nulls_are_stripped_but_required_values_kept() -> None:
         "to": {"city": "Oslo", "zip": None},
         "note": None,
     }
+
+
+class Item(pydantic.BaseModel):
+    price: float
+    tags: list[int] = []
+
+
+@tl.tool
+def price_with_tax(item: Item, rate: float) -> float:
+    """Price an item."""
+    return round(item.price * (1 + rate), 2)
+
+
+def test_strict_schema_lets_a_reference_stand_for_a_nested_value() -> None:
+    import jsonschema
+
+    schema = solution_schema(ToolSet([price_with_tax]), None)
+    nested = {
+        "_tool": "price_with_tax",
+        "item": {"price": "†state.price", "tags": ["†state.tag", 3]},
+        "rate": 0.25,
+        "_outputPath": "†state.total",
+        "_outputMethod": None,
+        "_id": None,
+        "_reasoningForCall": None,
+    }
+    jsonschema.validate({"calls": [nested], "output": None}, schema)
+    with pytest.raises(jsonschema.ValidationError):  # a nested object is still an object
+        jsonschema.validate(
+            {"calls": [{**nested, "item": {"price": {"x": 1}, "tags": []}}], "output": None},
+            schema,
+        )
+    # and the engine resolves what the model could write
+    result = tl.run_calls(
+        [{"_tool": "price_with_tax", "item": {"price": "†state.price"}, "rate": 0.25,
+          "_outputPath": "†state.total"}],
+        tools=[price_with_tax],
+        state={"price": 8},
+    )
+    assert result.state["total"] == 10.0

@@ -180,7 +180,7 @@ def tool_call_schema(tool: Tool, *, strict: bool = True) -> dict[str, Any]:
     required = set(parameters.get("required", []))
     properties: dict[str, Any] = {"_tool": {"type": "string", "enum": [tool.name]}}
     for key, schema in parameters.get("properties", {}).items():
-        value_schema = {"anyOf": [_strictify(schema) if strict else schema, _REFERENCE]}
+        value_schema = _or_reference(_referable(_strictify(schema) if strict else schema))
         properties[key] = value_schema if key in required or not strict else _nullable(value_schema)
     path_schema: dict[str, Any] = (
         {"type": "string", "enum": [tool.output_path]}
@@ -213,8 +213,51 @@ def tool_call_schema(tool: Tool, *, strict: bool = True) -> dict[str, Any]:
         "additionalProperties": False,
     }
     if definitions:
-        schema["$defs"] = {k: _strictify(v) if strict else v for k, v in definitions.items()}
+        schema["$defs"] = {
+            k: _referable(_strictify(v) if strict else v) for k, v in definitions.items()
+        }
     return schema
+
+
+def _or_reference(schema: Any) -> dict[str, Any]:
+    return {"anyOf": [schema, _REFERENCE]}
+
+
+def _referable(schema: Any) -> Any:
+    """Let a reference stand in for any value inside a parameter, not only a whole one.
+
+    The engine resolves strings at every depth (PROTOCOL §3), but under strict structured
+    outputs the schema is all the model can write: without this, `{"price":
+    "†state.price"}` inside an object parameter would be unwritable. A plain string
+    already admits a reference and is left as it is.
+    """
+    if isinstance(schema, list):
+        return [_referable(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    result = dict(schema)
+    for key in ("anyOf", "oneOf", "allOf"):
+        if isinstance(result.get(key), list):
+            result[key] = [_referable(item) for item in result[key]]
+    if isinstance(result.get("properties"), dict):
+        result["properties"] = {
+            key: _referable_value(value) for key, value in result["properties"].items()
+        }
+    if isinstance(result.get("items"), dict):
+        result["items"] = _referable_value(result["items"])
+    return result
+
+
+def _referable_value(schema: Any) -> Any:
+    """A nested value's schema, or a reference in its place."""
+    if not isinstance(schema, dict) or not schema or _admits_any_string(schema):
+        return _referable(schema)
+    return _or_reference(_referable(schema))
+
+
+def _admits_any_string(schema: dict[str, Any]) -> bool:
+    constrained = ("enum", "const", "pattern", "format", "minLength", "maxLength")
+    return schema.get("type") == "string" and not any(key in schema for key in constrained)
 
 
 def solution_schema(tools: ToolSet, output: Any, *, strict: bool = True) -> dict[str, Any]:
