@@ -487,3 +487,22 @@ def test_strict_schema_lets_a_reference_stand_for_a_nested_value() -> None:
         state={"price": 8},
     )
     assert result.state["total"] == 10.0
+
+
+class Reply(pydantic.BaseModel):
+    text: str
+    note: str = "none"
+    to: Address | None = None
+
+
+def test_an_output_written_to_the_strict_schema_is_accepted() -> None:
+    """Strict mode makes the model write null for an optional field it leaves out; the
+    output is checked against the user's own schema, which must not see those nulls."""
+    import jsonschema
+
+    written = {"text": "hi", "note": None, "to": {"city": "Oslo", "zip": None}}
+    agent = tl.Agent(tl.ScriptedModel([{"calls": [], "output": written}]), output=Reply)
+    jsonschema.validate({"calls": [], "output": written}, agent.schema)  # what it must write
+    result = agent.run({})
+    assert result.output == Reply(text="hi", to=Address(city="Oslo"))
+    assert result.iterations == 1

@@ -36,7 +36,12 @@ from ._jsonstream import SolutionStream
 from ._log import ContextLog
 from ._loop import OuterLoop, RunResult
 from ._models._base import ModelError, SolutionRequest, TextDelta, Usage
-from ._prompt import render_messages, solution_schema, strip_strict_nulls
+from ._prompt import (
+    render_messages,
+    solution_schema,
+    strip_strict_nulls,
+    strip_strict_output_nulls,
+)
 from ._retry import StreamBroken, stream_with_retries
 from ._store import SQLiteStore, as_store
 from ._tools import Tool, ToolSet
@@ -361,6 +366,7 @@ class _SolutionLoop(OuterLoop):
         output = solution.get("output")
         if output is None:
             return None
+        output = strip_strict_output_nulls(output, self.agent.output.schema)
         problem = self.agent.output.problem(output)
         if problem is None and self.agent.output.model is not None:
             try:

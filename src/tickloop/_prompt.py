@@ -351,6 +351,14 @@ def strip_strict_nulls(call: Any, tools: ToolSet) -> Any:
     return cleaned
 
 
+def strip_strict_output_nulls(output: Any, schema: dict[str, Any] | None) -> Any:
+    """The output the model meant: strict mode made it write null for optional fields it
+    left out, which the user's own schema (what the output is checked against) rejects."""
+    if schema is None:
+        return output
+    return _strip(output, schema, schema.get("$defs", {}))
+
+
 def _strip(value: Any, schema: Any, definitions: dict[str, Any]) -> Any:
     schema = _dereference(schema, definitions)
     if not isinstance(schema, dict):
