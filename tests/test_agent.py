@@ -506,3 +506,11 @@ def test_an_output_written_to_the_strict_schema_is_accepted() -> None:
     result = agent.run({})
     assert result.output == Reply(text="hi", to=Address(city="Oslo"))
     assert result.iterations == 1
+
+
+def test_every_request_shows_the_state_even_before_anything_is_written() -> None:
+    model = tl.ScriptedModel([{"calls": [], "output": 1}])
+    tl.Agent(model, output={"type": "integer"}).run({"q": 1})
+    context = model.requests[0]["messages"][-1]["content"]
+    assert "## input\n" in context and '{"q": 1}' in context
+    assert "## state\nRead it with references like †state.<key>.\n{}" in context

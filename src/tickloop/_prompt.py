@@ -94,9 +94,10 @@ def render_tool_menu(tools: ToolSet) -> str:
 def render_context(log: ContextLog) -> str:
     """The data the model works from: every kind's view, the last plan, the last errors."""
     sections: list[str] = []
-    for kind in log.kinds():
-        if kind == "error":
-            continue
+    kinds = [kind for kind in log.kinds() if kind != "error"]
+    if "state" not in kinds:  # every request shows the state (PROTOCOL §8), empty or not
+        kinds.append("state")
+    for kind in kinds:
         sections.append(_render_kind(log, kind))
     plan = _last(log.messages, "plan")
     if plan is not None:
@@ -107,8 +108,6 @@ def render_context(log: ContextLog) -> str:
         sections.append(
             "## Errors from the last plan\nFix these in your next solution:\n" + rendered
         )
-    if not sections:
-        sections.append("(no data yet)")
     return "\n\n".join(sections)
 
 
@@ -134,7 +133,8 @@ def _render_kind(log: ContextLog, kind: str) -> str:
     if schema is not None:
         lines.append("Schema: " + _json(schema))
     lines.append(f"Read it with references like †{kind}.<key>.")
-    lines.append(_json(log.view(kind)))
+    view = log.view(kind)
+    lines.append(_json({} if view is None and kind == "state" else view))
     return "\n".join(lines)
 
 
