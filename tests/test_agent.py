@@ -514,3 +514,21 @@ def test_every_request_shows_the_state_even_before_anything_is_written() -> None
     context = model.requests[0]["messages"][-1]["content"]
     assert "## input\n" in context and '{"q": 1}' in context
     assert "## state\nRead it with references like †state.<key>.\n{}" in context
+
+
+def test_a_failure_of_tickloop_on_a_call_is_not_blamed_on_the_model_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tickloop._engine import Engine
+
+    def broken(self: Engine, call: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(Engine, "receive", broken)
+    model = tl.ScriptedModel([{"calls": [{"_tool": "add", "a": 1, "b": 2}], "output": None}])
+    with pytest.raises(tl.ExecuteError) as raised:
+        tl.Agent(model, tools=[add]).run({})
+    message = str(raised.value)
+    assert "tickloop could not take a call the model wrote (RuntimeError: boom)" in message
+    assert "model client" not in message
+    assert raised.value.messages  # the log comes back, to resume from

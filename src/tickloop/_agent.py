@@ -52,6 +52,14 @@ __all__ = ["Agent", "RunResult"]
 PROTOCOLS = ("solution", "tools")
 
 
+class _CallNotTaken(Exception):
+    """The engine failed on a streamed call: told apart from a failing model client."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class OutputSpec:
     """The user's output: a pydantic model (typed result), a JSON Schema, or None (any)."""
 
@@ -300,7 +308,10 @@ class _SolutionLoop(OuterLoop):
                 return
             text.append(item.text)
             for call in stream.feed(item.text):
-                self.engine.receive(strip_strict_nulls(call, agent.tools))
+                try:
+                    self.engine.receive(strip_strict_nulls(call, agent.tools))
+                except Exception as error:  # tickloop's own fault, not the model client's
+                    raise _CallNotTaken(error) from error
 
         broken: StreamBroken | None = None
         try:
@@ -313,6 +324,13 @@ class _SolutionLoop(OuterLoop):
             )
         except StreamBroken as error:
             broken = error
+        except _CallNotTaken as failure:
+            error = failure.error
+            raise ExecuteError(
+                f"tickloop could not take a call the model wrote ({type(error).__name__}: "
+                f"{error}); this is a bug in tickloop, please report it",
+                self.log.messages,
+            ) from error
         except ModelError as error:
             raise ExecuteError(f"the model request failed: {error}", self.log.messages) from error
         except Exception as error:  # a client bug must still hand back the log

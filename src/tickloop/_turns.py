@@ -570,16 +570,19 @@ class _TurnLoop(OuterLoop):
             return text, None
         try:
             value = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             value = resilient_json_parse(text)
             if value is None:
                 return None, f"the final answer is not JSON ({_json_fault(text)})"
-        problem = spec.problem(value)
-        if problem is None and spec.model is not None:
-            try:
-                spec.model.model_validate(value)
-            except pydantic.ValidationError as error:
-                problem = f"the output does not validate: {error.errors()[0].get('msg')}"
+        try:
+            problem = spec.problem(value)
+            if problem is None and spec.model is not None:
+                try:
+                    spec.model.model_validate(value)
+                except pydantic.ValidationError as error:
+                    problem = f"the output does not validate: {error.errors()[0].get('msg')}"
+        except RecursionError:
+            problem = "the final answer nests too deeply to be checked against the output schema"
         if problem is not None:
             return None, problem
         return value, None
@@ -637,6 +640,8 @@ def _json_fault(text: str) -> str:
         json.loads(text)
     except ValueError as error:
         return str(error)
+    except RecursionError:
+        return "nested too deeply"
     return "a JSON value, but not an object"
 
 
