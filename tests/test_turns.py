@@ -483,3 +483,12 @@ def test_streamed_runs_emit_run_events() -> None:
     assert result.run_id == "r1"
     assert (events[0].kind, events[-1].kind) == ("run.started", "run.ended")
     assert json.dumps([e.to_dict() for e in events])
+
+
+def test_a_final_answer_nested_too_deeply_is_fed_back_not_a_crash() -> None:
+    deep = "[" * 5000 + "]" * 5000
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    model = tl.ScriptedModel([deep, '{"n": 3}'])
+    result = run(tl.Agent(model, output=schema, protocol="tools"))
+    assert result.output == {"n": 3} and result.iterations == 2
+    assert "not accepted" in model.requests[1]["messages"][-1]["content"]
