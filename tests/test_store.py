@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +107,36 @@ def _newer(path: Path) -> None:
     connection.close()
 
 
+def _damage_table(path: Path, table: str, *, layout: Path | None = None) -> None:
+    """Overwrite a table's root page, as a bad disk or a stray write would.
+
+    The page is looked up in `layout` (by default the file itself) with SQLite, whose
+    closing connection folds any -wal file into the store first.
+    """
+    connection = sqlite3.connect(layout or path)
+    try:
+        [(root,)] = connection.execute(
+            "SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+        ).fetchall()
+        [(page_size,)] = connection.execute("PRAGMA page_size").fetchall()
+    finally:
+        connection.close()
+    with path.open("r+b") as file:
+        file.seek((root - 1) * page_size)
+        file.write(b"\xff" * page_size)
+
+
+def _damaged(table: str) -> Callable[[Path], None]:
+    """A real store whose header, tables and version are fine, but one table's page is not."""
+
+    def damage(path: Path) -> None:
+        _make_store_with_a_run(path)
+        _damage_table(path, table)
+
+    damage.__name__ = f"_damaged_{table}"  # the test's id
+    return damage
+
+
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
@@ -113,6 +145,10 @@ def _newer(path: Path) -> None:
         (_truncated_at_a_page, "is truncated"),
         (_foreign, "is an SQLite database but not a tickloop store"),
         (_newer, "was written by a newer tickloop"),
+        (_damaged("runs"), "the store is damaged: "),
+        (_damaged("journal"), "the store is damaged: "),
+        (_damaged("calls"), "the store is damaged: "),
+        (_damaged("decisions"), "the store is damaged: "),
     ],
 )
 def test_a_file_that_is_not_a_usable_store_is_refused_and_left_alone(
@@ -130,11 +166,82 @@ def test_a_file_that_is_not_a_usable_store_is_refused_and_left_alone(
     with pytest.raises(tl.StoreError, match=message):
         tl.SQLiteStore(path)
     assert main(["runs", "--store", str(path)]) == 2
-    assert str(path) in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert error.startswith(f"tickloop runs: {path}") and error.count("\n") == 1  # one line
 
     assert ran == []  # nothing ran: the error came before the run
     assert path.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == siblings
+    assert sorted(p.name for p in tmp_path.iterdir()) == siblings  # no -wal or -shm left
+
+
+def test_a_damaged_store_with_a_crashed_runs_wal_is_refused_and_its_wal_kept(
+    tmp_path: Path,
+) -> None:
+    """A killed process leaves committed runs in the -wal file; the check must not fold
+    them into a damaged file (a read-write connection would, when it closes)."""
+    path = tmp_path / "live" / "runs.db"
+    path.parent.mkdir()
+    _make_store_with_a_run(path)
+    store = tl.SQLiteStore(path)  # kept open: its second run stays in the -wal file
+    assert _agent(store).run({"q": 2}, run_id="second").status == "done"
+    copies = {}
+    for name in ("intact", "damaged"):  # what a kill -9 now would leave
+        copy = tmp_path / name
+        copy.mkdir()
+        for suffix in ("", "-wal", "-shm"):
+            shutil.copy(f"{path}{suffix}", copy / f"runs.db{suffix}")
+        copies[name] = copy / "runs.db"
+    store.close()
+    assert Path(f"{copies['damaged']}-wal").stat().st_size > 0
+    _damage_table(copies["damaged"], "decisions", layout=path)  # not a page in the -wal
+    damaged = copies["damaged"]
+    before = {p.name: p.read_bytes() for p in damaged.parent.iterdir()}
+
+    with pytest.raises(tl.StoreError, match="the store is damaged: ") as caught:
+        tl.SQLiteStore(damaged)
+    assert str(damaged) in str(caught.value)
+    after = {p.name: p.read_bytes() for p in damaged.parent.iterdir()}
+    assert sorted(after) == sorted(before)
+    assert after["runs.db"] == before["runs.db"]
+    assert after["runs.db-wal"] == before["runs.db-wal"]  # (-shm is SQLite's scratch index)
+
+    runs = tl.SQLiteStore(copies["intact"]).runs()  # the same check passes the intact copy
+    assert [run.run_id for run in runs] == ["first", "second"]
+
+
+def test_damage_found_after_the_store_was_checked_is_a_store_error_naming_the_path(
+    tmp_path: Path,
+) -> None:
+    """The pages are checked once per store object; damage that appears later still
+    surfaces as a `StoreError` naming the path, from every way of using the store."""
+    path = tmp_path / "runs.db"
+    _make_store_with_a_run(path)
+    store = tl.SQLiteStore(path)
+    store.close()  # the next use opens a new connection, which reads the damaged pages
+    _damage_table(path, "runs")
+    ran: list[int] = []
+
+    reads: list[Callable[[], object]] = [
+        store.runs,
+        lambda: store.run("first"),
+        lambda: store.calls("first"),
+        lambda: store.pending("first"),
+        lambda: store.decide("first", "c1.0", True),
+        lambda: _agent(store, ran).run({"q": 1}, run_id="second"),
+        lambda: _agent(store, ran).resume("first"),
+    ]
+    for use in reads:
+        with pytest.raises(tl.StoreError, match=r"cannot (read|write to) the store: ") as caught:
+            use()
+        assert str(path) in str(caught.value)
+    assert ran == []
+
+    _make_store_with_a_run(tmp_path / "other.db")
+    store = tl.SQLiteStore(tmp_path / "other.db")
+    store.close()
+    _damage_table(tmp_path / "other.db", "journal")
+    with pytest.raises(tl.StoreError, match="cannot read the store: "):
+        store.journal("first")
 
 
 def test_reading_commands_do_not_create_a_store(

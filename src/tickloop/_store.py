@@ -208,7 +208,9 @@ class SQLiteStore:
     """A store of durable runs in one SQLite file (created with mode 0600).
 
     An existing file is checked when the store is made: a file that is not a tickloop
-    store raises `StoreError` naming the path, and is left exactly as it was.
+    store, or one whose pages are damaged (`PRAGMA quick_check`, once per instance),
+    raises `StoreError` naming the path, and is left exactly as it was. Any later error
+    from SQLite is raised as a `StoreError` naming the path too.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 10.0) -> None:
@@ -218,6 +220,9 @@ class SQLiteStore:
         # one checkpoints the WAL into the main file, neither of which a run should pay.
         self._idle: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        # Whether the file passed `PRAGMA quick_check`: once per instance, before its first
+        # use (a check per connection would cost a scan of the file each time one opens).
+        self._checked = False
         if self.path.exists() and self.path.stat().st_size > 0:
             with self.connect():
                 pass  # checks the file; raises StoreError for one that is not a store
@@ -229,10 +234,15 @@ class SQLiteStore:
 
     @contextmanager
     def connect(self) -> Iterator[sqlite3.Connection]:
-        """A checked connection for the block; the file is made (0600) when missing."""
+        """A checked connection for the block; the file is made (0600) when missing.
+
+        An SQLite error in the block (a damaged page, say) is raised as `StoreError`.
+        """
         connection = self.acquire()
         try:
             yield connection
+        except sqlite3.Error as error:
+            raise StoreError(f"{self.path}: cannot read the store: {error}") from error
         finally:
             self.release(connection)
 
@@ -266,7 +276,11 @@ class SQLiteStore:
     def open(self) -> sqlite3.Connection:
         """A new checked connection, which the caller closes."""
         self._create_file()
-        self._check_header()
+        size = self._check_header()
+        if not self._checked:
+            if size:  # a new (empty) file has nothing to check
+                self._check_pages()
+            self._checked = True
         try:
             connection = sqlite3.connect(
                 self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
@@ -303,7 +317,7 @@ class SQLiteStore:
         except OSError:
             pass  # not ours to change: the header check still decides whether it is usable
 
-    def _check_header(self) -> None:
+    def _check_header(self) -> int:
         """Reject a file that is not SQLite, or was cut short, before sqlite touches it.
 
         SQLite itself would treat some damaged files as empty databases and write to them;
@@ -316,7 +330,7 @@ class SQLiteStore:
         except OSError as error:
             raise StoreError(f"{self.path}: cannot read the store: {error}") from error
         if size == 0:
-            return  # a new store (or one whose creation was interrupted): made on first use
+            return 0  # a new store (or one whose creation was interrupted): made on first use
         if len(header) < 100 or not header.startswith(_HEADER):
             raise StoreError(f"{self.path} is not a tickloop store (not an SQLite database)")
         page_size = int.from_bytes(header[16:18], "big")
@@ -332,6 +346,50 @@ class SQLiteStore:
             )
         if size % page_size:
             raise StoreError(f"{self.path}: the store is damaged (its size does not fit its pages)")
+        return size
+
+    def _check_pages(self) -> None:
+        """Refuse a store whose pages are damaged (`PRAGMA quick_check`), writing nothing.
+
+        The header and the table list can be intact while a table's pages are not, which
+        SQLite only notices when a statement reaches them: perhaps after a run has written
+        to the file. The check runs on a connection of its own, before any connection
+        switches to WAL or writes. To leave a refused file as it was: read only when a
+        `-wal` file exists (closing a read-write connection would checkpoint that WAL into
+        the file); otherwise read-write, since SQLite makes `-wal` and `-shm` files to read
+        a WAL-mode database, and only a read-write connection removes them when it closes.
+        """
+        wal = Path(f"{self.path}-wal")
+        try:
+            if wal.exists():
+                connection = sqlite3.connect(
+                    f"{self.path.resolve().as_uri()}?mode=ro",
+                    uri=True,
+                    timeout=self.timeout,
+                    isolation_level=None,
+                )
+            else:
+                connection = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+        except sqlite3.Error as error:
+            raise StoreError(f"{self.path}: cannot open the store: {error}") from error
+        try:
+            problems = [row[0] for row in connection.execute("PRAGMA quick_check")]
+        except sqlite3.OperationalError as error:  # locked, I/O: not a verdict on the pages
+            raise StoreError(f"{self.path}: cannot read the store: {error}") from error
+        except sqlite3.DatabaseError as error:  # so damaged that the check cannot go on
+            problems = [str(error)]
+        finally:
+            connection.close()
+        if problems != ["ok"]:
+            # One line: the first report is prefixed "*** in database main ***\n".
+            first = " ".join(
+                line.strip() for line in problems[0].splitlines() if not line.startswith("***")
+            )
+            more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+            raise StoreError(
+                f"{self.path}: the store is damaged: {first}{more}; it was left as it is "
+                "(the sqlite3 shell's .recover can salvage a copy)"
+            )
 
     def _prepare(self, connection: sqlite3.Connection) -> None:
         """Check the schema (read only), then switch to WAL and create tables if new."""
@@ -381,16 +439,26 @@ class SQLiteStore:
             raise StoreError(f"{self.path}: the store lacks tables {', '.join(sorted(missing))}")
 
     @contextmanager
-    def _write(self, connection: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taking the write lock at once (no upgrade deadlocks)."""
+    def _write(
+        self, connection: sqlite3.Connection, *, conflict: str | None = None
+    ) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taking the write lock at once (no upgrade deadlocks).
+
+        An SQLite error in the block rolls it back and is raised as `StoreError`; with
+        `conflict`, a constraint violation is raised with that message instead.
+        """
         try:
             connection.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as error:
             raise StoreError(f"{self.path}: cannot write to the store: {error}") from error
         try:
             yield connection
-        except BaseException:
-            connection.execute("ROLLBACK")
+        except BaseException as error:
+            _rollback(connection)
+            if conflict is not None and isinstance(error, sqlite3.IntegrityError):
+                raise StoreError(conflict) from error
+            if isinstance(error, sqlite3.Error):
+                raise StoreError(f"{self.path}: cannot write to the store: {error}") from error
             raise
         try:
             connection.execute("COMMIT")
@@ -566,22 +634,20 @@ class RunWriter:
             self.seq += 1
             rows.append((self.run_id, self.seq, at, kind, body))
         connection = self.connection
+        conflict = (
+            f"{self.store.path}: run {self.run_id!r} was written by another process at the "
+            "same time; only one process may run a run"
+        )
         try:
-            with self.store._write(connection):
+            with self.store._write(connection, conflict=conflict):
                 connection.executemany(
                     "INSERT INTO journal (run_id, seq, at, kind, body) VALUES (?, ?, ?, ?, ?)",
                     rows,
                 )
                 connection.executemany(_INSERT_CALL, [(self.run_id, *row) for row in calls])
-        except sqlite3.IntegrityError as error:
+        except StoreError:
             self.seq -= len(rows)
-            raise StoreError(
-                f"{self.store.path}: run {self.run_id!r} was written by another process at "
-                "the same time; only one process may run a run"
-            ) from error
-        except sqlite3.Error as error:
-            self.seq -= len(rows)
-            raise StoreError(f"{self.store.path}: cannot write to the store: {error}") from error
+            raise
 
     def release(self) -> None:
         """The run is over in this process: give back the connection."""
@@ -698,6 +764,15 @@ def claim_run(
         journal,
         {call_id: decision_from_dict(json.loads(body)) for call_id, body in stored},
     )
+
+
+def _rollback(connection: sqlite3.Connection) -> None:
+    """End a failed transaction; SQLite may have rolled it back already (or cannot)."""
+    if connection.in_transaction:
+        try:
+            connection.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # still in a transaction: `release` closes the connection
 
 
 def _loads(text: str | None) -> Any:
