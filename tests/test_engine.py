@@ -7,6 +7,8 @@ the moment its inputs exist" is an equality, never a wall-clock guess.
 
 from __future__ import annotations
 
+import argparse
+import json
 import threading
 from datetime import datetime
 from functools import partial
@@ -1655,3 +1657,403 @@ def test_a_repeated_id_whose_engine_id_is_taken_still_has_a_record() -> None:
     assert "id 'c1.1' is already used" in result.records["c1.1#2"].error["message"]
     [error] = result.errors  # and the model is told, with the call as it wrote it
     assert error["data"]["call"]["value"] == 2
+
+
+# -- misbehaving handlers and hooks: the call fails (or is denied), the run goes on -----------
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ is broken")
+
+
+class BadRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("__repr__ is broken")
+
+
+def raising(error: BaseException, *, sync: bool = False) -> tl.Tool:
+    """A tool `boom` whose handler raises `error` (in a worker thread when `sync`)."""
+
+    def boom_sync() -> int:
+        raise error
+
+    async def boom_async() -> int:
+        raise error
+
+    return tl.tool(boom_sync if sync else boom_async, name="boom")
+
+
+def one_bad_call(tool: tl.Tool) -> tl.ExecutionResult:
+    """`boom` beside a call that succeeds, which must keep its result."""
+    return run(
+        [
+            {"_tool": "wait", "value": 1, "seconds": 1, "_outputPath": "†state.good"},
+            {"_tool": "boom", "_outputPath": "†state.bad"},
+        ],
+        tools=[wait, tool],
+    )
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_an_exception_whose_message_cannot_be_rendered_fails_only_its_call(sync: bool) -> None:
+    result = one_bad_call(raising(Unprintable(), sync=sync))
+    assert statuses(result) == {"c1.0": "done", "c1.1": "failed"}
+    assert result.state == {"good": 1}
+    assert error_of(result, "c1.1") == {
+        "type": "runtime",
+        "message": "Unprintable (its message could not be rendered: __str__ raised RuntimeError)",
+    }
+
+
+def test_a_hook_exception_whose_message_cannot_be_rendered_denies_the_call() -> None:
+    def hook(call: tl.PendingCall) -> bool:
+        raise Unprintable()
+
+    result = run([charge_call()], tools=[charge], approve=hook)
+    assert error_of(result, "c1.0") == {
+        "type": "denied",
+        "message": "the approval hook raised Unprintable (its message could not be rendered: "
+        "__str__ raised RuntimeError)",
+    }
+
+
+def test_a_hook_answer_whose_repr_cannot_be_rendered_denies_the_call() -> None:
+    result = run([charge_call()], tools=[charge], approve=lambda call: BadRepr())
+    assert error_of(result, "c1.0") == {
+        "type": "denied",
+        "message": "the approval hook returned a BadRepr object (its repr could not be "
+        "rendered: __repr__ raised RuntimeError), which is not a decision",
+    }
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (
+            ExceptionGroup("several", [OSError("disk full"), KeyError("user")]),
+            "ExceptionGroup: several (2 sub-exceptions): OSError: disk full; KeyError: 'user'",
+        ),
+        (  # nested groups are flattened to their leaves, at most five shown
+            ExceptionGroup(
+                "outer",
+                [ValueError(i) for i in range(3)]
+                + [ExceptionGroup("inner", [ValueError(i) for i in range(3, 8)])],
+            ),
+            "ExceptionGroup: outer (4 sub-exceptions): ValueError: 0; ValueError: 1; "
+            "ValueError: 2; ValueError: 3; ValueError: 4; and 3 more",
+        ),
+        (
+            ExceptionGroup("one broken", [Unprintable()]),
+            "ExceptionGroup: one broken (1 sub-exception): Unprintable (its message could not "
+            "be rendered: __str__ raised RuntimeError)",
+        ),
+    ],
+)
+def test_an_exception_group_is_told_with_its_leaf_exceptions(
+    error: BaseException, message: str
+) -> None:
+    result = one_bad_call(raising(error))
+    assert error_of(result, "c1.1") == {"type": "runtime", "message": message}
+
+
+def _exit_with_usage(args: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="cli", add_help=False)
+    parser.add_argument("--n", type=int, required=True)
+    return parser.parse_args(args).n
+
+
+@pytest.mark.parametrize(
+    ("error", "sync", "message"),
+    [
+        (SystemExit(2), True, "SystemExit: 2"),
+        (SystemExit(2), False, "SystemExit: 2"),
+        (SystemExit(), True, "SystemExit"),
+        (GeneratorExit(), True, "GeneratorExit"),
+        (GeneratorExit("closed"), False, "GeneratorExit: closed"),
+        (
+            BaseExceptionGroup("cli", [SystemExit(2), ValueError("bad")]),
+            False,
+            "BaseExceptionGroup: cli (2 sub-exceptions): SystemExit: 2; ValueError: bad",
+        ),
+    ],
+)
+def test_system_exit_and_generator_exit_from_a_handler_fail_only_its_call(
+    error: BaseException, sync: bool, message: str
+) -> None:
+    result = one_bad_call(raising(error, sync=sync))
+    assert statuses(result) == {"c1.0": "done", "c1.1": "failed"}
+    assert result.state == {"good": 1}
+    assert error_of(result, "c1.1") == {"type": "runtime", "message": message}
+
+
+def test_a_handler_that_parses_bad_arguments_with_argparse_fails_only_its_call(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cli = tl.tool(_exit_with_usage, name="cli")
+    result = run(
+        [
+            {"_tool": "wait", "value": 1, "seconds": 1, "_outputPath": "†state.good"},
+            {"_tool": "cli", "args": ["--bogus"], "_outputPath": "†state.n"},
+        ],
+        tools=[wait, cli],
+    )
+    assert result.state == {"good": 1}
+    assert error_of(result, "c1.1") == {"type": "runtime", "message": "SystemExit: 2"}
+    assert "required: --n" in capsys.readouterr().err  # argparse's own usage message
+
+
+@pytest.mark.parametrize("sync", [False, True])
+@pytest.mark.parametrize(
+    "error",
+    [KeyboardInterrupt(), BaseExceptionGroup("stop", [SystemExit(1), KeyboardInterrupt()])],
+    ids=["KeyboardInterrupt", "group-with-KeyboardInterrupt"],
+)
+def test_a_keyboard_interrupt_from_a_handler_still_stops_the_run(
+    error: BaseException, sync: bool
+) -> None:
+    with pytest.raises(type(error)):
+        one_bad_call(raising(error, sync=sync))
+
+
+def test_a_cancel_by_the_caller_still_cancels_a_running_handler() -> None:
+    @tl.tool
+    async def forever() -> int:
+        await trio.sleep_forever()
+        return 0
+
+    async def main() -> bool:
+        with trio.move_on_after(5) as scope:
+            await tl.execute([{"_tool": "forever"}], tools=[forever])
+        return scope.cancelled_caught
+
+    assert trio.run(main, clock=MockClock(autojump_threshold=0)) is True
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (SystemExit(2), "the approval hook raised SystemExit: 2"),
+        (GeneratorExit(), "the approval hook raised GeneratorExit"),
+        (
+            BaseExceptionGroup("policy", [SystemExit(3)]),
+            "the approval hook raised BaseExceptionGroup: policy (1 sub-exception): SystemExit: 3",
+        ),
+    ],
+)
+@pytest.mark.parametrize("sync", [False, True])
+def test_a_hook_that_raises_system_exit_denies_the_call(
+    error: BaseException, message: str, sync: bool
+) -> None:
+    def hook(call: tl.PendingCall) -> bool:
+        raise error
+
+    async def async_hook(call: tl.PendingCall) -> bool:
+        raise error
+
+    result = run([charge_call()], tools=[charge], approve=hook if sync else async_hook)
+    assert statuses(result) == {"c1.0": "denied"}
+    assert error_of(result, "c1.0") == {"type": "denied", "message": message}
+
+
+def test_a_keyboard_interrupt_from_a_hook_still_stops_the_run() -> None:
+    def hook(call: tl.PendingCall) -> bool:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run([charge_call()], tools=[charge], approve=hook)
+
+
+def test_a_sync_handler_that_returns_an_awaitable_has_it_awaited() -> None:
+    async def double(a: int) -> int:
+        await trio.sleep(2)
+        return a * 2
+
+    def wrapper(a: int) -> int:
+        return double(a)  # type: ignore[return-value]
+
+    result = run(
+        [{"_tool": "wrapper", "a": 2, "_outputPath": "†state.v"}],
+        tools=[tl.tool(wrapper, name="wrapper")],
+    )
+    assert statuses(result) == {"c1.0": "done"}
+    assert result.state == {"v": 4}
+    assert result.records["c1.0"].finished == 2  # awaited in trio, on its clock
+
+
+def test_a_validator_that_raises_something_other_than_a_value_error_fails_only_its_call() -> None:
+    def broken(value: int) -> int:
+        raise TypeError("validator blew up")
+
+    @tl.tool
+    async def strict(a: Annotated[int, pydantic.AfterValidator(broken)]) -> int:
+        return a
+
+    result = run(
+        [
+            {"_tool": "wait", "value": 1, "seconds": 1, "_outputPath": "†state.good"},
+            {"_tool": "strict", "a": 1, "_outputPath": "†state.bad"},
+        ],
+        tools=[wait, strict],
+    )
+    assert result.state == {"good": 1}
+    assert error_of(result, "c1.1") == {
+        "type": "runtime",
+        "message": "converting the parameters of 'strict' raised TypeError: validator blew up",
+    }
+
+
+# -- results that are not JSON -----------------------------------------------------------------
+
+
+class Reading(pydantic.BaseModel):
+    value: float
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("result", "fault"),
+    [
+        (float("nan"), "the result is not JSON: float NaN"),
+        (float("inf"), "the result is not JSON: float inf"),
+        ([1, 2, float("-inf")], "the result is not JSON: float -inf at [2]"),
+        (
+            {"rows": [{"v": 1.5}, {"v": float("nan")}]},
+            "the result is not JSON: float NaN at rows[1].v",
+        ),
+        ({"a b": [float("nan")]}, 'the result is not JSON: float NaN at ["a b"][0]'),
+        (Reading(value=float("nan")), "the result is not JSON: float NaN at value"),
+        (
+            10**5000,
+            "the result is not JSON: an int of about 5,001 digits (Python writes at most "
+            "4,300 as text)",
+        ),
+        (
+            {"n": [-(10**5000)]},
+            "the result is not JSON: an int of about 5,001 digits (Python writes at most "
+            "4,300 as text) at n[0]",
+        ),
+        (
+            tl.Branch("†state.b", [float("nan")]),
+            "the result is not JSON: float NaN at [0]",
+        ),
+    ],
+    ids=["nan", "inf", "list", "nested", "odd-key", "model", "huge-int", "nested-int", "branch"],
+)
+def test_a_result_that_is_not_json_is_a_runtime_error_and_nothing_is_written(
+    result: Any, fault: str
+) -> None:
+    @tl.tool
+    async def produce() -> Any:
+        return result
+
+    outcome = run(
+        [
+            {"_tool": "wait", "value": 1, "_outputPath": "†state.good"},
+            {"_tool": "produce", "_outputPath": "†state.a || †state.b"},
+            {"_tool": "wait", "value": "†state.a", "_outputPath": "†state.reader"},
+        ],
+        tools=[wait, produce],
+    )
+    assert statuses(outcome) == {"c1.0": "done", "c1.1": "failed", "c1.2": "invalid"}
+    assert error_of(outcome, "c1.1") == {"type": "runtime", "message": fault}
+    assert outcome.state == {"good": 1}
+    assert outcome.records["c1.1"].output is None
+    json.dumps(outcome.messages, allow_nan=False)  # the log stays strict JSON
+
+
+@pytest.mark.parametrize("depth", [255, 300, 100_000])
+def test_a_result_nested_too_deeply_is_a_runtime_error(depth: int) -> None:
+    @tl.tool
+    def deep() -> Any:
+        return _nested(depth)
+
+    result = one_bad_call(tl.tool(deep.handler, name="boom"))
+    assert statuses(result) == {"c1.0": "done", "c1.1": "failed"}
+    assert error_of(result, "c1.1") == {
+        "type": "runtime",
+        "message": "the result is not JSON: it nests more than 254 levels deep",
+    }
+
+
+def test_results_that_are_json_are_written_as_they_are() -> None:
+    values = [
+        10**600,  # long, but within what Python writes as text
+        -0.0,
+        1e308,
+        "†",
+        {"rows": [[True, None, 1.5, "x"]] * 3},
+        _nested(254),  # as deep as a result may be
+    ]
+
+    @tl.tool
+    async def give(i: int) -> Any:
+        return values[i]
+
+    result = run(
+        [{"_tool": "give", "i": i, "_outputPath": f"†state.v{i}"} for i in range(len(values))],
+        tools=[give],
+    )
+    assert set(statuses(result).values()) == {"done"}
+    assert result.state == {f"v{i}": value for i, value in enumerate(values)}
+
+
+def test_a_result_that_is_not_json_does_not_break_a_durable_run(tmp_path: Any) -> None:
+    @tl.tool
+    def big() -> int:
+        return 10**5000
+
+    agent = tl.Agent(
+        tl.ScriptedModel(
+            [
+                {"calls": [{"_tool": "big", "_outputPath": "†state.v"}], "output": None},
+                {"calls": [], "output": {"ok": 1}},
+            ]
+        ),
+        tools=[big],
+        store=str(tmp_path / "runs.db"),
+    )
+    result = agent.run({"q": 1}, run_id="r1")
+    assert result.output == {"ok": 1}
+    [error] = [m for m in result.messages if m.get("kind") == "error"]
+    assert error["data"]["error"]["message"].startswith("the result is not JSON: an int")
+
+
+# -- Deny reasons are text ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reason", "text"),
+    [
+        (None, "denied by the approval hook"),
+        ("", "denied by the approval hook"),
+        (42, "42"),
+        ("over the limit", "over the limit"),
+    ],
+)
+def test_a_deny_reason_is_always_text(reason: Any, text: str) -> None:
+    decision = tl.Deny(reason)
+    assert decision.reason == text
+    assert type(decision.reason) is str
+    result = run([charge_call()], tools=[charge], approve=lambda call: decision)
+    assert error_of(result, "c1.0") == {"type": "denied", "message": text}
+    json.dumps(result.messages)
+
+
+def test_a_deny_reason_that_cannot_be_rendered_still_denies() -> None:
+    class Opaque:
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    result = run([charge_call()], tools=[charge], approve=lambda call: tl.Deny(Opaque()))
+    assert error_of(result, "c1.0") == {
+        "type": "denied",
+        "message": "denied by the approval hook (its reason could not be rendered: __str__ "
+        "raised RuntimeError)",
+    }

@@ -13,6 +13,8 @@ from typing import Any
 
 import trio
 
+from ._errors import describe_error, describe_value, is_call_error
+
 __all__ = [
     "Approve",
     "ApproveHook",
@@ -45,11 +47,33 @@ class Approve:
     """Run the call as it is."""
 
 
+_DENIED = "denied by the approval hook"
+
+
 @dataclass(frozen=True, slots=True)
 class Deny:
-    """Do not run the call; the model is told `reason` in a `denied` Error Message."""
+    """Do not run the call; the model is told `reason` in a `denied` Error Message.
 
-    reason: str = "denied by the approval hook"
+    The reason is always text: `None` or `""` give the default reason, and anything else
+    that is not a string (a number, an object from a hook) is written as its `str()`.
+    """
+
+    reason: str = _DENIED
+
+    def __post_init__(self) -> None:
+        if type(self.reason) is not str or not self.reason:
+            object.__setattr__(self, "reason", _reason_text(self.reason))
+
+
+def _reason_text(reason: Any) -> str:
+    if reason is None or (isinstance(reason, str) and not reason):
+        return _DENIED
+    try:
+        return str(reason)
+    except Exception as problem:
+        return (
+            f"{_DENIED} (its reason could not be rendered: __str__ raised {type(problem).__name__})"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +123,15 @@ def normalize_decision(answer: Any) -> Decision:
         return Deny()
     if isinstance(answer, Approve | Deny | Edit | Replace | Respond | Defer):
         return answer
-    return Deny(f"the approval hook returned {answer!r}, which is not a decision")
+    return Deny(f"the approval hook returned {describe_value(answer)}, which is not a decision")
 
 
 async def ask(hook: ApproveHook, pending: PendingCall) -> Decision:
     """Ask the hook about one call; a hook that raises denies the call (fail closed).
+
+    `SystemExit` and `GeneratorExit` count as raising too (a hook that parses arguments
+    with argparse), and so does an exception group of only such exceptions; a
+    `KeyboardInterrupt` or `trio.Cancelled` goes through.
 
     An async hook runs in the asking task. A sync hook runs in a worker thread, so a
     hook that takes its time (a policy lookup, a person at a prompt) never holds up the
@@ -121,8 +149,10 @@ async def ask(hook: ApproveHook, pending: PendingCall) -> Decision:
             )
         if inspect.isawaitable(answer):
             answer = await answer
-    except Exception as error:
-        return Deny(f"the approval hook raised {type(error).__name__}: {error}")
+    except BaseException as error:
+        if not is_call_error(error):
+            raise
+        return Deny(f"the approval hook raised {describe_error(error)}")
     return normalize_decision(answer)
 
 

@@ -8,18 +8,20 @@ a time and never from inside `Scheduler.handle`, so the scheduler is never re-en
 from __future__ import annotations
 
 import inspect
+import json
 import math
+import re
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any, Protocol
 
 import pydantic
 import trio
 
 from ._approval import ApproveHook, PendingCall, ask
-from ._errors import ConfigurationError, unwrap_single
+from ._errors import ConfigurationError, describe_error, is_call_error, unwrap_single
 from ._log import ContextLog
 from ._scheduler import (
     Action,
@@ -230,6 +232,14 @@ class Engine:
                 "message": f"parameters of {tool.name!r} do not convert to the handler's "
                 f"types: {_pydantic_summary(problem)}",
             }
+        except BaseException as problem:  # a validator of the tool's own types that broke
+            if not is_call_error(problem):
+                raise
+            error = {
+                "type": "runtime",
+                "message": f"converting the parameters of {tool.name!r} raised "
+                f"{describe_error(problem)}",
+            }
         else:
             timeout = tool.timeout
             # A sync handler's thread is taken before its timeout starts: the timeout
@@ -244,16 +254,29 @@ class Engine:
                         value = await self._invoke(handler, arguments, thread)
                 if isinstance(value, Branch):
                     branch, value = value.term, value.value
-                value = tool.dump_output(value)
+                try:
+                    value = tool.dump_output(value)
+                except Exception as problem:
+                    error = {"type": "runtime", "message": _conversion_fault(problem)}
+                else:
+                    fault = _not_json(value)
+                    if fault is not None:
+                        error = {"type": "runtime", "message": f"the result is not JSON: {fault}"}
+                if error is not None:
+                    value = branch = None
             except trio.TooSlowError as problem:
                 message = (
                     f"TimeoutError: {tool.name} ran over {_seconds(timeout)}"
                     if timeout is not None
-                    else f"{type(problem).__name__}: {problem}"  # the handler's own deadline
+                    else describe_error(problem)  # the handler's own deadline
                 )
                 error = {"type": "runtime", "message": message}
-            except Exception as problem:
-                error = {"type": "runtime", "message": f"{type(problem).__name__}: {problem}"}
+            except BaseException as problem:
+                # A handler's failure is its call's, SystemExit (argparse, click) and
+                # GeneratorExit included; KeyboardInterrupt and trio.Cancelled go through.
+                if not is_call_error(problem):
+                    raise
+                error = {"type": "runtime", "message": describe_error(problem)}
             finally:
                 if thread is not None:
                     thread.release_unless_handed()
@@ -265,8 +288,10 @@ class Engine:
     ) -> Any:
         if thread is None:  # an async handler
             return await handler(**arguments)
-        result = await trio.to_thread.run_sync(
-            partial(handler, **arguments),
+        # Boxed, as `_approval.ask` does: trio refuses a coroutine returned from a thread,
+        # and a sync callable may return an awaitable (a wrapper of an async function).
+        [result] = await trio.to_thread.run_sync(
+            lambda: [handler(**arguments)],
             abandon_on_cancel=True,
             limiter=thread,  # type: ignore[arg-type]  # CapacityLimiter-like, as trio allows
         )
@@ -307,6 +332,117 @@ class _ThreadToken:
         if not self._handed:
             self._handed = True
             self._limiter.release_on_behalf_of(self)
+
+
+# -- is a converted result strict JSON? --------------------------------------------------------
+
+#: How deeply a result may nest: pydantic's conversion refuses more (its limit), and the
+#: log, copies of resolved values and the prompt all walk values by recursion.
+MAX_RESULT_DEPTH = 254
+# Every int under 2**2000 (603 digits) has fewer digits than any limit Python allows on
+# int-to-text conversion (640 at the least), so only a larger int is tried.
+_SURELY_SHORT = 1 << 2000
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TOO_DEEP = f"it nests more than {MAX_RESULT_DEPTH} levels deep"
+_PYDANTIC_TOO_DEEP = "Maximum serialization depth exceeded"  # pydantic-core's message
+
+
+def _conversion_fault(problem: Exception) -> str:
+    """The message for a result pydantic could not convert to JSON."""
+    if type(problem) is ValueError and problem.args == (_PYDANTIC_TOO_DEEP,):
+        return f"the result is not JSON: {_TOO_DEEP}"  # as `_not_json` says it
+    return f"the result cannot be converted to JSON: {describe_error(problem)}"
+
+
+def _not_json(value: Any) -> str | None:
+    """What keeps a converted result from being strict JSON, and where, or None.
+
+    `json.dumps(value, allow_nan=False)` would say, but a walk is much cheaper on the hot
+    path: a string, a bool, None and a small int are answered at once, and a container
+    is walked without recursion (and without encoding its strings). The containers come
+    from pydantic's conversion, which gives string keys and no cycles.
+    """
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return None
+    if kind is int and -_SURELY_SHORT < value < _SURELY_SHORT:
+        return None
+    if kind is not dict and kind is not list:
+        return _leaf_fault(value)
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_RESULT_DEPTH:
+            return _TOO_DEEP
+        for item in node.values() if type(node) is dict else node:
+            kind = type(item)
+            if kind is str or kind is bool or item is None:
+                continue
+            if kind is int:
+                if -_SURELY_SHORT < item < _SURELY_SHORT:
+                    continue
+            elif kind is float:
+                if item - item == 0:  # finite
+                    continue
+            elif kind is dict or kind is list:
+                stack.append((item, depth + 1))
+                continue
+            if _leaf_fault(item) is not None:
+                return _locate_fault(value)
+    return None
+
+
+def _leaf_fault(value: Any) -> str | None:
+    """What is wrong with one value that is not a list or a dict, or None."""
+    if isinstance(value, str | bool) or value is None:
+        return None
+    if isinstance(value, int):
+        if -_SURELY_SHORT < value < _SURELY_SHORT:
+            return None
+        try:
+            int.__repr__(value)
+        except ValueError:
+            digits = int(value.bit_length() * 0.30103) + 1
+            return (
+                f"an int of about {digits:,} digits (Python writes at most "
+                f"{sys.get_int_max_str_digits():,} as text)"
+            )
+        return None
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return None
+        return "float NaN" if math.isnan(value) else f"float {value}"
+    if isinstance(value, dict | list):
+        return None
+    return f"a value of type {type(value).__name__}"
+
+
+def _locate_fault(root: Any) -> str:
+    """The first fault in document order, with its place (`rows[2].price`); only run once
+    `_not_json` has found there is one, since it builds a path for every value."""
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(root, ())]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, dict | list) and len(path) < MAX_RESULT_DEPTH:
+            pairs = node.items() if isinstance(node, dict) else enumerate(node)
+            stack.extend((item, (*path, key)) for key, item in reversed(list(pairs)))
+            continue
+        fault = _leaf_fault(node)
+        if fault is not None:
+            return f"{fault} at {_place(path)}" if path else fault
+    return "a value that JSON cannot encode"  # not reached: the caller found one
+
+
+def _place(path: tuple[str | int, ...]) -> str:
+    text = ""
+    for step in path:
+        if isinstance(step, int):
+            text += f"[{step}]"
+        elif _PLAIN_KEY.fullmatch(step):
+            text += f".{step}" if text else step
+        else:
+            text += f"[{json.dumps(step)}]"
+    return text
 
 
 def _seconds(value: float) -> str:

@@ -73,3 +73,97 @@ def unwrap_single() -> Iterator[None]:
             error = group.exceptions[0]
             raise error from error.__cause__
         raise
+
+
+# -- what a handler or hook raised, as text for an Error Message ------------------------------
+
+#: What a handler or an approval hook may raise and still be only that call's failure:
+#: argparse and click end with `SystemExit` on bad arguments, and a generator-based helper
+#: may let `GeneratorExit` out. `KeyboardInterrupt`, `trio.Cancelled` and any other
+#: `BaseException` are the caller's (or trio's) and are never turned into an error.
+CALL_ERRORS: tuple[type[BaseException], ...] = (Exception, SystemExit, GeneratorExit)
+
+_GROUP_LEAVES_SHOWN = 5
+_GROUP_WALK_LIMIT = 10_000  # exceptions looked at in one group, however it is nested
+
+
+def is_call_error(error: BaseException) -> bool:
+    """Whether `error`, raised by a handler or a hook, is only that call's failure.
+
+    An exception group is, when every exception in it is (at any depth): one that holds a
+    `KeyboardInterrupt` or a `trio.Cancelled` is let through whole.
+    """
+    if not isinstance(error, BaseExceptionGroup):
+        return isinstance(error, CALL_ERRORS)
+    leaves, _ = _leaves(error, limit=None)
+    return all(isinstance(leaf, CALL_ERRORS) for leaf in leaves)
+
+
+def describe_error(error: BaseException) -> str:
+    """`Type: message` for an exception a handler or a hook raised; this never raises.
+
+    A message that cannot be rendered (a `__str__` that raises) gives the type name and
+    says so, rather than losing the call. An exception group's own text only counts its
+    sub-exceptions, so its leaf exceptions follow it (the first five, then how many more):
+    `ExceptionGroup: several (2 sub-exceptions): OSError: disk full; KeyError: 'user'`.
+    """
+    text = _describe_one(error)
+    if not isinstance(error, BaseExceptionGroup):
+        return text
+    leaves, more = _leaves(error, limit=_GROUP_LEAVES_SHOWN)
+    parts = [_describe_one(leaf) for leaf in leaves]
+    if more:
+        parts.append(f"and {more} more")
+    return f"{text}: {'; '.join(parts)}" if parts else text
+
+
+def describe_value(value: Any) -> str:
+    """`repr(value)`, or what it is when its `__repr__` raises; this never raises."""
+    try:
+        return repr(value)
+    except Exception as problem:
+        return (
+            f"a {_type_name(value)} object (its repr could not be rendered: __repr__ raised "
+            f"{_type_name(problem)})"
+        )
+
+
+def _describe_one(error: BaseException) -> str:
+    name = _type_name(error)
+    try:
+        message = str(error)
+    except Exception as problem:
+        return f"{name} (its message could not be rendered: __str__ raised {_type_name(problem)})"
+    return f"{name}: {message}" if message else name
+
+
+def _type_name(value: Any) -> str:
+    try:
+        name = type(value).__name__
+    except Exception:  # a metaclass may make even this raise
+        return "object"
+    return name if isinstance(name, str) else "object"
+
+
+def _leaves(
+    group: BaseExceptionGroup[Any], *, limit: int | None
+) -> tuple[list[BaseException], int]:
+    """The group's leaf exceptions in order, nested groups flattened (without recursion).
+
+    With a `limit`, at most that many are returned, with how many more there are. The
+    walk stops after `_GROUP_WALK_LIMIT` exceptions, so a pathological group is cut short.
+    """
+    leaves: list[BaseException] = []
+    more = 0
+    stack: list[BaseException] = [group]
+    seen = 0
+    while stack and seen < _GROUP_WALK_LIMIT:
+        seen += 1
+        error = stack.pop()
+        if isinstance(error, BaseExceptionGroup):
+            stack.extend(reversed(error.exceptions))
+        elif limit is None or len(leaves) < limit:
+            leaves.append(error)
+        else:
+            more += 1
+    return leaves, more
