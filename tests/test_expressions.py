@@ -574,3 +574,46 @@ def test_fast_path_and_scanner_agree(text: str) -> None:
         assert not isinstance(result, Expression)
     else:
         assert result == scanned
+
+
+# --- limits: index length and path depth -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "position", "reason"),
+    [
+        ("†state.x[" + "9" * 5000 + "]", 9, "index too large (5000 digits; at most 18)"),
+        ("†state.x[" + "1" * 19 + "]", 9, "index too large (19 digits; at most 18)"),
+        ("†a || †b[" + "0" * 19 + "]", 9, "index too large (19 digits; at most 18)"),
+        ("†state." + ".".join(["k"] * 65), 134, "path deeper than 64 steps"),
+        ("†state." + ".".join(["k"] * 2000), 134, "path deeper than 64 steps"),
+        ("†s" + "[0]" * 65, 194, "path deeper than 64 steps"),
+        (" †a  && †s" + ".k" * 70, 138, "path deeper than 64 steps"),
+    ],
+)
+def test_an_index_too_long_or_a_path_too_deep_is_a_syntax_error(
+    text: str, position: int, reason: str
+) -> None:
+    for parse in (parse_expression, _scan_expression):
+        with pytest.raises(ReferenceSyntaxError) as info:
+            parse(text)
+        assert (info.value.position, info.value.reason) == (position, reason)
+    if "||" not in text and "&&" not in text:
+        with pytest.raises(ReferenceSyntaxError) as info:
+            parse_term(text)
+        assert (info.value.position, info.value.reason) == (position, reason)
+
+
+def test_the_limits_themselves_parse() -> None:
+    assert parse_expression("†s[" + "9" * 18 + "]") == Expression((T("s", 10**18 - 1),))
+    assert parse_expression("†s[" + "0" * 18 + "]") == Expression((T("s", 0),))
+    deepest = "†state" + ".k" * 64
+    assert len(parse_expression(deepest).terms[0].path) == 64
+    assert _scan_expression(deepest) == parse_expression(deepest)
+    assert parse_term(str(T("s", *range(64)))) == T("s", *range(64))
+
+
+@pytest.mark.parametrize(("kind", "path"), [("a", ("k",) * 65), ("a", (10**18,))])
+def test_term_rejects_paths_the_parser_would_reject(kind: str, path: tuple[Step, ...]) -> None:
+    with pytest.raises(ValueError):
+        Term(kind, path)

@@ -587,3 +587,93 @@ def test_warning_names_the_strategy(caplog: pytest.LogCaptureFixture) -> None:
 
     resilient_json_parse("garbage")
     assert len(caplog.records) == 4
+
+
+# -- finding blocks in one pass -------------------------------------------------------------
+
+
+def _oracle_block_end(text: str, start: int) -> int:
+    """The block finder as PROTOCOL §9 reads, one scan per opener (quadratic): the oracle."""
+    expected: list[str] = []
+    i = start
+    in_string = False
+    while i < len(text):
+        c = text[i]
+        if in_string:
+            if c == "\\":
+                i += 1
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "{[":
+            expected.append("}" if c == "{" else "]")
+        elif c in "}]":
+            if expected.pop() != c:
+                return -1
+            if not expected:
+                return i + 1
+        i += 1
+    return -1
+
+
+def _oracle_blocks(text: str) -> list[str]:
+    blocks = []
+    i = 0
+    while i < len(text):
+        if text[i] in "{[":
+            end = _oracle_block_end(text, i)
+            if end > 0:
+                blocks.append(text[i:end])
+                i = end
+                continue
+        i += 1
+    return blocks
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.text(alphabet='{}[]"\\ a', max_size=40))
+def test_blocks_found_in_one_pass_are_those_of_a_scan_from_each_opener(text: str) -> None:
+    assert list(_jsonstream._balanced_blocks(text)) == _oracle_blocks(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Openers inside strings start scans of their own, which meet the others' again
+        # after an escaped quote: every scan is still open at the end.
+        '["[\\"' * 5 + "x",
+        'a "b [1] c" {"d": "}"} e',
+        '"[1] "[2]',
+        '[\\"]',
+        '{"a": "\\\\"}',
+    ],
+)
+def test_tricky_blocks_match_the_oracle(text: str) -> None:
+    assert list(_jsonstream._balanced_blocks(text)) == _oracle_blocks(text)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "[" * 200_000,
+        "{" * 200_000,
+        '{"a":' * 50_000,
+        "[," * 100_000,
+        '"[' * 100_000,
+        '["[\\"' * 50_000,  # scans in strings of one another, never closed
+        "```json\n" + "[" * 200_000 + "\n```",
+        "[" * 100_000 + "]" * 100_000,  # balanced, but too deep for json.loads
+    ],
+)
+def test_unclosed_openers_cost_linear_time_and_never_parse(raw: str) -> None:
+    # A scan from each opener in turn is quadratic: 200,000 openers took hours. In one
+    # pass they take a fraction of a second, so the size itself is the test.
+    assert resilient_json_parse_with_strategy(raw) == (None, "none")
+
+
+def test_a_block_after_a_mass_of_unclosed_openers_is_found() -> None:
+    raw = "[" * 100_000 + ' then {"a": 1}'
+    assert resilient_json_parse_with_strategy(raw) == ({"a": 1}, "block")
+    raw = '{"deep": ' + "[" * 5000 + "]" * 5000 + "} and [1, 2,]"
+    assert resilient_json_parse_with_strategy(raw) == ([1, 2], "block+trailing-commas")

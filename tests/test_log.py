@@ -15,7 +15,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tickloop._expressions import Step, Term, parse_term
-from tickloop._log import METHODS, ContextLog, WriteError, copy_json
+from tickloop._log import (
+    MAX_VALUE_DEPTH,
+    METHODS,
+    ContextLog,
+    WriteError,
+    copy_json,
+    cut_json,
+    describe_key,
+    shape_fault,
+    short_repr,
+)
 
 
 def t(text: str) -> Term:
@@ -709,3 +719,71 @@ def test_views_match_the_reverse_chronological_read(data: st.DataObject) -> None
             log.has_view(kind),
             log.view(kind),
         )
+
+
+# -- values too deep, keys that are not strings --------------------------------------------
+
+
+def nested(depth: int, leaf: Any = 1) -> Any:
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_shape_fault_finds_depth_and_keys_without_recursion() -> None:
+    assert shape_fault(1, 0) is None
+    assert shape_fault(nested(3), 3) is None
+    assert shape_fault(nested(4), 3) == "nests deeper than 3 levels of arrays and objects"
+    assert shape_fault(nested(100_000), 64) is not None  # far beyond the recursion limit
+    assert shape_fault({"a": [{"b": ({},)}]}, 5) is None
+    assert shape_fault({"a": [{"b": ({},)}]}, 4) is not None  # tuples are arrays too
+    assert shape_fault({"a": [{1: "b"}]}, 64) == ("has an object key that is not a string: 1 (int)")
+    loop: list[Any] = []
+    loop.append(loop)
+    assert shape_fault(loop, 64) is not None
+
+
+def test_cut_json_is_bounded_in_depth_and_size_and_shows_odd_keys_as_text() -> None:
+    assert cut_json(nested(100_000), 3) == (nested(3, "<cut: nested too deep>"), True)
+    assert cut_json(nested(3), 3) == (nested(3), False)
+    assert cut_json({"a": {1: [2]}, "b": 3}, 64) == ({"a": {"1 (int)": [2]}, "b": 3}, False)
+    loop: list[Any] = [1]
+    loop.append(loop)
+    loop.append(loop)  # 2**64 lists when copied whole
+    shown, cut = cut_json(loop, 64)
+    json.dumps(shown)
+    assert cut
+    assert shown[0] == 1 and shape_fault(shown, 64) is None
+
+
+class _BadRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+def test_short_repr_never_raises_and_stays_short() -> None:
+    assert short_repr(_BadRepr()) == "<unprintable _BadRepr>"
+    assert short_repr("x" * 1000) == "'" + "x" * 56 + "..."
+    assert describe_key(_BadRepr()) == "<unprintable _BadRepr> (_BadRepr)"
+
+
+@pytest.mark.parametrize("method", ["set", "push", "concat"])
+def test_a_value_too_deep_to_store_is_a_write_error_and_nothing_changes(method: str) -> None:
+    log = state_log({"a": []})
+    before = snapshot(log)
+    value = [nested(MAX_VALUE_DEPTH)]  # one level too many, as a list for concat
+    with pytest.raises(WriteError, match=f"nests deeper than {MAX_VALUE_DEPTH} levels"):
+        log.write(t("†state.a"), method, value)
+    with pytest.raises(WriteError, match=r"at †state\.b"):  # a fan-out fails whole
+        log.write_many([t("†state.b"), t("†state.a")], method, value)
+    assert snapshot(log) == before
+    log.write(t("†state.a"), "set", nested(MAX_VALUE_DEPTH))  # the limit itself is fine
+    json.dumps(log.view("state"))
+
+
+def test_a_value_with_a_key_that_is_not_a_string_is_a_write_error() -> None:
+    log = state_log({})
+    with pytest.raises(WriteError, match=r"key that is not a string: \('t',\) \(tuple\)"):
+        log.write(t("†state.a"), "merge", {"x": {("t",): 1}})
+    assert log.view("state") == {}

@@ -672,3 +672,296 @@ def test_actions_do_not_depend_on_the_hash_seed() -> None:
     assert [process.returncode for process in processes] == [0, 0]
     assert outputs[0] == outputs[1]
     assert "cycle: c1.4 -> c1.5 -> c1.4" in outputs[0]
+
+
+# -- robustness: bad values from the model, a tool, a hook or a Python caller ----------------
+
+
+def nested(depth: int, leaf: Any = 1) -> Any:
+    """`depth` lists inside each other: nested(2) == [[1]]."""
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def closed_tick(scheduler: Scheduler) -> TickEnded:
+    end = tick_end(scheduler.handle(StreamClosed()))
+    assert end is not None
+    json.dumps(scheduler.log.messages, allow_nan=False)  # every Error Message can be stored
+    return end
+
+
+def test_a_branch_that_is_not_a_string_fails_the_call_naming_the_terms() -> None:
+    scheduler = opened()
+    receive(scheduler, call(1, "†state.ok || †state.failed"), call("†state.ok", "†state.r"))
+    scheduler.handle(StreamClosed())
+    actions = scheduler.handle(CallFinished("c1.0", value=5, branch=123))  # type: ignore[arg-type]
+    assert settled(actions)["c1.0"] == "failed"
+    error = scheduler.records["c1.0"].error
+    assert error is not None and error["type"] == "runtime"
+    assert error["message"] == (
+        "the activity chose branch 123 (int), which is not a term: return Branch(term, value) "
+        "with term one of †state.ok, †state.failed, as a string"
+    )
+    assert scheduler.log.view("state") is None  # nothing written
+    assert scheduler.records["c1.1"].status == "invalid"  # its reader settles by §5
+
+
+@pytest.mark.parametrize(
+    ("branch", "fragment"),
+    [
+        ("†state.other", "chose branch '†state.other', which is not one of †state.ok, "),
+        ("†error", "chose branch '†error', which is not one of †state.ok, †state.failed"),
+        ("state.ok", "malformed branch: expected '†' to start a term, found 's' at position 0"),
+        ("†state.ok || †state.failed", "malformed branch: expected a single term"),
+        ("†state.x[" + "9" * 5000 + "]", "malformed branch: index too large (5000 digits"),
+    ],
+)
+def test_a_branch_string_that_is_not_one_of_the_terms_fails_the_call(
+    branch: str, fragment: str
+) -> None:
+    scheduler = opened()
+    receive(scheduler, call(1, "†state.ok || †state.failed"))
+    actions = scheduler.handle(CallFinished("c1.0", value=5, branch=branch))
+    assert settled(actions) == {"c1.0": "failed"}
+    error = scheduler.records["c1.0"].error
+    assert error is not None and fragment in error["message"]
+    assert len(error["message"]) < 500  # a long branch is pointed at, not repeated
+    assert scheduler.log.view("state") is None
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        call("†state.x[" + "9" * 5000 + "]", "†state.y"),
+        call(1, "†state.x[" + "9" * 5000 + "]"),
+        call(1, "†state.x[" + "1" * 19 + "]"),
+    ],
+)
+def test_an_index_with_too_many_digits_is_a_structural_error(wire: dict[str, Any]) -> None:
+    scheduler = opened()
+    actions = receive(scheduler, wire)
+    assert settled(actions) == {"c1.0": "invalid"}
+    error = scheduler.records["c1.0"].error
+    assert error is not None and error["type"] == "structural"
+    assert "index too large" in error["message"] and "at most 18" in error["message"]
+    assert "at position 9" in error["message"]
+    assert len(error["message"]) < 400
+
+
+def test_a_path_of_too_many_steps_is_a_structural_error_and_the_state_stays_renderable() -> None:
+    scheduler = opened()
+    long_path = "†state." + ".".join(["k"] * 2000)
+    actions = receive(scheduler, call(1, long_path), call(long_path, "†state.b"))
+    assert settled(actions) == {"c1.0": "invalid", "c1.1": "invalid"}
+    for call_id in ("c1.0", "c1.1"):
+        error = scheduler.records[call_id].error
+        assert error is not None and "path deeper than 64 steps at position 134" in error["message"]
+    # 64 steps is the limit, not an error: the write lands and the state renders.
+    receive(scheduler, call(1, "†state." + ".".join(["k"] * 63)))
+    scheduler.handle(CallFinished("c1.2", value=nested(60)))
+    assert scheduler.records["c1.2"].status == "done"
+    closed_tick(scheduler)
+    json.dumps(scheduler.log.view("state"))
+
+
+@pytest.mark.parametrize("depth", [65, 500, 50_000])
+def test_a_parameter_nested_too_deep_is_a_structural_error_naming_it(depth: int) -> None:
+    scheduler = opened()
+    actions = receive(scheduler, {"_tool": "work", "x": nested(depth), "_outputPath": "†state.a"})
+    assert settled(actions) == {"c1.0": "invalid"}
+    record = scheduler.records["c1.0"]
+    assert record.error == {
+        "type": "structural",
+        "message": "parameter x nests deeper than 64 levels of arrays and objects "
+        "(shown cut at 64 levels)",
+        "parameter": "x",
+    }
+    end = closed_tick(scheduler)
+    [message] = end.errors
+    shown = message["data"]["call"]
+    assert shown["_id"] == "c1.0" and shown["_outputPath"] == "†state.a"
+    assert shown["x"] == nested(64, "<cut: nested too deep>")
+    assert record.call == shown and record.params == {"x": shown["x"]}
+
+
+def test_values_nested_64_deep_are_accepted_and_resolved() -> None:
+    scheduler = opened(state={"deep": nested(20)})
+    actions = receive(scheduler, call(nested(64)), call(nested(40, "†state.deep")))
+    assert starts(actions) == ["c1.0", "c1.1"]
+    [ready] = [a for a in actions if isinstance(a, CallReady) and a.id == "c1.1"]
+    assert ready.params == {"x": nested(60)}
+
+
+@pytest.mark.parametrize(
+    ("wire", "message"),
+    [
+        (
+            {"_tool": "note", "_output": nested(100), "_outputPath": "†state.n"},
+            "meta key _output nests deeper than 64 levels of arrays and objects",
+        ),
+        (
+            {"_tool": "work", "_reasoningForCall": nested(100)},
+            "meta key _reasoningForCall nests deeper than 64 levels",
+        ),
+        (nested(1000), "a call must be a JSON object, got an array (shown cut at 64 levels)"),
+    ],
+)
+def test_any_value_of_a_call_nested_too_deep_is_reported_and_shown_cut(
+    wire: Any, message: str
+) -> None:
+    scheduler = opened()
+    assert settled(receive(scheduler, wire)) == {"c1.0": "invalid"}
+    error = scheduler.records["c1.0"].error
+    assert error is not None and message in error["message"]
+    closed_tick(scheduler)
+
+
+def test_a_call_that_contains_itself_is_reported_not_walked_forever() -> None:
+    loop: list[Any] = [1]
+    loop.append(loop)
+    loop.append(loop)  # copied whole, it would be 2**64 lists
+    scheduler = opened()
+    assert settled(receive(scheduler, call(loop))) == {"c1.0": "invalid"}
+    end = closed_tick(scheduler)
+    assert "parameter x nests deeper than 64" in end.errors[0]["data"]["error"]["message"]
+
+
+def test_a_fault_that_shows_a_deep_value_shows_it_cut() -> None:
+    # The agent reports an invalid output with the output itself, which the model may
+    # have nested 1,000 deep: logging the Error Message must not recurse.
+    scheduler = opened()
+    fault = {"type": "structural", "message": "output does not match the schema"}
+    scheduler.handle(FaultReported(fault, {"output": nested(1000)}))
+    end = closed_tick(scheduler)
+    [message] = end.errors
+    assert message["data"]["error"]["message"] == (
+        "output does not match the schema (shown cut at 64 levels)"
+    )
+    assert message["data"]["call"]["output"] == nested(64, "<cut: nested too deep>")
+
+
+@pytest.mark.parametrize(
+    ("wire", "message"),
+    [
+        ({"_tool": "work", "x": 1, 1: 2}, "call keys must be strings, got 1 (int)"),
+        ({"_tool": "work", ("a",): 2}, "call keys must be strings, got ('a',) (tuple)"),
+        (
+            {"_tool": "work", "x": {"a": [{2: "b"}]}},
+            "parameter x has an object key that is not a string: 2 (int)",
+        ),
+    ],
+)
+def test_a_key_that_is_not_a_string_is_a_structural_error_naming_the_call(
+    wire: dict[Any, Any], message: str
+) -> None:
+    scheduler = opened()
+    actions = receive(scheduler, wire)
+    assert settled(actions) == {"c1.0": "invalid"}
+    record = scheduler.records["c1.0"]
+    assert record.error is not None and record.error["message"] == message
+    end = closed_tick(scheduler)
+    assert end.errors[0]["data"]["call"]["_id"] == "c1.0"
+
+
+def test_a_replacement_or_an_edit_with_bad_keys_or_depth_is_invalid() -> None:
+    scheduler = opened()
+    receive(scheduler, call(1, "†state.a", tool="pay"), call(2, "†state.b", tool="pay"))
+    scheduler.handle(StreamClosed())
+    actions = scheduler.handle(DecisionMade("c1.0", tl.Replace({"_tool": "work", 1: 2})))
+    assert settled(actions)["c1.0"] == "invalid"
+    error = scheduler.records["c1.0"].error
+    assert error is not None
+    assert error["message"] == "replacement call: call keys must be strings, got 1 (int)"
+    actions = scheduler.handle(DecisionMade("c1.1", tl.Edit({"x": nested(500)})))
+    assert settled(actions) == {"c1.1": "invalid"}
+    error = scheduler.records["c1.1"].error
+    assert error is not None and error["message"] == (
+        "parameter x nests deeper than 64 levels of arrays and objects"
+    )
+    assert tick_end(actions) is not None
+    json.dumps(scheduler.log.messages)
+
+
+def test_a_result_or_response_too_deep_to_store_fails_the_call_and_writes_nothing() -> None:
+    scheduler = opened()
+    receive(scheduler, call(1, "†state.a"), call(2, "†state.b", tool="pay"))
+    actions = scheduler.handle(CallFinished("c1.0", value=nested(5000)))
+    assert settled(actions) == {"c1.0": "failed"}
+    error = scheduler.records["c1.0"].error
+    assert error == {
+        "type": "runtime",
+        "message": "cannot set a value that nests deeper than 254 levels of arrays and objects "
+        "at †state.a",
+    }
+    actions = scheduler.handle(DecisionMade("c1.1", tl.Respond({"deep": nested(300)})))
+    assert settled(actions) == {"c1.1": "failed"}
+    assert scheduler.log.view("state") is None
+    closed_tick(scheduler)
+
+
+_RECURSIVE = {
+    "$defs": {
+        "n": {"anyOf": [{"type": "integer"}, {"type": "array", "items": {"$ref": "#/$defs/n"}}]}
+    },
+    "type": "object",
+    "properties": {"x": {"$ref": "#/$defs/n"}},
+}
+tree = tl.Tool(
+    name="tree",
+    parameters=_RECURSIVE,
+    output={"$defs": _RECURSIVE["$defs"], "$ref": "#/$defs/n"},
+    handler=lambda x: x,
+)
+
+
+def test_values_too_deep_for_the_schema_check_are_errors_of_the_call_not_crashes() -> None:
+    # Each value is within its limit (a state value of 250, read 60 deep into a call; a
+    # result of 250), yet a recursive schema needs more stack than Python has for them.
+    state = {"deep": nested(250)}
+    scheduler = Scheduler(
+        ToolSet([*TOOLS, tree]),
+        ContextLog([{"type": "data", "kind": "state", "data": state}]),
+    )
+    scheduler.handle(TickOpened(1))
+    actions = receive(
+        scheduler,
+        {"_tool": "tree", "x": nested(60, "†state.deep"), "_outputPath": "†state.t"},
+        {"_tool": "tree", "x": 1, "_outputPath": "†state.u"},
+        {"_tool": "work", "x": 1, "_outputPath": "†state.v"},
+    )
+    assert settled(actions) == {"c1.0": "invalid"}
+    error = scheduler.records["c1.0"].error
+    assert error is not None and error["message"] == (
+        "resolved parameters nest too deeply to copy or check against the schema of 'tree'; "
+        "read a less deeply nested part of the state"
+    )
+    actions = scheduler.handle(CallFinished("c1.1", value=nested(250)))
+    assert settled(actions) == {"c1.1": "failed"}
+    error = scheduler.records["c1.1"].error
+    assert error is not None and error["message"] == (
+        "output of 'tree' nests too deeply to check against its schema"
+    )
+    actions = scheduler.handle(CallFinished("c1.2", value=nested(250)))
+    assert settled(actions) == {"c1.2": "done"}  # `work` has no output schema to check
+    closed_tick(scheduler)
+
+
+@pytest.mark.parametrize("path", ["†error", "†error.x", "†state.a && †error", "†input.user"])
+def test_a_call_may_not_write_to_the_error_or_input_kinds(path: str) -> None:
+    scheduler = opened()
+    actions = receive(scheduler, call(1, path))
+    assert settled(actions) == {"c1.0": "invalid"}
+    error = scheduler.records["c1.0"].error
+    assert error is not None and error["type"] == "structural"
+    kind = "error" if "error" in path else "input"
+    assert f"no call may write to the kind {kind!r}" in error["message"]
+    end = closed_tick(scheduler)
+    assert [message["data"]["error"]["type"] for message in end.errors] == ["structural"]
+
+
+@pytest.mark.parametrize("path", ["†error", "†state.ok || †error.bad", "†input.x"])
+def test_a_tool_may_not_prescribe_an_output_path_in_the_error_or_input_kinds(path: str) -> None:
+    with pytest.raises(tl.ConfigurationError, match=r"output_path .* a reserved kind"):
+        tl.Tool(name="t", parameters={"type": "object"}, handler=lambda: 1, output_path=path)

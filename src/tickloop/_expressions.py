@@ -19,7 +19,10 @@ from typing import Any, NoReturn
 from ._errors import ReferenceSyntaxError
 
 __all__ = [
+    "MAX_INDEX_DIGITS",
+    "MAX_NESTING",
     "REF",
+    "RESERVED_OUTPUT_KINDS",
     "Expression",
     "Reference",
     "Step",
@@ -38,6 +41,19 @@ REF = "\u2020"
 
 Step = str | int
 """One path step: a `str` is an object key, an `int` is an array index."""
+
+MAX_NESTING = 64
+"""The deepest a call may nest: steps in one path, and arrays and objects inside one value
+of a call. Far beyond what any real call needs, and well inside what every recursive walk
+of a call (reference search, copying, jsonschema with a recursive `$ref`) can take."""
+
+MAX_INDEX_DIGITS = 18
+"""The longest index a path may spell: an index of 19 digits is beyond any list, and
+converting thousands of digits to an int is refused by Python itself."""
+
+RESERVED_OUTPUT_KINDS = frozenset({"error", "input"})
+"""Kinds no output path may name: `error` holds only the engine's Error Messages (PROTOCOL
+§7), and `input` is the run's input, which `bind` trusts to come from the caller alone."""
 
 _ESCAPED = REF + REF
 _OPERATORS = ("||", "&&")
@@ -59,6 +75,7 @@ _OR_RE = re.compile(rf"\s*{_BARE_TERM}(?:\s*\|\|\s*{_BARE_TERM})*\s*", re.ASCII)
 _AND_RE = re.compile(rf"\s*{_BARE_TERM}(?:\s*&&\s*{_BARE_TERM})*\s*", re.ASCII)
 
 _WHITESPACE = frozenset(" \t\n\r\f\v")
+_INDEX_LIMIT = 10**MAX_INDEX_DIGITS
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _DIGITS = frozenset("0123456789")
 _KIND_START = frozenset(_LETTERS + "_")
@@ -73,6 +90,8 @@ def _check_step(step: object) -> None:
     if isinstance(step, int):
         if step < 0:
             raise ValueError(f"an array index must be non-negative, not {step}")
+        if step >= _INDEX_LIMIT:
+            raise ValueError(f"an array index must have at most {MAX_INDEX_DIGITS} digits")
     elif _KEY_RE.fullmatch(step) is None:
         raise ValueError(f"a key must match {_KEY_PATTERN}, not {step!r}")
 
@@ -93,6 +112,8 @@ class Term:
             raise ValueError(f"a kind must match {_KIND_PATTERN}, not {self.kind!r}")
         if not isinstance(self.path, tuple):
             raise ValueError(f"a path must be a tuple of steps, not {type(self.path).__name__}")
+        if len(self.path) > MAX_NESTING:
+            raise ValueError(f"a path may have at most {MAX_NESTING} steps, not {len(self.path)}")
         for step in self.path:
             _check_step(step)
 
@@ -158,10 +179,19 @@ class Reference:
     source: str
 
 
-def _term_from_match(match: re.Match[str]) -> Term:
+def _term_from_match(match: re.Match[str]) -> Term | None:
+    """The term a fast-path match spells; None when a limit is passed, so that the scanner
+    reports it with its position (a path too long, an index with too many digits)."""
     path: list[Step] = []
     for key, index in _STEP_RE.findall(match["path"]):
-        path.append(int(index) if index else key)
+        if index:
+            if len(index) > MAX_INDEX_DIGITS:
+                return None
+            path.append(int(index))
+        else:
+            path.append(key)
+    if len(path) > MAX_NESTING:
+        return None
     return Term(match["kind"], tuple(path))
 
 
@@ -169,15 +199,21 @@ def _fast_parse(text: str) -> Expression | None:
     """Parse valid text with regular expressions; None sends it to the scanner."""
     single = _TERM_RE.fullmatch(text)  # the common case: one term, no whitespace
     if single is not None:
-        return Expression((_term_from_match(single),))
+        term = _term_from_match(single)
+        return None if term is None else Expression((term,))
     if _OR_RE.fullmatch(text) is not None:
         op = "||"
     elif _AND_RE.fullmatch(text) is not None:
         op = "&&"
     else:
         return None
-    terms = tuple(_term_from_match(m) for m in _TERM_RE.finditer(text))
-    return Expression(terms, op if len(terms) > 1 else None)
+    terms: list[Term] = []
+    for match in _TERM_RE.finditer(text):
+        term = _term_from_match(match)
+        if term is None:
+            return None
+        terms.append(term)
+    return Expression(tuple(terms), op if len(terms) > 1 else None)
 
 
 class _Scanner:
@@ -221,6 +257,8 @@ class _Scanner:
         path: list[Step] = []
         while self.pos < self.end:
             char = text[self.pos]
+            if char in ".[" and len(path) == MAX_NESTING:
+                self.fail(f"path deeper than {MAX_NESTING} steps", self.pos)
             if char == ".":
                 self.pos += 1
                 key = self.take(_KEY_CHARS)
@@ -229,9 +267,15 @@ class _Scanner:
                 path.append(key)
             elif char == "[":
                 self.pos += 1
+                start = self.pos
                 digits = self.take(_DIGITS)
                 if not digits:
                     self.fail(f"expected an integer index, found {self.found()}", self.pos)
+                if len(digits) > MAX_INDEX_DIGITS:
+                    self.fail(
+                        f"index too large ({len(digits)} digits; at most {MAX_INDEX_DIGITS})",
+                        start,
+                    )
                 if self.pos >= self.end or text[self.pos] != "]":
                     self.fail(f"expected ']', found {self.found()}", self.pos)
                 self.pos += 1

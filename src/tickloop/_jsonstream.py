@@ -493,10 +493,8 @@ class SolutionStream:
 # -- resilient argument parsing --------------------------------------------------------
 
 _FENCE = re.compile(r"```[ \t]*[\w+.-]*[ \t]*\r?\n?(.*?)(?:```|\Z)", re.S)
-_STRING_BODY = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*', re.S)
 _TRAILING_COMMA = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|,(\s*[}\]])', re.S)
-_BLOCK_TOKEN = re.compile(r'[{}\[\]"]')
-_OPENER = re.compile(r"[{\[]")
+_SCAN_TOKEN = re.compile(r'[{}\[\]"\\]')
 _CLOSER_FOR = {"{": "}", "[": "]"}
 
 _PHRASES = {
@@ -522,31 +520,115 @@ def _remove_trailing_commas(text: str) -> str:
     return _TRAILING_COMMA.sub(repl, text)
 
 
-def _block_end(text: str, start: int) -> int:
-    """End (exclusive) of the balanced block opening at `start`, or -1 when it has none."""
-    expected: list[str] = []
-    i = start
-    n = len(text)
+class _Scans:
+    """The open blocks of every scan that reads the text the same way from here on.
+
+    Scans that are in the same place of the string grammar (outside a string, or inside
+    one) see the same tokens, so they share everything pushed since they came together
+    (`top`, opener positions, innermost last) and keep apart only what each had before
+    (`below`, one `_Scans` per group that joined). Every opener starts a scan of its own,
+    so each pushed opener is the bottom of exactly one scan's stack.
+    """
+
+    __slots__ = ("below", "top")
+
+    def __init__(self, top: list[int], below: list[_Scans]) -> None:
+        self.top = top
+        self.below = below
+
+
+def _join(a: _Scans | None, b: _Scans | None) -> _Scans | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return _Scans([], [a, b])
+
+
+def _close(group: _Scans, text: str, closer: str, end: int, ends: dict[int, int]) -> _Scans | None:
+    """Apply one closer to every stack in `group`; return what is left open, or None.
+
+    Where a stack's innermost opener matches, it is popped, and the scan that opener
+    started ends here (`ends[start] = end`). Where it does not, every scan with an opener
+    on that stack fails (they all see that mismatch), so the stack is dropped whole. The
+    tree is walked with a stack of its own; each step pops or drops something pushed
+    once, so all the closers of a text together cost time linear in its length.
+    """
+    frames: list[tuple[_Scans, list[_Scans], int]] = []  # joins being visited
+    node = group
     while True:
-        m = _BLOCK_TOKEN.search(text, i)
-        if m is None:
-            return -1
-        i = m.start()
-        c = text[i]
-        if c == '"':
-            body = _STRING_BODY.match(text, i + 1)
-            j = body.end() if body is not None else i + 1
-            if j >= n:
-                return -1
-            i = j + 1
-            continue
-        if c in _CLOSER_FOR:
-            expected.append(_CLOSER_FOR[c])
-        elif not expected or expected.pop() != c:
-            return -1
-        elif not expected:
-            return i + 1
-        i += 1
+        while not node.top:  # a join: its parts hold the innermost openers
+            frames.append((node, [], 0))
+            node = node.below[0]
+        start = node.top.pop()
+        result: _Scans | None = None
+        if _CLOSER_FOR[text[start]] == closer:
+            ends[start] = end
+            if node.top or node.below:
+                result = node
+        while frames:
+            parent, kept, index = frames.pop()
+            if result is not None:
+                kept.append(result)
+            index += 1
+            if index < len(parent.below):
+                frames.append((parent, kept, index))
+                node = parent.below[index]
+                break
+            if not kept:
+                result = None
+            elif len(kept) == 1:
+                result = kept[0]  # a join of one group is that group
+            else:
+                parent.below = kept
+                result = parent
+        else:
+            return result
+
+
+def _block_ends(text: str) -> tuple[list[int], dict[int, int]]:
+    """Every opener's position, and where the balanced block it opens ends (exclusive).
+
+    A block is what a scan from its opener finds: strings skipped (escapes respected),
+    each closer matching the innermost open opener, done when the first one closes; a
+    mismatched closer, or the end of the text, and there is no block. A scan starts at
+    every `{` and `[`, even one that another scan reads as part of a string, because
+    prose around JSON has quotes of its own. Scanning from each opener in turn costs
+    time quadratic in the text (`"[" * 10_000` took seconds); this does all the scans in
+    one pass, as groups: every scan is outside a string, inside one, or just after a
+    backslash inside one, and scans in the same state read the rest of the text the same
+    way (`_Scans`).
+    """
+    openers: list[int] = []
+    ends: dict[int, int] = {}
+    outside: _Scans | None = None
+    inside: _Scans | None = None
+    escaped: _Scans | None = None  # inside a string, after the backslash at `escape_at`
+    escape_at = -2
+    for match in _SCAN_TOKEN.finditer(text):
+        pos = match.start()
+        char = text[pos]
+        consumed: _Scans | None = None
+        if escaped is not None:
+            if pos == escape_at + 1:
+                consumed, escaped = escaped, None  # this character is escaped for them
+            else:  # they read their escaped character before this token
+                inside, escaped = _join(inside, escaped), None
+        if char == '"':
+            outside, inside = inside, outside
+        elif char == "\\":
+            escaped, escape_at, inside = inside, pos, None
+        elif char in _CLOSER_FOR:
+            openers.append(pos)
+            if outside is None:
+                outside = _Scans([pos], [])
+            else:
+                outside.top.append(pos)
+        elif outside is not None:
+            outside = _close(outside, text, char, pos + 1, ends)
+        if consumed is not None:
+            inside = _join(inside, consumed)
+    return openers, ends
 
 
 def _balanced_blocks(text: str) -> Iterator[str]:
@@ -555,18 +637,15 @@ def _balanced_blocks(text: str) -> Iterator[str]:
     Not looking inside a rejected block keeps a broken object from being "repaired" into
     one of its own nested values.
     """
-    i = 0
-    while True:
-        m = _OPENER.search(text, i)
-        if m is None:
-            return
-        start = m.start()
-        end = _block_end(text, start)
-        if end < 0:
-            i = start + 1
+    openers, ends = _block_ends(text)
+    resume = 0
+    for start in openers:
+        if start < resume:
             continue
-        yield text[start:end]
-        i = end
+        end = ends.get(start)
+        if end is not None:
+            yield text[start:end]
+            resume = end
 
 
 def _loads_container(text: str) -> tuple[bool, dict[str, Any] | list[Any] | None]:

@@ -27,7 +27,18 @@ from typing import Any, Final
 
 from ._expressions import Step, Term, parse_term
 
-__all__ = ["MESSAGE_TYPES", "METHODS", "ContextLog", "WriteError", "copy_json"]
+__all__ = [
+    "MAX_VALUE_DEPTH",
+    "MESSAGE_TYPES",
+    "METHODS",
+    "ContextLog",
+    "WriteError",
+    "copy_json",
+    "cut_json",
+    "describe_key",
+    "shape_fault",
+    "short_repr",
+]
 
 METHODS: Final = ("set", "merge", "assign", "push", "concat")
 """The `_outputMethod`s, `set` first because it is the default."""
@@ -35,6 +46,17 @@ METHODS: Final = ("set", "merge", "assign", "push", "concat")
 MESSAGE_TYPES: Final = ("text", "data", "plan", "solution")
 
 _MISSING: Final = object()
+
+MAX_VALUE_DEPTH: Final = 254
+"""The deepest value a write may store, in arrays and objects (`[[1]]` is 2).
+
+Results come from code (an API's JSON, a tree), so the bound is generous: the deepest
+pydantic converts, as the engine allows a result. With paths of at most `MAX_NESTING`
+steps, it keeps every view shallow enough to copy, merge and render without running out
+of stack."""
+
+_CONTAINERS: Final = (dict, list, tuple)
+_CUT_BUDGET: Final = 10_000  # containers copied into a cut echo before the rest is cut too
 
 
 class WriteError(Exception):
@@ -56,6 +78,88 @@ def copy_json(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [copy_json(item) for item in value]
     return value
+
+
+def shape_fault(value: Any, limit: int) -> str | None:
+    """What keeps `value` from being a JSON value at most `limit` containers deep, or None.
+
+    Checked: arrays and objects nest at most `limit` deep (`[[1]]` is 2; a scalar is 0),
+    and every object key is a string. The walk keeps its own stack, so a value nested
+    50,000 deep (or one that contains itself) is reported, not a RecursionError; it stops
+    at the first fault. Leaves are not examined, so it costs little for flat values.
+    """
+    if not isinstance(value, _CONTAINERS):
+        return None
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return f"nests deeper than {limit} levels of arrays and objects"
+        if isinstance(node, dict):
+            for key, item in node.items():
+                if not isinstance(key, str):
+                    return f"has an object key that is not a string: {describe_key(key)}"
+                if isinstance(item, _CONTAINERS):
+                    stack.append((item, depth + 1))
+        else:
+            for item in node:
+                if isinstance(item, _CONTAINERS):
+                    stack.append((item, depth + 1))
+    return None
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """`repr(value)` cut to `limit` characters for an error message; never raises, whatever
+    the value's `__repr__` does (a broken one must not turn a clear error into a crash)."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<unprintable {type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe_key(key: Any) -> str:
+    """A key for an error message, with its type: `1 (int)`."""
+    return f"{short_repr(key)} ({type(key).__name__})"
+
+
+def cut_json(value: Any, limit: int) -> tuple[Any, bool]:
+    """A copy of `value` safe to log and show, and whether anything was cut from it.
+
+    Every container deeper than `limit` is replaced by a string saying so, and keys that
+    are not strings become their repr.
+
+    For echoing a call that failed `shape_fault` in its Error Message: the echo is what
+    the message can show of it, never something that makes logging the message fail.
+    Iterative, and bounded in size too (a list that holds itself twice would otherwise
+    copy into 2**limit lists).
+    """
+    if not isinstance(value, _CONTAINERS):
+        return value, False
+    marker = "<cut: nested too deep>"
+    cut = False
+    root: Any = {} if isinstance(value, dict) else []
+    stack: list[tuple[Any, Any, int]] = [(value, root, 1)]
+    budget = _CUT_BUDGET
+    while stack:
+        source, target, depth = stack.pop()
+        pairs = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, item in pairs:
+            if isinstance(item, _CONTAINERS):
+                budget -= 1
+                if depth >= limit or budget < 0:
+                    copy: Any = marker if depth >= limit else "<cut: too large to show>"
+                    cut = True
+                else:
+                    copy = {} if isinstance(item, dict) else []
+                    stack.append((item, copy, depth + 1))
+            else:
+                copy = item
+            if isinstance(target, dict):
+                target[key if isinstance(key, str) else describe_key(key)] = copy
+            else:
+                target.append(copy)
+    return root, cut
 
 
 def _a(value: Any) -> str:
@@ -106,6 +210,9 @@ def _check_value(method: str, value: Any) -> str | None:
         return f"cannot {method} {_a(value)}: {method} needs a dict value"
     if method == "concat" and not isinstance(value, list):
         return f"cannot concat {_a(value)}: concat needs a list value"
+    fault = shape_fault(value, MAX_VALUE_DEPTH)
+    if fault is not None:
+        return f"cannot {method} a value that {fault}"
     return None
 
 

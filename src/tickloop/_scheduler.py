@@ -39,6 +39,8 @@ from ._approval import (
 )
 from ._errors import ReferenceSyntaxError
 from ._expressions import (
+    MAX_NESTING,
+    RESERVED_OUTPUT_KINDS,
     Expression,
     Reference,
     Term,
@@ -48,7 +50,7 @@ from ._expressions import (
     parse_term,
     substitute,
 )
-from ._log import ContextLog, WriteError, copy_json
+from ._log import ContextLog, WriteError, copy_json, cut_json, describe_key, shape_fault, short_repr
 from ._tools import Tool, ToolSet
 from ._validation import UNKNOWN
 
@@ -430,7 +432,7 @@ class Scheduler:
         elif isinstance(event, StreamClosed):
             self._on_stream_closed()
         elif isinstance(event, FaultReported):
-            self._errors.append(_error_message(event.call, event.error))
+            self._on_fault(event)
         elif isinstance(event, Flush):
             self._append_errors()
         else:
@@ -468,6 +470,16 @@ class Scheduler:
         return None if call is None else call.status
 
     # -- events ----------------------------------------------------------------------------
+
+    def _on_fault(self, event: FaultReported) -> None:
+        call, error = event.call, event.error
+        if shape_fault(call, _CALL_DEPTH) is not None:
+            # Logging the message copies what it shows: a value the model nested 1,000 deep
+            # (an invalid output, say) is shown cut, never allowed to make that fail.
+            call, cut = cut_json(call, _CALL_DEPTH)
+            if cut and isinstance(error, dict) and isinstance(error.get("message"), str):
+                error = {**error, "message": f"{error['message']} {_CUT_NOTE}"}
+        self._errors.append(_error_message(call, error))
 
     def _on_tick_opened(self, iteration: int) -> None:
         if self._tick_active:
@@ -533,7 +545,8 @@ class Scheduler:
                 )
             self._check(call, wire)
         except _Structural as fault:
-            self._report_invalid(call, str(fault), fault.details, wire=wire)
+            # `record.call` is the wire, or the form of it that can be shown (`_check_shape`).
+            self._report_invalid(call, str(fault), fault.details, wire=record.call)
             return
         self._accept(call)
 
@@ -595,6 +608,7 @@ class Scheduler:
 
     def _check(self, call: _Call, wire: Any) -> None:
         """Structural checks made at once, before a call may wait or run (PROTOCOL §7.1)."""
+        self._check_shape(call, wire)
         if not isinstance(wire, dict):
             raise _Structural(f"a call must be a JSON object, got {_json_type(wire)}")
         tool_name = wire.get("_tool")
@@ -635,11 +649,36 @@ class Scheduler:
         except ReferenceSyntaxError as error:
             location = format_location(getattr(error, "location", ()))
             raise _Structural(
-                f"parameter {location}: bad reference: {error}", parameter=location
+                f"parameter {location}: bad reference: {_syntax(error)}", parameter=location
             ) from error
         call.params = params
         call.record.params = params
         self._check_parameters_early(call)
+
+    def _check_shape(self, call: _Call, wire: Any) -> None:
+        """Keys are strings and values nest at most MAX_NESTING deep, before anything else.
+
+        One walk with its own stack, so every later walk of the call (references, copies,
+        schema checks, logging) is safe from recursion. A call that fails is recorded and
+        echoed in a form that can be logged: cut at that depth, odd keys as text.
+        """
+        fault = shape_fault(wire, _CALL_DEPTH)
+        if fault is None:
+            return
+        echo, cut = cut_json(wire, _CALL_DEPTH)
+        call.record.call = echo
+        call.record.params = _parameters_of(echo) if isinstance(echo, dict) else echo
+        if isinstance(echo, dict):
+            call.wire = echo
+        if not isinstance(wire, dict):
+            note = f" {_CUT_NOTE}" if cut else ""
+            raise _Structural(f"a call must be a JSON object, got {_json_type(wire)}{note}")
+        located = _locate_shape_fault(wire, "call")
+        assert located is not None  # a fault in a dict is in one of its keys or values
+        message, details = located
+        if cut:
+            message = f"{message} {_CUT_NOTE}"
+        raise _Structural(message, **details)
 
     def _output_expression(self, tool: Tool, wire: dict[str, Any]) -> Expression | None:
         given = wire.get("_outputPath")
@@ -650,7 +689,20 @@ class Scheduler:
         try:
             expression = parse_expression(given)
         except ReferenceSyntaxError as error:
-            raise _Structural(f"bad _outputPath: {error}") from error
+            raise _Structural(f"bad _outputPath: {_syntax(error)}") from error
+        for term in expression.terms:
+            if term.kind in RESERVED_OUTPUT_KINDS:
+                what = (
+                    "the engine's Error Messages (PROTOCOL §7)"
+                    if term.kind == "error"
+                    else "the run's input, which only the caller gives"
+                )
+                raise _Structural(
+                    f"_outputPath {short_repr(given)} writes to {str(term)!r}, but no call may "
+                    f"write to the kind {term.kind!r}: it holds {what}; write to †state or "
+                    "a kind of your own",
+                    expected=f"a kind other than {', '.join(sorted(RESERVED_OUTPUT_KINDS))}",
+                )
         if tool.output_expression is not None and expression != tool.output_expression:
             raise _Structural(
                 f"output path {given!r} is not allowed: tool {tool.name!r} always writes to "
@@ -702,7 +754,13 @@ class Scheduler:
     def _check_output(self, tool: Tool, value: Any, *, structural: bool) -> None:
         if tool.output_validator is None:
             return
-        errors = list(tool.output_validator.iter_errors(value))
+        try:
+            errors = list(tool.output_validator.iter_errors(value))
+        except RecursionError:  # a result hundreds deep against a recursive schema
+            message = f"output of {tool.name!r} nests too deeply to check against its schema"
+            if structural:
+                raise _Structural(message) from None
+            raise _OutputMismatch(message) from None
         if errors:
             message = _schema_message(tool, errors, "output")
             if structural:
@@ -858,6 +916,30 @@ class Scheduler:
     # -- ready: resolve, check, approve ----------------------------------------------------
 
     def _on_ready(self, call: _Call, values: dict[tuple[str | int, ...], Any]) -> None:
+        try:
+            params = self._resolve(call, values)
+        except RecursionError:
+            # The call itself is shallow (checked on arrival), but what it read may be deep:
+            # a value hundreds deep, placed deep in the call, against a recursive schema.
+            message = (
+                "resolved parameters nest too deeply to copy or check against the schema of "
+                f"{call.tool.name!r}; read a less deeply nested part of the state"
+            )
+            self._settle(call, "invalid", _structural(message))
+            return
+        if params is None:
+            return
+        self._emit(CallReady(call.id, params))
+        if not call.preapproved and call.tool.needs_approval(params):
+            call.status = call.record.status = "approving"
+            self._approval_queue.append(call.id)
+        else:
+            self._enqueue(call)
+
+    def _resolve(
+        self, call: _Call, values: dict[tuple[str | int, ...], Any]
+    ) -> dict[str, Any] | None:
+        """The call's resolved and checked parameters; None when they fail the schema."""
         # Always a fresh copy, even without references: `††x` literals must be unescaped,
         # and the handler must not get (and could not change) the call's own dict.
         params = substitute(call.params, {key: copy_json(value) for key, value in values.items()})
@@ -876,13 +958,8 @@ class Scheduler:
             if errors:
                 message = _schema_message(call.tool, errors, "resolved parameters")
                 self._settle(call, "invalid", _structural(message))
-                return
-        self._emit(CallReady(call.id, params))
-        if not call.preapproved and call.tool.needs_approval(params):
-            call.status = call.record.status = "approving"
-            self._approval_queue.append(call.id)
-        else:
-            self._enqueue(call)
+                return None
+        return params
 
     def _pending(self, call: _Call) -> PendingCall:
         return PendingCall(
@@ -908,6 +985,11 @@ class Scheduler:
                 "invalid",
                 _structural(f"the edited parameters must be an object, got {_json_type(params)}"),
             )
+            return
+        located = _locate_shape_fault(params, "edited parameters")
+        if located is not None:
+            message, details = located
+            self._settle(call, "invalid", _structural(message, **details))
             return
         errors = list(call.tool.parameter_validator.iter_errors(params))
         if errors:
@@ -1042,14 +1124,22 @@ class Scheduler:
                 f"the activity chose branch {branch!r}, but the output path {str(output)!r} "
                 "has no branches ('||')"
             )
+        choices = ", ".join(str(term) for term in terms)
+        if not isinstance(branch, str):
+            raise _OutputMismatch(
+                f"the activity chose branch {describe_key(branch)}, which is not a term: "
+                f"return Branch(term, value) with term one of {choices}, as a string"
+            )
         try:
             chosen = parse_term(branch)
-        except (ReferenceSyntaxError, ValueError) as error:
-            raise _OutputMismatch(f"the activity chose a malformed branch: {error}") from error
+        except ValueError as error:  # ReferenceSyntaxError is one
+            reason = _syntax(error) if isinstance(error, ReferenceSyntaxError) else str(error)
+            raise _OutputMismatch(
+                f"the activity chose a malformed branch: {reason}; the branches are {choices}"
+            ) from error
         if chosen not in terms:
             raise _OutputMismatch(
-                f"the activity chose branch {branch!r}, which is not one of "
-                f"{', '.join(str(term) for term in terms)}"
+                f"the activity chose branch {short_repr(branch)}, which is not one of {choices}"
             )
         return [chosen], [term for term in terms if term != chosen]
 
@@ -1228,7 +1318,39 @@ def _error_message(call: Any, error: dict[str, Any]) -> dict[str, Any]:
 
 
 def _parameters_of(wire: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in wire.items() if not key.startswith("_")}
+    # Called before the call is checked: a key that is not a string (a Python caller's
+    # `{1: 2}`) must not break the record of the call it makes invalid.
+    return {
+        key: value
+        for key, value in wire.items()
+        if not (isinstance(key, str) and key.startswith("_"))
+    }
+
+
+_CALL_DEPTH = MAX_NESTING + 1  # the call object itself, then each value at most MAX_NESTING
+_CUT_NOTE = f"(shown cut at {MAX_NESTING} levels)"
+
+
+def _locate_shape_fault(mapping: Any, what: str) -> tuple[str, dict[str, Any]] | None:
+    """Name the key or value of a call (or edited parameters) that fails `shape_fault`."""
+    if not isinstance(mapping, dict):
+        return None
+    for key, value in mapping.items():
+        if not isinstance(key, str):
+            return f"{what} keys must be strings, got {describe_key(key)}", {}
+        fault = shape_fault(value, MAX_NESTING)
+        if fault is not None:
+            if key.startswith("_") and what == "call":
+                return f"meta key {key} {fault}", {}
+            location = format_location((key,))
+            return f"parameter {location} {fault}", {"parameter": location}
+    return None
+
+
+def _syntax(error: ReferenceSyntaxError) -> str:
+    """The error's text, quoting at most 200 characters of the expression: an expression of
+    thousands of characters is a fault to point at, not to repeat."""
+    return f"{error.reason} at position {error.position} in {short_repr(error.text, 200)}"
 
 
 def _json_type(value: Any) -> str:

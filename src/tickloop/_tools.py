@@ -22,7 +22,7 @@ import pydantic
 from pydantic_core import to_jsonable_python
 
 from ._errors import ConfigurationError, ReferenceSyntaxError
-from ._expressions import Expression, is_reference, parse_expression
+from ._expressions import RESERVED_OUTPUT_KINDS, Expression, is_reference, parse_expression
 from ._validation import SchemaValidator
 
 __all__ = ["Branch", "CallContext", "Tool", "ToolSet", "tool"]
@@ -154,6 +154,13 @@ class Tool:
         self.output_expression: Expression | None = None
         if output_path is not None:
             self.output_expression = _parse_option(output_path, name, "output_path")
+            for term in self.output_expression.terms:
+                if term.kind in RESERVED_OUTPUT_KINDS:
+                    raise ConfigurationError(
+                        f"tool {name!r}: output_path {output_path!r} writes to {str(term)!r}, "
+                        f"a reserved kind: no call may write to "
+                        f"{' or '.join(sorted(RESERVED_OUTPUT_KINDS))}"
+                    )
             if handler is None and self.output_expression.op is not None:
                 # A latent call names exactly one term (PROTOCOL §4): its result has no
                 # Branch to pick a term with, and is not fanned out either.
