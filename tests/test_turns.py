@@ -492,3 +492,12 @@ def test_a_final_answer_nested_too_deeply_is_fed_back_not_a_crash() -> None:
     result = run(tl.Agent(model, output=schema, protocol="tools"))
     assert result.output == {"n": 3} and result.iterations == 2
     assert "not accepted" in model.requests[1]["messages"][-1]["content"]
+
+
+def test_arguments_nested_too_deeply_are_an_error_result() -> None:
+    deep = '{"text": ' + "[" * 500 + "]" * 500 + "}"
+    model = tl.ScriptedModel([{"tool_calls": [call("echo", deep)]}, "ok"])
+    result = run(tl.Agent(model, tools=[echo], protocol="tools"))
+    content = model.requests[1]["messages"][-1]["content"]
+    assert content.startswith("Error: Tool 'echo' got arguments that cannot make a call:")
+    assert result.output == "ok"

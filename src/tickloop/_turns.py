@@ -37,8 +37,9 @@ import trio
 from ._engine import Engine
 from ._errors import ConfigurationError, ExecuteError
 from ._events import EventSink, RequestFinished, RequestRetried, RequestStarted, RunEvent
+from ._expressions import MAX_NESTING
 from ._jsonstream import resilient_json_parse, resilient_json_parse_with_strategy
-from ._log import ContextLog
+from ._log import ContextLog, shape_fault
 from ._loop import OuterLoop, RunResult
 from ._models._base import (
     ModelError,
@@ -503,6 +504,8 @@ class _TurnLoop(OuterLoop):
             problem = f"got arguments that are not valid JSON ({_json_fault(call.arguments)})"
         elif not isinstance(arguments, dict):
             problem = "got arguments that are not a JSON object (a JSON array)"
+        elif (shape := shape_fault(arguments, MAX_NESTING)) is not None:
+            problem = f"got arguments that cannot make a call: {shape}"
         else:
             meta = sorted(key for key in arguments if key.startswith("_"))
             if meta:
