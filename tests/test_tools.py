@@ -380,3 +380,16 @@ def test_the_call_context_is_a_read_only_live_window_on_the_views() -> None:
     assert context.state["user"]["name"] == "bob"
     assert context.input is None
     assert dict(CallContext("c1.1", "t", {}, lambda kind: None).state) == {}
+
+
+def test_an_approval_predicate_that_exits_means_a_person_looks() -> None:
+    def strict(params: dict) -> bool:
+        raise SystemExit(2)  # e.g. argparse inside a policy check
+
+    tool = tl.Tool(name="pay", parameters={"type": "object"}, handler=lambda: 1,
+                   requires_approval=strict)
+    assert tool.needs_approval({}) is True
+    with pytest.raises(KeyboardInterrupt):
+        tl.Tool(name="pay", parameters={"type": "object"}, handler=lambda: 1,
+                requires_approval=lambda p: (_ for _ in ()).throw(KeyboardInterrupt())
+                ).needs_approval({})

@@ -22,7 +22,7 @@ import trio
 
 from ._approval import ApproveHook, PendingCall, ask
 from ._errors import ConfigurationError, describe_error, is_call_error, unwrap_single
-from ._log import ContextLog
+from ._log import MAX_VALUE_DEPTH, ContextLog
 from ._scheduler import (
     Action,
     ApprovalRequested,
@@ -338,7 +338,7 @@ class _ThreadToken:
 
 #: How deeply a result may nest: pydantic's conversion refuses more (its limit), and the
 #: log, copies of resolved values and the prompt all walk values by recursion.
-MAX_RESULT_DEPTH = 254
+MAX_RESULT_DEPTH = MAX_VALUE_DEPTH  # what the log accepts
 # Every int under 2**2000 (603 digits) has fewer digits than any limit Python allows on
 # int-to-text conversion (640 at the least), so only a larger int is tried.
 _SURELY_SHORT = 1 << 2000
