@@ -63,6 +63,17 @@ def _peers_in(results: dict[str, Any], clock: str) -> list[str]:
     return [name for name in first["makespans"] if name not in STRATEGIES]
 
 
+def _median_reaching(results: dict[str, Any], key: str, target: float) -> float | None:
+    """The smallest tool median of the grid at which `key` meets `target`, at the default
+    thought length; None when no cell does (or there is no grid)."""
+    thought = results["settings"]["costs"]["thought_chars"]
+    medians = [
+        row["median"] for row in results.get("grid", [])
+        if row["thought"] == thought and row[key] >= target * 0.97
+    ]
+    return min(medians, default=None)
+
+
 def verdict(ok: bool | None) -> str:
     """None is a target no runner can meet: the speedup ceiling is below it."""
     return {True: "yes", False: "**no**", None: "**no: beyond any runner**"}[ok]
@@ -108,13 +119,9 @@ def check_targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]
                 f"; no runner can average more than {_x(ceiling['ceiling'])} over sequential "
                 "with these latencies, whatever a request costs"
             )
-            thought = results["settings"]["costs"]["thought_chars"]
-            reaching = [
-                r["median"] for r in results.get("grid", [])
-                if r["thought"] == thought and r[key] >= target * 0.97
-            ]
-            if not met and reaching:
-                figure += f"; reached when the tools' median is {min(reaching):g} s (grid)"
+            reaching = _median_reaching(results, key, target)
+            if not met and reaching is not None:
+                figure += f"; reached when the tools' median is {reaching:g} s (grid)"
             if not met and ceiling["ceiling"] < target * 0.97:
                 met = None  # beyond every runner: no strategy or cost setting reaches it
         out.append(
@@ -408,10 +415,7 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
             ))
         default_thought = results["settings"]["costs"]["thought_chars"]
         latency = results["settings"]["latency"]
-        reaching = [
-            r["median"] for r in grid
-            if r["thought"] == default_thought and r["eight_way"] >= EIGHT_WAY_TARGET * 0.97
-        ]
+        reaching = _median_reaching(results, "eight_way", EIGHT_WAY_TARGET)
         two_hop_ceiling = ceiling.get("two_hop", {}).get("ceiling")
         parts.append(
             "\nWhy two-hop's ceiling is what it is: the slower of two heavy-tailed lookups is "
@@ -428,8 +432,8 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
             + f" Eight-way's {EIGHT_WAY_TARGET}× is within its ceiling: with "
             f"{default_thought}-character thoughts tickloop reaches it "
             + (
-                f"once tools' median is {min(reaching):g} s"
-                if reaching else "at none of the tool medians above"
+                f"once tools' median is {reaching:g} s"
+                if reaching is not None else "at none of the tool medians above"
             )
             + "; at the default costs it is lower: in "
             f"{1 - (1 - latency['straggler_p']) ** 8:.0%} of draws at least one of the "
