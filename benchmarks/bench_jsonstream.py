@@ -15,7 +15,7 @@ import random
 import time
 from typing import Any
 
-from tickloop._jsonstream import SolutionStream
+from tickloop._json._stream import SolutionStream
 
 SIZES = [100_000, 250_000, 500_000, 1_000_000]
 CHUNK = 64

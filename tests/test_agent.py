@@ -13,9 +13,9 @@ import trio
 import trio.testing
 
 import tickloop as tl
+from tickloop._agent._prompt import solution_schema, strip_strict_nulls
+from tickloop._core._tools import ToolSet
 from tickloop._models._base import ModelError, SolutionRequest, TextDelta
-from tickloop._prompt import solution_schema, strip_strict_nulls
-from tickloop._tools import ToolSet
 
 
 @tl.tool
@@ -286,9 +286,7 @@ def test_the_iteration_limit_waits_for_fire_and_forget_calls_and_reports_them() 
 
 def test_execute_error_waits_for_fire_and_forget_calls_and_reports_them() -> None:
     finished_in_background.clear()
-    script = [
-        {"calls": [{"_tool": "background", "tag": "fail-ff", "seconds": 10}], "output": None}
-    ]
+    script = [{"calls": [{"_tool": "background", "tag": "fail-ff", "seconds": 10}], "output": None}]
 
     class DownOnSecond(FlakyModel):
         async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[Any]:
@@ -481,8 +479,14 @@ def test_strict_schema_lets_a_reference_stand_for_a_nested_value() -> None:
         )
     # and the engine resolves what the model could write
     result = tl.run_calls(
-        [{"_tool": "price_with_tax", "item": {"price": "†state.price"}, "rate": 0.25,
-          "_outputPath": "†state.total"}],
+        [
+            {
+                "_tool": "price_with_tax",
+                "item": {"price": "†state.price"},
+                "rate": 0.25,
+                "_outputPath": "†state.total",
+            }
+        ],
         tools=[price_with_tax],
         state={"price": 8},
     )
@@ -519,7 +523,7 @@ def test_every_request_shows_the_state_even_before_anything_is_written() -> None
 def test_a_failure_of_tickloop_on_a_call_is_not_blamed_on_the_model_client(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from tickloop._engine import Engine
+    from tickloop._engine._engine import Engine
 
     def broken(self: Engine, call: object) -> None:
         raise RuntimeError("boom")

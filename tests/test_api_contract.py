@@ -1246,7 +1246,7 @@ def test_resilient_json_parse() -> None:
 
 def tickloop_command(*arguments: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     entry = Path(sys.executable).with_name("tickloop")
-    command = [str(entry)] if entry.exists() else [sys.executable, "-m", "tickloop._cli"]
+    command = [str(entry)] if entry.exists() else [sys.executable, "-m", "tickloop._cli._main"]
     return subprocess.run(
         [*command, *arguments], capture_output=True, text=True, cwd=cwd, timeout=60, check=False
     )

@@ -8,7 +8,7 @@ import warnings
 import pytest
 import trio
 
-from tickloop._asyncio_bridge import run_trio_in_asyncio
+from tickloop._engine._asyncio_bridge import run_trio_in_asyncio
 
 
 def test_concurrent_jobs_run_together_and_the_guest_ends_cleanly() -> None:

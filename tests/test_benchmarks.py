@@ -119,10 +119,13 @@ def test_report_renders_and_keeps_other_sections(tmp_path: Path) -> None:
         "machine": machine(),
         "settings": Settings().as_dict(),
         "workloads": [workload.name],
-        "virtual": {workload.name: {
-            **_workload_facts(workload), "bound": b.total,
-            "makespans": {s: run(workload, s, COSTS).makespan for s in STRATEGIES},
-        }},
+        "virtual": {
+            workload.name: {
+                **_workload_facts(workload),
+                "bound": b.total,
+                "makespans": {s: run(workload, s, COSTS).makespan for s in STRATEGIES},
+            }
+        },
     }
     section = render(results, [])
     assert "| `fan_out_fan_in` |" in section

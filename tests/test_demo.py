@@ -10,8 +10,8 @@ import sys
 import trio
 import trio.testing
 
-from tickloop._cli import main
-from tickloop._demo import run_demo
+from tickloop._cli._demo import run_demo
+from tickloop._cli._main import main
 
 
 def test_no_command_prints_help(capsys) -> None:  # type: ignore[no-untyped-def]
@@ -38,7 +38,7 @@ def test_demo_runs_on_virtual_time_and_shows_the_graph() -> None:
 
 def test_help_explains_the_commands() -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "tickloop._cli", "--help"], capture_output=True, text=True
+        [sys.executable, "-m", "tickloop._cli._main", "--help"], capture_output=True, text=True
     )
     assert completed.returncode == 0
     assert "demo" in completed.stdout and "dependency graph" in completed.stdout

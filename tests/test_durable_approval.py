@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import tickloop as tl
-from tickloop._cli import main
+from tickloop._cli._main import main
 
 CHILD = r'''
 """A billing agent whose hook defers every payment to a person."""

@@ -27,7 +27,7 @@ import trio
 import trio.testing
 
 import tickloop as tl
-from tickloop._cli import main
+from tickloop._cli._main import main
 
 INTERRUPTED = "interrupted: the process running this call stopped before it finished"
 

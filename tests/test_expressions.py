@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tickloop._errors import ReferenceSyntaxError
-from tickloop._expressions import (
+from tickloop._core._expressions import (
     REF,
     Expression,
     Reference,
@@ -25,6 +24,7 @@ from tickloop._expressions import (
     substitute,
     unescape,
 )
+from tickloop._errors import ReferenceSyntaxError
 
 
 def T(kind: str, *path: Step) -> Term:

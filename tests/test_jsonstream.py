@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tickloop import _jsonstream
-from tickloop._jsonstream import (
+from tickloop._json import _stream as _jsonstream
+from tickloop._json._stream import (
     SolutionStream,
     StreamOutcome,
     resilient_json_parse,

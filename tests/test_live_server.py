@@ -33,8 +33,7 @@ def test_a_real_server_drives_the_loop_to_an_end_without_crashing() -> None:
     agent = tl.Agent(
         model,
         tools=[add],
-        output={"type": "object", "properties": {"sum": {"type": "integer"}},
-                "required": ["sum"]},
+        output={"type": "object", "properties": {"sum": {"type": "integer"}}, "required": ["sum"]},
         instructions="Use the add tool to add 2 and 3, then answer with the sum.",
         max_iterations=4,
     )

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tickloop._expressions import Step, Term, parse_term
-from tickloop._log import (
+from tickloop._core._expressions import Step, Term, parse_term
+from tickloop._core._log import (
     MAX_VALUE_DEPTH,
     METHODS,
     ContextLog,

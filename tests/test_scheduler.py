@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tickloop as tl
-from tickloop._log import ContextLog
-from tickloop._scheduler import (
+from tickloop._core._log import ContextLog
+from tickloop._core._scheduler import (
     FINAL_STATUSES,
     Action,
     ApprovalRequested,
@@ -41,7 +41,7 @@ from tickloop._scheduler import (
     TickEnded,
     TickOpened,
 )
-from tickloop._tools import ToolSet
+from tickloop._core._tools import ToolSet
 
 
 @tl.tool

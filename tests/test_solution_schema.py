@@ -11,7 +11,7 @@ import trio.testing
 from referencing import Registry, Resource
 
 import tickloop as tl
-from tickloop._demo import _script
+from tickloop._cli._demo import _script
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 

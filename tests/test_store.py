@@ -16,8 +16,8 @@ import pytest
 import trio
 
 import tickloop as tl
-from tickloop._cli import main
-from tickloop._store import SCHEMA_VERSION
+from tickloop._cli._main import main
+from tickloop._durable._store import SCHEMA_VERSION
 
 
 @tl.tool

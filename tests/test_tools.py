@@ -15,7 +15,7 @@ import pydantic
 import pytest
 
 import tickloop as tl
-from tickloop._tools import CallContext, ToolSet
+from tickloop._core._tools import CallContext, ToolSet
 
 # -- tools from functions -------------------------------------------------------------------
 
@@ -386,10 +386,14 @@ def test_an_approval_predicate_that_exits_means_a_person_looks() -> None:
     def strict(params: dict) -> bool:
         raise SystemExit(2)  # e.g. argparse inside a policy check
 
-    tool = tl.Tool(name="pay", parameters={"type": "object"}, handler=lambda: 1,
-                   requires_approval=strict)
+    tool = tl.Tool(
+        name="pay", parameters={"type": "object"}, handler=lambda: 1, requires_approval=strict
+    )
     assert tool.needs_approval({}) is True
     with pytest.raises(KeyboardInterrupt):
-        tl.Tool(name="pay", parameters={"type": "object"}, handler=lambda: 1,
-                requires_approval=lambda p: (_ for _ in ()).throw(KeyboardInterrupt())
-                ).needs_approval({})
+        tl.Tool(
+            name="pay",
+            parameters={"type": "object"},
+            handler=lambda: 1,
+            requires_approval=lambda p: (_ for _ in ()).throw(KeyboardInterrupt()),
+        ).needs_approval({})

@@ -13,7 +13,7 @@ import trio
 import trio.testing
 
 import tickloop as tl
-from tickloop._cli import main
+from tickloop._cli._main import main
 
 
 @tl.tool

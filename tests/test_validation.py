@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tickloop as tl
-from tickloop._expressions import substitute
-from tickloop._scheduler import _about_unknown
-from tickloop._validation import UNKNOWN, SchemaValidator, compile_fast_check
+from tickloop._core._expressions import substitute
+from tickloop._core._scheduler import _about_unknown
+from tickloop._core._validation import UNKNOWN, SchemaValidator, compile_fast_check
 
 _TYPES = ["string", "integer", "number", "boolean", "null", "array", "object"]
 

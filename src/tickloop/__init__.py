@@ -4,8 +4,14 @@ The public surface is flat: everything a user needs is importable from here
 (`import tickloop as tl`); the modules behind it are private.
 """
 
-from ._agent import Agent, RunResult
-from ._approval import Approve, Decision, Defer, Deny, Edit, PendingCall, Replace, Respond
+from ._agent._agent import Agent, RunResult
+from ._agent._turns import TextStream
+from ._core._decisions import Approve, Decision, Defer, Deny, Edit, PendingCall, Replace, Respond
+from ._core._expressions import Expression, Term, parse_expression
+from ._core._scheduler import CallRecord
+from ._core._tools import Branch, CallContext, Tool, tool
+from ._durable._store import CallInfo, PendingDecision, RunInfo, SQLiteStore
+from ._engine._run import ExecutionResult, execute, run_calls
 from ._errors import (
     ConfigurationError,
     ExecuteError,
@@ -15,26 +21,7 @@ from ._errors import (
     StoreError,
     TickloopError,
 )
-from ._events import (
-    CallAwaitingApproval,
-    CallDecided,
-    CallFinished,
-    CallReady,
-    CallReceived,
-    CallStarted,
-    EventStream,
-    Redactor,
-    RequestFinished,
-    RequestRetried,
-    RequestStarted,
-    RunEnded,
-    RunEvent,
-    RunStarted,
-    TickEnded,
-    open_event_stream,
-)
-from ._expressions import Expression, Term, parse_expression
-from ._jsonstream import resilient_json_parse
+from ._json._stream import resilient_json_parse
 from ._models import (
     Anthropic,
     ModelClient,
@@ -53,12 +40,25 @@ from ._models import (
     TurnToolCall,
     Usage,
 )
-from ._run import ExecutionResult, execute, run_calls
-from ._scheduler import CallRecord
-from ._store import CallInfo, PendingDecision, RunInfo, SQLiteStore
-from ._timeline import timeline_html
-from ._tools import Branch, CallContext, Tool, tool
-from ._turns import TextStream
+from ._observe._events import (
+    CallAwaitingApproval,
+    CallDecided,
+    CallFinished,
+    CallReady,
+    CallReceived,
+    CallStarted,
+    EventStream,
+    Redactor,
+    RequestFinished,
+    RequestRetried,
+    RequestStarted,
+    RunEnded,
+    RunEvent,
+    RunStarted,
+    TickEnded,
+    open_event_stream,
+)
+from ._observe._timeline import timeline_html
 
 __all__ = [
     "Agent",

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import httpx
 
 from .._errors import ConfigurationError
-from .._jsonstream import resilient_json_parse
+from .._json._stream import resilient_json_parse
 from ._base import (
     ModelError,
     SolutionRequest,

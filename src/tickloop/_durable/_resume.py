@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from ._approval import (
+from .._core._decisions import (
     Decision,
     Defer,
     PendingCall,
@@ -44,13 +44,9 @@ from ._approval import (
     decision_from_dict,
     decision_to_dict,
 )
-from ._engine import Engine, utc_now
-from ._errors import ConfigurationError, ResumeError, StoreError, unwrap_single
-from ._events import EventSink, Redactor, RunEnded, RunEvent, RunStarted
-from ._expressions import find_references, parse_term
-from ._log import ContextLog
-from ._run import initial_log
-from ._scheduler import (
+from .._core._expressions import find_references, parse_term
+from .._core._log import ContextLog
+from .._core._scheduler import (
     Action,
     ApprovalRequested,
     CallAccepted,
@@ -69,11 +65,15 @@ from ._scheduler import (
     TickOpened,
     _PathIndex,
 )
+from .._core._tools import ToolSet
+from .._engine._engine import Engine, utc_now
+from .._engine._run import initial_log
+from .._errors import ConfigurationError, ResumeError, StoreError, unwrap_single
+from .._observe._events import EventSink, Redactor, RunEnded, RunEvent, RunStarted
 from ._store import CALL_COLUMNS, RunWriter, SQLiteStore, claim_run, create_run
-from ._tools import ToolSet
 
 if TYPE_CHECKING:
-    from ._agent import Agent, RunResult, _SolutionLoop
+    from .._agent._agent import Agent, RunResult, _SolutionLoop
 
 __all__ = [
     "INTERRUPTED",
@@ -711,7 +711,7 @@ def _sink(agent: Agent, run_id: str, on_event: Callable[[RunEvent], Any] | None)
 def _iterations(agent: Agent, log: ContextLog) -> int:
     """Requests made so far: solutions, or the model's turns with protocol "tools"."""
     if agent.protocol == "tools":
-        from ._turns import turns_in
+        from .._agent._turns import turns_in
 
         return turns_in(log)
     return sum(1 for message in log.messages if message.get("type") == "solution")

@@ -21,7 +21,7 @@ import jsonschema
 import pydantic
 from pydantic_core import to_jsonable_python
 
-from ._errors import ConfigurationError, ReferenceSyntaxError, is_call_error
+from .._errors import ConfigurationError, ReferenceSyntaxError, is_call_error
 from ._expressions import RESERVED_OUTPUT_KINDS, Expression, is_reference, parse_expression
 from ._validation import SchemaValidator
 

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 import trio
 import trio.testing
 
-from ._cli_runs import COMMANDS as RUN_COMMANDS
-from ._cli_runs import add_commands as add_run_commands
-from ._cli_runs import run_command
+from ._runs import COMMANDS as RUN_COMMANDS
+from ._runs import add_commands as add_run_commands
+from ._runs import run_command
 
 __all__ = ["main"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._log import ContextLog
-from ._tools import Tool, ToolSet
+from .._core._log import ContextLog
+from .._core._tools import Tool, ToolSet
 
 __all__ = [
     "PROTOCOL_GUIDE",

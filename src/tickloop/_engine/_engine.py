@@ -20,10 +20,9 @@ from typing import Any, Protocol
 import pydantic
 import trio
 
-from ._approval import ApproveHook, PendingCall, ask
-from ._errors import ConfigurationError, describe_error, is_call_error, unwrap_single
-from ._log import MAX_VALUE_DEPTH, ContextLog
-from ._scheduler import (
+from .._core._decisions import ApproveHook, PendingCall
+from .._core._log import MAX_VALUE_DEPTH, ContextLog
+from .._core._scheduler import (
     Action,
     ApprovalRequested,
     CallFinished,
@@ -39,7 +38,9 @@ from ._scheduler import (
     TickEnded,
     TickOpened,
 )
-from ._tools import Branch, CallContext, ToolSet
+from .._core._tools import Branch, CallContext, ToolSet
+from .._errors import ConfigurationError, describe_error, is_call_error, unwrap_single
+from ._asking import ask
 
 __all__ = ["Engine", "Journal", "check_configuration", "utc_now"]
 

@@ -20,9 +20,7 @@ import trio
 
 __all__ = ["run_trio_in_asyncio"]
 
-_guests: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Guest] = (
-    weakref.WeakKeyDictionary()
-)
+_guests: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Guest] = weakref.WeakKeyDictionary()
 
 
 class _Job:

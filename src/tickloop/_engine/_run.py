@@ -12,11 +12,11 @@ from typing import Any
 
 import trio
 
-from ._approval import ApproveHook, PendingCall
+from .._core._decisions import ApproveHook, PendingCall
+from .._core._log import ContextLog
+from .._core._scheduler import CallRecord
+from .._core._tools import Tool, ToolSet
 from ._engine import Engine
-from ._log import ContextLog
-from ._scheduler import CallRecord
-from ._tools import Tool, ToolSet
 
 __all__ = ["ExecutionResult", "execute", "run_calls"]
 

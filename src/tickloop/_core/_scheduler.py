@@ -27,7 +27,8 @@ from typing import Any
 
 import networkx as nx
 
-from ._approval import (
+from .._errors import ReferenceSyntaxError
+from ._decisions import (
     Approve,
     Decision,
     Defer,
@@ -37,7 +38,6 @@ from ._approval import (
     Replace,
     Respond,
 )
-from ._errors import ReferenceSyntaxError
 from ._expressions import (
     MAX_NESTING,
     RESERVED_OUTPUT_KINDS,

@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from ._approval import Approve, Deny
-from ._errors import ResumeError, StoreError, TickloopError
-from ._store import SQLiteStore
+from .._core._decisions import Approve, Deny
+from .._durable._store import SQLiteStore
+from .._errors import ResumeError, StoreError, TickloopError
 
 __all__ = ["COMMANDS", "add_commands", "run_command"]
 
@@ -37,7 +37,8 @@ def add_commands(commands: Any) -> None:
             default=default,
             metavar="PATH",
             help=(
-                f"the store file (default: {DEFAULT_STORE})" if default is not None
+                f"the store file (default: {DEFAULT_STORE})"
+                if default is not None
                 else f"the store file (default: the agent's own store, else {DEFAULT_STORE})"
             ),
         )
@@ -143,7 +144,7 @@ def _pending(store: SQLiteStore, run_id: str, out: TextIO) -> int:
 
 def _trace(store: SQLiteStore, run_id: str, html: str | None, out: TextIO) -> int:
     if html is not None:
-        from ._timeline import timeline_html
+        from .._observe._timeline import timeline_html
 
         Path(html).write_text(timeline_html(store, run_id), encoding="utf-8")
         out.write(f"wrote {html}\n")
@@ -164,7 +165,7 @@ def _trace(store: SQLiteStore, run_id: str, html: str | None, out: TextIO) -> in
 
 def load_agent(spec: str) -> Any:
     """The object at `module:attr` (an Agent, or a callable returning one)."""
-    from ._agent import Agent
+    from .._agent._agent import Agent
 
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
@@ -196,9 +197,7 @@ def _resume(arguments: argparse.Namespace, out: TextIO) -> int:
         print(f"tickloop resume: the run stopped: {error}", file=sys.stderr)
         return 1
     plural = "" if result.iterations == 1 else "s"
-    out.write(
-        f"run {result.run_id}: {result.status} after {result.iterations} iteration{plural}\n"
-    )
+    out.write(f"run {result.run_id}: {result.status} after {result.iterations} iteration{plural}\n")
     if result.status == "paused":
         for pending in result.pending:
             out.write(f"  waiting on {pending.id} ({pending.tool})\n")

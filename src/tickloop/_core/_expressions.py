@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NoReturn
 
-from ._errors import ReferenceSyntaxError
+from .._errors import ReferenceSyntaxError
 
 __all__ = [
     "MAX_INDEX_DIGITS",

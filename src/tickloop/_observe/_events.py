@@ -22,9 +22,9 @@ from typing import Any, ClassVar
 
 import trio
 
-from . import _scheduler as sched
-from ._approval import decision_to_dict
-from ._errors import unwrap_single
+from .._core import _scheduler as sched
+from .._core._decisions import decision_to_dict
+from .._errors import unwrap_single
 
 __all__ = [
     "DEFAULT_REDACT",

@@ -15,9 +15,13 @@ from typing import Any, TextIO
 import pydantic
 import trio
 
-from ._agent import Agent, RunResult
-from ._approval import Approve, PendingCall
-from ._events import (
+from .._agent._agent import Agent, RunResult
+from .._core._decisions import Approve, PendingCall
+from .._core._scheduler import CallRecord
+from .._core._tools import Branch, Tool, tool
+from .._models._base import SolutionRequest, TextDelta, Usage
+from .._models._scripted import ScriptedModel
+from .._observe._events import (
     CallAwaitingApproval,
     CallDecided,
     CallFinished,
@@ -26,10 +30,6 @@ from ._events import (
     RunEvent,
     TickEnded,
 )
-from ._models._base import SolutionRequest, TextDelta, Usage
-from ._models._scripted import ScriptedModel
-from ._scheduler import CallRecord
-from ._tools import Branch, Tool, tool
 
 __all__ = ["build_demo_agent", "run_demo"]
 

@@ -18,11 +18,16 @@ import jsonschema
 import pydantic
 import trio
 
-from ._approval import ApproveHook
-from ._durable import DurableRun, RunSession
-from ._engine import Engine, check_configuration
-from ._errors import ConfigurationError, ExecuteError
-from ._events import (
+from .._core._decisions import ApproveHook
+from .._core._log import ContextLog
+from .._core._tools import Tool, ToolSet
+from .._durable._resume import DurableRun, RunSession
+from .._durable._store import SQLiteStore, as_store
+from .._engine._engine import Engine, check_configuration
+from .._errors import ConfigurationError, ExecuteError
+from .._json._stream import SolutionStream
+from .._models._base import ModelError, SolutionRequest, TextDelta, Usage
+from .._observe._events import (
     DEFAULT_REDACT,
     EventSink,
     Redactor,
@@ -32,10 +37,8 @@ from ._events import (
     RunEvent,
     open_event_stream,
 )
-from ._jsonstream import SolutionStream
-from ._log import ContextLog
+from .._observe._trace import make_tracer
 from ._loop import OuterLoop, RunResult
-from ._models._base import ModelError, SolutionRequest, TextDelta, Usage
 from ._prompt import (
     render_messages,
     solution_schema,
@@ -43,9 +46,6 @@ from ._prompt import (
     strip_strict_output_nulls,
 )
 from ._retry import StreamBroken, stream_with_retries
-from ._store import SQLiteStore, as_store
-from ._tools import Tool, ToolSet
-from ._trace import make_tracer
 
 __all__ = ["Agent", "RunResult"]
 
@@ -193,9 +193,7 @@ class Agent:
         on_event: Callable[[RunEvent], Any] | None = None,
     ) -> RunResult:
         """Continue a paused or crashed run from the store (starts its own trio run)."""
-        return trio.run(
-            partial(self.resume_async, run_id, decisions=decisions, on_event=on_event)
-        )
+        return trio.run(partial(self.resume_async, run_id, decisions=decisions, on_event=on_event))
 
     async def resume_async(
         self,
@@ -248,7 +246,7 @@ class Agent:
         thread: tools and hooks run exactly as under `run`, and cancelling the awaiting
         asyncio task cancels the run.
         """
-        from ._asyncio_bridge import run_trio_in_asyncio
+        from .._engine._asyncio_bridge import run_trio_in_asyncio
 
         return await run_trio_in_asyncio(partial(self.run_async, input, **options))
 
@@ -369,8 +367,9 @@ class _SolutionLoop(OuterLoop):
             RequestRetried, iteration=iteration, attempt=attempt, delay=delay, error=str(error)
         )
         if self.durable is not None:
-            self.durable.note("retry", iteration=iteration, attempt=attempt, delay=delay,
-                              error=str(error))
+            self.durable.note(
+                "retry", iteration=iteration, attempt=attempt, delay=delay, error=str(error)
+            )
 
     def _append(self, message: dict[str, Any]) -> None:
         """Append a message of the loop's own; a durable run commits it as well."""

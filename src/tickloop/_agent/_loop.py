@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._approval import PendingCall
-from ._engine import Engine
-from ._errors import MaxIterationsError, _RunStopped
-from ._log import ContextLog
-from ._models._base import Usage
-from ._run import ExecutionResult
-from ._scheduler import CallRecord
+from .._core._decisions import PendingCall
+from .._core._log import ContextLog
+from .._core._scheduler import CallRecord
+from .._engine._engine import Engine
+from .._engine._run import ExecutionResult
+from .._errors import MaxIterationsError, _RunStopped
+from .._models._base import Usage
 
 if TYPE_CHECKING:
     from ._agent import Agent

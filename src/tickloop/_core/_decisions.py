@@ -6,14 +6,11 @@ scheduler without trio (a workflow engine) can replay them.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import trio
-
-from ._errors import describe_error, describe_value, is_call_error
+from .._errors import describe_value
 
 __all__ = [
     "Approve",
@@ -25,7 +22,6 @@ __all__ = [
     "PendingCall",
     "Replace",
     "Respond",
-    "ask",
     "decision_from_dict",
     "decision_to_dict",
     "normalize_decision",
@@ -124,43 +120,6 @@ def normalize_decision(answer: Any) -> Decision:
     if isinstance(answer, Approve | Deny | Edit | Replace | Respond | Defer):
         return answer
     return Deny(f"the approval hook returned {describe_value(answer)}, which is not a decision")
-
-
-async def ask(hook: ApproveHook, pending: PendingCall) -> Decision:
-    """Ask the hook about one call; a hook that raises denies the call (fail closed).
-
-    `SystemExit` and `GeneratorExit` count as raising too (a hook that parses arguments
-    with argparse), and so does an exception group of only such exceptions; a
-    `KeyboardInterrupt` or `trio.Cancelled` goes through.
-
-    An async hook runs in the asking task. A sync hook runs in a worker thread, so a
-    hook that takes its time (a policy lookup, a person at a prompt) never holds up the
-    other calls (PROTOCOL §6); a cancel of the run abandons its thread at once. The
-    scheduler asks about one call at a time, so one hook runs at a time.
-    """
-    try:
-        if _is_async(hook):
-            answer = await hook(pending)  # type: ignore[misc]
-        else:
-            # Boxed: trio refuses a coroutine returned from a thread, and a sync callable
-            # may return an awaitable (a lambda around an async function), awaited here.
-            [answer] = await trio.to_thread.run_sync(
-                lambda: [hook(pending)], abandon_on_cancel=True
-            )
-        if inspect.isawaitable(answer):
-            answer = await answer
-    except BaseException as error:
-        if not is_call_error(error):
-            raise
-        return Deny(f"the approval hook raised {describe_error(error)}")
-    return normalize_decision(answer)
-
-
-def _is_async(hook: Callable[..., Any]) -> bool:
-    """An `async def` function (a partial of one too) or an object with `async def __call__`."""
-    return inspect.iscoroutinefunction(hook) or inspect.iscoroutinefunction(
-        getattr(hook, "__call__", None)  # noqa: B004  # the method itself, as _tools does
-    )
 
 
 def decision_to_dict(decision: Decision) -> dict[str, Any]:

@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 import trio
 
-from ._engine import Engine
-from ._errors import ConfigurationError, ExecuteError
-from ._events import EventSink, RequestFinished, RequestRetried, RequestStarted, RunEvent
-from ._expressions import MAX_NESTING
-from ._jsonstream import resilient_json_parse, resilient_json_parse_with_strategy
-from ._log import ContextLog, shape_fault
-from ._loop import OuterLoop, RunResult
-from ._models._base import (
+from .._core._expressions import MAX_NESTING
+from .._core._log import ContextLog, shape_fault
+from .._core._scheduler import FINAL_STATUSES, CallSettled
+from .._core._tools import ToolSet
+from .._engine._engine import Engine
+from .._errors import ConfigurationError, ExecuteError
+from .._json._stream import resilient_json_parse, resilient_json_parse_with_strategy
+from .._models._base import (
     ModelError,
     TextDelta,
     ToolCallStarted,
@@ -52,14 +52,14 @@ from ._models._base import (
     TurnToolCall,
     Usage,
 )
+from .._observe._events import EventSink, RequestFinished, RequestRetried, RequestStarted, RunEvent
+from ._loop import OuterLoop, RunResult
 from ._prompt import _visible_parameters
 from ._retry import StreamBroken, stream_with_retries
-from ._scheduler import FINAL_STATUSES, CallSettled
-from ._tools import ToolSet
 
 if TYPE_CHECKING:
+    from .._durable._resume import DurableRun, RunSession
     from ._agent import Agent
-    from ._durable import DurableRun, RunSession
 
 __all__ = [
     "TURN_KIND",
@@ -753,7 +753,7 @@ class _StreamScope:
 
     @asynccontextmanager
     async def _open(self) -> AsyncIterator[TextStream]:
-        from ._durable import RunSession
+        from .._durable._resume import RunSession
 
         agent = self._agent
         options = dict(self._options)

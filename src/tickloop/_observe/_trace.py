@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ._errors import ConfigurationError
+from .._errors import ConfigurationError
 from ._events import (
     CallFinished,
     CallStarted,

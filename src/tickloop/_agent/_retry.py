@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from ._models._base import ModelError
+from .._models._base import ModelError
 
 __all__ = ["MAX_BACKOFF", "StreamBroken", "backoff_delay", "stream_with_retries"]
 

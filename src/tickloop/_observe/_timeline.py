@@ -21,8 +21,8 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
-from ._errors import StoreError
-from ._store import CallInfo, RunInfo, SQLiteStore, as_store
+from .._durable._store import CallInfo, RunInfo, SQLiteStore, as_store
+from .._errors import StoreError
 
 __all__ = ["timeline_html"]
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._approval import (
+from .._core._decisions import (
     Approve,
     Decision,
     Defer,
@@ -43,7 +43,7 @@ from ._approval import (
     decision_from_dict,
     decision_to_dict,
 )
-from ._errors import ResumeError, StoreError
+from .._errors import ResumeError, StoreError
 
 __all__ = ["CallInfo", "PendingDecision", "RunInfo", "SQLiteStore", "as_store"]
 

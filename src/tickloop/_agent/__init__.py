@@ -1,0 +1,1 @@
+"""The agent: the outer loop of both protocols, prompts, retries."""

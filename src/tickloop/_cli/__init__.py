@@ -1,0 +1,5 @@
+"""The `tickloop` command."""
+
+from ._main import main
+
+__all__ = ["main"]

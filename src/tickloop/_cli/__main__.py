@@ -1,0 +1,5 @@
+"""`python -m tickloop._cli`: the command line without the installed script."""
+
+from ._main import main
+
+raise SystemExit(main())

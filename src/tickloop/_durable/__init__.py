@@ -1,0 +1,1 @@
+"""Durability: the SQLite store and crash resume."""

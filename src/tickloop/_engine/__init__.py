@@ -1,0 +1,1 @@
+"""The trio driver of the core scheduler: tasks, threads, timeouts, approval asking."""

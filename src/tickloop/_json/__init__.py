@@ -1,0 +1,1 @@
+"""JSON values: the streaming parser and argument repair. Depends on nothing else here."""

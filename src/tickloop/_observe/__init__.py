@@ -1,0 +1,1 @@
+"""Observability: run events, traces, the HTML timeline."""
