@@ -22,6 +22,7 @@ from ._errors import (
     TickloopError,
 )
 from ._json._stream import resilient_json_parse
+from ._mcp import MCPServer
 from ._models import (
     Anthropic,
     ModelClient,
@@ -83,6 +84,7 @@ __all__ = [
     "ExecuteError",
     "ExecutionResult",
     "Expression",
+    "MCPServer",
     "MaxIterationsError",
     "ModelClient",
     "ModelError",
