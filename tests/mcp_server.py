@@ -8,6 +8,7 @@ Its tool listing comes in pages of four, so every client test follows cursors.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import sys
 from typing import Any
@@ -79,7 +80,7 @@ def shout(text: str) -> str:
 @server.tool(structured_output=False)
 def as_json_text(n: int) -> str:
     """A JSON document sent as text."""
-    return '{"n": %d, "items": [1, 2]}' % n
+    return json.dumps({"n": n, "items": [1, 2]})
 
 
 @server.tool()
@@ -143,7 +144,9 @@ def media() -> list[Any]:
         AudioContent(type="audio", data=PIXEL, mime_type="audio/wav"),
         EmbeddedResource(
             type="resource",
-            resource=TextResourceContents(uri="file:///notes.txt", text="a note", mime_type="text/plain"),
+            resource=TextResourceContents(
+                uri="file:///notes.txt", text="a note", mime_type="text/plain"
+            ),
         ),
         TextContent(type="text", text="plain words"),
     ]
