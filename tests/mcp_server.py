@@ -48,6 +48,7 @@ class PagedServer(MCPServer):
 server = PagedServer(
     "tickloop-test",
     instructions="Pages are fetched with fetch_page; count words with word_count.",
+    log_level="WARNING",
 )
 _in_flight = {"now": 0, "peak": 0}
 _gate = anyio.Event()
