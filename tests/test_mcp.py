@@ -408,6 +408,35 @@ def test_a_server_restarted_mid_run_is_reinitialised() -> None:
     assert result.state["page"]["url"] == "u"  # refused by the restarted server, sent again
 
 
+def test_a_server_gone_for_good_fails_calls_with_the_reason() -> None:
+    http = HTTPServer()
+    http.start()
+    server = tl.MCPServer.http(http.url, connect_timeout=5)
+
+    async def main() -> tuple[Any, Any]:
+        async with server:
+            try:
+                await tl.execute([{"_tool": "pid", "_outputPath": "†state.p"}], tools=[server])
+            finally:
+                http.stop()
+            lost = await tl.execute(
+                [
+                    {"_tool": "pid", "_outputPath": "†state.p"},
+                    {"_tool": "fetch_page", "url": "u", "_outputPath": "†state.f"},
+                ],
+                tools=[server],
+            )
+            with pytest.raises(tl.ConfigurationError, match="could not be used"):
+                await tl.execute([], tools=[server])  # a new run cannot connect either
+            return lost, None
+
+    lost, _ = trio.run(main)
+    messages = {e["data"]["call"]["_tool"]: e["data"]["error"]["message"] for e in lost.errors}
+    assert "may have taken effect" in messages["fetch_page"]
+    assert "could not be restored" in messages["pid"]  # idempotent: it was tried again
+    assert "ConnectError" in messages["pid"] and "ExceptionGroup" not in messages["pid"]
+
+
 def test_a_slow_server_past_its_timeout_fails_that_call_only(http_url: str) -> None:
     server = tl.MCPServer.http(http_url, timeout=0.5)
     result = tl.run_calls(

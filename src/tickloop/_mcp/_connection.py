@@ -121,6 +121,7 @@ class Connection:
         self._send, self._receive = trio.open_memory_channel[Request](math.inf)
         self._retry: list[Request] = []
         self._lost = False
+        self._closing = False
         self._taking: trio.CancelScope | None = None
         self.failure: ConfigurationError | None = None  # it never came up
         self.broken: str | None = None  # it came up, then could not be restored
@@ -138,6 +139,7 @@ class Connection:
             raise MCPConnectionError(f"the connection to {self.label} is closed") from None
 
     def close(self) -> None:
+        self._closing = True
         self._send.close()
 
     # -- the owner task -------------------------------------------------------------------------
@@ -200,8 +202,8 @@ class Connection:
             return "failed", str(error)
         except Exception as error:  # spawning, the handshake, the transport
             if served:
-                return "lost", describe_error(error)
-            return "failed", describe_error(error)
+                return "lost", _describe(error)
+            return "failed", _describe(error)
 
     def _started(self) -> None:
         """Hook replaced by `start`: tells the opener the tools are listed."""
@@ -278,11 +280,13 @@ class Connection:
             else:
                 self._on_loss(request, may_have_run=gone)
         except trio.Cancelled:
+            # Not the caller (that is `abandoned`): the connection is closing, or the
+            # transport failed under the session and took its tasks down with it.
             if not request.done.is_set() and not request.abandoned:
-                if self._lost:
-                    self._on_loss(request, may_have_run=True)
-                else:
+                if self._closing:
                     request.fail(MCPConnectionError(f"the connection to {self.label} closed"))
+                else:
+                    self._on_loss(request, may_have_run=True)
             raise
         except Exception as error:
             request.fail(error)
@@ -308,6 +312,13 @@ class Connection:
         else:
             request.replays += 1
             self._retry.append(request)
+
+
+def _describe(error: BaseException) -> str:
+    """The error, without the task-group wrappers around a lone cause."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return describe_error(error)
 
 
 def _session_gone(error: Any) -> bool | None:
