@@ -596,6 +596,9 @@ def test_the_approval_hook_sees_an_mcp_calls_resolved_parameters(http_url: str) 
 
     with pytest.raises(tl.ConfigurationError, match="no approval hook"):
         tl.Agent(tl.ScriptedModel([]), tools=[tl.MCPServer.http(http_url, requires_approval=True)])
+    unreachable = tl.MCPServer.http(f"http://127.0.0.1:{_free_port()}/mcp", requires_approval=True)
+    with pytest.raises(tl.ConfigurationError, match="no approval hook"):  # before connecting
+        tl.run_calls([], tools=[unreachable])
 
 
 def test_per_run_headers_and_meta_ride_along_without_a_new_server(http_url: str) -> None:

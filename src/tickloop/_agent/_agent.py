@@ -26,7 +26,7 @@ from .._core._tools import Tool, ToolSet, ToolSource, split_tools
 from .._durable._resume import DurableRun, RunSession
 from .._durable._store import SQLiteStore, as_store
 from .._engine._engine import Engine, check_configuration
-from .._engine._sources import OpenedTools, open_tools
+from .._engine._sources import OpenedTools, check_sources, open_tools
 from .._errors import ConfigurationError, ExecuteError
 from .._json._stream import SolutionStream
 from .._models._base import ModelError, SolutionRequest, TextDelta, Usage
@@ -150,7 +150,7 @@ class Agent:
         self.redact = Redactor(redact)
         self.tracer = make_tracer(tracer_provider)
         check_configuration(self.tools, approve, max_concurrency)
-        _check_sources(self.tool_sources, approve)
+        check_sources(self.tool_sources, approve)
         if protocol == "solution" and not hasattr(model, "stream_solution"):
             raise ConfigurationError(
                 f"{model!r} cannot stream solutions (it has no stream_solution method)"
@@ -443,18 +443,6 @@ class _SolutionLoop(OuterLoop):
             record.call for record in self.engine.records.values() if record.iteration == iteration
         ]
         self._append({"type": "plan", "calls": calls})
-
-
-def _check_sources(sources: list[ToolSource], approve: ApproveHook | None) -> None:
-    """A source whose tools may require approval needs the hook, as a tool does: said
-    when the agent is made, not when its server is first reached."""
-    if approve is None:
-        needing = [source.label for source in sources if source.may_require_approval()]
-        if needing:
-            raise ConfigurationError(
-                f"the tools of {', '.join(needing)} may require approval, but no approval "
-                "hook was given (pass approve=...)"
-            )
 
 
 def _iterations_in(log: ContextLog) -> int:

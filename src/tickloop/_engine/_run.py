@@ -15,9 +15,9 @@ import trio
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._log import ContextLog
 from .._core._scheduler import CallRecord
-from .._core._tools import Tool, ToolSource
+from .._core._tools import Tool, ToolSource, split_tools
 from ._engine import Engine
-from ._sources import open_tools
+from ._sources import check_sources, open_tools
 
 __all__ = ["ExecutionResult", "execute", "run_calls"]
 
@@ -86,6 +86,7 @@ async def execute(
 
     Tool sources in `tools` (MCP servers) are opened first and closed after the tick.
     """
+    check_sources(split_tools(tools)[1], approve)
     async with open_tools(tools) as opened:
         return await _execute(calls, opened.tools, state, input, approve, max_concurrency)
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from .._core._tools import Tool, ToolSet, ToolSource, split_tools
 from .._errors import ConfigurationError, unwrap_single
 
-__all__ = ["OpenedSource", "OpenedTools", "open_tools", "tool_sources"]
+__all__ = ["OpenedSource", "OpenedTools", "check_sources", "open_tools", "tool_sources"]
 
 
 @dataclass
@@ -63,6 +63,18 @@ async def open_tools(
                 opened.append(await stack.enter_async_context(opener.open_for_run()))
             instructions = [source.instructions for source in opened if source.instructions]
             yield OpenedTools(_merge(plain, opened), instructions)
+
+
+def check_sources(sources: Sequence[ToolSource], approve: Any) -> None:
+    """A source whose tools may require approval needs the hook, as a tool does: said
+    before anything connects, not when the server is first reached."""
+    if approve is None:
+        needing = [source.label for source in sources if source.may_require_approval()]
+        if needing:
+            raise ConfigurationError(
+                f"the tools of {', '.join(needing)} may require approval, but no approval "
+                "hook was given (pass approve=...)"
+            )
 
 
 def _merge(plain: list[Tool], opened: list[OpenedSource]) -> ToolSet:
