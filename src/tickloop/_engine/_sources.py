@@ -29,7 +29,10 @@ class OpenedSource:
 
 
 class _Openable(Protocol):
-    def open_for_run(self) -> Any: ...  # an async context manager of OpenedSource
+    """A source's side: an async context manager that starts connecting on entry and
+    yields an async function returning its `OpenedSource` once it is ready."""
+
+    def open_for_run(self) -> Any: ...
 
 
 @dataclass
@@ -57,10 +60,11 @@ async def open_tools(
         return
     with unwrap_single():
         async with AsyncExitStack() as stack:
-            opened: list[OpenedSource] = []
-            for source in sources:
+            waiting = []
+            for source in sources:  # every source starts connecting...
                 opener: _Openable = source  # type: ignore[assignment]
-                opened.append(await stack.enter_async_context(opener.open_for_run()))
+                waiting.append(await stack.enter_async_context(opener.open_for_run()))
+            opened = [await ready() for ready in waiting]  # ...then each is waited for
             instructions = [source.instructions for source in opened if source.instructions]
             yield OpenedTools(_merge(plain, opened), instructions)
 

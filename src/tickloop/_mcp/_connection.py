@@ -122,6 +122,8 @@ class Connection:
         self._retry: list[Request] = []
         self._lost = False
         self._closing = False
+        self._ready = trio.Event()
+        self._owner_scope = trio.CancelScope()
         self._taking: trio.CancelScope | None = None
         self.failure: ConfigurationError | None = None  # it never came up
         self.broken: str | None = None  # it came up, then could not be restored
@@ -141,6 +143,8 @@ class Connection:
     def close(self) -> None:
         self._closing = True
         self._send.close()
+        if not self._ready.is_set():  # still connecting: stop that (in the owner task)
+            self._owner_scope.cancel()
 
     # -- the owner task -------------------------------------------------------------------------
 
@@ -206,21 +210,23 @@ class Connection:
             return "failed", _describe(error)
 
     def _started(self) -> None:
-        """Hook replaced by `start`: tells the opener the tools are listed."""
+        self._ready.set()
 
-    async def start(self, nursery: trio.Nursery) -> None:
-        """Start the owner in `nursery` and wait until it has listed the tools (or failed)."""
-        ready = trio.Event()
-        self._started = ready.set  # type: ignore[method-assign]
+    def spawn(self, nursery: trio.Nursery) -> None:
+        """Start the owner in `nursery`; `ready` waits until it has listed the tools.
+        Several connections spawned before any is awaited connect at the same time."""
 
         async def run() -> None:
-            try:
-                await self.own()
-            finally:
-                ready.set()
+            with self._owner_scope:
+                try:
+                    await self.own()
+                finally:
+                    self._ready.set()
 
         nursery.start_soon(run)
-        await ready.wait()
+
+    async def ready(self) -> None:
+        await self._ready.wait()
         if self.failure is not None:
             raise self.failure
 

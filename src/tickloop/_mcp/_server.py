@@ -10,7 +10,15 @@ import contextvars
 import importlib.util
 import re
 import shlex
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import Any
 
@@ -152,14 +160,24 @@ class MCPServer(ToolSource):
         return self.requires_approval is not False
 
     @asynccontextmanager
-    async def open_for_run(self) -> AsyncIterator[OpenedSource]:
+    async def open_for_run(self) -> AsyncIterator[Callable[[], Awaitable[OpenedSource]]]:
         """This server's tools for one run: on the `async with server:` connection when
-        there is one in this trio run, otherwise on a connection of the run's own."""
+        there is one in this trio run, otherwise on a connection of the run's own. What
+        it yields is awaited for the tools once every source has started connecting."""
         if self._usable_shared():
-            yield self._opened(self._shared_tools, self._shared_instructions)
+            tools, instructions = self._shared_tools, self._shared_instructions
+
+            async def shared() -> OpenedSource:
+                return self._opened(tools, instructions)
+
+            yield shared
             return
-        async with self._connect() as (tools, instructions):
-            yield self._opened(tools, instructions)
+        async with self._connect() as listing:
+
+            async def own() -> OpenedSource:
+                return self._opened(*await listing())
+
+            yield own
 
     def _opened(self, tools: list[Tool], instructions: str | None) -> OpenedSource:
         text = None
@@ -171,7 +189,8 @@ class MCPServer(ToolSource):
         """The tools this server stands for (after `prefix` and `allowed`), each a `Tool`."""
         if self._usable_shared():
             return list(self._shared_tools)
-        async with self._connect() as (tools, _):
+        async with self._connect() as listing:
+            tools, _ = await listing()
             return list(tools)
 
     async def __aenter__(self) -> MCPServer:
@@ -179,7 +198,8 @@ class MCPServer(ToolSource):
             raise RuntimeError(f"{self!r} is already open (async with server: is not re-entrant)")
         stack = AsyncExitStack()
         try:
-            tools, instructions = await stack.enter_async_context(self._connect(shared=True))
+            listing = await stack.enter_async_context(self._connect(shared=True))
+            tools, instructions = await listing()
         except BaseException:
             await stack.aclose()
             raise
@@ -226,7 +246,7 @@ class MCPServer(ToolSource):
     @asynccontextmanager
     async def _connect(
         self, *, shared: bool = False
-    ) -> AsyncIterator[tuple[list[Tool], str | None]]:
+    ) -> AsyncIterator[Callable[[], Awaitable[tuple[list[Tool], str | None]]]]:
         listed: dict[str, Any] = {}
 
         def on_listing(tools: list[Any], instructions: str | None) -> None:
@@ -236,11 +256,16 @@ class MCPServer(ToolSource):
         connection = Connection(self.label, self._transport, self.connect_timeout, on_listing)
         with unwrap_single():
             async with trio.open_nursery() as nursery:
-                try:
-                    await connection.start(nursery)
+                connection.spawn(nursery)
+
+                async def listing() -> tuple[list[Tool], str | None]:
+                    await connection.ready()
                     if shared:
                         self._shared = connection
-                    yield listed["tools"], listed["instructions"]
+                    return listed["tools"], listed["instructions"]
+
+                try:
+                    yield listing
                 finally:
                     connection.close()
 
