@@ -387,11 +387,16 @@ def http_transport(url: str, headers: Mapping[str, str] | None) -> Transport:
     return open_http
 
 
+_DEVNULL: list[Any] = []
+
+
 def _errlog() -> Any:
     """Where the server's stderr goes: ours, when it is a real file (a test runner's
-    capture may not be)."""
+    capture may not be); otherwise one null device, opened once for the process."""
     try:
         sys.stderr.fileno()
         return sys.stderr
     except (AttributeError, OSError, ValueError):
-        return open(os.devnull, "w")  # lives as long as the process
+        if not _DEVNULL:
+            _DEVNULL.append(open(os.devnull, "w"))
+        return _DEVNULL[0]
