@@ -12,6 +12,7 @@ from ._core._scheduler import CallRecord
 from ._core._tools import Branch, CallContext, Tool, tool
 from ._durable._store import CallInfo, PendingDecision, RunInfo, SQLiteStore
 from ._engine._run import ExecutionResult, execute, run_calls
+from ._human import BrowserApproval, ConsoleApproval
 from ._errors import (
     ConfigurationError,
     ExecuteError,
@@ -64,6 +65,7 @@ __all__ = [
     "Agent",
     "Anthropic",
     "Approve",
+    "BrowserApproval",
     "Branch",
     "CallAwaitingApproval",
     "CallContext",
@@ -75,6 +77,7 @@ __all__ = [
     "CallRecord",
     "CallStarted",
     "ConfigurationError",
+    "ConsoleApproval",
     "Decision",
     "Defer",
     "Deny",
