@@ -148,10 +148,22 @@ class ConsoleApproval:
         out = self._output or sys.stderr
         out.write(prompt)
         out.flush()
-        line = (self._input or sys.stdin).readline()
+        source = self._input or sys.stdin
+        line = source.readline()
         if not line:
+            out.write("\n")
             return None
-        return line.rstrip("\r\n")
+        line = line.rstrip("\r\n")
+        if not _is_terminal(source):  # piped: echo the answer, so a log reads like a session
+            out.write(line + "\n")
+        return line
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 class _GaveUp(Exception):

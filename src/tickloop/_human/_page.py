@@ -335,7 +335,7 @@ document.addEventListener("submit",function(ev){
  var data=new FormData(form);var button=ev.submitter;
  if(button&&button.name)data.set(button.name,button.value);
  var card=form.closest(".call");var outcome=card.querySelector(".outcome")||form.querySelector(".problem");
- fetch(form.action,{method:"POST",body:new URLSearchParams(data),
+ fetch(form.getAttribute("action"),{method:"POST",body:new URLSearchParams(data),
   headers:{"Accept":"application/json"},credentials:"same-origin"})
  .then(function(r){return r.json().then(function(j){return [r.ok,j];});})
  .then(function(res){
@@ -372,7 +372,8 @@ var token=new URLSearchParams(location.search).get("token")||"";
 if(window.EventSource){
  var es=new EventSource("/events?token="+encodeURIComponent(token));
  var dot=document.getElementById("live");
- es.onopen=function(){dot.className="on";};
+ // What changed between rendering this page and connecting is fetched once on open.
+ es.onopen=function(){dot.className="on";refresh();};
  es.onerror=function(){dot.className="";};
  es.onmessage=function(){refresh();};
 }
