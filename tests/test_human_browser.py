@@ -129,8 +129,12 @@ PLAN = [
         "memo": "†state.profile.note",  # a tool's output, hostile: shown as text
         "_outputPath": "†state.receipt",
     },
-    {"_tool": "refund", "customer": "†state.profile.customer", "cents": 700,
-     "_outputPath": "†state.refund"},
+    {
+        "_tool": "refund",
+        "customer": "†state.profile.customer",
+        "cents": 700,
+        "_outputPath": "†state.refund",
+    },
 ]
 
 
@@ -151,7 +155,7 @@ def _run_in_background(agent: tl.Agent, run_id: str) -> tuple[threading.Thread, 
 def test_approve_one_call_and_edit_the_other_in_the_browser(browser: Any, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
 
-    with tl.BrowserApproval(output=open(os.devnull, "w")) as approval:  # noqa: SIM115
+    with tl.BrowserApproval(output=open(os.devnull, "w")) as approval:
         model = tl.ScriptedModel(
             [{"calls": PLAN, "output": None}, {"calls": [], "output": "finished"}]
         )
@@ -207,16 +211,23 @@ def test_approve_one_call_and_edit_the_other_in_the_browser(browser: Any, tmp_pa
         _screenshot(browser, tmp_path, "approvals_run.png")
 
 
-def test_a_deny_reason_typed_in_the_browser_reaches_the_model(
-    browser: Any, tmp_path: Path
-) -> None:
+def test_a_deny_reason_typed_in_the_browser_reaches_the_model(browser: Any, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
 
-    with tl.BrowserApproval(output=open(os.devnull, "w")) as approval:  # noqa: SIM115
+    with tl.BrowserApproval(output=open(os.devnull, "w")) as approval:
         model = tl.ScriptedModel(
             [
-                {"calls": [{"_tool": "refund", "customer": "bob", "cents": 90_000,
-                            "_outputPath": "†state.refund"}], "output": None},
+                {
+                    "calls": [
+                        {
+                            "_tool": "refund",
+                            "customer": "bob",
+                            "cents": 90_000,
+                            "_outputPath": "†state.refund",
+                        }
+                    ],
+                    "output": None,
+                },
                 {"calls": [], "output": "gave up"},
             ]
         )
@@ -240,7 +251,7 @@ def test_a_deny_reason_typed_in_the_browser_reaches_the_model(
 # Stored runs: the inbox of `tickloop serve`
 
 AGENT_MODULE = textwrap.dedent(
-    '''
+    """
     import tickloop as tl
 
     @tl.tool
@@ -265,7 +276,7 @@ AGENT_MODULE = textwrap.dedent(
         model = tl.ScriptedModel([{"calls": PLAN, "output": None},
                                   {"calls": [], "output": "paid"}])
         return tl.Agent(model, tools=[fetch, pay, email], approve=lambda call: tl.Defer())
-    '''
+    """
 )
 
 
@@ -356,9 +367,7 @@ def test_the_inbox_records_decisions_as_tickloop_approve_does(
         assert edit.status_code == 409 and "--agent" in edit.json()["error"]
         first = httpx.post(f"{base}/decide", data=form, headers={"Origin": base})
         assert first.status_code == 303
-        assert tl.SQLiteStore(paused_store).pending("bill-1")[0].decision == {
-            "decision": "approve"
-        }
+        assert tl.SQLiteStore(paused_store).pending("bill-1")[0].decision == {"decision": "approve"}
         second = httpx.post(f"{base}/decide", data=form, headers={"Origin": base})
         assert second.status_code == 409
         assert "already decided (approve)" in html.unescape(second.text)
@@ -377,7 +386,7 @@ def test_the_console_transcript_renders_for_the_docs(browser: Any, tmp_path: Pat
     script = tmp_path / "console_demo.py"
     script.write_text(
         textwrap.dedent(
-            '''
+            """
             import tickloop as tl
 
             @tl.tool
@@ -399,7 +408,7 @@ def test_the_console_transcript_renders_for_the_docs(browser: Any, tmp_path: Pat
                  {"_tool": "email", "receipt": "†state.receipt", "_outputPath": "†state.mail"}],
                 tools=[lookup, charge, email], approve=tl.ConsoleApproval())
             print(result.state["receipt"])
-            '''
+            """
         ),
         encoding="utf-8",
     )

@@ -15,7 +15,7 @@ import trio
 import tickloop as tl
 
 SCRIPT = textwrap.dedent(
-    '''
+    """
     import json
     import tickloop as tl
 
@@ -46,9 +46,8 @@ SCRIPT = textwrap.dedent(
                           approve=tl.ConsoleApproval())
     print(json.dumps({"state": result.state,
                       "statuses": {k: r.status for k, r in result.records.items()},
-                      "errors": [e["error"]["message"] if "error" in e else str(e)
-                                 for e in result.errors]}))
-    '''
+                      "errors": [e["data"]["error"]["message"] for e in result.errors]}))
+    """
 )
 
 

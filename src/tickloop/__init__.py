@@ -12,7 +12,6 @@ from ._core._scheduler import CallRecord
 from ._core._tools import Branch, CallContext, Tool, tool
 from ._durable._store import CallInfo, PendingDecision, RunInfo, SQLiteStore
 from ._engine._run import ExecutionResult, execute, run_calls
-from ._human import BrowserApproval, ConsoleApproval
 from ._errors import (
     ConfigurationError,
     ExecuteError,
@@ -22,6 +21,7 @@ from ._errors import (
     StoreError,
     TickloopError,
 )
+from ._human import BrowserApproval, ConsoleApproval
 from ._json._stream import resilient_json_parse
 from ._models import (
     Anthropic,
@@ -65,8 +65,8 @@ __all__ = [
     "Agent",
     "Anthropic",
     "Approve",
-    "BrowserApproval",
     "Branch",
+    "BrowserApproval",
     "CallAwaitingApproval",
     "CallContext",
     "CallDecided",

@@ -70,7 +70,9 @@ def run_serve(arguments: argparse.Namespace, out: TextIO | None = None) -> int:
     except KeyboardInterrupt:
         pass
     except OSError as error:
-        print(f"tickloop serve: cannot listen on {arguments.host}:{arguments.port}: {error}",
-              file=sys.stderr)
+        print(
+            f"tickloop serve: cannot listen on {arguments.host}:{arguments.port}: {error}",
+            file=sys.stderr,
+        )
         return 2
     return 0

@@ -291,15 +291,26 @@ class BrowserApproval:
             info = RunInfo(run.run_id, run.status, run.created, time.time(), len(run.calls))
             calls = [
                 CallInfo(
-                    c.id, c.seq, c.iteration, c.tool, c.status, None, c.params, list(c.deps),
-                    c.decision, c.error, c.received, c.ready, c.asked, c.decided, c.started,
+                    c.id,
+                    c.seq,
+                    c.iteration,
+                    c.tool,
+                    c.status,
+                    None,
+                    c.params,
+                    list(c.deps),
+                    c.decision,
+                    c.error,
+                    c.received,
+                    c.ready,
+                    c.asked,
+                    c.decided,
+                    c.started,
                     c.finished,
                 )
                 for c in run.calls.values()
             ]
-            requests = [
-                _Request(iteration, start, end) for iteration, start, end in run.requests
-            ]
+            requests = [_Request(iteration, start, end) for iteration, start, end in run.requests]
         return _render(info, calls, requests, [], [])
 
     async def decide(self, run_id: str, call_id: str, action: str, reason: str, text: str) -> str:

@@ -180,7 +180,7 @@ def render_index(
     body = (
         f'<section id="pending" data-live><h2>Waiting for a decision '
         f'<span class="count">{len(waiting)}</span></h2>'
-        f'{cards or "<p class=empty>Nothing is waiting for a decision.</p>"}</section>'
+        f"{cards or '<p class=empty>Nothing is waiting for a decision.</p>'}</section>"
         f'<section id="runs" data-live data-replace><h2>Runs</h2>'
         f"{_runs_table(runs, token)}</section>"
     )
@@ -300,12 +300,14 @@ function check(s,v,path,out){
   if(s.minLength!==undefined&&v.length<s.minLength)out.push(at+"is shorter than "+s.minLength);
   if(s.maxLength!==undefined&&v.length>s.maxLength)out.push(at+"is longer than "+s.maxLength);}
  if(typeOf(v)==="object"){
-  (s.required||[]).forEach(function(r){if(!(r in v))out.push(at+"'"+r+"' is a required property");});
+  (s.required||[]).forEach(function(r){
+   if(!(r in v))out.push(at+"'"+r+"' is a required property");});
   var props=s.properties||{};
   Object.keys(v).forEach(function(k){
    if(k in props)check(props[k],v[k],path.concat([k]),out);
    else if(s.additionalProperties===false)out.push(at+"'"+k+"' is not allowed");
-   else if(typeof s.additionalProperties==="object")check(s.additionalProperties,v[k],path.concat([k]),out);});}
+   else if(typeof s.additionalProperties==="object")
+    check(s.additionalProperties,v[k],path.concat([k]),out);});}
  if(typeOf(v)==="array"&&s.items&&typeof s.items==="object")
   v.forEach(function(x,i){check(s.items,x,path.concat([i]),out);});
 }
@@ -334,7 +336,8 @@ document.addEventListener("submit",function(ev){
  if(showProblems(form).length)return;
  var data=new FormData(form);var button=ev.submitter;
  if(button&&button.name)data.set(button.name,button.value);
- var card=form.closest(".call");var outcome=card.querySelector(".outcome")||form.querySelector(".problem");
+ var card=form.closest(".call");
+ var outcome=card.querySelector(".outcome")||form.querySelector(".problem");
  fetch(form.getAttribute("action"),{method:"POST",body:new URLSearchParams(data),
   headers:{"Accept":"application/json"},credentials:"same-origin"})
  .then(function(r){return r.json().then(function(j){return [r.ok,j];});})

@@ -209,7 +209,7 @@ class WebApp:
             except Refused as refusal:
                 if wants_json:
                     return json_response({"error": str(refusal)}, 409)
-                return await index(request_with_token(request), str(refusal), "refused")
+                return await index(_WithToken(self.token), str(refusal), "refused")
             if wants_json:
                 return json_response({"message": message}, 200)
             target = f"/?token={quote(self.token)}&flash={quote(message)}"
@@ -222,12 +222,6 @@ class WebApp:
                 media_type="application/json",
                 headers=headers("x"),
             )
-
-        def request_with_token(request: Any) -> Any:
-            class _Shim:
-                query_params = {"token": self.token}
-
-            return _Shim()
 
         async def events(request: Any) -> Any:
             if not allowed(request.query_params.get("token")):
@@ -246,9 +240,7 @@ class WebApp:
                         seen = changed
                         yield f"data: {seen}\n\n"
 
-            return StreamingResponse(
-                stream(), media_type="text/event-stream", headers=headers("x")
-            )
+            return StreamingResponse(stream(), media_type="text/event-stream", headers=headers("x"))
 
         return Starlette(
             routes=[
@@ -259,6 +251,13 @@ class WebApp:
                 Route("/events", events),
             ]
         )
+
+
+class _WithToken:
+    """What `index` reads of a request, to render a refusal on the inbox page."""
+
+    def __init__(self, token: str) -> None:
+        self.query_params = {"token": token}
 
 
 async def serve(
