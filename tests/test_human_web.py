@@ -226,3 +226,59 @@ def test_a_stored_edit_may_not_write_the_placeholder_into_a_secret() -> None:
             text='{"customer": "ada", "cents": 5, "auth": {"token": "[redacted]", "n": 2}}',
             redactor=Redactor(),
         )
+
+
+def test_a_call_nobody_answers_in_time_is_denied() -> None:
+    with tl.BrowserApproval(output=io.StringIO(), timeout=0.05) as hook:
+        result = tl.run_calls(
+            [{"_tool": "charge", "customer": "ada", "cents": 1}], tools=[charge], approve=hook
+        )
+    assert result.records["c1.0"].status == "denied"
+    assert "nobody answered" in result.errors[0]["data"]["error"]["message"]
+
+
+def test_serve_refuses_a_store_that_does_not_exist(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tickloop._cli._main import main
+
+    assert main(["serve", "--store", str(tmp_path / "none.db")]) == 2
+    assert "no store at" in capsys.readouterr().err
+
+
+def test_the_inbox_resumes_a_run_only_once_every_deferred_call_is_decided(tmp_path: Any) -> None:
+    import trio
+
+    from tickloop._human._inbox import StoreInbox
+
+    @tl.tool(requires_approval=True)
+    def refund(cents: int) -> str:
+        return "refunded"
+
+    plan = [
+        {"_tool": "charge", "customer": "ada", "cents": 5, "_outputPath": "†state.r"},
+        {"_tool": "refund", "cents": 3, "_outputPath": "†state.f"},
+    ]
+    model = tl.ScriptedModel([{"calls": plan, "output": None}, {"calls": [], "output": "ok"}])
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    agent = tl.Agent(model, tools=[charge, refund], approve=lambda c: tl.Defer(), store=store)
+    assert agent.run({}, run_id="r").status == "paused"
+    inbox = StoreInbox(store, agent, log=io.StringIO())
+
+    async def settled() -> None:
+        while inbox._resuming:
+            await trio.sleep(0.01)
+
+    async def main() -> None:
+        with trio.fail_after(30):  # a safety net only
+            async with trio.open_nursery() as nursery:
+                inbox._nursery = nursery
+                await inbox.decide("r", "c1.0", "approve", "", "")
+                await settled()
+                assert store.run("r").status == "paused"  # c1.1 is still undecided
+                await inbox.decide("r", "c1.1", "deny", "not today", "")
+                await settled()
+                assert store.run("r").status == "done"
+
+    trio.run(main)
+    assert store.run("r").output == "ok"
