@@ -142,7 +142,7 @@ def test_values_are_escaped_and_secrets_redacted(approval: tl.BrowserApproval) -
 def test_a_respond_writes_the_persons_value(approval: tl.BrowserApproval) -> None:
     thread, box = _pending_run(approval, customer="ada", cents=5)
     base, token = _split(approval.url)
-    httpx.post(
+    answer = httpx.post(
         base + "/decide",
         data={
             "token": token,
@@ -151,7 +151,9 @@ def test_a_respond_writes_the_persons_value(approval: tl.BrowserApproval) -> Non
             "action": "respond",
             "value": '{"id": "manual"}',
         },
+        headers={"Accept": "application/json"},
     )
+    assert answer.json() == {"message": "answered c1.0"}
     thread.join(10)
     assert box["result"].state["r"] == {"id": "manual"}
 
@@ -282,3 +284,18 @@ def test_the_inbox_resumes_a_run_only_once_every_deferred_call_is_decided(tmp_pa
 
     trio.run(main)
     assert store.run("r").output == "ok"
+
+
+def test_a_long_lived_page_keeps_its_most_recent_runs(approval: tl.BrowserApproval) -> None:
+    import trio
+
+    from tickloop._observe._events import RunStarted
+
+    async def many_runs() -> None:
+        for n in range(60):
+            approval.on_run_event(RunStarted(run_id=f"run-{n}", time=trio.current_time()))
+
+    trio.run(many_runs)
+    runs, _ = approval.snapshot()
+    assert len(runs) == 50
+    assert runs[0].run_id == "run-59" and runs[-1].run_id == "run-10"

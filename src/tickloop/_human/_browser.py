@@ -32,6 +32,8 @@ from ._web import Changes, WebApp, require_web, serve
 __all__ = ["BrowserApproval"]
 
 _CLOSED = "denied: the approval page was closed before a person decided"
+_KEPT_RUNS = 50  # the page of a long-lived process shows its most recent runs
+_VERBS = {"approve": "approved", "deny": "denied", "edit": "edited", "respond": "answered"}
 
 
 @dataclass(slots=True)
@@ -211,6 +213,8 @@ class BrowserApproval:
         if run is None:
             offset = time.time() - trio.current_time()
             run = self._runs[event.run_id] = _LiveRun(event.run_id, event.time + offset, offset)
+            while len(self._runs) > _KEPT_RUNS:
+                del self._runs[next(iter(self._runs))]
         at = event.time + run.offset
         if isinstance(event, ev.RunStarted):
             run.status, run.note = "running", None
@@ -338,6 +342,6 @@ class BrowserApproval:
             waiting.decision = decision
             waiting.answered.set()
         self.changes.bump()
-        verb = {"approve": "approved", "deny": "denied", "edit": "edited"}.get(name, name)
+        verb = _VERBS.get(name, name)
         where = f" of run {run_id}" if run_id else ""
         return f"{verb} {call_id}{where}"

@@ -122,7 +122,7 @@ class StoreInbox:
         )
         self.changes.bump()
         self._resume_if_ready(run_id)
-        verb = {"approve": "approved", "deny": "denied", "edit": "edited"}.get(decision, decision)
+        verb = {"approve": "approved", "deny": "denied", "edit": "edited"}.get(decision, "answered")
         then = (
             "; the run resumes once every call it waits on is decided"
             if self.agent is not None
