@@ -3,6 +3,8 @@ on it) and partial edits: `Edit(cents=...)` changes one parameter and keeps the 
 
 from __future__ import annotations
 
+import copy
+import pickle
 from pathlib import Path
 
 import pytest
@@ -120,8 +122,10 @@ def test_edit_takes_a_dict_or_keywords_but_not_both_nor_nothing() -> None:
 
 
 @pytest.mark.parametrize("edit", [tl.Edit({"a": 1}), tl.Edit(a=1), tl.Edit(params=3)])
-def test_edits_survive_the_store_round_trip(edit: tl.Edit) -> None:
+def test_edits_survive_the_store_round_trip_copies_and_pickles(edit: tl.Edit) -> None:
     assert decision_from_dict(decision_to_dict(edit)) == edit
+    assert copy.deepcopy(edit) == edit
+    assert pickle.loads(pickle.dumps(edit)) == edit
 
 
 def test_a_partial_edit_decided_for_a_stored_run_keeps_the_secret(tmp_path: Path) -> None:

@@ -299,3 +299,39 @@ def test_a_long_lived_page_keeps_its_most_recent_runs(approval: tl.BrowserApprov
     runs, _ = approval.snapshot()
     assert len(runs) == 50
     assert runs[0].run_id == "run-59" and runs[-1].run_id == "run-10"
+
+
+def test_the_run_goes_on_while_the_page_waits_for_a_person(
+    approval: tl.BrowserApproval,
+) -> None:
+    ran = threading.Event()
+
+    @tl.tool
+    def independent() -> str:
+        ran.set()
+        return "ok"
+
+    box: dict[str, Any] = {}
+    calls = [
+        {"_tool": "charge", "customer": "ada", "cents": 5, "_outputPath": "†state.r"},
+        {"_tool": "independent", "_outputPath": "†state.i"},
+    ]
+    thread = threading.Thread(
+        target=lambda: box.update(
+            result=tl.run_calls(calls, tools=[charge, independent], approve=approval)
+        ),
+        daemon=True,
+    )
+    thread.start()
+    # Nobody has answered c1.0 (only this test answers), yet the other call ran.
+    assert ran.wait(10), "the independent call waited for the person"
+    deadline = time.monotonic() + 10
+    while not approval.snapshot()[1]:  # the question reaches the page
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    base, token = _split(approval.url)
+    httpx.post(
+        base + "/decide", data={"token": token, "run": "", "call": "c1.0", "action": "approve"}
+    )
+    thread.join(10)
+    assert box["result"].state == {"r": {"customer": "ada", "cents": 5, "key": ""}, "i": "ok"}

@@ -116,6 +116,12 @@ class Edit:
 
     __hash__ = None  # type: ignore[assignment]  # holds dicts
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Copies and pickles rebuild through __init__ (attributes cannot be set).
+        if self.changes is None:
+            return (Edit, (self.params,))
+        return (_partial_edit, (self.changes,))
+
     def __repr__(self) -> str:
         if self.changes is None:
             return f"Edit({self.params!r})"
@@ -126,6 +132,10 @@ class Edit:
         if self.changes is None:
             return self.params
         return {**params, **self.changes}
+
+
+def _partial_edit(changes: dict[str, Any]) -> Edit:
+    return Edit(**changes)
 
 
 @dataclass(frozen=True, slots=True)
