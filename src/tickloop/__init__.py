@@ -21,6 +21,7 @@ from ._errors import (
     StoreError,
     TickloopError,
 )
+from ._human import BrowserApproval, ConsoleApproval
 from ._json._stream import resilient_json_parse
 from ._mcp import MCPServer
 from ._models import (
@@ -66,6 +67,7 @@ __all__ = [
     "Anthropic",
     "Approve",
     "Branch",
+    "BrowserApproval",
     "CallAwaitingApproval",
     "CallContext",
     "CallDecided",
@@ -76,6 +78,7 @@ __all__ = [
     "CallRecord",
     "CallStarted",
     "ConfigurationError",
+    "ConsoleApproval",
     "Decision",
     "Defer",
     "Deny",
