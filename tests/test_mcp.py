@@ -188,6 +188,27 @@ def test_the_same_plan_runs_with_protocol_tools(http_url: str) -> None:
     assert any(tool["name"] == "fetch_page" for tool in model.requests[0]["tools"])
 
 
+def test_an_agent_streams_its_answer_with_mcp_tools(http_url: str) -> None:
+    server = tl.MCPServer.http(http_url)
+    model = tl.ScriptedModel(
+        [
+            {"tool_calls": [{"name": "shout", "arguments": {"text": "quiet"}}]},
+            "It said QUIET.",
+        ],
+        chunk_chars=4,
+    )
+    agent = tl.Agent(model, tools=[server], protocol="tools")
+
+    async def main() -> tuple[str, tl.RunResult]:
+        async with agent.stream("shout it") as stream:
+            text = "".join([chunk async for chunk in stream.text()])
+        return text, stream.result
+
+    text, result = trio.run(main)
+    assert text == result.output == "It said QUIET."
+    assert result.records["c1.0"].output == "QUIET"
+
+
 def test_run_calls_and_execute_take_a_server_in_tools(http_url: str) -> None:
     server = tl.MCPServer.http(http_url)
     plan = [
@@ -572,6 +593,33 @@ def test_a_schema_strict_mode_rejects_goes_as_json_text_for_that_tool_only(
     import jsonschema
 
     jsonschema.validate({"calls": [call], "output": None}, schema)
+
+
+def test_a_local_tool_with_a_free_form_map_gets_the_same_json_text_fallback() -> None:
+    @tl.tool
+    def label(labels: dict[str, int], name: str) -> int:
+        """Sum the labels."""
+        return sum(labels.values())
+
+    @tl.tool
+    def make() -> dict[str, int]:
+        return {"c": 5}
+
+    calls = [
+        {"_tool": "label", "labels": '{"a": 1, "b": 2}', "name": "x", "_outputPath": "†state.s"},
+        {"_tool": "make", "_outputPath": "†state.made"},
+        {"_tool": "label", "labels": "†state.made", "name": "y", "_outputPath": "†state.t"},
+    ]
+    model = tl.ScriptedModel([{"calls": calls, "output": None}, {"calls": [], "output": 1}])
+    result = tl.Agent(model, tools=[label, make]).run({})
+    assert result.errors == []
+    assert result.state["s"] == 3  # the JSON text was parsed back
+    assert result.state["t"] == 5  # a reference stays a reference
+    menu = model.requests[0]["messages"][0]["content"]
+    assert "write labels as JSON text" in menu
+    variant = model.requests[0]["schema"]["properties"]["calls"]["items"]["anyOf"][0]
+    assert variant["properties"]["labels"]["type"] == "string"
+    assert variant["properties"]["name"]["anyOf"][0] == {"type": "string"}
 
 
 # -- approval, per-run options, instructions, durability -----------------------------------------
