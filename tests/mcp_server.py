@@ -2,7 +2,7 @@
 
 `python tests/mcp_server.py` serves over stdio (the client spawns it);
 `python tests/mcp_server.py --http PORT` serves streamable HTTP on 127.0.0.1:PORT/mcp.
-Its tool listing comes in pages of four, so every client test follows cursors.
+Its tool listing comes in pages of five (three pages), so every client test follows cursors.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from mcp_types import (
     ToolAnnotations,
 )
 
-PAGE_SIZE = 4
+PAGE_SIZE = 5
 PIXEL = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
 
 
