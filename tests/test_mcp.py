@@ -481,6 +481,10 @@ def test_a_server_that_will_not_start_or_answer_is_a_configuration_error(
         tl.Agent(model, tools=[missing]).run({})
     assert model.requests == []  # before the run's first request
 
+    quitter = tl.MCPServer.stdio(sys.executable, ["-c", "pass"])  # exits at once
+    with pytest.raises(tl.ConfigurationError, match=r"-c pass.*could not be used"):
+        tl.run_calls([], tools=[quitter])
+
     mute = tl.MCPServer.stdio(
         sys.executable, ["-c", "import time; time.sleep(60)"], connect_timeout=1
     )
