@@ -128,6 +128,8 @@ def event_to_dict(event: Event) -> dict[str, Any]:
         }
     elif isinstance(event, TickOpened):
         body = {"type": "TickOpened", "iteration": event.iteration}
+        if event.plan_order:
+            body["plan_order"] = True
     elif isinstance(event, StreamClosed):
         body = {"type": "StreamClosed"}
     elif isinstance(event, FaultReported):
@@ -152,7 +154,8 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
     if kind == "DecisionMade":
         return DecisionMade(data["call_id"], decision_from_dict(data["decision"]), date)
     if kind == "TickOpened":
-        return TickOpened(data["iteration"], date)
+        # A journal written before plan order replays its ticks with the old rule.
+        return TickOpened(data["iteration"], date, bool(data.get("plan_order", False)))
     if kind == "StreamClosed":
         return StreamClosed(date)
     if kind == "FaultReported":
@@ -368,6 +371,10 @@ class DurableRun:
             self.handed = set()
         elif isinstance(event, StreamClosed):
             self.plan_due = True
+        elif isinstance(event, CallFinished):
+            # Not running any more, even while its write is held (PROTOCOL §4): the
+            # journaled result is replayed and applied in plan order, never run again.
+            self.running.pop(event.call_id, None)
         elif isinstance(event, CallReceived | FaultReported):
             call = event.call
             handed = call.get("_id") if isinstance(call, dict) else None
