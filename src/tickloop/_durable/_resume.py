@@ -256,6 +256,7 @@ class DurableRun:
         self.solutions: set[int] = set()
         self.plan_due = False
         self.verdicts: dict[int, Any] = {}  # iteration -> accepted output (None: none)
+        self.unresolved: set[int] = set()  # iterations whose output awaits its tick (§8)
         self.decisions: dict[str, Decision] = {}
         self.resumed = False
         self._pending: list[tuple[float, str, str]] = []
@@ -349,10 +350,19 @@ class DurableRun:
             await self._wakeup.wait()
             self.commit()
 
-    def verdict(self, iteration: int, output: Any) -> None:
-        """The loop's judgement of an iteration's answer: its accepted output, or None."""
+    def verdict(self, iteration: int, output: Any, *, unresolved: bool = False) -> None:
+        """The loop's judgement of an iteration's answer: its accepted output, or None.
+
+        `unresolved`: an output with references, resolved once the tick is over (§8); a
+        resume that finishes the tick resolves it then.
+        """
         self.verdicts[iteration] = output
-        self.note("verdict", iteration=iteration, output=output)
+        if unresolved:
+            self.unresolved.add(iteration)
+            self.note("verdict", iteration=iteration, output=output, unresolved=True)
+        else:
+            self.unresolved.discard(iteration)
+            self.note("verdict", iteration=iteration, output=output)
 
     # -- tracking (live and on replay) -------------------------------------------------
 
@@ -500,6 +510,10 @@ class DurableRun:
                 self._track(event, actions, at)
             elif body.get("note") == "verdict":
                 self.verdicts[body["iteration"]] = body.get("output")
+                if body.get("unresolved"):
+                    self.unresolved.add(body["iteration"])
+                else:
+                    self.unresolved.discard(body["iteration"])
             elif body.get("note") == "restart" and body.get("call_id") in self.rows:
                 self.rows[body["call_id"]].started = at
         # Times of calls that ran in an earlier process, on this process's trio clock.
@@ -577,6 +591,8 @@ class DurableRun:
         else:
             loop.paused = bool(scheduler.deferred)
         output = self.verdicts.get(iteration)
+        if iteration in self.unresolved and not loop.paused:
+            output = loop.finish_output(iteration, output)
         return output is not None and not loop.paused, output
 
 
