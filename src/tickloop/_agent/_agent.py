@@ -416,6 +416,7 @@ class _SolutionLoop(OuterLoop):
         output = strip_strict_output_nulls(output, self.agent.output.schema)
         if has_references(output):
             return output, True
+        output = resolve_output(output, self.log)[0]  # `††x` is the literal `†x` (§3)
         output, problem = self._check_output(output)
         if problem is not None:
             self.engine.report(_fault(problem), {"output": output})
