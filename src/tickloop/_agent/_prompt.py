@@ -165,6 +165,7 @@ def _render_kind(log: ContextLog, kind: str, budget: int | None) -> str:
 
 
 _MAX_SHOWN_KEYS = 50  # an object over budget shows its keys (one level) up to this many
+_PREVIEW = 200  # characters of a cut value shown, so the model knows what it is
 
 
 def cut_to_budget(value: Any, kind: str, budget: int) -> Any:
@@ -188,7 +189,7 @@ def _cut(value: Any, path: str, budget: int) -> Any:
         and all(_KEY.fullmatch(key) for key in value)
     ):
         return {key: _cut(item, f"{path}.{key}", budget) for key, item in value.items()}
-    preview = text[: max(0, min(budget // 2, 1000))]
+    preview = text[: min(budget // 2, _PREVIEW)]
     return (
         f"<cut: {len(text):,} characters; starts {preview}…; pass {path} to a tool to use "
         "all of it>"
