@@ -325,3 +325,15 @@ def test_the_old_rule_is_kept_for_replayed_ticks(plan_order: bool) -> None:
     if not plan_order:
         scheduler.handle(CallFinished("c1.1", "old"))
     assert scheduler.records["c1.1"].params["value"] == ("new" if plan_order else "old")
+
+
+def test_the_plan_order_example_in_the_concepts_runs_as_written() -> None:
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "concepts.md").read_text()
+    example = next(
+        block for block in re.findall(r"```python\n(.*?)```", text, re.S) if "†state.docs" in block
+    )
+    namespace: dict[str, Any] = {}
+    exec(compile(example, "concepts.md", "exec"), namespace)
+    assert namespace["result"].state["docs"] == ["a", "b", "c"]
