@@ -337,3 +337,28 @@ def test_the_plan_order_example_in_the_concepts_runs_as_written() -> None:
     namespace: dict[str, Any] = {}
     exec(compile(example, "concepts.md", "exec"), namespace)
     assert namespace["result"].state["docs"] == ["a", "b", "c"]
+
+
+def test_a_replacement_keeps_its_place_in_the_plan_for_later_readers() -> None:
+    """c1.0 is replaced by a call that writes †state.b: c1.1, written after it, now reads
+    what the replacement leaves, not the later c1.2's value (PROTOCOL §3, §6)."""
+
+    def replace(call: tl.PendingCall) -> Any:
+        return tl.Replace(
+            {"_tool": "emit", "value": "early", "seconds": 3, "_outputPath": "†state.b"}
+        )
+
+    result = trio.run(
+        partial(
+            tl.execute,
+            [
+                {"_tool": "gated", "value": "deny-me", "_outputPath": "†state.a"},
+                {"_tool": "emit", "value": "†state.b", "_outputPath": "†state.seen"},
+                {"_tool": "emit", "value": "late", "seconds": 1, "_outputPath": "†state.b"},
+            ],
+            tools=TOOLS,
+            approve=replace,
+        ),
+        clock=MockClock(autojump_threshold=0),
+    )
+    assert result.state == {"b": "late", "seen": "early"}

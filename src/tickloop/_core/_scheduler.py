@@ -988,6 +988,17 @@ class Scheduler:
         call.record.tool = call.tool.name
         for term in call.writes:
             self._writers.add(term, call.id)
+        # The replacement keeps the call's place in the plan (PROTOCOL §3): later readers
+        # of what it wrote, or now writes, look again at which earlier calls they wait on.
+        self._plan.unplan(call.id, old_writes)
+        self._plan.plan(call.id, call.writes)
+        for reader_id in sorted(
+            self._plan.readers_after(call.seq, (*old_writes, *call.writes)), key=self._seq_of
+        ):
+            reader = self._calls[reader_id]
+            self._plan.unwatch(reader_id)
+            self._plan.watch(reader_id, reader.seq, reader.watching)
+            self._dirty.add(reader_id)
         self._wait_for_earlier_tools(call)
         call.status = call.record.status = "waiting"
         self._start_waiting(call)
