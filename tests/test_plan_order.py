@@ -79,8 +79,11 @@ def plans(draw: st.DrawFn) -> list[dict[str, Any]]:
         if tool == "gated" and draw(st.booleans()):
             value = "deny-me"
         elif written and draw(st.booleans()):
-            read = draw(st.sampled_from(written))
-            value = f"†state.{read}" if draw(st.booleans()) else {"v": f"†state.{read}"}
+            read = f"†state.{draw(st.sampled_from(written))}"
+            if draw(st.integers(0, 3)) == 0:  # now and then a fallback or a join
+                other = f"†state.{draw(st.sampled_from(written))}"
+                read = f"{read} {draw(st.sampled_from(['||', '&&']))} {other}"
+            value = read if draw(st.booleans()) else {"v": read}
         call: dict[str, Any] = {
             "_tool": tool,
             "value": value,
@@ -90,8 +93,12 @@ def plans(draw: st.DrawFn) -> list[dict[str, Any]]:
         if draw(st.integers(0, 9)) > 0:  # now and then a fire-and-forget call
             path = draw(st.sampled_from(PATHS))
             call["_outputPath"] = f"†state.{path}"
-            call["_outputMethod"] = draw(st.sampled_from(METHODS))
             written.append(path)
+            if tool != "gated" and draw(st.integers(0, 4)) == 0:  # a fan-out
+                second = draw(st.sampled_from(PATHS))
+                call["_outputPath"] += f" && †state.{second}"
+                written.append(second)
+            call["_outputMethod"] = draw(st.sampled_from(METHODS))
         calls.append(call)
     return calls
 
@@ -343,7 +350,7 @@ def test_a_replacement_keeps_its_place_in_the_plan_for_later_readers() -> None:
     """c1.0 is replaced by a call that writes †state.b: c1.1, written after it, now reads
     what the replacement leaves, not the later c1.2's value (PROTOCOL §3, §6)."""
 
-    def replace(call: tl.PendingCall) -> Any:
+    async def replace(call: tl.PendingCall) -> Any:  # answered at once, in the task
         return tl.Replace(
             {"_tool": "emit", "value": "early", "seconds": 3, "_outputPath": "†state.b"}
         )
