@@ -23,6 +23,7 @@ import trio
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._log import MAX_VALUE_DEPTH, ContextLog
 from .._core._scheduler import (
+    FINAL_STATUSES,
     Action,
     ApprovalRequested,
     CallFinished,
@@ -39,8 +40,13 @@ from .._core._scheduler import (
     TickOpened,
 )
 from .._core._tools import Branch, CallContext, ToolSet
-from .._errors import ConfigurationError, describe_error, is_call_error, unwrap_single
-from ._asking import ask
+from .._errors import (
+    ConfigurationError,
+    describe_error,
+    is_call_error,
+    unwrap_single,
+)
+from ._asking import ask, passing_here
 
 __all__ = ["Engine", "Journal", "check_configuration", "utc_now"]
 
@@ -137,6 +143,19 @@ class Engine:
                     yield self
         finally:
             self._nursery = None
+        if nursery.cancel_scope.cancel_called:
+            # The engine never cancels this nursery itself: a tool or hook did (through
+            # trio's internals), which cut the tick short. Reporting the tick as finished
+            # would leave calls `running` in a result, or a durable run stored as done.
+            unfinished = [
+                call_id
+                for call_id, record in self.records.items()
+                if record.status not in FINAL_STATUSES and record.status != "deferred"
+            ]
+            raise RuntimeError(
+                "a tool or hook cancelled the engine's own calls; the tick did not finish"
+                + (f" (unfinished calls: {', '.join(unfinished[:10])})" if unfinished else "")
+            )
         # Every task, fire-and-forget ones included, has finished: report their late errors.
         self.feed(Flush(self._date()))
 
@@ -234,7 +253,7 @@ class Engine:
                 f"types: {_pydantic_summary(problem)}",
             }
         except BaseException as problem:  # a validator of the tool's own types that broke
-            if not is_call_error(problem):
+            if not is_call_error(problem, passing_here()):
                 raise
             error = {
                 "type": "runtime",
@@ -273,9 +292,10 @@ class Engine:
                 )
                 error = {"type": "runtime", "message": message}
             except BaseException as problem:
-                # A handler's failure is its call's, SystemExit (argparse, click) and
-                # GeneratorExit included; KeyboardInterrupt and trio.Cancelled go through.
-                if not is_call_error(problem):
+                # A handler's failure is its call's, whatever it raised (SystemExit,
+                # asyncio's CancelledError, a trio.Cancelled of a scope of its own);
+                # KeyboardInterrupt and the cancellation of this call go through.
+                if not is_call_error(problem, passing_here()):
                     raise
                 error = {"type": "runtime", "message": describe_error(problem)}
             finally:
