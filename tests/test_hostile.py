@@ -123,3 +123,158 @@ def test_a_durable_run_whose_tool_cancels_the_engine_is_not_stored_done(tmp_path
     with pytest.raises(RuntimeError):
         agent.run("go", run_id="r1")
     assert store.run("r1").status == "failed"
+
+
+# -- 1: lone surrogates --------------------------------------------------------------------
+
+
+def test_a_lone_surrogate_in_a_call_is_a_structural_error_on_arrival() -> None:
+    result = tl.run_calls(
+        [
+            {"_tool": "add", "a": 1, "b": 2, "note": "\ud800", "_outputPath": "†state.x"},
+            {"_tool": "add", "a": 1, "b": 2, "\udc80": 1},
+            {"_tool": "add", "a": 2, "b": 2, "_outputPath": "†state.y"},
+        ],
+        tools=[add],
+    )
+    assert statuses(result) == {"c1.0": "invalid", "c1.1": "invalid", "c1.2": "done"}
+    assert result.errors[0]["data"]["error"]["type"] == "structural"
+    assert "lone surrogate" in result.errors[0]["data"]["error"]["message"]
+    json.dumps(result.errors, ensure_ascii=False).encode("utf-8")  # the log stays encodable
+
+
+def test_a_lone_surrogate_in_the_models_json_is_a_structural_error() -> None:
+    seen: list[str] = []
+
+    @tl.tool
+    def echo(note: str) -> str:
+        seen.append(note)
+        return note
+
+    model = tl.ScriptedModel(
+        [
+            '{"calls": [{"_tool": "echo", "note": "a\\ud800"}, {"_tool": "echo", "note": "b"}],'
+            ' "output": null}',
+            {"calls": [], "output": "ok"},
+        ]
+    )
+    result = tl.Agent(model, tools=[echo]).run("go")
+    assert seen == ["b"]
+    assert {call_id: r.status for call_id, r in result.records.items()} == {
+        "c1.0": "invalid",
+        "c1.1": "done",
+    }
+
+
+def test_a_lone_surrogate_in_a_result_is_a_runtime_error() -> None:
+    @tl.tool
+    def listing() -> Any:
+        return ["ok", os.fsdecode(b"bad\xff")]  # os.listdir of a name that is not UTF-8
+
+    @tl.tool
+    def keyed() -> Any:
+        return {"\udcff": 1}
+
+    result = tl.run_calls(
+        [{"_tool": "listing", "_outputPath": "†state.a"}, {"_tool": "keyed"}],
+        tools=[listing, keyed],
+    )
+    assert statuses(result) == {"c1.0": "failed", "c1.1": "failed"}
+    for error in result.errors:
+        assert error["data"]["error"]["type"] == "runtime"
+        assert "surrogate" in error["data"]["error"]["message"]
+
+
+def test_a_durable_run_with_a_lone_surrogate_finishes_and_resumes(tmp_path: Path) -> None:
+    @tl.tool
+    def listing() -> Any:
+        return [os.fsdecode(b"bad\xff")]
+
+    @tl.tool(requires_approval=True)
+    def pay(cents: int) -> int:
+        return cents
+
+    calls = [
+        {"_tool": "listing", "_outputPath": "†state.a"},
+        {"_tool": "add", "a": 1, "b": 2, "x": "\ud800", "_outputPath": "†state.b"},
+        {"_tool": "add", "a": 1, "b": 2, "_outputPath": "†state.c"},
+        {"_tool": "pay", "cents": 5, "_id": "p", "_outputPath": "†state.p"},
+    ]
+    model = tl.ScriptedModel([{"calls": calls, "output": None}, {"calls": [], "output": "ok"}])
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    agent = tl.Agent(model, tools=[listing, add, pay], store=store, approve=lambda call: tl.Defer())
+    assert agent.run("go", run_id="r1").status == "paused"
+    seqs = [entry[0] for entry in store.journal("r1")]
+    assert seqs == list(range(1, len(seqs) + 1))
+    result = agent.resume("r1", decisions={"p": tl.Approve()})
+    assert result.status == "done" and result.output == "ok"
+    assert {call.id: call.status for call in store.calls("r1")} == {
+        "c1.0": "failed",
+        "c1.1": "invalid",
+        "c1.2": "done",
+        "p": "done",
+    }
+
+
+def test_a_failed_append_leaves_no_gap_in_the_journal(tmp_path: Path) -> None:
+    from tickloop._durable._store import create_run
+
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    writer = create_run(store, "r1", "solution")
+    writer.append([(1.0, "note", '{"a": 1}')])
+    with pytest.raises(tl.StoreError, match="not Unicode"):
+        writer.append([(2.0, "note", '{"a": "\ud800"}')])
+    writer.append([(3.0, "note", '{"a": 3}')])
+    assert [entry[0] for entry in store.journal("r1")] == [1, 2]
+    writer.release()
+
+
+# -- 10: a duplicated key ------------------------------------------------------------------
+
+
+def test_a_solution_with_two_calls_arrays_is_refused() -> None:
+    from tickloop._json._stream import SolutionStream
+
+    stream = SolutionStream()
+    text = (
+        '{"calls": [{"_tool": "pay", "cents": 100000}], '
+        '"calls": [{"_tool": "pay", "cents": 1}], "output": null}'
+    )
+    emitted = stream.feed(text)
+    outcome = stream.close()
+    assert emitted == [{"_tool": "pay", "cents": 100000}]  # what ran is what streamed first
+    assert outcome.solution is None
+    assert "duplicate key 'calls'" in outcome.error
+
+
+def test_a_duplicated_key_inside_a_call_is_refused() -> None:
+    from tickloop._json._stream import SolutionStream
+
+    stream = SolutionStream()
+    emitted = stream.feed('{"calls": [{"_tool": "pay", "cents": 1, "cents": 100000}], "output": 1}')
+    assert emitted == []
+    assert "duplicate key 'cents'" in stream.close().error
+
+
+def test_an_agent_run_with_two_calls_arrays_logs_what_ran() -> None:
+    ran: list[int] = []
+
+    @tl.tool
+    def pay(cents: int) -> int:
+        ran.append(cents)
+        return cents
+
+    model = tl.ScriptedModel(
+        [
+            '{"calls": [{"_tool": "pay", "cents": 100000, "_outputPath": "†state.paid"}], '
+            '"calls": [{"_tool": "pay", "cents": 1, "_outputPath": "†state.paid"}], '
+            '"output": null}',
+            {"calls": [], "output": "ok"},
+        ]
+    )
+    result = tl.Agent(model, tools=[pay]).run("go")
+    assert ran == [100000]
+    logged = [m for m in result.messages if m.get("type") == "solution"]
+    assert all('cents": 1,' not in json.dumps(m) for m in logged)
+    errors = [m for m in result.messages if m.get("kind") == "error"]
+    assert any("duplicate key 'calls'" in json.dumps(m) for m in errors)

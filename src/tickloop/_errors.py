@@ -88,9 +88,7 @@ _GROUP_LEAVES_SHOWN = 5
 _GROUP_WALK_LIMIT = 10_000  # exceptions looked at in one group, however it is nested
 
 
-def is_call_error(
-    error: BaseException, passing: tuple[type[BaseException], ...] = PASSING
-) -> bool:
+def is_call_error(error: BaseException, passing: tuple[type[BaseException], ...] = PASSING) -> bool:
     """Whether `error`, raised by a handler or a hook, is only that call's failure.
 
     Everything is, except the `passing` types; an exception group that holds one of those

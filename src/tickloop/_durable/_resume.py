@@ -45,7 +45,7 @@ from .._core._decisions import (
     decision_to_dict,
 )
 from .._core._expressions import find_references, parse_term
-from .._core._log import ContextLog
+from .._core._log import ContextLog, has_surrogate
 from .._core._scheduler import (
     Action,
     ApprovalRequested,
@@ -165,9 +165,16 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
+_ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+
+
 def _dumps(value: Any) -> str:
+    """JSON text for the store. A lone surrogate (a call the model sent with `"\\ud800"`,
+    refused on arrival but journaled as it came, so the replay refuses it again) is kept
+    as its `\\u` escape: SQLite stores UTF-8, which has no form for it."""
     try:
-        return _ENCODER.encode(value)
+        text = _ENCODER.encode(value)
+        return _ASCII_ENCODER.encode(value) if has_surrogate(text) else text
     except (TypeError, ValueError) as error:
         raise StoreError(f"a value of this run cannot be stored as JSON: {error}") from error
 
@@ -322,7 +329,14 @@ class DurableRun:
         self._committed = self._added
         entries, self._pending = self._pending, []
         rows, self._dirty = self._dirty, {}
-        self.writer.append(entries, [row.values() for row in rows.values()])
+        try:
+            self.writer.append(entries, [row.values() for row in rows.values()])
+        except BaseException:
+            # Kept, so no later commit can store what followed them without them: the
+            # journal stays a prefix of what happened, as after a crash at this moment.
+            self._pending = entries + self._pending
+            self._dirty = {**rows, **self._dirty}
+            raise
 
     @asynccontextmanager
     async def flushing(self) -> AsyncIterator[None]:

@@ -459,6 +459,11 @@ class SQLiteStore:
                 raise StoreError(conflict) from error
             if isinstance(error, sqlite3.Error):
                 raise StoreError(f"{self.path}: cannot write to the store: {error}") from error
+            if isinstance(error, UnicodeError):  # a lone surrogate that slipped through
+                raise StoreError(
+                    f"{self.path}: cannot write to the store: a value is not Unicode text "
+                    f"({error.__class__.__name__})"
+                ) from None
             raise
         try:
             connection.execute("COMMIT")
@@ -645,7 +650,7 @@ class RunWriter:
                     rows,
                 )
                 connection.executemany(_INSERT_CALL, [(self.run_id, *row) for row in calls])
-        except StoreError:
+        except BaseException:  # nothing was written: the next append reuses these numbers
             self.seq -= len(rows)
             raise
 

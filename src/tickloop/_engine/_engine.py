@@ -21,7 +21,7 @@ import pydantic
 import trio
 
 from .._core._decisions import ApproveHook, PendingCall
-from .._core._log import MAX_VALUE_DEPTH, ContextLog
+from .._core._log import MAX_VALUE_DEPTH, SURROGATE_FAULT, ContextLog, has_surrogate
 from .._core._scheduler import (
     FINAL_STATUSES,
     Action,
@@ -384,7 +384,9 @@ def _not_json(value: Any) -> str | None:
     from pydantic's conversion, which gives string keys and no cycles.
     """
     kind = type(value)
-    if kind is str or kind is bool or value is None:
+    if kind is str:
+        return _leaf_fault(value)
+    if kind is bool or value is None:
         return None
     if kind is int and -_SURELY_SHORT < value < _SURELY_SHORT:
         return None
@@ -395,9 +397,16 @@ def _not_json(value: Any) -> str | None:
         node, depth = stack.pop()
         if depth > MAX_RESULT_DEPTH:
             return _TOO_DEEP
+        if type(node) is dict:
+            for key in node:
+                if not key.isascii() and has_surrogate(key):
+                    return _locate_fault(value)
         for item in node.values() if type(node) is dict else node:
             kind = type(item)
-            if kind is str or kind is bool or item is None:
+            if kind is str:
+                if item.isascii() or not has_surrogate(item):
+                    continue
+            elif kind is bool or item is None:
                 continue
             if kind is int:
                 if -_SURELY_SHORT < item < _SURELY_SHORT:
@@ -415,7 +424,9 @@ def _not_json(value: Any) -> str | None:
 
 def _leaf_fault(value: Any) -> str | None:
     """What is wrong with one value that is not a list or a dict, or None."""
-    if isinstance(value, str | bool) or value is None:
+    if isinstance(value, str):
+        return f"a string that {SURROGATE_FAULT}" if has_surrogate(value) else None
+    if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int):
         if -_SURELY_SHORT < value < _SURELY_SHORT:
@@ -444,6 +455,11 @@ def _locate_fault(root: Any) -> str:
     stack: list[tuple[Any, tuple[str | int, ...]]] = [(root, ())]
     while stack:
         node, path = stack.pop()
+        if isinstance(node, dict) and len(path) < MAX_RESULT_DEPTH:
+            bad = next((key for key in node if isinstance(key, str) and has_surrogate(key)), None)
+            if bad is not None:
+                where = f" in {_place(path)}" if path else ""
+                return f"an object key{where} that {SURROGATE_FAULT}"
         if isinstance(node, dict | list) and len(path) < MAX_RESULT_DEPTH:
             pairs = node.items() if isinstance(node, dict) else enumerate(node)
             stack.extend((item, (*path, key)) for key, item in reversed(list(pairs)))

@@ -84,6 +84,24 @@ _LITERALS = {"t": "true", "f": "false", "n": "null"}
 _TAG_CHARS = frozenset("_+.-")
 
 
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's pairs as a dict, refusing a key given twice: JSON would keep the last,
+    so what ran and what is logged (or judged) could differ."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {_cut(key)} in an object")
+            seen.add(key)
+    return value
+
+
+def _cut(text: str, limit: int = 60) -> str:
+    """A key for an error message: quoted, and at most `limit` characters of it."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
 class SolutionStream:
     """Feed a streamed solution chunk by chunk; get each top-level call as soon as it closes.
 
@@ -114,6 +132,7 @@ class SolutionStream:
         self._top_key: str | None = None
         self._calls_open = False
         self._calls_seen = False
+        self._top_keys: set[str] = set()
         self._item_start = 0
         self._emitted = 0
         self._error: str | None = None
@@ -389,6 +408,12 @@ class SolutionStream:
             except ValueError as exc:  # the grammar was checked; this is belt and braces
                 self._fail(self._key_start, str(exc))
                 return False
+            if key in self._top_keys:
+                # Two "calls" arrays would run one and log the other: refused, like any
+                # duplicate key (json.loads would silently keep the last).
+                self._fail(self._key_start, f"duplicate key {_cut(key)} in the solution")
+                return False
+            self._top_keys.add(key)
             self._top_key = key
         return True
 
@@ -411,7 +436,7 @@ class SolutionStream:
 
     def _emit(self, start: int, end: int, out: list[Any]) -> bool:
         try:
-            value = json.loads(self._slice(start, end))
+            value = json.loads(self._slice(start, end), object_pairs_hook=unique_keys)
         except json.JSONDecodeError as exc:
             self._fail(start + exc.pos, exc.msg)
             return False
@@ -453,7 +478,9 @@ class SolutionStream:
             return StreamOutcome(None, self._error, n)
         if mode == _DONE:
             try:
-                solution = json.loads(self._slice(self._obj_start, self._obj_end))
+                solution = json.loads(
+                    self._slice(self._obj_start, self._obj_end), object_pairs_hook=unique_keys
+                )
             except json.JSONDecodeError as exc:
                 error = f"invalid JSON at character {self._obj_start + exc.pos}: {exc.msg}"
                 return StreamOutcome(None, error, n)
