@@ -115,8 +115,10 @@ def test_a_durable_run_whose_tool_cancels_the_engine_is_not_stored_done(tmp_path
         return 1
 
     model = tl.ScriptedModel(
-        [{"calls": [{"_tool": "rogue", "_outputPath": "†state.a"}], "output": None}]
-        + [{"calls": [], "output": "ok"}]
+        [
+            {"calls": [{"_tool": "rogue", "_outputPath": "†state.a"}], "output": None},
+            {"calls": [], "output": "ok"},
+        ]
     )
     store = tl.SQLiteStore(tmp_path / "runs.db")
     agent = tl.Agent(model, tools=[rogue], store=store)
@@ -278,3 +280,20 @@ def test_an_agent_run_with_two_calls_arrays_logs_what_ran() -> None:
     assert all('cents": 1,' not in json.dumps(m) for m in logged)
     errors = [m for m in result.messages if m.get("kind") == "error"]
     assert any("duplicate key 'calls'" in json.dumps(m) for m in errors)
+
+
+# -- 4: a run input that cannot be stored ----------------------------------------------------
+
+
+def test_a_run_whose_input_cannot_be_stored_leaves_no_row(tmp_path: Path) -> None:
+    import datetime
+
+    model = tl.ScriptedModel([{"calls": [], "output": "ok"}, {"calls": [], "output": "ok"}])
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    agent = tl.Agent(model, tools=[add], store=store)
+    with pytest.raises(tl.StoreError, match="cannot be stored"):
+        agent.run({"when": datetime.datetime(2026, 1, 1)}, run_id="r1")
+    assert store.runs() == []
+    with pytest.raises(tl.ResumeError, match="no run"):
+        agent.resume("r1")
+    assert agent.run({"when": "2026-01-01"}, run_id="r1").output == "ok"  # the id is free

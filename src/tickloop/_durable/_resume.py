@@ -631,14 +631,14 @@ class RunSession:
         durable = None
         store: SQLiteStore | None = agent.store
         if store is not None:
-            writer = create_run(store, run_id, agent.protocol)
+            # The input is serialised first and stored with the run's row, in one
+            # transaction: an input that cannot be stored leaves nothing behind.
+            at = time.time()
+            entries = [(at, "message", _dumps(message)) for message in log.messages]
+            writer = create_run(store, run_id, agent.protocol, entries)
             durable = DurableRun(writer, agent.tools, agent.redact, sink)
-            try:
-                durable.journal_messages(log.messages)
-                durable.commit()
-            except BaseException:
-                writer.release()
-                raise
+            for message in log.messages:
+                durable._track_message(message)
         return cls(agent, run_id, log, sink, durable, resumed=False)
 
     @classmethod

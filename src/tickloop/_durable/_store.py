@@ -634,25 +634,29 @@ class RunWriter:
         calls: Iterable[Sequence[Any]] = (),
     ) -> None:
         """Commit journal entries (at, kind, JSON body) and changed call rows together."""
-        rows = []
-        for at, kind, body in entries:
-            self.seq += 1
-            rows.append((self.run_id, self.seq, at, kind, body))
         connection = self.connection
         conflict = (
             f"{self.store.path}: run {self.run_id!r} was written by another process at the "
             "same time; only one process may run a run"
         )
+        seq = self.seq
         try:
             with self.store._write(connection, conflict=conflict):
-                connection.executemany(
-                    "INSERT INTO journal (run_id, seq, at, kind, body) VALUES (?, ?, ?, ?, ?)",
-                    rows,
-                )
+                self.insert(entries)
                 connection.executemany(_INSERT_CALL, [(self.run_id, *row) for row in calls])
         except BaseException:  # nothing was written: the next append reuses these numbers
-            self.seq -= len(rows)
+            self.seq = seq
             raise
+
+    def insert(self, entries: Sequence[tuple[float, str, str]]) -> None:
+        """Insert journal entries inside the caller's transaction."""
+        rows = []
+        for at, kind, body in entries:
+            self.seq += 1
+            rows.append((self.run_id, self.seq, at, kind, body))
+        self.connection.executemany(
+            "INSERT INTO journal (run_id, seq, at, kind, body) VALUES (?, ?, ?, ?, ?)", rows
+        )
 
     def release(self) -> None:
         """The run is over in this process: give back the connection."""
@@ -677,9 +681,19 @@ class RunWriter:
             )
 
 
-def create_run(store: SQLiteStore, run_id: str, protocol: str) -> RunWriter:
-    """Claim a new run id; `ResumeError` if the store has it already."""
+def create_run(
+    store: SQLiteStore,
+    run_id: str,
+    protocol: str,
+    entries: Sequence[tuple[float, str, str]] = (),
+) -> RunWriter:
+    """Claim a new run id with its first journal entries (the input), in one transaction.
+
+    `ResumeError` if the store has the id already. Atomic, so a run whose input cannot be
+    stored leaves no `running` row behind (which a resume would run without its input).
+    """
     connection = store.acquire()
+    writer = RunWriter(store, connection, run_id)
     try:
         with store._write(connection):
             row = connection.execute(
@@ -701,11 +715,13 @@ def create_run(store: SQLiteStore, run_id: str, protocol: str) -> RunWriter:
                 "VALUES (?, 'running', ?, ?, ?, ?)",
                 (run_id, now, now, protocol, owner_label()),
             )
+            writer.insert(entries)
     except BaseException:
+        writer.seq = 0
         store.release(connection)
         raise
     _ACTIVE.add((store.path.resolve(), run_id))
-    return RunWriter(store, connection, run_id)
+    return writer
 
 
 @dataclass(slots=True)
