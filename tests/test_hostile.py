@@ -297,3 +297,124 @@ def test_a_run_whose_input_cannot_be_stored_leaves_no_row(tmp_path: Path) -> Non
     with pytest.raises(tl.ResumeError, match="no run"):
         agent.resume("r1")
     assert agent.run({"when": "2026-01-01"}, run_id="r1").output == "ok"  # the id is free
+
+
+# -- 6: damage quick_check cannot see; a reused process id ------------------------------------
+
+
+def _paused_store(tmp_path: Path) -> tuple[tl.Agent, tl.SQLiteStore, Path]:
+    @tl.tool(requires_approval=True)
+    def pay(cents: int) -> int:
+        return cents
+
+    calls = [
+        {"_tool": "add", "a": 1, "b": 2, "_outputPath": "†state.c"},
+        {"_tool": "pay", "cents": 5, "_id": "p", "_outputPath": "†state.p"},
+    ]
+    model = tl.ScriptedModel([{"calls": calls, "output": None}, {"calls": [], "output": "ok"}])
+    path = tmp_path / "runs.db"
+    store = tl.SQLiteStore(path)
+    agent = tl.Agent(model, tools=[add, pay], store=store, approve=lambda call: tl.Defer())
+    assert agent.run("go", run_id="r1").status == "paused"
+    return agent, store, path
+
+
+@pytest.mark.parametrize("table", ["journal", "calls"])
+def test_a_row_that_is_not_json_is_a_store_error_naming_the_path(
+    tmp_path: Path, table: str
+) -> None:
+    agent, store, path = _paused_store(tmp_path)
+    store.close()
+    with sqlite3.connect(path) as connection:
+        column = "body" if table == "journal" else "params"
+        connection.execute(f"UPDATE {table} SET {column} = '{{not json'")
+    fresh = tl.SQLiteStore(path)
+    reads = [
+        lambda: fresh.journal("r1"),
+        lambda: fresh.calls("r1"),
+        lambda: tl.timeline_html(fresh, "r1"),
+        lambda: agent.resume("r1", decisions={"p": tl.Approve()}),
+    ]
+    agent.store = fresh
+    failed = 0
+    for read in reads:
+        try:
+            read()
+        except tl.StoreError as error:
+            assert str(path) in str(error) and "damaged" in str(error)
+            failed += 1
+    assert failed >= 2  # journal+timeline+resume, or calls+timeline(+pending)
+
+
+def test_a_journal_entry_of_the_wrong_shape_is_a_store_error(tmp_path: Path) -> None:
+    agent, store, path = _paused_store(tmp_path)
+    store.close()
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE journal SET body = '[1, 2]' WHERE kind = 'event'")
+    agent.store = tl.SQLiteStore(path)
+    with pytest.raises(tl.StoreError, match="damaged"):
+        agent.resume("r1", decisions={"p": tl.Approve()})
+
+
+def test_resume_force_takes_over_a_run_whose_process_id_was_reused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+    import sys
+
+    from tickloop._cli._main import main
+
+    agent, store, path = _paused_store(tmp_path)
+    store.decide("r1", "p", tl.Approve())
+    alive = os.getppid()  # a live process that is not running the run
+    with sqlite3.connect(path) as connection:
+        connection.execute(
+            "UPDATE runs SET status = 'running', owner = ?",
+            (f"{socket.gethostname()}:{alive}",),
+        )
+    store.close()
+    module = type(sys)("hostile_agent_module")
+    module.agent = agent  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "hostile_agent_module", module)
+    argv = ["resume", "r1", "--agent", "hostile_agent_module:agent", "--store", str(path)]
+    assert main(argv) == 2
+    assert "is running in process" in capsys.readouterr().err
+    assert main([*argv, "--force"]) == 0
+    captured = capsys.readouterr()
+    assert "warning: taking over run r1" in captured.err
+    assert "run r1: done" in captured.out
+
+
+# -- 9: terminal spoofing ----------------------------------------------------------------------
+
+
+def test_cli_lines_escape_control_and_bidi_characters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tickloop._cli._main import main
+
+    @tl.tool(requires_approval=True)
+    def charge(cents: int, memo: str) -> int:
+        return cents
+
+    spoof = "c1\x1b[2K\r\x1b[8m"
+    calls = [
+        {"_tool": "charge", "cents": 9_999_999, "memo": "\u202eevil\x9b", "_id": spoof},
+    ]
+    model = tl.ScriptedModel([{"calls": calls, "output": None}, {"calls": [], "output": "ok"}])
+    path = tmp_path / "runs.db"
+    agent = tl.Agent(model, tools=[charge], store=path, approve=lambda call: tl.Defer())
+    run_id = "r1\x1b[8m; rm -rf ~"
+    agent.run("go", run_id=run_id)
+    for argv in (
+        ["runs"],
+        ["pending", run_id],
+        ["trace", run_id],
+        ["approve", run_id, spoof],
+    ):
+        assert main([*argv, "--store", str(path)]) == 0
+        out = capsys.readouterr().out
+        for character in "\x1b\r\u202e\x9b":
+            assert character not in out
+    assert "c1\\x1b[2K\\x0d\\x1b[8m" in out
+    assert "tickloop resume 'r1\\x1b[8m; rm -rf ~' --agent" in out

@@ -491,24 +491,14 @@ class DurableRun:
         """Rebuild the log and the scheduler from the journal; no action is carried out."""
         scheduler = loop.engine.scheduler
         for seq, at, kind, body in journal:
-            if kind == "message":
-                loop.log.append(body)
-                self._track_message(body)
-            elif kind == "event":
-                event = event_from_dict(body)
-                try:
-                    actions = scheduler.handle(event)
-                except (ValueError, KeyError, TypeError) as error:
-                    raise ResumeError(
-                        f"run {self.writer.run_id!r} cannot be replayed at journal entry "
-                        f"{seq} ({body.get('type')}): {error}. Were the agent's tools changed "
-                        "since the run began?"
-                    ) from error
-                self._track(event, actions, at)
-            elif body.get("note") == "verdict":
-                self.verdicts[body["iteration"]] = body.get("output")
-            elif body.get("note") == "restart" and body.get("call_id") in self.rows:
-                self.rows[body["call_id"]].started = at
+            try:
+                self._replay_entry(scheduler, loop, seq, at, kind, body)
+            except (ValueError, KeyError, TypeError, AttributeError) as error:
+                raise StoreError(
+                    f"{self.writer.store.path}: the store is damaged: journal entry {seq} of "
+                    f"run {self.writer.run_id!r} cannot be read ({type(error).__name__}: "
+                    f"{error})"
+                ) from None
         # Times of calls that ran in an earlier process, on this process's trio clock.
         for call_id, record in scheduler.records.items():
             row = self.rows.get(call_id)
@@ -519,6 +509,30 @@ class DurableRun:
         self._dirty.clear()  # the stored rows already say all this
         self.sink.remember(scheduler.records)
         self.resumed = True
+
+    def _replay_entry(
+        self, scheduler: Any, loop: DurableLoop, seq: int, at: float, kind: str, body: Any
+    ) -> None:
+        """Replay one entry; damage in it (not an object, a missing field) raises a
+        ValueError, KeyError, TypeError or AttributeError, which `replay` reports."""
+        if kind == "message":
+            loop.log.append(body)
+            self._track_message(body)
+        elif kind == "event":
+            event = event_from_dict(body)
+            try:
+                actions = scheduler.handle(event)
+            except (ValueError, KeyError, TypeError) as error:
+                raise ResumeError(
+                    f"run {self.writer.run_id!r} cannot be replayed at journal entry "
+                    f"{seq} ({body.get('type')}): {error}. Were the agent's tools changed "
+                    "since the run began?"
+                ) from error
+            self._track(event, actions, at)
+        elif body.get("note") == "verdict":
+            self.verdicts[body["iteration"]] = body.get("output")
+        elif body.get("note") == "restart" and body.get("call_id") in self.rows:
+            self.rows[body["call_id"]].started = at
 
     def reopen(self, engine: Engine) -> bool:
         """Settle the calls a crash (or a pause) left open, for either protocol's loop.

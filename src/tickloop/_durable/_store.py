@@ -480,7 +480,7 @@ class SQLiteStore:
                 "(SELECT count(*) FROM calls c WHERE c.run_id = r.run_id) "
                 "FROM runs r ORDER BY r.created, r.run_id"
             ).fetchall()
-        return [_run_info(row) for row in rows]
+        return [_run_info(row, self.path) for row in rows]
 
     def run(self, run_id: str) -> RunInfo:
         """One run; `ResumeError` when the store has no run of that id."""
@@ -496,7 +496,7 @@ class SQLiteStore:
         ).fetchone()
         if row is None:
             raise ResumeError(f"no run {run_id!r} in {self.path}")
-        return _run_info(row)
+        return _run_info(row, self.path)
 
     def calls(self, run_id: str) -> list[CallInfo]:
         """The run's calls in arrival order."""
@@ -506,19 +506,20 @@ class SQLiteStore:
                 f"SELECT {', '.join(CALL_COLUMNS)} FROM calls WHERE run_id = ? ORDER BY seq",
                 (run_id,),
             ).fetchall()
-        return [_call_info(row) for row in rows]
+        return [_call_info(row, self.path) for row in rows]
 
     def journal(self, run_id: str) -> list[tuple[int, float, str, Any]]:
         """The run's journal: (seq, at, kind, body) in order."""
         with self.connect() as connection:
             return self._journal(connection, run_id)
 
-    @staticmethod
-    def _journal(connection: sqlite3.Connection, run_id: str) -> list[tuple[int, float, str, Any]]:
+    def _journal(
+        self, connection: sqlite3.Connection, run_id: str
+    ) -> list[tuple[int, float, str, Any]]:
         rows = connection.execute(
             "SELECT seq, at, kind, body FROM journal WHERE run_id = ? ORDER BY seq", (run_id,)
         ).fetchall()
-        return [(seq, at, kind, json.loads(body)) for seq, at, kind, body in rows]
+        return [(seq, at, kind, _loads(body, self.path)) for seq, at, kind, body in rows]
 
     def pending(self, run_id: str) -> list[PendingDecision]:
         """The calls a paused run waits on, with any decision already recorded for them."""
@@ -531,9 +532,30 @@ class SQLiteStore:
                 (run_id,),
             ).fetchall()
         return [
-            PendingDecision(call_id, tool, _loads(params), _loads(decision))
+            PendingDecision(call_id, tool, _loads(params, self.path), _loads(decision, self.path))
             for call_id, tool, params, decision in rows
         ]
+
+    def take_over(self, run_id: str) -> str | None:
+        """Free a `running` run whose owner looks alive, so a resume may claim it.
+
+        For `tickloop resume --force`: the owner is a host and a process id, and a process
+        id can be reused by an unrelated process after the run's own died, which would
+        keep the run refused forever. Returns the owner it freed (None when the run had
+        none). Only for a person who knows that process is not running this run.
+        """
+        with self.connect() as connection, self._write(connection):
+            run = self._run(connection, run_id)
+            if (self.path.resolve(), run_id) in _ACTIVE:
+                raise ResumeError(f"run {run_id!r} is running in this process")
+            if run.status == "done":
+                raise ResumeError(f"run {run_id!r} is finished; there is nothing to resume")
+            row = connection.execute(
+                "SELECT owner FROM runs WHERE run_id = ? AND status = 'running'", (run_id,)
+            ).fetchone()
+            owner = row[0] if row is not None else None
+            connection.execute("UPDATE runs SET owner = NULL WHERE run_id = ?", (run_id,))
+        return owner
 
     # -- decisions ---------------------------------------------------------------------
 
@@ -580,7 +602,7 @@ class SQLiteStore:
                 (run_id, call_id),
             ).fetchone()
             if earlier is not None:
-                name = json.loads(earlier[0]).get("decision")
+                name = _decision_name(_loads(earlier[0], self.path))
                 raise ResumeError(
                     f"call {call_id!r} of run {run_id!r} already has a decision ({name}); "
                     "a call is decided once"
@@ -768,7 +790,7 @@ def claim_run(
                 "UPDATE runs SET status = 'running', owner = ?, updated = ? WHERE run_id = ?",
                 (owner_label(), time.time(), run_id),
             )
-            journal = SQLiteStore._journal(connection, run_id)
+            journal = store._journal(connection, run_id)
             stored = connection.execute(
                 "SELECT call_id, decision FROM decisions WHERE run_id = ? "
                 "ORDER BY recorded, call_id",
@@ -777,14 +799,23 @@ def claim_run(
     except BaseException:
         store.release(connection)
         raise
+    try:
+        recorded = {
+            call_id: decision_from_dict(_loads(body, store.path)) for call_id, body in stored
+        }
+    except (ValueError, TypeError, KeyError, AttributeError) as error:
+        store.release(connection)
+        raise StoreError(
+            f"{store.path}: the store is damaged: a recorded decision of run {run_id!r} "
+            f"cannot be read ({type(error).__name__}: {error})"
+        ) from None
+    except BaseException:
+        store.release(connection)
+        raise
     writer = RunWriter(store, connection, run_id)
     writer.seq = journal[-1][0] if journal else 0
     _ACTIVE.add((store.path.resolve(), run_id))
-    return ClaimedRun(
-        writer,
-        journal,
-        {call_id: decision_from_dict(json.loads(body)) for call_id, body in stored},
-    )
+    return ClaimedRun(writer, journal, recorded)
 
 
 def _rollback(connection: sqlite3.Connection) -> None:
@@ -796,18 +827,31 @@ def _rollback(connection: sqlite3.Connection) -> None:
             pass  # still in a transaction: `release` closes the connection
 
 
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+def _loads(text: str | None, path: Path) -> Any:
+    """A stored JSON value; damage `quick_check` cannot see (a row whose text is not JSON)
+    is a `StoreError` naming the path, as any other damage."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError, RecursionError) as error:
+        raise StoreError(
+            f"{path}: the store is damaged: a stored value is not JSON ({error})"
+        ) from None
 
 
-def _run_info(row: Sequence[Any]) -> RunInfo:
+def _decision_name(data: Any) -> Any:
+    return data.get("decision") if isinstance(data, dict) else data
+
+
+def _run_info(row: Sequence[Any], path: Path) -> RunInfo:
     run_id, status, created, updated, owner, output, error, calls = row
     if status == "running" and not _owner_alive(owner):
         status = "interrupted"  # its process died: `agent.resume` continues it
-    return RunInfo(run_id, status, created, updated, calls, _loads(output), error)
+    return RunInfo(run_id, status, created, updated, calls, _loads(output, path), error)
 
 
-def _call_info(row: Sequence[Any]) -> CallInfo:
+def _call_info(row: Sequence[Any], path: Path) -> CallInfo:
     (call_id, seq, iteration, tool, status, call, params, deps, decision, error, *times) = row
     return CallInfo(
         call_id,
@@ -815,10 +859,10 @@ def _call_info(row: Sequence[Any]) -> CallInfo:
         iteration,
         tool,
         status,
-        _loads(call),
-        _loads(params),
-        _loads(deps) or [],
-        _loads(decision),
-        _loads(error),
+        _loads(call, path),
+        _loads(params, path),
+        _loads(deps, path) or [],
+        _loads(decision, path),
+        _loads(error, path),
         *times,
     )
