@@ -418,3 +418,68 @@ def test_cli_lines_escape_control_and_bidi_characters(
             assert character not in out
     assert "c1\\x1b[2K\\x0d\\x1b[8m" in out
     assert "tickloop resume 'r1\\x1b[8m; rm -rf ~' --agent" in out
+
+
+# -- 8: store files ----------------------------------------------------------------------------
+
+
+def test_a_fifo_at_the_store_path_is_refused_without_hanging(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    os.mkfifo(path)
+    with pytest.raises(tl.StoreError, match="not a regular file.*FIFO"):
+        tl.SQLiteStore(path)
+
+
+def test_a_device_at_the_store_path_is_refused_and_never_chmodded(tmp_path: Path) -> None:
+    link = tmp_path / "runs.db"
+    link.symlink_to("/dev/null")
+    mode = os.stat("/dev/null").st_mode
+    with pytest.raises(tl.StoreError, match="symbolic link"):
+        tl.SQLiteStore(link)
+    assert os.stat("/dev/null").st_mode == mode
+    if os.geteuid() != 0:
+        return
+    device = tmp_path / "null"  # a device node of our own: never chmod the real one
+    os.mknod(device, 0o666 | __import__("stat").S_IFCHR, os.makedev(1, 3))
+    with pytest.raises(tl.StoreError, match="character device"):
+        tl.SQLiteStore(device)
+    assert oct(os.stat(device).st_mode & 0o777) == oct(0o666 & ~_umask())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_an_empty_file_of_another_user_is_refused(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("making a file owned by another user needs root (os.chown)")
+    path = tmp_path / "runs.db"
+    path.touch()
+    os.chmod(path, 0o666)
+    os.chown(path, 4242, 4242)
+    with pytest.raises(tl.StoreError, match="owned by another user"):
+        tl.SQLiteStore(path)
+    model = tl.ScriptedModel([{"calls": [], "output": "ok"}])
+    with pytest.raises(tl.StoreError, match="owned by another user"):
+        tl.Agent(model, tools=[add], store=path).run("go")
+    assert os.stat(path).st_mode & 0o777 == 0o666 and os.path.getsize(path) == 0
+
+
+def test_an_empty_file_that_cannot_be_restricted_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "runs.db"
+    path.touch()
+    os.chmod(path, 0o666)
+
+    def refuse(*args: Any) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "fchmod", refuse)
+    monkeypatch.setattr(os, "chmod", refuse)
+    with pytest.raises(tl.StoreError, match="cannot restrict"):
+        tl.Agent(tl.ScriptedModel([{"calls": [], "output": "ok"}]), tools=[add], store=path).run(
+            "go"
+        )

@@ -24,6 +24,7 @@ import json
 import os
 import socket
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -50,6 +51,8 @@ __all__ = ["CallInfo", "PendingDecision", "RunInfo", "SQLiteStore", "as_store"]
 SCHEMA_VERSION = 1
 _ACTIVE: set[tuple[Path, str]] = set()  # (store, run id) of the runs this process runs
 _HEADER = b"SQLite format 3\x00"
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 _SCHEMA = """
 CREATE TABLE tickloop_schema (
@@ -223,7 +226,7 @@ class SQLiteStore:
         # Whether the file passed `PRAGMA quick_check`: once per instance, before its first
         # use (a check per connection would cost a scan of the file each time one opens).
         self._checked = False
-        if self.path.exists() and self.path.stat().st_size > 0:
+        if os.path.lexists(self.path) and self._check_file() > 0:
             with self.connect():
                 pass  # checks the file; raises StoreError for one that is not a store
 
@@ -296,26 +299,59 @@ class SQLiteStore:
 
     def _create_file(self) -> None:
         try:
-            descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            descriptor = os.open(
+                self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW | _CLOEXEC, 0o600
+            )
         except FileExistsError:
-            self._restrict_if_empty()
+            self._check_file()
             return
         except OSError as error:
             raise StoreError(f"{self.path}: cannot create the store: {error}") from error
         os.close(descriptor)
 
-    def _restrict_if_empty(self) -> None:
-        """An empty file is taken as a new store, so it gets a new store's mode, 0600.
+    def _check_file(self) -> int:
+        """Refuse anything but a regular file of this user's; give an empty one mode 0600.
 
-        The journal holds parameters unredacted; a file someone else made (touch, a
-        tempfile) must not leave them readable to others. A file with data keeps its mode:
-        its owner chose it.
+        The journal holds parameters unredacted, and its decisions are acted on: a file
+        someone else made (an empty file left in a shared directory) would keep it
+        readable and writable to them, a symbolic link would put it elsewhere, a device
+        (`/dev/null`) would be chmodded for the whole machine, and a FIFO would block the
+        open forever. So the file is opened without following links and without blocking,
+        and checked on the descriptor (no race with a rename). An empty file is taken as a
+        new store, so it gets a new store's mode, and failing to set it is an error. A file
+        with data keeps its mode: its owner chose it. Returns the file's size.
         """
         try:
-            if os.path.getsize(self.path) == 0:
-                os.chmod(self.path, 0o600)
-        except OSError:
-            pass  # not ours to change: the header check still decides whether it is usable
+            descriptor = os.open(self.path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK | _CLOEXEC)
+        except OSError as error:
+            if os.path.islink(self.path):
+                raise StoreError(
+                    f"{self.path}: the store is a symbolic link; give the file's own path"
+                ) from None
+            raise StoreError(f"{self.path}: cannot open the store: {error}") from error
+        try:
+            info = os.fstat(descriptor)
+            if not stat.S_ISREG(info.st_mode):
+                raise StoreError(
+                    f"{self.path} is not a regular file ({_file_kind(info.st_mode)}); a store "
+                    "is a file of its own"
+                )
+            if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
+                raise StoreError(
+                    f"{self.path} is owned by another user (uid {info.st_uid}); a store holds "
+                    "unredacted parameters and must be its user's own file"
+                )
+            if info.st_size == 0 and stat.S_IMODE(info.st_mode) != 0o600:
+                try:
+                    os.fchmod(descriptor, 0o600)
+                except OSError as error:
+                    raise StoreError(
+                        f"{self.path}: cannot restrict the new store to its owner (mode "
+                        f"0600): {error}"
+                    ) from error
+            return info.st_size
+        finally:
+            os.close(descriptor)
 
     def _check_header(self) -> int:
         """Reject a file that is not SQLite, or was cut short, before sqlite touches it.
@@ -816,6 +852,19 @@ def claim_run(
     writer.seq = journal[-1][0] if journal else 0
     _ACTIVE.add((store.path.resolve(), run_id))
     return ClaimedRun(writer, journal, recorded)
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 def _rollback(connection: sqlite3.Connection) -> None:
