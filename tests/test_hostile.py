@@ -483,3 +483,55 @@ def test_an_empty_file_that_cannot_be_restricted_is_an_error(
         tl.Agent(tl.ScriptedModel([{"calls": [], "output": "ok"}]), tools=[add], store=path).run(
             "go"
         )
+
+
+# -- 2: disk full ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Any:
+    """A 1 MB tmpfs: a disk that fills up. Mounting needs root (CI and the dev box run the
+    tests as root); elsewhere the test is skipped with that reason."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("filling a disk needs a small tmpfs, and mounting one needs root")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace')}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_store_that_filled_the_disk_resumes_once_space_is_freed(small_disk: Path) -> None:
+    ran: list[int] = []
+
+    @tl.tool
+    def blob(i: int) -> str:
+        ran.append(i)
+        return f"{i}:" + "x" * 20_000
+
+    calls = [{"_tool": "blob", "i": i, "_outputPath": f"†state.b{i}"} for i in range(40)]
+    model = tl.ScriptedModel([{"calls": calls, "output": None}, {"calls": [], "output": "ok"}])
+    path = small_disk / "runs.db"
+    store = tl.SQLiteStore(path)
+    agent = tl.Agent(model, tools=[blob], store=store)
+    filler = small_disk / "filler"
+    free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
+    filler.write_bytes(b"\0" * (free - 300_000))
+    with pytest.raises(tl.StoreError, match="full"):
+        agent.run("go", run_id="r1")
+    store.close()
+    filler.unlink()
+    agent.store = reopened = tl.SQLiteStore(path)  # the WAL holds what the file lacks
+    result = agent.resume("r1")
+    assert result.status == "done" and result.output == "ok"
+    assert sorted(ran) == sorted(set(ran))  # no call ran twice
+    assert {call.status for call in reopened.calls("r1")} <= {"done", "failed"}
+    reopened.close()
