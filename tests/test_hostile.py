@@ -535,3 +535,33 @@ def test_a_store_that_filled_the_disk_resumes_once_space_is_freed(small_disk: Pa
     assert sorted(ran) == sorted(set(ran))  # no call ran twice
     assert {call.status for call in reopened.calls("r1")} <= {"done", "failed"}
     reopened.close()
+
+
+# -- 11: the timeline's selectors ----------------------------------------------------------------
+
+
+def test_the_timeline_script_handles_ids_with_quotes(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+    import urllib.parse
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("needs chromium (apt-get install chromium)")
+    calls = [
+        {"_tool": "add", "a": 1, "b": 2, "_id": 'a"]b\\', "_outputPath": "†state.x"},
+        {"_tool": "add", "a": "†state.x", "b": 1, "_id": "z", "_outputPath": "†state.y"},
+    ]
+    model = tl.ScriptedModel([{"calls": calls, "output": None}, {"calls": [], "output": "ok"}])
+    path = tmp_path / "runs.db"
+    tl.Agent(model, tools=[add], store=path).run("go", run_id="r1")
+    page = tmp_path / "timeline.html"
+    page.write_text(tl.timeline_html(path, "r1"), encoding="utf-8")
+    url = page.as_uri() + "?focus=" + urllib.parse.quote('a"]b\\')
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+    dom = subprocess.run(
+        [chromium, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120
+    ).stdout
+    assert 'data-ready="2"' in dom  # the script ran to its end
+    assert 'class="call done focus"' in dom
+    assert 'class="call done related"' in dom  # the hover arrows found the other row
