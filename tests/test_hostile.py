@@ -565,3 +565,79 @@ def test_the_timeline_script_handles_ids_with_quotes(tmp_path: Path) -> None:
     assert 'data-ready="2"' in dom  # the script ran to its end
     assert 'class="call done focus"' in dom
     assert 'class="call done related"' in dom  # the hover arrows found the other row
+
+
+# -- 7: secrets --------------------------------------------------------------------------------
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+def test_redaction_covers_escaped_and_encoded_echoes() -> None:
+    from tickloop._models._http import redact
+
+    escaped = "".join(f"\\u{ord(c):04x}" for c in SECRET)
+    mixed = SECRET[:4] + "".join(f"\\u{ord(c):04X}" for c in SECRET[4:10]) + SECRET[10:]
+    encoded = "".join(f"%{ord(c):02X}" for c in SECRET)
+    for text in (
+        f'{{"error": "bad key {escaped}"}}',
+        f'{{"error": "bad key {mixed}"}}',
+        f"GET /v1?key={encoded}",
+        f"header was b'Bearer {SECRET}\\n'",
+    ):
+        cleaned = redact(text, [SECRET + "\n"])
+        assert "***" in cleaned
+        assert SECRET not in cleaned and SECRET not in json.dumps(cleaned)
+        try:
+            assert SECRET not in json.loads(cleaned)["error"]
+        except ValueError:
+            pass
+
+
+def test_a_secret_straddling_the_cut_leaks_no_prefix() -> None:
+    from tickloop._models._base import ModelError
+    from tickloop._models._http import load_event
+
+    data = "x" * 190 + SECRET + " and then not JSON"
+    with pytest.raises(ModelError) as caught:
+        load_event(data, what="request", secrets=[SECRET])
+    assert SECRET[:6] not in str(caught.value)
+
+
+def test_a_key_with_a_trailing_newline_is_stripped_and_never_chained() -> None:
+    import traceback
+
+    import httpx
+
+    seen: list[str] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("authorization", ""))
+        raise httpx.ConnectError(f"refused, with {request.headers['authorization']}")
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(server))
+    model = tl.OpenAIChat(
+        "m", base_url="http://127.0.0.1:9/v1", api_key=SECRET + "\n", client=client
+    )
+    agent = tl.Agent(model, tools=[add], max_llm_retries=1)
+    with pytest.raises(tl.ExecuteError) as caught:
+        agent.run("go")
+    assert seen and seen[0] == f"Bearer {SECRET}"
+    text = "".join(traceback.format_exception(caught.value))
+    assert SECRET not in text and "***" in text
+
+
+def test_default_patterns_hide_common_credential_names() -> None:
+    redactor = tl.Agent(tl.ScriptedModel([]), tools=[add]).redact
+    params = {
+        "authorization": "Bearer v-a",
+        "client_secret": "v-b",
+        "cookie": "v-c",
+        "passwd": "v-d",
+        "credentials": {"user": "v-e"},
+        "headers": {"Authorization": "Bearer v-f", "Accept": "json"},
+        "query": "fine",
+    }
+    shown = redactor(params)
+    assert shown["query"] == "fine" and shown["headers"]["Accept"] == "json"
+    for value in ("v-a", "v-b", "v-c", "v-d", "v-e", "v-f"):
+        assert value not in json.dumps(shown)
