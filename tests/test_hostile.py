@@ -426,7 +426,7 @@ def test_cli_lines_escape_control_and_bidi_characters(
 def test_a_fifo_at_the_store_path_is_refused_without_hanging(tmp_path: Path) -> None:
     path = tmp_path / "runs.db"
     os.mkfifo(path)
-    with pytest.raises(tl.StoreError, match="not a regular file.*FIFO"):
+    with pytest.raises(tl.StoreError, match=r"not a regular file.*FIFO"):
         tl.SQLiteStore(path)
 
 
