@@ -641,3 +641,40 @@ def test_default_patterns_hide_common_credential_names() -> None:
     assert shown["query"] == "fine" and shown["headers"]["Accept"] == "json"
     for value in ("v-a", "v-b", "v-c", "v-d", "v-e", "v-f"):
         assert value not in json.dumps(shown)
+
+
+# -- 12: runaway inputs ------------------------------------------------------------------------
+
+
+def _peak_per_character(function: Any, text: str) -> float:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        try:
+            function(text)
+        except ValueError:
+            pass
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return peak / len(text)
+
+
+@pytest.mark.parametrize("text", ["†a" + ".b" * 1_000_000, "†a" + "[1]" * 700_000])
+def test_a_huge_path_is_refused_with_memory_bounded_and_a_short_message(text: str) -> None:
+    assert _peak_per_character(tl.parse_expression, text) < 4
+    with pytest.raises(tl.ReferenceSyntaxError, match="deeper than 64 steps") as caught:
+        tl.parse_expression(text)
+    assert len(str(caught.value)) < 400
+    assert caught.value.text == text  # the whole text is still there for a program
+
+
+@pytest.mark.parametrize(
+    "unit", ["[", "[]", '["', '[\\"', '"[\\', "[]]"], ids=lambda unit: repr(unit)
+)
+def test_resilient_json_parse_memory_is_a_small_multiple_of_the_input(unit: str) -> None:
+    from tickloop._json._stream import resilient_json_parse
+
+    text = unit * (3_000_000 // len(unit))
+    assert _peak_per_character(resilient_json_parse, text) < 48

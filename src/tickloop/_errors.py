@@ -31,7 +31,22 @@ class ReferenceSyntaxError(TickloopError, ValueError):
         self.text = text
         self.position = position
         self.reason = message
-        super().__init__(f"{message} at position {position} in {text!r}")
+        super().__init__(f"{message} at position {position} in {_excerpt(text, position)}")
+
+
+_EXCERPT = 200  # characters of an expression an error message quotes
+
+
+def _excerpt(text: str, position: int) -> str:
+    """The text, or for a long one the part around `position`: a 10 MB expression is a
+    fault to point at, not to repeat in every message that mentions it."""
+    if len(text) <= _EXCERPT:
+        return repr(text)
+    start = max(0, min(position - _EXCERPT // 2, len(text) - _EXCERPT))
+    part = text[start : start + _EXCERPT]
+    before = "..." if start else ""
+    after = "..." if start + _EXCERPT < len(text) else ""
+    return f"{before}{part!r}{after} ({len(text):,} characters)"
 
 
 class _RunStopped(TickloopError):

@@ -19,6 +19,7 @@ import bisect
 import json
 import logging
 import re
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -552,46 +553,66 @@ class _Scans:
 
     Scans that are in the same place of the string grammar (outside a string, or inside
     one) see the same tokens, so they share everything pushed since they came together
-    (`top`, opener positions, innermost last) and keep apart only what each had before
-    (`below`, one `_Scans` per group that joined). Every opener starts a scan of its own,
+    (`top`, opener numbers, innermost last) and keep apart only what each had before
+    (`below`, one group per group that joined). Every opener starts a scan of its own,
     so each pushed opener is the bottom of exactly one scan's stack.
+
+    A group that is one scan holding only its own opener is that opener's number, a
+    plain int: most groups are, and an object each would cost a hundred bytes or more
+    per character of some texts (`[\\"` repeated). Numbers are kept in arrays, so memory
+    stays a small multiple of the text.
     """
 
     __slots__ = ("below", "top")
 
-    def __init__(self, top: list[int], below: list[_Scans]) -> None:
+    def __init__(self, top: array[int], below: list[_Group] | tuple[()]) -> None:
         self.top = top
         self.below = below
 
 
-def _join(a: _Scans | None, b: _Scans | None) -> _Scans | None:
+_Group = _Scans | int
+
+
+def _join(a: _Group | None, b: _Group | None) -> _Group | None:
     if a is None:
         return b
     if b is None:
         return a
-    return _Scans([], [a, b])
+    for parent, child in ((a, b), (b, a)):
+        if isinstance(parent, _Scans) and not parent.top:  # a join already: one more part
+            if isinstance(parent.below, tuple):
+                parent.below = list(parent.below)
+            parent.below.append(child)
+            return parent
+    return _Scans(array("q"), [a, b])
 
 
-def _close(group: _Scans, text: str, closer: str, end: int, ends: dict[int, int]) -> _Scans | None:
+def _close(
+    group: _Group, text: str, closer: str, end: int, openers: array[int], ends: array[int]
+) -> _Group | None:
     """Apply one closer to every stack in `group`; return what is left open, or None.
 
     Where a stack's innermost opener matches, it is popped, and the scan that opener
-    started ends here (`ends[start] = end`). Where it does not, every scan with an opener
+    started ends here (`ends[number] = end`). Where it does not, every scan with an opener
     on that stack fails (they all see that mismatch), so the stack is dropped whole. The
     tree is walked with a stack of its own; each step pops or drops something pushed
     once, so all the closers of a text together cost time linear in its length.
     """
-    frames: list[tuple[_Scans, list[_Scans], int]] = []  # joins being visited
+    frames: list[tuple[_Scans, list[_Group], int]] = []  # joins being visited
     node = group
     while True:
-        while not node.top:  # a join: its parts hold the innermost openers
+        while isinstance(node, _Scans) and not node.top:  # a join: its parts hold the rest
             frames.append((node, [], 0))
             node = node.below[0]
-        start = node.top.pop()
-        result: _Scans | None = None
-        if _CLOSER_FOR[text[start]] == closer:
-            ends[start] = end
-            if node.top or node.below:
+        if isinstance(node, int):
+            number, rest = node, False
+        else:
+            number = node.top.pop()
+            rest = bool(node.top) or bool(node.below)
+        result: _Group | None = None
+        if _CLOSER_FOR[text[openers[number]]] == closer:
+            ends[number] = end
+            if rest:
                 result = node
         while frames:
             parent, kept, index = frames.pop()
@@ -613,8 +634,9 @@ def _close(group: _Scans, text: str, closer: str, end: int, ends: dict[int, int]
             return result
 
 
-def _block_ends(text: str) -> tuple[list[int], dict[int, int]]:
-    """Every opener's position, and where the balanced block it opens ends (exclusive).
+def _block_ends(text: str) -> tuple[array[int], array[int]]:
+    """Every opener's position, and where the balanced block it opens ends (exclusive;
+    -1 for none), by the opener's number.
 
     A block is what a scan from its opener finds: strings skipped (escapes respected),
     each closer matching the innermost open opener, done when the first one closes; a
@@ -626,16 +648,16 @@ def _block_ends(text: str) -> tuple[list[int], dict[int, int]]:
     backslash inside one, and scans in the same state read the rest of the text the same
     way (`_Scans`).
     """
-    openers: list[int] = []
-    ends: dict[int, int] = {}
-    outside: _Scans | None = None
-    inside: _Scans | None = None
-    escaped: _Scans | None = None  # inside a string, after the backslash at `escape_at`
+    openers = array("q")
+    ends = array("q")
+    outside: _Group | None = None
+    inside: _Group | None = None
+    escaped: _Group | None = None  # inside a string, after the backslash at `escape_at`
     escape_at = -2
     for match in _SCAN_TOKEN.finditer(text):
         pos = match.start()
         char = text[pos]
-        consumed: _Scans | None = None
+        consumed: _Group | None = None
         if escaped is not None:
             if pos == escape_at + 1:
                 consumed, escaped = escaped, None  # this character is escaped for them
@@ -646,13 +668,17 @@ def _block_ends(text: str) -> tuple[list[int], dict[int, int]]:
         elif char == "\\":
             escaped, escape_at, inside = inside, pos, None
         elif char in _CLOSER_FOR:
+            number = len(openers)
             openers.append(pos)
+            ends.append(-1)
             if outside is None:
-                outside = _Scans([pos], [])
+                outside = number
+            elif isinstance(outside, int):
+                outside = _Scans(array("q", (outside, number)), ())
             else:
-                outside.top.append(pos)
+                outside.top.append(number)
         elif outside is not None:
-            outside = _close(outside, text, char, pos + 1, ends)
+            outside = _close(outside, text, char, pos + 1, openers, ends)
         if consumed is not None:
             inside = _join(inside, consumed)
     return openers, ends
@@ -666,13 +692,11 @@ def _balanced_blocks(text: str) -> Iterator[str]:
     """
     openers, ends = _block_ends(text)
     resume = 0
-    for start in openers:
-        if start < resume:
+    for start, end in zip(openers, ends, strict=True):
+        if start < resume or end < 0:
             continue
-        end = ends.get(start)
-        if end is not None:
-            yield text[start:end]
-            resume = end
+        yield text[start:end]
+        resume = end
 
 
 def _loads_container(text: str) -> tuple[bool, dict[str, Any] | list[Any] | None]:
