@@ -276,6 +276,7 @@ class _SolutionLoop(OuterLoop):
             max_concurrency=agent.max_concurrency,
             on_action=self.events,
             journal=durable,
+            run_id=self.events.run_id or None,
         )
 
     async def _recover(self) -> tuple[bool, Any]:
