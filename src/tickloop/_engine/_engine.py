@@ -179,6 +179,11 @@ class Engine:
     def close_stream(self) -> None:
         self.feed(StreamClosed(self._date()))
 
+    def flush_errors(self) -> None:
+        """Append the faults reported since the tick ended (an output that did not
+        resolve, PROTOCOL §8), so the next request shows them."""
+        self.feed(Flush(self._date()))
+
     async def wait_tick(self) -> TickEnded:
         assert self._tick_done is not None, "open_tick first"
         await self._tick_done.wait()
