@@ -40,7 +40,7 @@ from .._core._scheduler import FINAL_STATUSES, CallSettled
 from .._core._tools import ToolSet
 from .._engine._engine import Engine
 from .._errors import ConfigurationError, ExecuteError
-from .._json._stream import resilient_json_parse, resilient_json_parse_with_strategy
+from .._json._stream import resilient_json_parse_with_strategy
 from .._models._base import (
     ModelError,
     TextDelta,
@@ -574,8 +574,8 @@ class _TurnLoop(OuterLoop):
         try:
             value = json.loads(text)
         except (ValueError, RecursionError):
-            value = resilient_json_parse(text)
-            if value is None:
+            value, strategy = resilient_json_parse_with_strategy(text)
+            if strategy == "none":
                 return None, f"the final answer is not JSON ({_json_fault(text)})"
         try:
             problem = spec.problem(value)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import httpx
 
 from .._errors import ConfigurationError
-from .._json._stream import resilient_json_parse
+from .._json._stream import resilient_json_parse_with_strategy
 from ._base import (
     ModelError,
     SolutionRequest,
@@ -467,5 +467,5 @@ def _tool_input(block: dict[str, Any], raw: str) -> Any:
     try:
         value = json.loads(raw)
     except ValueError:
-        value = resilient_json_parse(raw)
+        value, _ = resilient_json_parse_with_strategy(raw)
     return value if isinstance(value, dict) else {}
