@@ -102,6 +102,15 @@ class OutputSpec:
         return self.model.model_validate(value) if self.model is not None else value
 
 
+def _check_on_event(callback: Any) -> Any:
+    if callback is not None and not callable(callback):
+        raise ConfigurationError(
+            f"on_event must be a function taking one event, not {type(callback).__name__} "
+            f"{callback!r}"
+        )
+    return callback
+
+
 class Agent:
     """A model, tools and options: `agent.run(input)` loops until the model answers."""
 
@@ -127,6 +136,11 @@ class Agent:
         self.model = model
         self.tools = ToolSet(tools)
         self.output = OutputSpec(output)
+        if instructions is not None and not isinstance(instructions, str):
+            raise ConfigurationError(
+                f"instructions must be a string, not {type(instructions).__name__} "
+                f"{instructions!r}"
+            )
         self.instructions = instructions
         self.approve = approve
         self.max_iterations = _positive(max_iterations, "max_iterations")
@@ -136,7 +150,7 @@ class Agent:
             raise ConfigurationError(f"protocol must be one of {PROTOCOLS}, not {protocol!r}")
         self.protocol = protocol
         self.strict = strict
-        self.on_event = on_event
+        self.on_event = _check_on_event(on_event)
         self._rng = random.Random(seed)
         # Durable runs (docs/durability.md): the store, what events and traces hide, spans.
         self.store = as_store(store)
@@ -182,6 +196,7 @@ class Agent:
         `run_id` names the run (a unique one is made otherwise); with a store, an id the
         store already has is refused with `ResumeError`: continue it with `resume`.
         """
+        _check_on_event(on_event)
         session = RunSession.new(self, input, messages, on_event or self.on_event, run_id)
         return await session.execute(self._drive)
 
@@ -208,6 +223,7 @@ class Agent:
         `ResumeError` before anything runs for an unknown or finished run, a decision
         for a call that is not waiting for one, or a call decided already.
         """
+        _check_on_event(on_event)
         session = RunSession.claim(self, run_id, decisions, on_event or self.on_event)
         return await session.execute(self._drive)
 

@@ -127,6 +127,10 @@ class Tool:
         bind: Mapping[str, str] | None = None,
         idempotent: bool = False,
     ) -> None:
+        if name == "<lambda>":
+            raise ConfigurationError(
+                "a lambda has no name a model can call: pass name= (tl.tool(fn, name='...'))"
+            )
         if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
             raise ConfigurationError(
                 f"tool name {name!r} must match ^{TOOL_NAME.pattern}$ (letters, digits, _ and -)"
@@ -146,7 +150,7 @@ class Tool:
             None if output is None else _schema_of(output, name, "output")
         )
         self.requires_approval = _check_approval_rule(requires_approval, name)
-        self.depends_on: tuple[str, ...] = tuple(depends_on)
+        self.depends_on: tuple[str, ...] = _check_depends_on(depends_on, name)
         self.dependency_references: tuple[Expression, ...] = ()
         self.dependency_tools: tuple[str, ...] = ()
         self._split_dependencies()
@@ -171,8 +175,12 @@ class Tool:
                 )
         self.timeout = _check_positive(timeout, name, "timeout", float)
         self.max_concurrency = _check_positive(max_concurrency, name, "max_concurrency", int)
-        self.bind: dict[str, str] = dict(bind or {})
-        self.idempotent = bool(idempotent)
+        self.bind: dict[str, str] = _check_bind(bind, name)
+        if not isinstance(idempotent, bool):
+            raise ConfigurationError(
+                f"tool {name!r}: idempotent must be True or False, not {idempotent!r}"
+            )
+        self.idempotent = idempotent
         self._check_parameters()
         self.parameter_validator = SchemaValidator(self.parameters)
         self.output_validator = None if self.output is None else SchemaValidator(self.output)
@@ -436,10 +444,44 @@ def _check_approval_rule(rule: Any, tool_name: str) -> ApprovalRule:
     )
 
 
+def _check_depends_on(value: Any, tool_name: str) -> tuple[str, ...]:
+    # A bare string is iterable too: "other" would become five one-letter dependencies.
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ConfigurationError(
+            f"tool {tool_name!r}: depends_on must be a list of references or tool names, "
+            f"not {value!r} (write depends_on=[{value!r}])"
+        )
+    entries = tuple(value)
+    for entry in entries:
+        if not isinstance(entry, str):
+            raise ConfigurationError(
+                f"tool {tool_name!r}: depends_on entries must be strings, not {entry!r}"
+            )
+    return entries
+
+
+def _check_bind(value: Any, tool_name: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(
+        isinstance(key, str) and isinstance(source, str) for key, source in value.items()
+    ):
+        raise ConfigurationError(
+            f"tool {tool_name!r}: bind must map parameter names to input keys "
+            f"(bind={{'unit': 'preferred_unit'}}), not {value!r}"
+        )
+    return dict(value)
+
+
 def _check_positive(value: Any, tool_name: str, option: str, kind: type) -> Any:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or value != value  # NaN compares false with everything, so `<= 0` lets it through
+        or value <= 0
+    ):
         raise ConfigurationError(f"tool {tool_name!r}: {option} must be a positive number")
     if kind is int and not isinstance(value, int):
         raise ConfigurationError(f"tool {tool_name!r}: {option} must be a whole number")
@@ -487,6 +529,11 @@ class ToolSet(Mapping[str, Tool]):
     """The tools of one run, checked together: names unique, dependencies known."""
 
     def __init__(self, tools: Sequence[Tool] | Mapping[str, Tool] | ToolSet) -> None:
+        if isinstance(tools, Tool | str | bytes) or not isinstance(tools, Iterable | Mapping):
+            hint = f"tools=[{tools.name}]" if isinstance(tools, Tool) else "tools=[my_tool]"
+            raise ConfigurationError(
+                f"tools= expects a list of tools ({hint}), not {type(tools).__name__} {tools!r}"
+            )
         items = list(tools.values()) if isinstance(tools, Mapping) else list(tools)
         self._tools: dict[str, Tool] = {}
         for item in items:

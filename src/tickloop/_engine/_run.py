@@ -16,6 +16,7 @@ from .._core._decisions import ApproveHook, PendingCall
 from .._core._log import ContextLog
 from .._core._scheduler import CallRecord
 from .._core._tools import Tool, ToolSet
+from .._errors import ConfigurationError
 from ._engine import Engine
 
 __all__ = ["ExecutionResult", "execute", "run_calls"]
@@ -82,6 +83,8 @@ async def execute(
     max_concurrency: int | None = None,
 ) -> ExecutionResult:
     """Run one tick over `calls` inside trio; returns once every call has finished."""
+    calls = _check_calls(calls)
+    _check_state(state)
     toolset = ToolSet(tools)
     log = initial_log(input, state)
     engine = Engine(toolset, log, approve=approve, max_concurrency=max_concurrency)
@@ -101,6 +104,25 @@ async def execute(
     return ExecutionResult(log, engine.records, engine.scheduler.deferred)
 
 
+def _check_calls(calls: Any) -> list[Any]:
+    """The plan as a list; a lone call, a JSON text or None is a mistake to name, not to
+    iterate into one bogus "invalid call" per key or character."""
+    if isinstance(calls, Mapping):
+        raise TypeError("calls must be a list of call dicts; wrap a single call: [call]")
+    if isinstance(calls, str | bytes):
+        raise TypeError("calls must be a list of call dicts, not a JSON text: json.loads it first")
+    if not isinstance(calls, Iterable):
+        raise TypeError(f"calls must be a list of call dicts, not {type(calls).__name__}")
+    return list(calls)
+
+
+def _check_state(state: Any) -> None:
+    if state is not None and not isinstance(state, Mapping):
+        raise ConfigurationError(
+            f"state must be a dict of starting values, not {type(state).__name__} {state!r}"
+        )
+
+
 def run_calls(
     calls: Iterable[Any],
     *,
@@ -111,10 +133,18 @@ def run_calls(
     max_concurrency: int | None = None,
 ) -> ExecutionResult:
     """`execute` for synchronous code: starts its own trio run."""
+    if trio.lowlevel.in_trio_run():
+        raise RuntimeError(
+            "tl.run_calls starts its own trio run and cannot be called inside one: "
+            "use `await tl.execute(...)` instead"
+        )
+    calls = _check_calls(calls)
+    _check_state(state)
+    ToolSet(tools)
     return trio.run(
         partial(
             execute,
-            list(calls),
+            calls,
             tools=tools,
             state=state,
             input=input,
