@@ -5,11 +5,18 @@ Each test names the item of the issue it covers; each failed on main before the 
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import decimal
+import enum
+import json
 import logging
 import math
+import uuid
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 import trio
 
@@ -113,7 +120,105 @@ def test_agent_and_run_calls_options_are_checked() -> None:
 
 def test_run_calls_inside_trio_says_use_execute() -> None:
     async def main() -> None:
-        with pytest.raises(RuntimeError, match="await tl.execute"):
+        with pytest.raises(RuntimeError, match=r"await tl\.execute"):
             tl.run_calls([], tools=[echo])
 
     trio.run(main)
+
+
+# -- item 1: input and state converted like tool results ------------------------------
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+class Order(pydantic.BaseModel):
+    id: uuid.UUID
+    at: datetime.datetime
+    total: decimal.Decimal
+    color: Color
+    tags: set[str]
+
+
+@dataclasses.dataclass
+class Box:
+    order: Order
+
+
+ORDER = Order(
+    id=uuid.UUID(int=7),
+    at=datetime.datetime(2026, 1, 2, 3, 4, 5),
+    total=decimal.Decimal("1.50"),
+    color=Color.RED,
+    tags={"a"},
+)
+ORDER_JSON = {
+    "id": "00000000-0000-0000-0000-000000000007",
+    "at": "2026-01-02T03:04:05",
+    "total": "1.50",
+    "color": "red",
+    "tags": ["a"],
+}
+
+
+@pytest.mark.parametrize("with_store", [False, True])
+def test_agent_input_is_converted_like_a_tool_result(with_store: bool, tmp_path: Path) -> None:
+    model = tl.ScriptedModel(
+        [
+            _answer([{"_tool": "echo", "text": "†input.order.total", "_outputPath": "†state.t"}]),
+            _answer(),
+        ]
+    )
+    store = tmp_path / "runs.db" if with_store else None
+    agent = tl.Agent(model, tools=[echo], store=store)
+    result = agent.run(Box(ORDER))
+    assert result.state == {"t": "1.50"}
+    first = "\n".join(m["content"] for m in model.requests[0]["messages"])
+    assert json.dumps({"order": ORDER_JSON}) in first  # the JSON form, not a repr
+    assert "Order(" not in first
+
+
+def test_run_calls_input_and_state_are_converted() -> None:
+    result = tl.run_calls(
+        [{"_tool": "echo", "text": "†input.color", "_outputPath": "†state.c"}],
+        tools=[echo],
+        input=ORDER,
+        state={"when": datetime.date(2026, 1, 2)},
+    )
+    assert result.state == {"when": "2026-01-02", "c": "red"}
+    assert result.errors == []
+
+
+@pytest.mark.parametrize("bad", [{"x": math.nan}, {"x": object()}, math.inf])
+def test_input_without_a_json_form_is_refused_before_anything_runs(bad: Any) -> None:
+    model = tl.ScriptedModel([_answer()])
+    with pytest.raises(tl.ConfigurationError, match="no JSON form"):
+        tl.Agent(model).run(bad)
+    assert model.requests == []
+    with pytest.raises(tl.ConfigurationError, match="no JSON form"):
+        tl.run_calls([], tools=[echo], input=bad)
+    with pytest.raises(tl.ConfigurationError, match="no JSON form"):
+        tl.run_calls([], tools=[echo], state={"s": bad})
+
+
+# -- item 4: a bound parameter whose input key is missing ----------------------------
+
+
+@tl.tool(bind={"user": "user_id"})
+async def whoami(user: str) -> str:
+    return user
+
+
+def test_a_missing_bound_input_is_the_developers_error_before_the_run() -> None:
+    model = tl.ScriptedModel([_answer()])
+    agent = tl.Agent(model, tools=[whoami])
+    with pytest.raises(tl.ConfigurationError, match=r"'user'.*'user_id'"):
+        agent.run({"question": "who?"})
+    assert model.requests == []
+    with pytest.raises(tl.ConfigurationError, match=r"'user'.*'user_id'"):
+        tl.run_calls([{"_tool": "whoami"}], tools=[whoami])
+    # A run that never calls the tool, or has the key, is fine.
+    assert tl.run_calls([], tools=[whoami]).errors == []
+    done = tl.run_calls([{"_tool": "whoami"}], tools=[whoami], input={"user_id": "ann"})
+    assert done.records["c1.0"].output == "ann"

@@ -138,8 +138,7 @@ class Agent:
         self.output = OutputSpec(output)
         if instructions is not None and not isinstance(instructions, str):
             raise ConfigurationError(
-                f"instructions must be a string, not {type(instructions).__name__} "
-                f"{instructions!r}"
+                f"instructions must be a string, not {type(instructions).__name__} {instructions!r}"
             )
         self.instructions = instructions
         self.approve = approve

@@ -525,6 +525,27 @@ def tool(
     return make
 
 
+def missing_bindings(tools: Iterable[Tool], input: Any) -> list[str]:
+    """Bound parameters the run's input cannot fill, described for an error.
+
+    A bound parameter is hidden from the model, so a missing input key is the
+    developer's to fix: reported before the run, never to the model as a schema error.
+    Optional parameters (with a default) may go without.
+    """
+    problems: list[str] = []
+    for item in tools:
+        required = set(item.parameters.get("required", ()))
+        for parameter, key in item.bind.items():
+            if parameter not in required:
+                continue
+            if not isinstance(input, Mapping) or key not in input:
+                problems.append(
+                    f"tool {item.name!r} binds parameter {parameter!r} to input key {key!r}, "
+                    "which the run's input does not have"
+                )
+    return problems
+
+
 class ToolSet(Mapping[str, Tool]):
     """The tools of one run, checked together: names unique, dependencies known."""
 

@@ -65,7 +65,7 @@ from .._core._scheduler import (
     TickOpened,
     _PathIndex,
 )
-from .._core._tools import ToolSet
+from .._core._tools import ToolSet, missing_bindings
 from .._engine._engine import Engine, utc_now
 from .._engine._run import initial_log
 from .._errors import ConfigurationError, ResumeError, StoreError, unwrap_single
@@ -613,6 +613,10 @@ class RunSession:
             raise ConfigurationError(f"run_id must be a non-empty string, not {run_id!r}")
         run_id = run_id or new_run_id()
         log = ContextLog(messages) if messages else initial_log(input)
+        if not messages:
+            problems = missing_bindings(agent.tools.values(), log.view("input"))
+            if problems:
+                raise ConfigurationError("; ".join(problems))
         sink = _sink(agent, run_id, on_event)
         durable = None
         store: SQLiteStore | None = agent.store

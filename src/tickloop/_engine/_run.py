@@ -13,9 +13,10 @@ from typing import Any
 import trio
 
 from .._core._decisions import ApproveHook, PendingCall
+from .._core._jsonable import run_value_to_json
 from .._core._log import ContextLog
 from .._core._scheduler import CallRecord
-from .._core._tools import Tool, ToolSet
+from .._core._tools import Tool, ToolSet, missing_bindings
 from .._errors import ConfigurationError
 from ._engine import Engine
 
@@ -67,9 +68,12 @@ def initial_log(input: Any = None, state: Mapping[str, Any] | None = None) -> Co
     """A new run's log: its input, then its starting state, as data messages."""
     log = ContextLog()
     if input is not None:
+        input = run_value_to_json(input, "input")
         log.append({"type": "data", "kind": "input", "data": input})
     if state is not None:
-        log.append({"type": "data", "kind": "state", "data": dict(state)})
+        _check_state(state)
+        state = run_value_to_json(dict(state), "state")
+        log.append({"type": "data", "kind": "state", "data": state})
     return log
 
 
@@ -87,6 +91,11 @@ async def execute(
     _check_state(state)
     toolset = ToolSet(tools)
     log = initial_log(input, state)
+    named = {call.get("_tool") for call in calls if isinstance(call, Mapping)}
+    used = [toolset[name] for name in toolset if name in named]
+    problems = missing_bindings(used, log.view("input"))
+    if problems:
+        raise ConfigurationError("; ".join(problems))
     engine = Engine(toolset, log, approve=approve, max_concurrency=max_concurrency)
     async with engine.session():
         engine.open_tick(1)
