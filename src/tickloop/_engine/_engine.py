@@ -41,6 +41,7 @@ from .._core._scheduler import (
 from .._core._tools import Branch, CallContext, ToolSet
 from .._errors import ConfigurationError, describe_error, is_call_error, unwrap_single
 from ._asking import ask
+from ._host import host_loop, run_on_host
 
 __all__ = ["Engine", "Journal", "check_configuration", "utc_now"]
 
@@ -249,10 +250,10 @@ class Engine:
             thread = None if tool.is_async else await _ThreadToken.take(self._threads)
             try:
                 if timeout is None:  # no cancel scope: it is a measurable cost per call
-                    value = await self._invoke(handler, arguments, thread)
+                    value = await self._invoke(handler, arguments, thread, tool.name)
                 else:
                     with trio.fail_after(timeout):
-                        value = await self._invoke(handler, arguments, thread)
+                        value = await self._invoke(handler, arguments, thread, tool.name)
                 if isinstance(value, Branch):
                     branch, value = value.term, value.value
                 try:
@@ -285,10 +286,14 @@ class Engine:
         self.feed(CallFinished(action.id, value, branch, error, self._date()))
 
     async def _invoke(
-        self, handler: Callable[..., Any], arguments: dict[str, Any], thread: _ThreadToken | None
+        self,
+        handler: Callable[..., Any],
+        arguments: dict[str, Any],
+        thread: _ThreadToken | None,
+        name: str = "",
     ) -> Any:
         if thread is None:  # an async handler
-            return await handler(**arguments)
+            return await _await_tool(handler(**arguments), name)
         # Boxed, as `_approval.ask` does: trio refuses a coroutine returned from a thread,
         # and a sync callable may return an awaitable (a wrapper of an async function).
         [result] = await trio.to_thread.run_sync(
@@ -297,8 +302,47 @@ class Engine:
             limiter=thread,  # type: ignore[arg-type]  # CapacityLimiter-like, as trio allows
         )
         if inspect.isawaitable(result):  # a sync callable that returned a coroutine
-            result = await result
+            result = await _await_tool(result, name)
         return result
+
+
+async def _await_tool(awaitable: Any, name: str) -> Any:
+    """Await a tool's coroutine in the framework that drives the run.
+
+    Driven from asyncio (`run_asyncio`), an async tool runs as a task of the host loop,
+    so asyncio libraries (asyncpg, aiohttp, the OpenAI SDK) work in it; under trio it
+    runs in trio. A tool written for the other framework fails with its name and the fix
+    (docs/asyncio.md), not with trio's or asyncio's internals.
+    """
+    loop = host_loop()
+    try:
+        if loop is not None:
+            return await run_on_host(loop, _as_coroutine(awaitable))
+        return await awaitable
+    except (TypeError, RuntimeError) as problem:
+        text = str(problem)
+        if loop is None and (
+            "unrecognized yield message" in text or "no running event loop" in text
+        ):
+            raise RuntimeError(
+                f"tool {name!r} awaits asyncio code, but this run is driven by trio: "
+                "run the agent with `await agent.run_asyncio(...)` from asyncio, or use "
+                "trio/anyio libraries in the tool"
+            ) from None
+        if loop is not None and (
+            "bad yield" in text or "must be called from async context" in text
+        ):
+            raise RuntimeError(
+                f"tool {name!r} awaits trio code, but this run is driven from asyncio "
+                "(run_asyncio), where async tools run on the asyncio loop: use asyncio/anyio "
+                "libraries in the tool, or run the agent with agent.run()/run_async() "
+                "under trio"
+            ) from None
+        raise
+
+
+async def _as_coroutine(awaitable: Any) -> Any:
+    return await awaitable
 
 
 class _ThreadToken:
