@@ -12,6 +12,7 @@ import json
 import math
 import re
 import sys
+import types
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -307,17 +308,18 @@ class Engine:
 
 
 async def _await_tool(awaitable: Any, name: str) -> Any:
-    """Await a tool's coroutine in the framework that drives the run.
+    """Await a tool's coroutine in the framework its code is written for.
 
-    Driven from asyncio (`run_asyncio`), an async tool runs as a task of the host loop,
-    so asyncio libraries (asyncpg, aiohttp, the OpenAI SDK) work in it; under trio it
-    runs in trio. A tool written for the other framework fails with its name and the fix
-    (docs/asyncio.md), not with trio's or asyncio's internals.
+    Under plain trio it runs in trio. Driven from asyncio (`run_asyncio`), it starts in
+    trio and, at the first asyncio awaitable it waits on, moves to a task of the host
+    loop for the rest, so both trio tools and asyncio libraries (asyncpg, aiohttp, the
+    OpenAI SDK) work (docs/asyncio.md). A tool written for a framework that is not
+    driving the run fails with its name and the fix, not with trio's internals.
     """
     loop = host_loop()
     try:
         if loop is not None:
-            return await run_on_host(loop, _as_coroutine(awaitable))
+            return await _drive_on_either(awaitable.__await__(), loop)
         return await awaitable
     except (TypeError, RuntimeError) as problem:
         text = str(problem)
@@ -329,20 +331,62 @@ async def _await_tool(awaitable: Any, name: str) -> Any:
                 "run the agent with `await agent.run_asyncio(...)` from asyncio, or use "
                 "trio/anyio libraries in the tool"
             ) from None
-        if loop is not None and (
-            "bad yield" in text or "must be called from async context" in text
-        ):
+        if loop is not None and "bad yield" in text:
             raise RuntimeError(
-                f"tool {name!r} awaits trio code, but this run is driven from asyncio "
-                "(run_asyncio), where async tools run on the asyncio loop: use asyncio/anyio "
-                "libraries in the tool, or run the agent with agent.run()/run_async() "
-                "under trio"
+                f"tool {name!r} awaits trio code after asyncio code; one tool must keep to "
+                "one framework: use asyncio (or anyio) libraries throughout it"
             ) from None
         raise
 
 
-async def _as_coroutine(awaitable: Any) -> Any:
-    return await awaitable
+def _is_asyncio_yield(message: Any) -> bool:
+    # asyncio futures mark themselves while awaited; a bare yield (asyncio.sleep(0)) is None.
+    return message is None or getattr(message, "_asyncio_future_blocking", None) is not None
+
+
+@types.coroutine
+def _drive_on_either(steps: Any, loop: Any) -> Any:
+    """Drive a coroutine in turns: in trio until it waits on something of asyncio's, then
+    on the host loop as an asyncio task (so asyncio's current task, timeouts and futures
+    work) until it waits on something of trio's. trio resumes a task with plain sends,
+    so passing its messages through is all a trio wait needs. The code before a tool's
+    first wait runs in trio's turn (trio code there fails outside trio)."""
+    value: Any = None
+    while True:
+        try:
+            message = steps.send(value)
+        except StopIteration as stop:
+            return stop.value
+        if _is_asyncio_yield(message):
+            kind, message = yield from run_on_host(loop, _host_turn(steps, message)).__await__()
+            if kind == "done":
+                return message
+        value = yield message
+
+
+async def _host_turn(steps: Any, first: Any) -> tuple[str, Any]:
+    return await _host_steps(steps, first)
+
+
+@types.coroutine
+def _host_steps(steps: Any, message: Any) -> Any:
+    """Inside an asyncio task: step the coroutine while it waits on asyncio's
+    awaitables (forwarding the task's cancellation into it); stop at trio's."""
+    while True:
+        if not _is_asyncio_yield(message):
+            return "trio", message
+        try:
+            value = yield message
+        except BaseException as error:
+            try:
+                message = steps.throw(error)
+            except StopIteration as stop:
+                return "done", stop.value
+            continue
+        try:
+            message = steps.send(value)
+        except StopIteration as stop:
+            return "done", stop.value
 
 
 class _ThreadToken:
