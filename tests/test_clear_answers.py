@@ -19,6 +19,7 @@ from typing import Any
 import pydantic
 import pytest
 import trio
+import trio.testing
 
 import tickloop as tl
 
@@ -222,3 +223,46 @@ def test_a_missing_bound_input_is_the_developers_error_before_the_run() -> None:
     assert tl.run_calls([], tools=[whoami]).errors == []
     done = tl.run_calls([{"_tool": "whoami"}], tools=[whoami], input={"user_id": "ann"})
     assert done.records["c1.0"].output == "ann"
+
+
+# -- item 9: retries are not silent ----------------------------------------------------
+
+
+class _Overloaded:
+    """A solution model whose every request fails with a retryable 503."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def stream_solution(self, request: Any) -> Any:
+        self.calls += 1
+        raise tl.ModelError("503 overloaded", status=503)
+        yield  # pragma: no cover
+
+
+def test_retries_are_logged_and_the_error_counts_attempts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="tickloop")
+    model = _Overloaded()
+    agent = tl.Agent(model, max_llm_retries=3)
+    with pytest.raises(tl.ExecuteError, match="after 3 attempts"):
+        trio.run(agent.run_async, {}, clock=trio.testing.MockClock(autojump_threshold=0))
+    retries = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+    assert len(retries) == 2 and "attempt 1 of 3" in retries[0]
+
+
+def test_a_hosted_client_without_a_key_says_so_when_built(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    caplog.set_level(logging.WARNING, logger="tickloop")
+    tl.OpenAIChat("gpt-x")
+    tl.Anthropic("claude-x")
+    tl.OpenAIResponses("gpt-x")
+    warned = [r.getMessage() for r in caplog.records if "no API key" in r.getMessage()]
+    assert len(warned) == 3 and "OPENAI_API_KEY" in warned[0]
+    caplog.clear()
+    tl.OpenAIChat("local", base_url="http://127.0.0.1:8000/v1")
+    assert not [r for r in caplog.records if "no API key" in r.getMessage()]

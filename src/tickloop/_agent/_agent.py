@@ -45,7 +45,7 @@ from ._prompt import (
     strip_strict_nulls,
     strip_strict_output_nulls,
 )
-from ._retry import StreamBroken, stream_with_retries
+from ._retry import StreamBroken, attempts_made, stream_with_retries
 
 __all__ = ["Agent", "RunResult"]
 
@@ -345,7 +345,9 @@ class _SolutionLoop(OuterLoop):
                 self.log.messages,
             ) from error
         except ModelError as error:
-            raise ExecuteError(f"the model request failed: {error}", self.log.messages) from error
+            raise ExecuteError(
+                f"the model request failed{attempts_made(error)}: {error}", self.log.messages
+            ) from error
         except Exception as error:  # a client bug must still hand back the log
             raise ExecuteError(
                 f"the model client raised {type(error).__name__}: {error}", self.log.messages

@@ -55,7 +55,7 @@ from .._models._base import (
 from .._observe._events import EventSink, RequestFinished, RequestRetried, RequestStarted, RunEvent
 from ._loop import OuterLoop, RunResult
 from ._prompt import _visible_parameters
-from ._retry import StreamBroken, stream_with_retries
+from ._retry import StreamBroken, attempts_made, stream_with_retries
 
 if TYPE_CHECKING:
     from .._durable._resume import DurableRun, RunSession
@@ -423,7 +423,9 @@ class _TurnLoop(OuterLoop):
         except StreamBroken:
             raise
         except ModelError as error:
-            raise ExecuteError(f"the model request failed: {error}", self.log.messages) from error
+            raise ExecuteError(
+                f"the model request failed{attempts_made(error)}: {error}", self.log.messages
+            ) from error
         except Exception as error:  # a client bug must still hand back the log
             raise ExecuteError(
                 f"the model client raised {type(error).__name__}: {error}", self.log.messages

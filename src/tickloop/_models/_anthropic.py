@@ -30,7 +30,14 @@ from ._base import (
     Usage,
     wire_conversation,
 )
-from ._http import DEFAULT_TIMEOUT, json_instruction, open_stream, redact, typed_events
+from ._http import (
+    DEFAULT_TIMEOUT,
+    json_instruction,
+    open_stream,
+    redact,
+    typed_events,
+    warn_if_keyless,
+)
 
 __all__ = ["Anthropic"]
 
@@ -92,6 +99,9 @@ class Anthropic:
         base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or _DEFAULT_BASE_URL
         self.base_url = base_url.rstrip("/")
         self._api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
+        warn_if_keyless(
+            "tl.Anthropic", self._api_key, self.base_url, _DEFAULT_BASE_URL, "ANTHROPIC_API_KEY"
+        )
         self._client = client
         self.max_tokens = max_tokens
         self.structured: StructuredMode = structured

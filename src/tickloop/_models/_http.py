@@ -8,6 +8,7 @@ server's own message lives here once.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -217,6 +218,15 @@ async def open_stream(
             yield response
     except httpx.TransportError as exc:
         raise transport_error(exc, what=what, secrets=secrets) from exc
+
+
+def warn_if_keyless(what: str, api_key: str | None, base_url: str, hosted: str, env: str) -> None:
+    """A hosted API without a key fails every request with 401: say so when the client
+    is built, not after the first request (a local server needs no key: no warning)."""
+    if not api_key and base_url.rstrip("/") == hosted.rstrip("/"):
+        logging.getLogger("tickloop").warning(
+            "%s has no API key for %s: pass api_key= or set %s", what, hosted, env
+        )
 
 
 def bearer_headers(api_key: str | None) -> dict[str, str]:

@@ -42,6 +42,7 @@ from ._http import (
     redact,
     server_message,
     transport_error,
+    warn_if_keyless,
 )
 from ._sse import aiter_sse
 
@@ -96,6 +97,9 @@ class OpenAIChat:
         base_url = base_url or os.environ.get("OPENAI_BASE_URL") or _DEFAULT_BASE_URL
         self.base_url = base_url.rstrip("/")
         self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        warn_if_keyless(
+            "tl.OpenAIChat", self._api_key, self.base_url, _DEFAULT_BASE_URL, "OPENAI_API_KEY"
+        )
         self._client = client
         self.structured: StructuredMode = structured
         self.temperature = temperature
