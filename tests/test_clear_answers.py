@@ -266,3 +266,41 @@ def test_a_hosted_client_without_a_key_says_so_when_built(
     caplog.clear()
     tl.OpenAIChat("local", base_url="http://127.0.0.1:8000/v1")
     assert not [r for r in caplog.records if "no API key" in r.getMessage()]
+
+
+# -- item 6: a hook's own bug is the developer's, not the model's -------------------------
+
+
+@tl.tool(requires_approval=True)
+async def charge(customer: str, cents: int) -> int:
+    return cents
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "model_told"),
+    [
+        (tl.Edit({"customer": "ann"}), "invalid", "a reviewer changed this call"),
+        (tl.Edit("x"), "invalid", "a reviewer changed this call"),  # type: ignore[arg-type]
+        (tl.Replace(None), "invalid", "a reviewer changed this call"),  # type: ignore[arg-type]
+        (tl.Approve, "denied", "a reviewer refused this call"),
+        (RuntimeError("policy bug"), "denied", "a reviewer refused this call"),
+    ],
+)
+def test_a_hook_bug_fails_closed_warns_the_developer_and_does_not_blame_the_model(
+    answer: Any, status: str, model_told: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    def hook(call: tl.PendingCall) -> Any:
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    caplog.set_level(logging.WARNING, logger="tickloop")
+    result = tl.run_calls(
+        [{"_tool": "charge", "customer": "ann", "cents": 5}], tools=[charge], approve=hook
+    )
+    assert result.records["c1.0"].status == status
+    [error] = result.errors
+    assert error["data"]["error"]["type"] == "hook"
+    assert error["data"]["error"]["message"].startswith(model_told)
+    warnings = [r.getMessage() for r in caplog.records if "approval hook bug" in r.getMessage()]
+    assert len(warnings) == 1
