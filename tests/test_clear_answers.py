@@ -304,3 +304,74 @@ def test_a_hook_bug_fails_closed_warns_the_developer_and_does_not_blame_the_mode
     assert error["data"]["error"]["message"].startswith(model_told)
     warnings = [r.getMessage() for r in caplog.records if "approval hook bug" in r.getMessage()]
     assert len(warnings) == 1
+
+
+# -- item 10: the command line and the timeline ---------------------------------------
+
+
+def _stored_run(tmp_path: Path) -> Path:
+    path = tmp_path / "runs.db"
+    calls = [{"_tool": "echo", "text": "hi", "_outputPath": "†state.x"}]
+    agent = tl.Agent(tl.ScriptedModel([_answer(calls), _answer()]), tools=[echo], store=path)
+    agent.run({}, run_id="r1")
+    return path
+
+
+def test_trace_html_to_an_unwritable_path_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tickloop._cli._main import main
+
+    store = _stored_run(tmp_path)
+    target = tmp_path / "no-such-dir" / "t.html"
+    assert main(["trace", "r1", "--store", str(store), "--html", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot write" in err and "Traceback" not in err
+
+
+def test_ctrl_c_in_a_command_is_quiet_with_exit_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tickloop._cli import _main
+
+    def interrupted(arguments: Any) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_main, "_demo", interrupted)
+    assert _main.main(["demo"]) == 130
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_timeline_of_an_unknown_run_is_a_store_error(tmp_path: Path) -> None:
+    from tickloop._observe._timeline import timeline_html
+
+    store = _stored_run(tmp_path)
+    with pytest.raises(tl.StoreError, match="nope"):
+        timeline_html(store, "nope")
+
+
+def test_a_run_live_elsewhere_says_wait_not_resume(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    seen: list[str] = []
+
+    async def main() -> None:
+        release = trio.Event()
+
+        @tl.tool
+        async def hold(text: str) -> str:
+            await release.wait()
+            return text
+
+        calls = [{"_tool": "hold", "text": "x"}]
+        agent = tl.Agent(tl.ScriptedModel([_answer(calls), _answer()]), tools=[hold], store=path)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: agent.run_async({}, run_id="busy"))
+            await trio.sleep(1)
+            try:
+                await agent.run_async({}, run_id="busy")
+            except tl.ResumeError as error:
+                seen.append(str(error))
+            release.set()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert len(seen) == 1 and "wait for it" in seen[0] and "agent.resume" not in seen[0]

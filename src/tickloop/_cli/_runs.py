@@ -146,7 +146,11 @@ def _trace(store: SQLiteStore, run_id: str, html: str | None, out: TextIO) -> in
     if html is not None:
         from .._observe._timeline import timeline_html
 
-        Path(html).write_text(timeline_html(store, run_id), encoding="utf-8")
+        page = timeline_html(store, run_id)
+        try:
+            Path(html).write_text(page, encoding="utf-8")
+        except OSError as error:
+            raise StoreError(f"cannot write {html}: {error.strerror or error}") from None
         out.write(f"wrote {html}\n")
         return 0
     calls = store.calls(run_id)

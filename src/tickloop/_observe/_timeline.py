@@ -22,7 +22,7 @@ from html import escape
 from typing import Any
 
 from .._durable._store import CallInfo, RunInfo, SQLiteStore, as_store
-from .._errors import StoreError
+from .._errors import ResumeError, StoreError
 
 __all__ = ["timeline_html"]
 
@@ -57,7 +57,10 @@ def timeline_html(store: SQLiteStore | str | os.PathLike[str], run_id: str) -> s
         raise StoreError(f"no store at {store}")  # reading never creates a store
     resolved = as_store(store)
     assert resolved is not None
-    run = resolved.run(run_id)
+    try:
+        run = resolved.run(run_id)
+    except ResumeError as error:  # nothing is being resumed: it is a lookup that failed
+        raise StoreError(f"{resolved.path}: {error}") from None
     calls = resolved.calls(run_id)
     journal = resolved.journal(run_id)
     requests, resumes = _requests(journal)
