@@ -132,12 +132,14 @@ def test_the_trace_command_writes_the_page_or_prints_a_table(
     assert capsys.readouterr().out == f"wrote {out}\n"
     assert main(["trace", "trip-porto", "--store", str(example)]) == 0
     header, *lines = capsys.readouterr().out.splitlines()
-    assert header.split() == ["call", "tool", "status", "started", "ran"]
+    assert header.split() == ["call", "tool", "status", "started", "ran", "why"]
     assert [line.split()[:3] for line in lines][:3] == [
         ["c1.0", "search", "done"],
         ["c1.1", "search", "done"],
         ["c1.2", "fetch_page", "failed"],
     ]
+    failed = next(line for line in lines if line.startswith("c1.2 "))
+    assert len(failed.split()) > 5  # the error's reason is shown (issue 16 item 10)
     assert main(["trace", "nope", "--store", str(example)]) == 2
 
 
