@@ -12,6 +12,7 @@ import enum
 import json
 import logging
 import math
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -375,3 +376,54 @@ def test_a_run_live_elsewhere_says_wait_not_resume(tmp_path: Path) -> None:
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert len(seen) == 1 and "wait for it" in seen[0] and "agent.resume" not in seen[0]
+
+
+# -- item 12: the HTML timeline ----------------------------------------------------------
+
+
+def test_an_invalid_call_that_waited_on_a_denied_call_has_its_arrow(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+
+    @tl.tool(requires_approval=True)
+    async def pay(n: int) -> int:
+        return n
+
+    @tl.tool
+    async def use(n: int) -> int:
+        return n
+
+    calls = [
+        {"_tool": "pay", "n": 1, "_outputPath": "†state.p"},
+        {"_tool": "use", "n": "†state.p", "_outputPath": "†state.u"},
+    ]
+    agent = tl.Agent(
+        tl.ScriptedModel([_answer(calls), _answer()]),
+        tools=[pay, use],
+        approve=lambda call: tl.Deny("no"),
+        store=path,
+    )
+    agent.run({}, run_id="r")
+    page = tl.timeline_html(path, "r")
+    assert 'data-deps="c1.0"' in page
+    assert page.count('class="dep') == 1
+
+
+def test_the_resumed_label_is_not_clipped_at_the_right_edge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tickloop._observe import _timeline
+
+    store = _stored_run(tmp_path)
+    original = _timeline._requests
+
+    def resumed_at_the_end(journal: Any) -> Any:
+        requests, _ = original(journal)
+        return requests, [max(at for _, at, _, _ in journal)]  # resumed as the run ended
+
+    monkeypatch.setattr(_timeline, "_requests", resumed_at_the_end)
+    page = _timeline.timeline_html(store, "r1")
+    [label] = re.findall(r'<text class="resume-label"[^>]*>', page)
+    x = float(re.search(r'x="([0-9.]+)"', label).group(1))  # type: ignore[union-attr]
+    width = _timeline._LABEL + _timeline._PLOT + 30
+    assert 'text-anchor="end"' in label or x + _timeline._RESUMED_LABEL_WIDTH <= width
+    assert 'text-anchor="end"' in label and x <= width
