@@ -146,6 +146,7 @@ class _TurnLoop(OuterLoop):
             max_concurrency=agent.max_concurrency,
             on_action=self._on_action,
             journal=durable,
+            run_id=self.events.run_id or None,
         )
         self._check_log_format()
 

@@ -107,11 +107,13 @@ class Engine:
         on_action: Callable[[Action], None] | None = None,
         clock: Callable[[], str] = utc_now,
         journal: Journal | None = None,
+        run_id: str | None = None,
     ) -> None:
         check_configuration(tools, approve, max_concurrency)
         self.tools = tools
         self.log = log
-        self.scheduler = Scheduler(tools, log, max_concurrency=max_concurrency)
+        self.run_id = run_id
+        self.scheduler = Scheduler(tools, log, max_concurrency=max_concurrency, run_id=run_id)
         self._approve = approve
         self._on_action = on_action
         # Durable runs: commits each event (with what it changed) before its actions run.
@@ -159,6 +161,11 @@ class Engine:
 
     def close_stream(self) -> None:
         self.feed(StreamClosed(self._date()))
+
+    def flush_errors(self) -> None:
+        """Append the faults reported since the tick ended (an output that did not
+        resolve, PROTOCOL §8), so the next request shows them."""
+        self.feed(Flush(self._date()))
 
     async def wait_tick(self) -> TickEnded:
         assert self._tick_done is not None, "open_tick first"
@@ -223,7 +230,7 @@ class Engine:
         if self._journal is not None:
             self._journal.commit(action.id)  # the call's start is stored before it can act
         tool = self.tools[action.tool]
-        context = CallContext(action.id, tool.name, action.call, self.log.view)
+        context = CallContext(action.id, tool.name, action.call, self.log.view, self.run_id)
         branch: str | None = None
         error: dict[str, Any] | None = None
         value: Any = None
