@@ -106,7 +106,7 @@ def test_the_timeline_shows_each_call_its_phases_its_errors_and_its_dependencies
         ("failed", "c1.2", ""),
         ("done", "c1.3", "c1.0"),
         ("done", "c1.4", "c1.1"),
-        ("invalid", "c1.5", ""),
+        ("invalid", "c1.5", "c1.2"),  # it waited on the failed c1.2 (issue 16 item 12)
         ("done", "c1.6", "c1.3 c1.4"),
         ("done", "c1.7", "c1.6"),
     ]
