@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="run on trio's virtual clock (instant; the timings shown are still realistic)",
     )
     add_run_commands(commands)  # runs, pending, approve, deny, resume, trace
+    from ._temporal import add_commands as add_temporal_commands  # imports no temporalio
+
+    add_temporal_commands(commands)
     return parser
 
 
@@ -50,6 +53,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _demo(arguments)
     if arguments.command in RUN_COMMANDS:
         return run_command(arguments)
+    if arguments.command == "temporal":
+        from ._temporal import run_command as run_temporal_command
+
+        return run_temporal_command(arguments)
     parser.print_help()
     return 0
 
