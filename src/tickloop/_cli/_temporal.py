@@ -39,6 +39,14 @@ def add_commands(commands: Any) -> None:
     worker.add_argument("agents", nargs="+", metavar="MODULE:AGENT")
     worker.add_argument("--task-queue", required=True)
     worker.add_argument("--identity", help="the worker's name in records (default pid@host)")
+    worker.add_argument(
+        "--sticky-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long a run's next task waits for this worker's cache before any worker "
+        "takes it (default 10; small values recover faster from a dead worker)",
+    )
     connection(worker)
     pending = sub.add_parser("pending", help="the calls a run waits on a person for")
     pending.add_argument("run", metavar="RUN")
@@ -86,8 +94,14 @@ async def _run(arguments: argparse.Namespace, out: TextIO) -> int:
         from ._runs import load_agent
 
         agents = [load_agent(spec) for spec in arguments.agents]
+        from datetime import timedelta
+
         async with worker(
-            client, agents, task_queue=arguments.task_queue, identity=arguments.identity
+            client,
+            agents,
+            task_queue=arguments.task_queue,
+            identity=arguments.identity,
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=arguments.sticky_timeout),
         ) as running:
             out.write(
                 f"worker {running.config.get('identity')} serving "

@@ -67,6 +67,7 @@ __all__ = [
     "get",
     "start",
     "worker",
+    "workflow_runner",
 ]
 
 
@@ -79,6 +80,17 @@ def _check_agent(agent: Agent) -> str:
             "the workflow type and the prefix of its activities"
         )
     return agent.name
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """Temporal's sandbox with tickloop passed through: tickloop keeps no per-run global
+    state, and re-importing it per workflow would cost more than the run. Use it for a
+    `Replayer` too: `Replayer(workflows=[tlt.AgentWorkflow], workflow_runner=...)`."""
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(
+            "tickloop", "trio", "pydantic", "pydantic_core", "jsonschema", "networkx", "httpx"
+        )
+    )
 
 
 def worker(
@@ -112,12 +124,7 @@ def worker(
     activities = [
         function for agent in agents for function in make_activities(agent, identity, executor)
     ]
-    runner = SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules(
-            "tickloop", "trio", "pydantic", "pydantic_core", "jsonschema", "networkx", "httpx"
-        )
-    )
-    options.setdefault("workflow_runner", runner)
+    options.setdefault("workflow_runner", workflow_runner())
     return Worker(
         client,
         task_queue=task_queue,

@@ -6,6 +6,7 @@ on SQLite that needs no network. It binds 127.0.0.1 only.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,6 +83,25 @@ def dev_server(port: int | None = None, db_filename: str | None = None) -> Itera
                     process.wait()
 
 
+def _healthy(address: str) -> bool:
+    """Whether the frontend answers (it listens a little before it serves)."""
+    from temporalio.client import Client
+
+    async def check() -> bool:
+        try:
+            client = await Client.connect(address)
+            return await client.service_client.check_health()
+        except Exception:
+            return False
+
+    answer: list[bool] = []
+    # In a thread of its own: the caller may be inside an event loop already.
+    thread = threading.Thread(target=lambda: answer.append(asyncio.run(check())))
+    thread.start()
+    thread.join()
+    return bool(answer and answer[0])
+
+
 def _wait_until_listening(port: int, process: subprocess.Popen[bytes], log_path: str) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -88,6 +109,7 @@ def _wait_until_listening(port: int, process: subprocess.Popen[bytes], log_path:
             with open(log_path, errors="replace") as log:
                 raise RuntimeError(f"the Temporal dev server exited: {log.read()[-2000:]}")
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
-            return
+            if _healthy(f"127.0.0.1:{port}"):
+                return
         time.sleep(0.1)
     raise RuntimeError("the Temporal dev server did not start listening within 60 s")
