@@ -102,9 +102,9 @@ async def _run(arguments: argparse.Namespace, out: TextIO) -> int:
             task_queue=arguments.task_queue,
             identity=arguments.identity,
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=arguments.sticky_timeout),
-        ) as running:
+        ):
             out.write(
-                f"worker {running.config.get('identity')} serving "
+                f"worker {arguments.identity or client.identity} serving "
                 f"{', '.join(agent.name for agent in agents)} on {arguments.task_queue}\n"
             )
             out.flush()

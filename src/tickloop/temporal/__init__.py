@@ -125,6 +125,9 @@ def worker(
         function for agent in agents for function in make_activities(agent, identity, executor)
     ]
     options.setdefault("workflow_runner", workflow_runner())
+    # A fan-out makes many short activities: poll for them on several connections.
+    options.setdefault("max_concurrent_activity_task_polls", 16)
+    options.setdefault("max_concurrent_workflow_task_polls", 8)
     return Worker(
         client,
         task_queue=task_queue,

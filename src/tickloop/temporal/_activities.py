@@ -93,9 +93,9 @@ class _Heartbeat:
             await self._task
 
     async def _beat(self) -> None:
-        while True:
-            activity.heartbeat()
+        while True:  # a short call ends before its first beat: no RPC at all
             await asyncio.sleep(self.period)
+            activity.heartbeat()
 
 
 def _period() -> float:
