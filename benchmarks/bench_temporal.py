@@ -121,9 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--address", help="a Temporal server (default: start a dev server)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--calls", type=int, default=100)
+    parser.add_argument(
+        "--in-memory", action="store_true", help="the dev server keeps nothing on disk"
+    )
     arguments = parser.parse_args(argv)
     with contextlib.ExitStack() as stack:
-        address = arguments.address or stack.enter_context(tlt.dev_server())
+        address = arguments.address or stack.enter_context(
+            tlt.dev_server(in_memory=arguments.in_memory)
+        )
         rows = asyncio.run(measure(address, arguments.repeats, arguments.calls))
     print(table(rows, arguments.calls))
     return 0

@@ -44,9 +44,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def dev_server(port: int | None = None, db_filename: str | None = None) -> Iterator[str]:
+def dev_server(
+    port: int | None = None, db_filename: str | None = None, *, in_memory: bool = False
+) -> Iterator[str]:
     """Start `temporal server start-dev --headless` on 127.0.0.1; yield its address
-    (`127.0.0.1:PORT`); stop it on exit."""
+    (`127.0.0.1:PORT`); stop it on exit. Its SQLite file is `db_filename` (a temporary
+    one by default); `in_memory=True` keeps nothing on disk."""
     port = port or free_port()
     with tempfile.TemporaryDirectory(prefix="tickloop-temporal-") as scratch:
         db = db_filename or os.path.join(scratch, "temporal.db")
@@ -63,11 +66,11 @@ def dev_server(port: int | None = None, db_filename: str | None = None) -> Itera
             str(free_port()),
             "--metrics-port",
             str(free_port()),
-            "--db-filename",
-            db,
             "--log-level",
             "error",
         ]
+        if not in_memory:
+            command += ["--db-filename", db]
         log_path = os.path.join(scratch, "server.log")
         with open(log_path, "wb") as log:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
