@@ -482,3 +482,44 @@ def test_an_agent_without_a_name_cannot_run_on_temporal() -> None:
     assert json.dumps(tlt.activity_names("billing")) == json.dumps(
         {"model": "billing.model", "approve": "billing.approve", "tool": "billing.tool."}
     )
+
+
+# -- a model request answered again from its start ------------------------------------------
+
+
+def test_a_restarted_stream_keeps_the_calls_handed_over_and_drops_their_repeats() -> None:
+    """What the workflow does when a model activity is retried after its worker died
+    mid-stream: the loop is told the stream restarted, then gets the new attempt's text."""
+    import trio
+
+    from tickloop._agent._agent import StreamRestarted, _SolutionLoop
+    from tickloop._engine._run import initial_log
+    from tickloop._models._base import TextDelta
+
+    ran: list[int] = []
+
+    @tl.tool
+    def note(i: int) -> int:
+        """Counts its runs."""
+        ran.append(i)
+        return i
+
+    calls = [{"_tool": "note", "i": i, "_outputPath": f"†state.n{i}"} for i in range(3)]
+    first = json.dumps({"calls": calls, "output": None})
+    cut = first.index('{"_tool": "note", "i": 2')  # two calls closed, then the worker died
+    second = json.dumps({"calls": calls, "output": "again"})
+    agent = tl.Agent(tl.ScriptedModel([]), tools=[note])
+
+    class Restarting(_SolutionLoop):
+        async def _request(self, request: Any, on_item: Callable[[Any], None]) -> None:
+            on_item(TextDelta(first[:cut]))
+            await trio.sleep(0.01)  # the first two calls run
+            on_item(StreamRestarted())
+            on_item(TextDelta(second))
+
+    result = trio.run(Restarting(agent, initial_log(None), None, None).run)
+    assert sorted(ran) == [0, 1, 2]  # each once: the repeats of 0 and 1 were dropped
+    assert result.output == "again"
+    assert result.state == {"n0": 0, "n1": 1, "n2": 2}
+    solution = next(m for m in result.messages if m["type"] == "solution")
+    assert solution["solution"]["output"] == "again"  # the answering attempt's text
