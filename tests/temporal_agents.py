@@ -113,14 +113,14 @@ def slow_agent(name: str = "slow") -> tl.Agent:
     script = [
         {
             "calls": [
-                {"_tool": "add", "a": i, "b": 1, "_outputPath": f"†state.v{i}"} for i in range(4)
+                {"_tool": "add", "a": i, "b": 1, "_outputPath": f"†state.v{i}"} for i in range(6)
             ],
             "output": None,
         },
-        {"calls": [], "output": "†state.v3"},
+        {"calls": [], "output": "done"},
     ]
     return tl.Agent(
-        tl.ScriptedModel(script, chunk_chars=8, chunk_delay=0.02), name=name, tools=[add]
+        tl.ScriptedModel(script, chunk_chars=8, chunk_delay=0.05), name=name, tools=[add]
     )
 
 

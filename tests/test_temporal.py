@@ -124,7 +124,8 @@ def test_the_first_tool_activity_starts_while_the_model_activity_still_streams(
             return result, await _events(handle.workflow)
 
     result, events = _run(on_temporal, temporal_address)
-    assert result.output == 4
+    assert result.output == "done"
+    assert result.state == {f"v{i}": i + 1 for i in range(6)}
     scheduled: dict[int, str] = {}
     started: dict[str, list[float]] = {}
     completed: dict[str, list[float]] = {}
