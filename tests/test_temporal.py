@@ -239,15 +239,15 @@ def test_the_cli_lists_pending_calls_and_refuses_a_bad_call(
                 cli_main, ["temporal", "approve", queue, "c7.7", "--address", temporal_address]
             )
             assert (listing, refused) == (0, 2)
-            for call_id in ("c1.0", "c1.1"):
-                assert (
-                    await asyncio.to_thread(
-                        cli_main,
-                        ["temporal", "approve", queue, call_id, "--address", temporal_address],
-                    )
-                    == 0
-                )
-            await handle.result()
+            approved = await asyncio.to_thread(
+                cli_main, ["temporal", "approve", queue, "c1.0", "--address", temporal_address]
+            )
+            assert approved == 0
+            replacement = {"_tool": "charge", "customer": "erin", "cents": 5}
+            await handle.decide("c1.1", tl.Replace({**replacement, "_outputPath": "†state.b"}))
+            result = await handle.result()
+            assert result.state["a"] == {"customer": "carol", "cents": 900}
+            assert result.state["b"] == {"customer": "erin", "cents": 5}
             html = Path(os.environ.get("TMPDIR", "/tmp")) / f"{queue}.html"
             assert (
                 await asyncio.to_thread(

@@ -132,6 +132,7 @@ def make_activities(
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[str | None] = asyncio.Queue()
         signalled = 0  # characters of the text the workflow was sent
+        failed = asyncio.Event()
 
         async def send() -> None:
             nonlocal signalled
@@ -146,20 +147,25 @@ def make_activities(
                         queue.put_nowait(None)
                         break
                     piece += more
-                await handle.signal(
-                    DELTA_SIGNAL,
-                    {
-                        "iteration": data["iteration"],
-                        "attempt": attempt,
-                        "index": index,
-                        "text": piece,
-                    },
-                )
+                try:
+                    await handle.signal(
+                        DELTA_SIGNAL,
+                        {
+                            "iteration": data["iteration"],
+                            "attempt": attempt,
+                            "index": index,
+                            "text": piece,
+                        },
+                    )
+                except Exception:  # eagerness is lost, not a call: the result has all text
+                    failed.set()
+                    return
                 index += 1
                 signalled += len(piece)
 
         def hand(piece: str) -> None:  # from the trio thread
-            loop.call_soon_threadsafe(queue.put_nowait, piece)
+            if not failed.is_set():
+                loop.call_soon_threadsafe(queue.put_nowait, piece)
 
         sender = loop.create_task(send())
         try:

@@ -305,15 +305,17 @@ class _WorkflowTurnLoop(_TurnLoop):
         return WorkflowEngine(self.host, self.log, on_action)
 
     async def _ask(self, request: TurnRequest) -> TurnResponse:
+        data = {
+            "protocol": "tools",
+            "system": request.system,
+            "conversation": request.conversation,
+            "iteration": request.iteration,
+        }
+        problem = too_big(data, f"the request of iteration {request.iteration}")
+        if problem is not None:  # the run ends with its log, never a stuck workflow
+            raise ExecuteError(problem, self.log.messages)
         try:
-            result = await self.host.model_activity(
-                {
-                    "protocol": "tools",
-                    "system": request.system,
-                    "conversation": request.conversation,
-                    "iteration": request.iteration,
-                }
-            )
+            result = await self.host.model_activity(data)
         except ActivityError as error:
             raise ExecuteError(
                 f"the model request failed: {_cause(error)}", self.log.messages
@@ -394,7 +396,11 @@ class AgentWorkflow:
             raise ApplicationError(
                 f"{type(error).__name__}: {error}", type=kind_name, non_retryable=True
             ) from error
-        return self._result(result)
+        answer = self._result(result)
+        problem = too_big(answer, "the run's result (its log and calls)")
+        if problem is not None:
+            raise ApplicationError(problem, type="PayloadTooLarge", non_retryable=True)
+        return answer
 
     def _result(self, result: RunResult) -> dict[str, Any]:
         output = result.output
@@ -438,9 +444,11 @@ class AgentWorkflow:
         restarts the stream, and the loop drops the calls it had already handed over.
         """
         iteration = request.iteration
-        handle = self.model_activity(
-            {"protocol": "solution", "messages": request.messages, "iteration": iteration}
-        )
+        data = {"protocol": "solution", "messages": request.messages, "iteration": iteration}
+        problem = too_big(data, f"the request of iteration {iteration}")
+        if problem is not None:  # the run ends with its log, never a stuck workflow
+            raise ModelError(problem, status=413)
+        handle = self.model_activity(data)
         started = workflow.time()
         attempt, index, fed = 1, 0, 0
 
