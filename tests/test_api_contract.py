@@ -53,6 +53,7 @@ DOCUMENTED_NAMES = """
     Agent RunResult TickloopError ConfigurationError MaxIterationsError ExecuteError
     ResumeError StoreError ReferenceSyntaxError ScriptedModel OpenAIChat Anthropic
     OpenAIResponses SQLiteStore parse_expression resilient_json_parse
+    ConsoleApproval BrowserApproval
 """.split()
 
 

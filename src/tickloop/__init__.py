@@ -21,6 +21,7 @@ from ._errors import (
     StoreError,
     TickloopError,
 )
+from ._human import BrowserApproval, ConsoleApproval
 from ._json._stream import resilient_json_parse
 from ._models import (
     Anthropic,
@@ -65,6 +66,7 @@ __all__ = [
     "Anthropic",
     "Approve",
     "Branch",
+    "BrowserApproval",
     "CallAwaitingApproval",
     "CallContext",
     "CallDecided",
@@ -75,6 +77,7 @@ __all__ = [
     "CallRecord",
     "CallStarted",
     "ConfigurationError",
+    "ConsoleApproval",
     "Decision",
     "Defer",
     "Deny",

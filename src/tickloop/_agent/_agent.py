@@ -296,6 +296,7 @@ class _SolutionLoop(OuterLoop):
             max_concurrency=self.agent.max_concurrency,
             on_action=on_action,
             journal=durable,
+            run_id=self.events.run_id or None,
         )
 
     async def _recover(self) -> tuple[bool, Any]:

@@ -151,6 +151,7 @@ class _TurnLoop(OuterLoop):
             max_concurrency=self.agent.max_concurrency,
             on_action=on_action,
             journal=durable,
+            run_id=self.events.run_id or None,
         )
 
     def _on_action(self, action: Any) -> None:

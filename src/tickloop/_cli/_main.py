@@ -12,6 +12,7 @@ import trio.testing
 from ._runs import COMMANDS as RUN_COMMANDS
 from ._runs import add_commands as add_run_commands
 from ._runs import run_command
+from ._serve import add_serve_command, run_serve
 
 __all__ = ["main"]
 
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run on trio's virtual clock (instant; the timings shown are still realistic)",
     )
     add_run_commands(commands)  # runs, pending, approve, deny, resume, trace
+    add_serve_command(commands)
     from ._temporal import add_commands as add_temporal_commands  # imports no temporalio
 
     add_temporal_commands(commands)
@@ -53,6 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _demo(arguments)
     if arguments.command in RUN_COMMANDS:
         return run_command(arguments)
+    if arguments.command == "serve":
+        return run_serve(arguments)
     if arguments.command == "temporal":
         from ._temporal import run_command as run_temporal_command
 

@@ -30,12 +30,22 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class PendingCall:
-    """A ready call waiting for a decision: `params` are resolved, exactly what would run."""
+    """A ready call waiting for a decision: `params` are resolved, exactly what would run.
+
+    `waits_on` and `dependents` let a person see where the values came from and what is
+    held back by the answer. `schema` and `output_schema` (the tool's parameter and output
+    JSON Schemas) let a ready-made hook check an edit or a response before it is sent.
+    """
 
     id: str
     tool: str
     params: dict[str, Any]
     call: dict[str, Any] = field(default_factory=dict)
+    run_id: str | None = None
+    waits_on: list[str] = field(default_factory=list)
+    dependents: list[str] = field(default_factory=list)
+    schema: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    output_schema: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +82,60 @@ def _reason_text(reason: Any) -> str:
         )
 
 
-@dataclass(frozen=True, slots=True)
 class Edit:
-    """Run the call with these parameters instead (checked against the schema again)."""
+    """Run the call with other parameters (checked against the schema again).
 
-    params: dict[str, Any]
+    `Edit(params)` replaces all the parameters; `Edit(cents=25_000)` changes just the
+    named ones and keeps the rest, which is what a person usually means, and keeps values
+    they were never shown (redacted secrets) intact. `params` is None for a partial edit
+    and `changes` is None for a whole one.
+    """
+
+    __slots__ = ("changes", "params")
+    params: Any
+    changes: dict[str, Any] | None
+
+    def __init__(self, params: Any = None, /, **changes: Any) -> None:
+        if params is not None and changes:
+            raise TypeError(
+                "Edit takes either a dict of all the parameters or keywords of the ones to "
+                "change, not both"
+            )
+        if params is None and not changes:
+            raise TypeError("Edit needs the new parameters: Edit({...}) or Edit(name=value)")
+        object.__setattr__(self, "params", params)
+        object.__setattr__(self, "changes", dict(changes) if changes else None)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Edit is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Edit):
+            return NotImplemented
+        return (self.params, self.changes) == (other.params, other.changes)
+
+    __hash__ = None  # type: ignore[assignment]  # holds dicts
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Copies and pickles rebuild through __init__ (attributes cannot be set).
+        if self.changes is None:
+            return (Edit, (self.params,))
+        return (_partial_edit, (self.changes,))
+
+    def __repr__(self) -> str:
+        if self.changes is None:
+            return f"Edit({self.params!r})"
+        return "Edit(" + ", ".join(f"{k}={v!r}" for k, v in self.changes.items()) + ")"
+
+    def apply_to(self, params: dict[str, Any]) -> Any:
+        """The parameters the call runs with, given the ones it was asked about."""
+        if self.changes is None:
+            return self.params
+        return {**params, **self.changes}
+
+
+def _partial_edit(changes: dict[str, Any]) -> Edit:
+    return Edit(**changes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +185,12 @@ def decision_to_dict(decision: Decision) -> dict[str, Any]:
     """The JSON form stored by durable runs and shown in events."""
     name = next(key for key, value in _DECISION_TYPES.items() if isinstance(decision, value))
     body: dict[str, Any] = {"decision": name}
+    if isinstance(decision, Edit):
+        if decision.changes is None:
+            body["params"] = decision.params
+        else:
+            body["changes"] = decision.changes
+        return body
     for attribute in getattr(type(decision), "__slots__", ()):
         body[attribute] = getattr(decision, attribute)
     return body
@@ -133,5 +198,8 @@ def decision_to_dict(decision: Decision) -> dict[str, Any]:
 
 def decision_from_dict(data: dict[str, Any]) -> Decision:
     kind = _DECISION_TYPES[data["decision"]]
+    if kind is Edit:
+        changes = data.get("changes")
+        return Edit(**changes) if isinstance(changes, dict) and changes else Edit(data["params"])
     arguments = {key: value for key, value in data.items() if key != "decision"}
     return kind(**arguments)

@@ -90,11 +90,13 @@ class SchedulerDriver:
         on_action: Callable[[Action], None] | None = None,
         clock: Callable[[], str],
         journal: Journal | None = None,
+        run_id: str | None = None,
     ) -> None:
         check_configuration(tools, approve, max_concurrency)
         self.tools = tools
         self.log = log
-        self.scheduler = Scheduler(tools, log, max_concurrency=max_concurrency)
+        self.run_id = run_id
+        self.scheduler = Scheduler(tools, log, max_concurrency=max_concurrency, run_id=run_id)
         self._approve = approve
         self._on_action = on_action
         # Durable runs: commits each event (with what it changed) before its actions run.

@@ -383,11 +383,18 @@ class Scheduler:
     """Decides, for one run, what every call does next. See the module docstring."""
 
     def __init__(
-        self, tools: ToolSet, log: ContextLog, *, max_concurrency: int | None = None
+        self,
+        tools: ToolSet,
+        log: ContextLog,
+        *,
+        max_concurrency: int | None = None,
+        run_id: str | None = None,
     ) -> None:
         self.tools = tools
         self.log = log
         self.max_concurrency = max_concurrency
+        self.run_id = run_id  # only shown to the hook (PendingCall.run_id)
+        self._written = _PathIndex()  # who wrote each path: PendingCall.waits_on
         self.records: dict[str, CallRecord] = {}
         self._calls: dict[str, _Call] = {}
         self._seq = 0
@@ -580,7 +587,7 @@ class Scheduler:
         elif isinstance(decision, Deny):
             self._settle(call, "denied", {"type": "denied", "message": decision.reason})
         elif isinstance(decision, Edit):
-            self._apply_edit(call, decision.params)
+            self._apply_edit(call, decision.apply_to(call.record.params))
         elif isinstance(decision, Replace):
             self._apply_replacement(call, decision.call)
         elif isinstance(decision, Respond):
@@ -963,11 +970,17 @@ class Scheduler:
         return params
 
     def _pending(self, call: _Call) -> PendingCall:
+        waits_on, dependents = _links(self, call)
         return PendingCall(
             id=call.id,
             tool=call.tool.name,
             params=copy_json(call.record.params),
             call=copy_json(call.wire),
+            run_id=self.run_id,
+            waits_on=waits_on,
+            dependents=dependents,
+            schema=call.tool.parameters,
+            output_schema=call.tool.output,
         )
 
     def _ask_next_approval(self) -> None:
@@ -1105,6 +1118,7 @@ class Scheduler:
             return
         for term, message in zip(targets, messages, strict=True):
             self._emit(MessageAppended(message))
+            self._written.add(term, call.id)
             self._dirty.update(self._waiters.ids_overlapping(term))
         for term in untaken:  # an if/else plan: readers of the untaken branch are skipped
             self._skip_sources.add(term, call.id)
@@ -1302,6 +1316,21 @@ def _about_unknown(error: Any, unknown_locations: list[tuple[str | int, ...]]) -
         if error.validator in _JUDGED_BY_CONTENTS and location[: len(path)] == path:
             return True  # above it, judging it among the rest
     return False
+
+
+def _links(scheduler: Scheduler, call: _Call) -> tuple[list[str], list[str]]:
+    """What a person deciding `call` is shown: the calls that wrote what its parameters
+    read, and the calls known so far that wait to read what it writes, in arrival order."""
+    sources: set[str] = set()
+    for reference in call.references:
+        for term in reference.expression.terms:
+            sources.update(scheduler._written.ids_overlapping(term))
+    readers: set[str] = set()
+    for term in call.writes:
+        readers.update(scheduler._waiters.ids_overlapping(term))
+    sources.discard(call.id)
+    readers.discard(call.id)
+    return sorted(sources, key=scheduler._seq_of), sorted(readers, key=scheduler._seq_of)
 
 
 def _describe_cycle(graph: Any, start: str) -> str:

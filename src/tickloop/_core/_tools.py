@@ -75,15 +75,21 @@ class CallContext:
     It is not part of the parameter schema: the model never sees it.
     """
 
-    __slots__ = ("_views", "call", "id", "tool")
+    __slots__ = ("_views", "call", "id", "run_id", "tool")
 
     def __init__(
-        self, id: str, tool: str, call: dict[str, Any], views: Callable[[str], Any]
+        self,
+        id: str,
+        tool: str,
+        call: dict[str, Any],
+        views: Callable[[str], Any],
+        run_id: str | None = None,
     ) -> None:
         self.id = id
         self.tool = tool
         self.call = call
         self._views = views
+        self.run_id = run_id  # None outside a named run (run_calls)
 
     def view(self, kind: str) -> Any:
         """The current view of `kind`, read-only (None when nothing of that kind exists)."""

@@ -703,6 +703,10 @@ class RunSession:
 
 def _sink(agent: Agent, run_id: str, on_event: Callable[[RunEvent], Any] | None) -> EventSink:
     listeners: list[Callable[[RunEvent], Any] | None] = [on_event]
+    # A ready-made human hook (tl.BrowserApproval) shows the run live: it listens too.
+    watcher = getattr(agent.approve, "on_run_event", None)
+    if callable(watcher):
+        listeners.append(watcher)
     if agent.tracer is not None:
         listeners.append(agent.tracer.listener())
     return EventSink(run_id, agent.redact, listeners)

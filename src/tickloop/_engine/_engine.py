@@ -63,6 +63,7 @@ class Engine(SchedulerDriver):
         on_action: Callable[[Action], None] | None = None,
         clock: Callable[[], str] = utc_now,
         journal: Journal | None = None,
+        run_id: str | None = None,
     ) -> None:
         super().__init__(
             tools,
@@ -72,6 +73,7 @@ class Engine(SchedulerDriver):
             on_action=on_action,
             clock=clock,
             journal=journal,
+            run_id=run_id,
         )
         self._nursery: trio.Nursery | None = None
         self._tick_done: trio.Event | None = None
@@ -142,7 +144,7 @@ class Engine(SchedulerDriver):
         if self._journal is not None:
             self._journal.commit(action.id)  # the call's start is stored before it can act
         tool = self.tools[action.tool]
-        context = CallContext(action.id, tool.name, action.call, self.log.view)
+        context = CallContext(action.id, tool.name, action.call, self.log.view, self.run_id)
         value, branch, error = await run_handler(tool, action.params, context, self._threads)
         self.records[action.id].finished = trio.current_time()
         self.feed(CallFinished(action.id, value, branch, error, self._date()))

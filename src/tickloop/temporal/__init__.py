@@ -198,7 +198,21 @@ class RunHandle:
     async def pending(self) -> list[PendingCall]:
         """The calls waiting for a person's decision, with their resolved parameters."""
         rows = await self.workflow.query(PENDING_QUERY)
-        return [PendingCall(row["id"], row["tool"], row["params"], row["call"]) for row in rows]
+        tools = self.agent.tools if self.agent is not None else {}
+        return [
+            PendingCall(
+                row["id"],
+                row["tool"],
+                row["params"],
+                row["call"],
+                run_id=row.get("run_id"),
+                waits_on=row.get("waits_on") or [],
+                dependents=row.get("dependents") or [],
+                schema=tools[row["tool"]].parameters if row["tool"] in tools else None,
+                output_schema=tools[row["tool"]].output if row["tool"] in tools else None,
+            )
+            for row in rows
+        ]
 
     async def decide(self, call_id: str, decision: Decision | bool) -> None:
         """Decide a waiting call (any decision of PROTOCOL §6). A call that is not waiting

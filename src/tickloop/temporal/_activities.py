@@ -186,7 +186,18 @@ def make_activities(
     if agent.approve is not None:
 
         async def approve(data: dict[str, Any]) -> dict[str, Any]:
-            pending = PendingCall(data["id"], data["tool"], data["params"], data.get("call") or {})
+            tool = agent.tools.get(data["tool"])
+            pending = PendingCall(
+                data["id"],
+                data["tool"],
+                data["params"],
+                data.get("call") or {},
+                run_id=data.get("run_id"),
+                waits_on=data.get("waits_on") or [],
+                dependents=data.get("dependents") or [],
+                schema=tool.parameters if tool is not None else None,
+                output_schema=tool.output if tool is not None else None,
+            )
             async with _Heartbeat(_period()):
                 decision = await in_thread(ask, agent.approve, pending)
             return {**decision_to_dict(decision), "worker": identity}
@@ -202,7 +213,9 @@ def make_activities(
         def bind(tool: Any = tool) -> Callable[..., Any]:
             async def call(data: dict[str, Any]) -> dict[str, Any]:
                 views = data.get("views") or {}
-                context = CallContext(data["id"], tool.name, data["call"], views.get)
+                context = CallContext(
+                    data["id"], tool.name, data["call"], views.get, data.get("run_id")
+                )
 
                 async def run() -> tuple[Any, str | None, dict[str, Any] | None]:
                     return await run_handler(

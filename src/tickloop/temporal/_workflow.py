@@ -115,7 +115,15 @@ def record_to_dict(record: Any) -> dict[str, Any]:
 
 
 def _pending_to_dict(pending: PendingCall) -> dict[str, Any]:
-    return {"id": pending.id, "tool": pending.tool, "params": pending.params, "call": pending.call}
+    return {
+        "id": pending.id,
+        "tool": pending.tool,
+        "params": pending.params,
+        "call": pending.call,
+        "run_id": pending.run_id,
+        "waits_on": list(pending.waits_on),
+        "dependents": list(pending.dependents),
+    }
 
 
 def _seconds(value: Any, default: float) -> timedelta:
@@ -147,6 +155,7 @@ class WorkflowEngine(SchedulerDriver):
             max_concurrency=agent.max_concurrency,
             on_action=on_action,
             clock=_iso_now,
+            run_id=workflow.info().workflow_id,
         )
         self.host = host
         self._tasks: set[asyncio.Task[None]] = set()
@@ -239,6 +248,7 @@ class WorkflowEngine(SchedulerDriver):
             "tool": tool.name,
             "params": action.params,
             "call": action.call,
+            "run_id": self.run_id,
         }
         if getattr(tool._signature, "context_parameter", None) is not None:
             data["views"] = {"input": self.log.view("input"), "state": self.log.view("state")}
@@ -527,10 +537,13 @@ class AgentWorkflow:
         record = engine.records[call_id]
         tool = engine.tools.get(record.tool) if record.tool else None
         if isinstance(parsed, Edit):
-            if not isinstance(parsed.params, dict):
+            params = parsed.params
+            if parsed.changes is not None:  # Edit(cents=...): the named ones change
+                params = {**(record.params or {}), **parsed.changes}
+            if not isinstance(params, dict):
                 raise ValueError("the edited parameters must be an object")
             if tool is not None:
-                errors = list(tool.parameter_validator.iter_errors(parsed.params))
+                errors = list(tool.parameter_validator.iter_errors(params))
                 if errors:
                     raise ValueError(
                         f"the edited parameters do not match {tool.name!r}'s schema: "
