@@ -152,3 +152,13 @@ def test_no_strategy_beats_the_speedup_ceiling() -> None:
             sequential = run(workload, "sequential", costs).makespan
             speedups.append(sequential / run(workload, "tickloop", costs).makespan)
         assert sum(speedups) / len(speedups) <= ceiling
+
+
+def test_the_context_budget_keeps_later_requests_small() -> None:
+    """benchmarks/bench_context.py: a 250 KB page does not ride along in later requests."""
+    from benchmarks.bench_context import TARGET, measure
+
+    figures = measure()
+    assert figures["met"], figures
+    assert figures["worst_ratio"] < TARGET
+    assert min(figures["no_budget"][1:]) > 250_000  # without a budget it would

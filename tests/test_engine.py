@@ -1039,7 +1039,9 @@ def test_an_unknown_output_method_is_a_structural_error() -> None:
 
 
 @pytest.mark.parametrize(("slow", "fast"), [("first", "second"), ("second", "first")])
-def test_of_concurrent_writes_the_call_that_completes_last_wins(slow: str, fast: str) -> None:
+def test_of_concurrent_writes_the_last_in_the_plan_wins(slow: str, fast: str) -> None:
+    """PROTOCOL §4: "last" is last in the plan, not last to finish; an early result of a
+    later call is held, then applied after the earlier writer's."""
     seconds = {slow: 5, fast: 1}
     result = run(
         [
@@ -1048,11 +1050,13 @@ def test_of_concurrent_writes_the_call_that_completes_last_wins(slow: str, fast:
         ],
         tools=TOOLS,
     )
-    assert result.state["x"] == slow
-    assert [m["data"]["x"] for m in result.messages] == [fast, slow]
+    assert result.state["x"] == "second"
+    assert [m["data"]["x"] for m in result.messages] == ["first", "second"]
+    assert result.records["c1.1"].finished == seconds["second"]  # ran at once, write held
 
 
-def test_a_present_path_is_read_as_it_is_now_even_while_a_writer_runs() -> None:
+def test_a_reader_waits_for_the_earlier_writer_of_a_present_path() -> None:
+    """PROTOCOL §3: a reference reads what the calls before it leave, not what is there now."""
     result = run(
         [
             {"_tool": "wait", "value": "new", "seconds": 5, "_outputPath": "†state.x"},
@@ -1061,8 +1065,72 @@ def test_a_present_path_is_read_as_it_is_now_even_while_a_writer_runs() -> None:
         tools=TOOLS,
         state={"x": "old"},
     )
+    assert result.state == {"x": "new", "seen": "new"}
+    assert result.records["c1.1"].started == 5
+
+
+def test_a_present_path_with_no_earlier_writer_is_read_at_once_and_kept() -> None:
+    """A later writer never changes what an earlier call reads (PROTOCOL §4)."""
+    result = run(
+        [
+            {"_tool": "wait", "value": "†state.x", "seconds": 3, "_outputPath": "†state.seen"},
+            {"_tool": "wait", "value": "new", "seconds": 1, "_outputPath": "†state.x"},
+        ],
+        tools=TOOLS,
+        state={"x": "old"},
+    )
     assert result.state == {"x": "new", "seen": "old"}
-    assert result.records["c1.1"].started == 0
+    assert result.records["c1.0"].started == 0
+
+
+@pytest.mark.parametrize("method", ["set-into-object", "push"])
+def test_a_fan_in_reads_every_earlier_writer_whatever_order_they_finish(method: str) -> None:
+    """The repro of issue 10: three writers finish in reverse order; the reader written
+    after them sees all three, and a push fan-in lists them in plan order."""
+    names = ["a", "b", "c"]
+    if method == "push":
+        writers = [
+            {
+                "_tool": "wait",
+                "value": name,
+                "seconds": 3 - index,
+                "_outputPath": "†state.docs",
+                "_outputMethod": "push",
+            }
+            for index, name in enumerate(names)
+        ]
+    else:
+        writers = [
+            {
+                "_tool": "wait",
+                "value": name,
+                "seconds": 3 - index,
+                "_outputPath": f"†state.docs.{name}",
+            }
+            for index, name in enumerate(names)
+        ]
+    combine = {"_tool": "wait", "value": "†state.docs", "_outputPath": "†state.combined"}
+    result = run([*writers, combine], tools=TOOLS)
+    expected: Any = names if method == "push" else {name: name for name in names}
+    assert result.state["docs"] == expected
+    assert result.state["combined"] == expected
+    assert result.records["c1.3"].started == 3  # the moment the last writer ended
+    assert [result.records[f"c1.{i}"].finished for i in range(3)] == [3, 2, 1]
+
+
+def test_a_write_after_a_waiting_reader_is_held_until_the_reader_has_its_value() -> None:
+    """c1 reads docs after c0 writes docs.a; c2 writes docs.b and finishes first: c1 still
+    reads only what c0 left (PROTOCOL §4, serial equivalence)."""
+    result = run(
+        [
+            {"_tool": "wait", "value": "a", "seconds": 3, "_outputPath": "†state.docs.a"},
+            {"_tool": "wait", "value": "†state.docs", "_outputPath": "†state.seen"},
+            {"_tool": "wait", "value": "b", "seconds": 1, "_outputPath": "†state.docs.b"},
+        ],
+        tools=TOOLS,
+    )
+    assert result.state["seen"] == {"a": "a"}
+    assert result.state["docs"] == {"a": "a", "b": "b"}
 
 
 def test_a_call_reading_the_path_it_writes_waits_for_another_writer() -> None:

@@ -40,7 +40,9 @@ from .._observe._events import (
 )
 from .._observe._trace import make_tracer
 from ._loop import OuterLoop, RunResult
+from ._output import has_references, resolve_output
 from ._prompt import (
+    DEFAULT_CONTEXT_BUDGET,
     render_messages,
     solution_schema,
     strip_strict_nulls,
@@ -133,6 +135,7 @@ class Agent:
         store: SQLiteStore | str | os.PathLike[str] | None = None,
         redact: Sequence[str] = DEFAULT_REDACT,
         tracer_provider: Any = None,
+        context_budget: int | None = DEFAULT_CONTEXT_BUDGET,
         name: str | None = None,
     ) -> None:
         if name is not None and (not isinstance(name, str) or not _NAME.fullmatch(name)):
@@ -148,6 +151,10 @@ class Agent:
         self.max_iterations = _positive(max_iterations, "max_iterations")
         self.max_llm_retries = _positive(max_llm_retries, "max_llm_retries")
         self.max_concurrency = max_concurrency
+        # Characters of JSON a state value may take in a request (PROTOCOL §8); None: all.
+        self.context_budget = (
+            None if context_budget is None else _positive(context_budget, "context_budget")
+        )
         if protocol not in PROTOCOLS:
             raise ConfigurationError(f"protocol must be one of {PROTOCOLS}, not {protocol!r}")
         self.protocol = protocol
@@ -311,7 +318,11 @@ class _SolutionLoop(OuterLoop):
         agent = self.agent
         request = SolutionRequest(
             messages=render_messages(
-                self.log, agent.tools, agent.instructions, agent.output.schema
+                self.log,
+                agent.tools,
+                agent.instructions,
+                agent.output.schema,
+                agent.context_budget,
             ),
             schema=agent.schema,
             iteration=iteration,
@@ -373,19 +384,36 @@ class _SolutionLoop(OuterLoop):
         )
         self._record_solution(iteration, solution, "".join(text), outcome.error)
         output = None
+        referring = False
         if broken is not None:
             self.engine.report(_fault(f"the model's answer broke off: {broken}"))
         elif outcome.error is not None:
             self.engine.report(_fault(f"the solution could not be read: {outcome.error}"))
         elif solution is not None:
-            output = self._check_solution(solution)
+            output, referring = self._check_solution(solution)
         if self.durable is not None:
-            self.durable.verdict(iteration, output)
+            self.durable.verdict(iteration, output, unresolved=referring)
         self.engine.close_stream()
         self._record_plan(iteration)
         ended = await self.engine.wait_tick()
         self.paused = bool(ended.paused)
-        return output is not None, output
+        if referring and not self.paused:
+            output = self.finish_output(iteration, output)
+        return output is not None and not self.paused, output
+
+    def finish_output(self, iteration: int, output: Any) -> Any:
+        """Resolve an output's references against the state the tick left, then check it
+        (PROTOCOL §8); a fault is fed back at once, and the loop goes on."""
+        resolved, fault = resolve_output(output, self.log)
+        if fault is None:
+            resolved, fault = self._check_output(resolved)
+        if fault is not None:
+            self.engine.report(_fault(fault), {"output": output})
+            self.engine.flush_errors()
+            resolved = None
+        if self.durable is not None:
+            self.durable.verdict(iteration, resolved)
+        return resolved
 
     async def _request(
         self, request: SolutionRequest, on_item: Callable[[TextDelta | Usage], None]
@@ -419,23 +447,32 @@ class _SolutionLoop(OuterLoop):
         if self.durable is not None:
             self.durable.journal_messages([message])
 
-    def _check_solution(self, solution: dict[str, Any]) -> Any:
+    def _check_solution(self, solution: dict[str, Any]) -> tuple[Any, bool]:
+        """The output, checked, or None; True with an output that holds references,
+        which is resolved and checked once the tick is over (`finish_output`)."""
         if "calls" in solution and not isinstance(solution["calls"], list):
             self.engine.report(_fault('"calls" must be an array of call objects'))
         output = solution.get("output")
         if output is None:
-            return None
+            return None, False
         output = strip_strict_output_nulls(output, self.agent.output.schema)
+        if has_references(output):
+            return output, True
+        output = resolve_output(output, self.log)[0]  # `††x` is the literal `†x` (§3)
+        output, problem = self._check_output(output)
+        if problem is not None:
+            self.engine.report(_fault(problem), {"output": output})
+            return None, False
+        return output, False
+
+    def _check_output(self, output: Any) -> tuple[Any, str | None]:
         problem = self.agent.output.problem(output)
         if problem is None and self.agent.output.model is not None:
             try:
                 self.agent.output.model.model_validate(output)
             except pydantic.ValidationError as error:
                 problem = f"the output does not validate: {error.errors()[0].get('msg')}"
-        if problem is not None:
-            self.engine.report(_fault(problem), {"output": output})
-            return None
-        return output
+        return output, problem
 
     def _record_solution(
         self, iteration: int, solution: dict[str, Any] | None, text: str, error: str | None

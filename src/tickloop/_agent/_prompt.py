@@ -8,13 +8,17 @@ an uninterrupted one would have.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
+from .._core._expressions import REF
 from .._core._log import ContextLog
 from .._core._tools import Tool, ToolSet
 
 __all__ = [
+    "DEFAULT_CONTEXT_BUDGET",
     "PROTOCOL_GUIDE",
+    "cut_to_budget",
     "render_messages",
     "solution_schema",
     "strip_strict_nulls",
@@ -38,13 +42,29 @@ You work by writing a solution: a JSON object {"calls": [...], "output": ...}.
 - "_id" names a call (optional); "_reasoningForCall" is free text for your reasoning.
 - Latent tools have no code: you write their result yourself in "_output", and give
   it one "_outputPath" term (no "&&" or "||").
-- Set "output" to the final answer when you are done, otherwise null. You see the
-  results (the state) and any errors in the next request.
+- Plan order: a reference reads what the calls written *before it* leave there, as if
+  the calls ran one at a time in your order, so write producers before consumers (three
+  calls that push to †state.docs, then one that reads †state.docs, sees all three). A
+  reference to a path no earlier call writes waits until a later call writes it.
+- Set "output" to the final answer when you are done, otherwise null. It may be, or
+  hold, references ("output": "†state.report"), read once this plan's calls are done,
+  so never copy back what tools wrote. You see the results (the state) and any errors
+  in the next request.
+- A large value in the state is shown cut, marked with its path and full size; a
+  reference to that path (†state.page) still passes the whole value to a tool.
 """
 
 
+DEFAULT_CONTEXT_BUDGET = 4000
+"""Characters of JSON each state value may take in a request before it is shown cut."""
+
+
 def render_messages(
-    log: ContextLog, tools: ToolSet, instructions: str | None, output_schema: Any
+    log: ContextLog,
+    tools: ToolSet,
+    instructions: str | None,
+    output_schema: Any,
+    context_budget: int | None = DEFAULT_CONTEXT_BUDGET,
 ) -> list[dict[str, Any]]:
     """Chat messages for one solution request, rendered from the log."""
     system_parts = [instructions.strip()] if instructions else []
@@ -63,7 +83,7 @@ def render_messages(
             system_parts.append(str(message.get("text", "")))
         else:
             chat.append({"role": role, "content": str(message.get("text", ""))})
-    chat.append({"role": "user", "content": render_context(log)})
+    chat.append({"role": "user", "content": render_context(log, context_budget)})
     return [{"role": "system", "content": "\n\n".join(system_parts)}, *chat]
 
 
@@ -91,14 +111,17 @@ def render_tool_menu(tools: ToolSet) -> str:
     return "\n".join(lines)
 
 
-def render_context(log: ContextLog) -> str:
-    """The data the model works from: every kind's view, the last plan, the last errors."""
+def render_context(log: ContextLog, budget: int | None = DEFAULT_CONTEXT_BUDGET) -> str:
+    """The data the model works from: every kind's view, the last plan, the last errors.
+
+    Each value is shown within `budget` characters (None: everything), PROTOCOL §8.
+    """
     sections: list[str] = []
     kinds = [kind for kind in log.kinds() if kind != "error"]
     if "state" not in kinds:  # every request shows the state (PROTOCOL §8), empty or not
         kinds.append("state")
     for kind in kinds:
-        sections.append(_render_kind(log, kind))
+        sections.append(_render_kind(log, kind, budget))
     plan = _last(log.messages, "plan")
     if plan is not None:
         sections.append("## Previous plan\n" + _json(plan.get("calls", [])))
@@ -123,7 +146,7 @@ def last_tick_errors(log: ContextLog) -> list[dict[str, Any]]:
     return errors
 
 
-def _render_kind(log: ContextLog, kind: str) -> str:
+def _render_kind(log: ContextLog, kind: str, budget: int | None) -> str:
     lines = [f"## {kind}"]
     messages = log.data_messages(kind)
     description = next((m["description"] for m in reversed(messages) if m.get("description")), None)
@@ -134,8 +157,43 @@ def _render_kind(log: ContextLog, kind: str) -> str:
         lines.append("Schema: " + _json(schema))
     lines.append(f"Read it with references like †{kind}.<key>.")
     view = log.view(kind)
-    lines.append(_json({} if view is None and kind == "state" else view))
+    view = {} if view is None and kind == "state" else view
+    if budget is not None:
+        view = cut_to_budget(view, kind, budget)
+    lines.append(_json(view))
     return "\n".join(lines)
+
+
+_MAX_SHOWN_KEYS = 50  # an object over budget shows its keys (one level) up to this many
+_PREVIEW = 200  # characters of a cut value shown, so the model knows what it is
+
+
+def cut_to_budget(value: Any, kind: str, budget: int) -> Any:
+    """The view with every value over `budget` characters of JSON shown cut (PROTOCOL §8).
+
+    A large tool result must not ride along in every later request: it is replaced by a
+    marker naming its path and full size (with the start of it), and the model is told a
+    reference still reaches all of it. An object over budget is opened one level at a
+    time, so the model still sees its keys and every small value in it.
+    """
+    return _cut(value, REF + kind, budget)
+
+
+def _cut(value: Any, path: str, budget: int) -> Any:
+    text = _json(value)
+    if len(text) <= budget:
+        return value
+    if (
+        isinstance(value, dict)
+        and 0 < len(value) <= _MAX_SHOWN_KEYS
+        and all(_KEY.fullmatch(key) for key in value)
+    ):
+        return {key: _cut(item, f"{path}.{key}", budget) for key, item in value.items()}
+    preview = text[: min(budget // 2, _PREVIEW)]
+    return (
+        f"<cut: {len(text):,} characters; starts {preview}…; pass {path} to a tool to use "
+        "all of it>"
+    )
 
 
 def _last(messages: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
@@ -166,6 +224,8 @@ def _visible_parameters(tool: Tool) -> dict[str, Any]:
         schema["required"] = [key for key in schema["required"] if key not in tool.bind]
     return schema
 
+
+_KEY = re.compile(r"[A-Za-z0-9_$-]+")  # a key a reference can spell (PROTOCOL §3)
 
 _REFERENCE = {"type": "string", "description": "a reference expression, like †state.x"}
 _METHODS = ["set", "merge", "assign", "push", "concat"]
@@ -276,10 +336,14 @@ def solution_schema(tools: ToolSet, output: Any, *, strict: bool = True) -> dict
     output_schema = output if output is not None else {}
     if strict:
         output_schema = _strictify(output_schema)
+    if isinstance(output_schema, dict):
+        output_schema = dict(output_schema)  # the user's own schema is never changed
     for name, definition in (
         output_schema.pop("$defs", {}).items() if isinstance(output_schema, dict) else ()
     ):
-        definitions[name] = definition
+        definitions[name] = _referable(definition)
+    # The output may be, or hold, references to what the calls wrote (PROTOCOL §8).
+    output_schema = _referable_value(output_schema)
     schema: dict[str, Any] = {
         "type": "object",
         "properties": {

@@ -23,6 +23,7 @@ from ._scheduler import (
     DecisionMade,
     Event,
     FaultReported,
+    Flush,
     Scheduler,
     StartCall,
     StreamClosed,
@@ -124,6 +125,11 @@ class SchedulerDriver:
 
     def close_stream(self) -> None:
         self.feed(StreamClosed(self._date()))
+
+    def flush_errors(self) -> None:
+        """Append the faults reported since the tick ended (an output that did not
+        resolve, PROTOCOL §8), so the next request shows them."""
+        self.feed(Flush(self._date()))
 
     def decide(self, call_id: str, decision: Any) -> None:
         """A decision from outside the hook (a deferred call)."""

@@ -51,6 +51,8 @@ from ._expressions import (
     substitute,
 )
 from ._log import ContextLog, WriteError, copy_json, cut_json, describe_key, shape_fault, short_repr
+from ._path_index import PathIndex as _PathIndex
+from ._plan_order import PlanOrder, Slot
 from ._tools import Tool, ToolSet
 from ._validation import UNKNOWN
 
@@ -94,6 +96,9 @@ class TickOpened:
 
     iteration: int
     date: str = ""
+    # Ticks journaled before plan order (PROTOCOL §3, §4) replay with the old rule: every
+    # read live, no write held. Every tick opened now keeps plan order.
+    plan_order: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +252,7 @@ class _Call:
 
     __slots__ = (
         "fire_and_forget",
+        "held",
         "id",
         "iteration",
         "latent_output",
@@ -283,6 +289,7 @@ class _Call:
         self.tool_waits: set[str] = set()
         self.watching: tuple[Term, ...] = ()
         self.fire_and_forget = False
+        self.held: tuple[Any, list[Term], list[Term]] | None = None  # value, targets, untaken
 
     def expressions(self) -> Iterator[tuple[Reference | None, Expression]]:
         """Every expression the call waits on: its parameters', then its tool's depends_on."""
@@ -298,81 +305,6 @@ class _Structural(Exception):
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
         self.details = details
-
-
-# --------------------------------------------------------------------------------------
-# The path index
-
-
-class _Node:
-    __slots__ = ("children", "entries", "subtree")
-
-    def __init__(self) -> None:
-        self.children: dict[str | int, _Node] = {}
-        self.entries: dict[str, int] = {}
-        self.subtree = 0
-
-
-class _PathIndex:
-    """Call ids filed under terms, queried by overlap (either term a prefix of the other).
-
-    Overlap is what matters for both questions the scheduler asks: a write at `state.a`
-    makes `state.a.b` present and `state.a.b` makes `state.a` present.
-    """
-
-    def __init__(self) -> None:
-        self._root = _Node()
-
-    def add(self, term: Term, call_id: str) -> None:
-        node = self._root
-        node.subtree += 1
-        for step in term.steps:
-            node = node.children.setdefault(step, _Node())
-            node.subtree += 1
-        node.entries[call_id] = node.entries.get(call_id, 0) + 1
-
-    def remove(self, term: Term, call_id: str) -> None:
-        node = self._root
-        path = [node]
-        for step in term.steps:
-            node = node.children[step]
-            path.append(node)
-        count = node.entries[call_id] - 1
-        if count:
-            node.entries[call_id] = count
-        else:
-            del node.entries[call_id]
-        for visited in path:
-            visited.subtree -= 1
-
-    def count_overlapping(self, term: Term) -> int:
-        node = self._root
-        total = 0
-        for step in term.steps:
-            child = node.children.get(step)
-            if child is None or child.subtree == 0:
-                return total
-            node = child
-            total += sum(node.entries.values())
-        # `node` is the term's own node: everything below it overlaps too.
-        return total - sum(node.entries.values()) + node.subtree
-
-    def ids_overlapping(self, term: Term) -> set[str]:
-        found: set[str] = set()
-        node = self._root
-        for step in term.steps:
-            child = node.children.get(step)
-            if child is None or child.subtree == 0:
-                return found
-            node = child
-            found.update(node.entries)
-        stack = list(node.children.values())
-        while stack:
-            below = stack.pop()
-            if below.subtree:
-                found.update(below.entries)
-                stack.extend(below.children.values())
-        return found
 
 
 # --------------------------------------------------------------------------------------
@@ -423,6 +355,8 @@ class Scheduler:
         self._queued = 0
         self._running: set[str] = set()
         self._running_writers = 0
+        # Plan order (PROTOCOL §3, §4): what each waiting call's terms read, held writes.
+        self._plan = PlanOrder(self._writers, self._seq_of, log.lookup)
 
     # -- the one entry point ---------------------------------------------------------------
 
@@ -436,7 +370,7 @@ class Scheduler:
         elif isinstance(event, DecisionMade):
             self._on_decision(event.call_id, event.decision)
         elif isinstance(event, TickOpened):
-            self._on_tick_opened(event.iteration)
+            self._on_tick_opened(event.iteration, event.plan_order)
         elif isinstance(event, StreamClosed):
             self._on_stream_closed()
         elif isinstance(event, FaultReported):
@@ -489,7 +423,7 @@ class Scheduler:
                 error = {**error, "message": f"{error['message']} {_CUT_NOTE}"}
         self._errors.append(_error_message(call, error))
 
-    def _on_tick_opened(self, iteration: int) -> None:
+    def _on_tick_opened(self, iteration: int, plan_order: bool = True) -> None:
         if self._tick_active:
             raise ValueError("a tick is already open; wait for TickEnded before opening another")
         self._iteration = iteration
@@ -503,6 +437,7 @@ class Scheduler:
         # call is deferred, so no call of an earlier tick still waits to consult them.
         self._skip_sources = _PathIndex()
         self._lost_writers = _PathIndex()
+        self._plan.open_request(plan_order=plan_order)
 
     def _on_stream_closed(self) -> None:
         if not self._stream_open:
@@ -780,6 +715,7 @@ class Scheduler:
     def _accept(self, call: _Call) -> None:
         for term in call.writes:
             self._writers.add(term, call.id)
+        self._plan.plan(call.id, call.writes)
         self._wait_for_earlier_tools(call)
         self._request_by_tool.setdefault(call.tool.name, []).append(call)
         call.status = call.record.status = "waiting"
@@ -801,6 +737,7 @@ class Scheduler:
         call.watching = watching
         for term in watching:
             self._waiters.add(term, call.id)
+        self._plan.watch(call.id, call.seq, watching)
         self._dirty.add(call.id)
 
     def _stop_waiting(self, call: _Call) -> None:
@@ -809,6 +746,7 @@ class Scheduler:
         for term in call.watching:
             self._waiters.remove(term, call.id)
         call.watching = ()
+        self._plan.unwatch(call.id)
 
     def _settle_everything_possible(self) -> None:
         """Re-examine affected calls until nothing changes, then start what can start."""
@@ -822,6 +760,11 @@ class Scheduler:
                 for call in batch:
                     if call.status == "waiting":
                         self._examine(call)
+            released = self._plan.releasable()
+            for call_id in released:  # in plan order (PROTOCOL §4)
+                self._apply_held(self._calls[call_id])
+            if released:
+                continue
             self._ask_next_approval()
             self._start_queued_calls()
             if self._dirty:
@@ -834,8 +777,9 @@ class Scheduler:
     def _examine(self, call: _Call) -> None:
         values: dict[tuple[str | int, ...], Any] = {}
         waiting = False
+        slots = iter(self._plan.slots(call.id))
         for reference, expression in call.expressions():
-            outcome, value = self._read(expression, call)
+            outcome, value = self._read(expression, [next(slots) for _ in expression.terms], call)
             if outcome == "dead":
                 self._settle_dead(call, reference, expression, value)
                 return
@@ -848,27 +792,41 @@ class Scheduler:
         self._stop_waiting(call)
         self._on_ready(call, values)
 
-    def _read(self, expression: Expression, call: _Call) -> tuple[str, Any]:
+    def _read(self, expression: Expression, slots: list[Slot], call: _Call) -> tuple[str, Any]:
         """("value", v) | ("wait", None) | ("dead", [dead terms]) for one expression."""
         if expression.op == "&&":
             value = None
             waiting = False
-            for term in expression.terms:
-                present, value = self.log.lookup(term)
-                if not present:
-                    if not self._could_be_written(term, call):
-                        return "dead", [term]
+            for slot in slots:
+                outcome, value = self._look(slot, call)
+                if outcome == "dead":
+                    return "dead", [slot.term]
+                if outcome == "wait":
                     waiting = True
             return ("wait", None) if waiting else ("value", value)
         dead: list[Term] = []
-        for term in expression.terms:  # a single term, or `||` in order
-            present, value = self.log.lookup(term)
-            if present:
-                return "value", value
-            if self._could_be_written(term, call):
-                return "wait", None
-            dead.append(term)
+        for slot in slots:  # a single term, or `||` in order
+            outcome, value = self._look(slot, call)
+            if outcome != "dead":
+                return outcome, value
+            dead.append(slot.term)
         return "dead", dead
+
+    def _look(self, slot: Slot, call: _Call) -> tuple[str, Any]:
+        """One term in plan order (PROTOCOL §3): wait while an earlier writer has not
+        ended; then the value the calls before it left (kept if a later write came since);
+        a forward reference waits while any call could still write it."""
+        if slot.pending:
+            return "wait", None
+        if slot.captured:
+            present, value = slot.present, slot.value
+        else:
+            present, value = self.log.lookup(slot.term)
+        if present:
+            return "value", value
+        if slot.forward and self._could_be_written(slot.term, call):
+            return "wait", None
+        return "dead", None
 
     def _could_be_written(self, term: Term, reader: _Call) -> bool:
         if self._stream_open:
@@ -1044,6 +1002,17 @@ class Scheduler:
         call.record.tool = call.tool.name
         for term in call.writes:
             self._writers.add(term, call.id)
+        # The replacement keeps the call's place in the plan (PROTOCOL §3): later readers
+        # of what it wrote, or now writes, look again at which earlier calls they wait on.
+        self._plan.unplan(call.id, old_writes)
+        self._plan.plan(call.id, call.writes)
+        for reader_id in sorted(
+            self._plan.readers_after(call.seq, (*old_writes, *call.writes)), key=self._seq_of
+        ):
+            reader = self._calls[reader_id]
+            self._plan.unwatch(reader_id)
+            self._plan.watch(reader_id, reader.seq, reader.watching)
+            self._dirty.add(reader_id)
         self._wait_for_earlier_tools(call)
         call.status = call.record.status = "waiting"
         self._start_waiting(call)
@@ -1102,18 +1071,42 @@ class Scheduler:
         """A value for the call (returned, responded or latent): check it, then write it.
 
         `checked` is for a latent `_output`, already checked when the call arrived; a value
-        a person responded with is checked here even for a latent tool.
+        a person responded with is checked here even for a latent tool. A write that an
+        earlier call must precede is held, and applied in plan order (PROTOCOL §4).
         """
         try:
             if not checked:
                 self._check_output(call.tool, value, structural=False)
             targets, untaken = self._targets(call, branch)
+        except _OutputMismatch as problem:  # nothing written, no reader woken
+            self._settle(call, "failed", {"type": "runtime", "message": str(problem)})
+            return
+        if targets:
+            blockers = self._plan.blockers(call.id, call.seq, tuple(targets))
+            if blockers:
+                call.status = call.record.status = "held"
+                call.held = (value, targets, untaken)
+                self._plan.hold(call.id, call.seq, tuple(targets), blockers)
+                return
+        self._write(call, value, targets, untaken)
+
+    def _apply_held(self, call: _Call) -> None:
+        assert call.held is not None
+        value, targets, untaken = call.held
+        call.held = None
+        self._write(call, value, targets, untaken)
+
+    def _write(self, call: _Call, value: Any, targets: list[Term], untaken: list[Term]) -> None:
+        try:
+            if targets:
+                # Earlier readers keep what the calls before them left (PROTOCOL §4).
+                self._plan.capture(call.seq, targets)
             # A fan-out is written whole or not at all: every term is checked as the
             # earlier ones leave the views before the first is written (PROTOCOL §4).
             messages = self.log.write_many(
                 targets, call.method, value, call=call.wire, date=self._date or None
             )
-        except (_OutputMismatch, WriteError) as problem:  # nothing written, no reader woken
+        except WriteError as problem:  # nothing written, no reader woken
             self._settle(call, "failed", {"type": "runtime", "message": str(problem)})
             return
         for term, message in zip(targets, messages, strict=True):
@@ -1175,6 +1168,7 @@ class Scheduler:
         for term in call.writes:
             self._writers.remove(term, call.id)
             self._dirty.update(self._waiters.ids_overlapping(term))
+        self._dirty.update(self._plan.ended(call.id))
         for dependent in self._tool_dependents.pop(call.id, ()):
             waiter = self._calls[dependent]
             waiter.tool_waits.discard(call.id)
@@ -1211,6 +1205,11 @@ class Scheduler:
             graph.add_node(call.id)
             for blocker in self._blockers(call):
                 graph.add_edge(call.id, blocker)
+        held = self._plan.held
+        for call_id in held:
+            graph.add_node(call_id)
+            for blocker in sorted(self._plan.held_blockers(call_id), key=self._seq_of):
+                graph.add_edge(call_id, blocker)
         settled = False
         components = sorted(
             (
@@ -1222,6 +1221,14 @@ class Scheduler:
         for component in components:
             if len(component) < 2:
                 continue
+            on_hold = [call_id for call_id in component if self._plan.is_held(call_id)]
+            if on_hold:
+                # The cycle runs through a forward reference (only those point to later
+                # calls): plan order cannot hold here, so the earliest held write applies
+                # now rather than wait forever (PROTOCOL §4, "forward references aside").
+                self._plan.release(on_hold[0])
+                self._apply_held(self._calls[on_hold[0]])
+                return True
             cycle = _describe_cycle(graph.subgraph(component), component[0])
             for call_id in component:
                 self._settle(
@@ -1238,14 +1245,15 @@ class Scheduler:
     def _blockers(self, call: _Call) -> Iterable[str]:
         """The unfinished calls this waiting call waits on (deferred ones included)."""
         yield from sorted(call.tool_waits, key=self._seq_of)
-        for _, expression in call.expressions():
-            for term in expression.terms:
-                present, _ = self.log.lookup(term)
-                if present:
-                    continue
-                for writer in sorted(self._writers.ids_overlapping(term), key=self._seq_of):
-                    if writer != call.id:
-                        yield writer
+        for slot in self._plan.slots(call.id):
+            if slot.pending:  # earlier writers, in plan order (PROTOCOL §3)
+                yield from sorted(slot.pending, key=self._seq_of)
+                continue
+            if not slot.forward or self.log.lookup(slot.term)[0]:
+                continue
+            for writer in sorted(self._writers.ids_overlapping(slot.term), key=self._seq_of):
+                if writer != call.id:
+                    yield writer
 
     def _awaited_fire_and_forget(self) -> bool:
         """Whether a running fire-and-forget call has a waiting call waiting for it.

@@ -128,6 +128,8 @@ def event_to_dict(event: Event) -> dict[str, Any]:
         }
     elif isinstance(event, TickOpened):
         body = {"type": "TickOpened", "iteration": event.iteration}
+        if event.plan_order:
+            body["plan_order"] = True
     elif isinstance(event, StreamClosed):
         body = {"type": "StreamClosed"}
     elif isinstance(event, FaultReported):
@@ -152,7 +154,8 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
     if kind == "DecisionMade":
         return DecisionMade(data["call_id"], decision_from_dict(data["decision"]), date)
     if kind == "TickOpened":
-        return TickOpened(data["iteration"], date)
+        # A journal written before plan order replays its ticks with the old rule.
+        return TickOpened(data["iteration"], date, bool(data.get("plan_order", False)))
     if kind == "StreamClosed":
         return StreamClosed(date)
     if kind == "FaultReported":
@@ -253,6 +256,7 @@ class DurableRun:
         self.solutions: set[int] = set()
         self.plan_due = False
         self.verdicts: dict[int, Any] = {}  # iteration -> accepted output (None: none)
+        self.unresolved: set[int] = set()  # iterations whose output awaits its tick (§8)
         self.decisions: dict[str, Decision] = {}
         self.resumed = False
         self._pending: list[tuple[float, str, str]] = []
@@ -346,10 +350,19 @@ class DurableRun:
             await self._wakeup.wait()
             self.commit()
 
-    def verdict(self, iteration: int, output: Any) -> None:
-        """The loop's judgement of an iteration's answer: its accepted output, or None."""
+    def verdict(self, iteration: int, output: Any, *, unresolved: bool = False) -> None:
+        """The loop's judgement of an iteration's answer: its accepted output, or None.
+
+        `unresolved`: an output with references, resolved once the tick is over (§8); a
+        resume that finishes the tick resolves it then.
+        """
         self.verdicts[iteration] = output
-        self.note("verdict", iteration=iteration, output=output)
+        if unresolved:
+            self.unresolved.add(iteration)
+            self.note("verdict", iteration=iteration, output=output, unresolved=True)
+        else:
+            self.unresolved.discard(iteration)
+            self.note("verdict", iteration=iteration, output=output)
 
     # -- tracking (live and on replay) -------------------------------------------------
 
@@ -368,6 +381,10 @@ class DurableRun:
             self.handed = set()
         elif isinstance(event, StreamClosed):
             self.plan_due = True
+        elif isinstance(event, CallFinished):
+            # Not running any more, even while its write is held (PROTOCOL §4): the
+            # journaled result is replayed and applied in plan order, never run again.
+            self.running.pop(event.call_id, None)
         elif isinstance(event, CallReceived | FaultReported):
             call = event.call
             handed = call.get("_id") if isinstance(call, dict) else None
@@ -493,6 +510,10 @@ class DurableRun:
                 self._track(event, actions, at)
             elif body.get("note") == "verdict":
                 self.verdicts[body["iteration"]] = body.get("output")
+                if body.get("unresolved"):
+                    self.unresolved.add(body["iteration"])
+                else:
+                    self.unresolved.discard(body["iteration"])
             elif body.get("note") == "restart" and body.get("call_id") in self.rows:
                 self.rows[body["call_id"]].started = at
         # Times of calls that ran in an earlier process, on this process's trio clock.
@@ -570,6 +591,8 @@ class DurableRun:
         else:
             loop.paused = bool(scheduler.deferred)
         output = self.verdicts.get(iteration)
+        if iteration in self.unresolved and not loop.paused:
+            output = loop.finish_output(iteration, output)
         return output is not None and not loop.paused, output
 
 

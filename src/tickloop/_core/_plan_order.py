@@ -1,0 +1,242 @@
+"""Plan order: a plan means what it says (PROTOCOL §3, §4, §5).
+
+Within one request the calls are ordered by arrival. A reference reads what the calls
+*before it* leave at its path, and writes to overlapping paths apply in plan order, so a
+plan gives the same parameters and the same state as a one-by-one run in list order,
+whatever order its calls finish in (forward references aside).
+
+This module is the scheduler's bookkeeping for that, kept apart from the `Scheduler`
+class. It answers three questions, each from an index over paths, never by scanning every
+pending call:
+
+* what a waiting call's term reads (`Slot`): *pending* while an earlier writer of an
+  overlapping path has not ended; *forward* when the path is absent and no earlier call
+  writes it (read when some call writes it, PROTOCOL §3); otherwise *final*;
+* whether a finished call's write must be held (`blockers`): while an earlier writer of an
+  overlapping path has not ended, or an earlier reader of an overlapping path still waits
+  for its earlier writers (PROTOCOL §4), never on a call's own forward reader;
+* which earlier readers must keep the value they would have read (`capture`): a later
+  write never changes what an earlier call reads.
+
+Calls "end" when the scheduler settles them; a held call has not ended until its write is
+applied. Pure bookkeeping: no I/O, clock or randomness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ._expressions import Term
+from ._log import copy_json
+from ._path_index import PathIndex
+
+__all__ = ["PlanOrder", "Slot"]
+
+
+class Slot:
+    """One term a waiting call reads, and where its value comes from (PROTOCOL §3)."""
+
+    __slots__ = ("captured", "forward", "pending", "present", "reader", "term", "value")
+
+    def __init__(self, reader: str, term: Term, pending: set[str], forward: bool) -> None:
+        self.reader = reader
+        self.term = term
+        self.pending = pending  # earlier writers of an overlapping path, not ended
+        self.forward = forward  # absent, and no earlier call writes it
+        self.captured = False  # value kept before a later write changed the path
+        self.present = False
+        self.value: Any = None
+
+    @property
+    def final(self) -> bool:
+        """The calls before the reader have all left this path: its value is settled."""
+        return not self.forward and not self.pending
+
+
+class PlanOrder:
+    """Slots of waiting calls and held writes of one scheduler; see the module docstring.
+
+    `writers` is the scheduler's index of calls that have not ended, by output term (held
+    calls included); `seq_of` gives a call's arrival order; `lookup` reads the views.
+    """
+
+    def __init__(
+        self,
+        writers: PathIndex,
+        seq_of: Callable[[str], int],
+        lookup: Callable[[Term], tuple[bool, Any]],
+    ) -> None:
+        self._writers = writers
+        self._seq_of = seq_of
+        self._lookup = lookup
+        self._planned = PathIndex()  # this request's calls by output term, ended or not
+        self._slots: dict[str, tuple[Slot, ...]] = {}
+        self._readers = PathIndex()  # waiting calls by the terms they read
+        self._blocking: dict[str, set[Slot]] = {}  # writer -> slots waiting for it to end
+        self._held: dict[str, tuple[int, tuple[Term, ...]]] = {}  # id -> (seq, targets)
+        self._held_on: dict[str, set[str]] = {}  # blocker -> held calls it holds back
+        self._recheck: set[str] = set()
+        self._legacy = False
+
+    # -- the request ---------------------------------------------------------------------
+
+    def open_request(self, *, plan_order: bool = True) -> None:
+        """A new request: only its own calls are "earlier" (earlier requests' writes are
+        applied). `plan_order=False` replays a tick journaled before plan order existed:
+        every read is live (as a forward reference) and nothing is held."""
+        self._planned = PathIndex()
+        self._legacy = not plan_order
+
+    def plan(self, call_id: str, terms: Iterable[Term]) -> None:
+        """A call of this request will (or may) write these terms."""
+        for term in terms:
+            self._planned.add(term, call_id)
+
+    def unplan(self, call_id: str, terms: Iterable[Term]) -> None:
+        for term in terms:
+            self._planned.remove(term, call_id)
+
+    # -- readers -------------------------------------------------------------------------
+
+    def watch(self, reader: str, seq: int, terms: Iterable[Term]) -> tuple[Slot, ...]:
+        """File the terms a waiting call reads; its slots come back in the same order."""
+        slots = []
+        for term in terms:
+            if self._legacy:
+                slot = Slot(reader, term, set(), True)
+            else:
+                pending = {
+                    writer
+                    for writer in self._writers.ids_overlapping(term)
+                    if writer != reader and self._seq_of(writer) < seq
+                }
+                forward = False
+                if not pending and not self._lookup(term)[0]:
+                    forward = not any(
+                        writer != reader and self._seq_of(writer) < seq
+                        for writer in self._planned.ids_overlapping(term)
+                    )
+                slot = Slot(reader, term, pending, forward)
+                for writer in pending:
+                    self._blocking.setdefault(writer, set()).add(slot)
+            self._readers.add(term, reader)
+            slots.append(slot)
+        watched = self._slots[reader] = tuple(slots)
+        return watched
+
+    def slots(self, reader: str) -> tuple[Slot, ...]:
+        return self._slots.get(reader, ())
+
+    def unwatch(self, reader: str) -> None:
+        """The call stopped waiting (ready, or settled): it reads nothing more."""
+        for slot in self._slots.pop(reader, ()):
+            for writer in slot.pending:
+                waiting = self._blocking.get(writer)
+                if waiting is not None:
+                    waiting.discard(slot)
+            self._readers.remove(slot.term, reader)
+        self._recheck |= self._held_on.pop(reader, set())
+
+    def readers_after(self, seq: int, terms: Iterable[Term]) -> set[str]:
+        """Waiting calls after `seq` that read a path overlapping `terms`."""
+        found: set[str] = set()
+        for term in terms:
+            found.update(r for r in self._readers.ids_overlapping(term) if self._seq_of(r) > seq)
+        return found
+
+    def ended(self, call_id: str) -> set[str]:
+        """A call ended (any final status): the readers whose slots it settled."""
+        woken: set[str] = set()
+        for slot in self._blocking.pop(call_id, ()):
+            slot.pending.discard(call_id)
+            if not slot.pending:
+                woken.add(slot.reader)
+                self._recheck |= self._held_on.pop(slot.reader, set())
+        self._recheck |= self._held_on.pop(call_id, set())
+        self._held.pop(call_id, None)
+        return woken
+
+    # -- writers -------------------------------------------------------------------------
+
+    def blockers(self, call_id: str, seq: int, targets: tuple[Term, ...]) -> set[str]:
+        """The earlier calls a write at `targets` must wait for (PROTOCOL §4).
+
+        An earlier writer of an overlapping path that has not ended, and an earlier reader
+        whose term overlapping the write still waits for its own earlier writers. A call
+        that waits on this write through a forward reference never holds it back.
+        """
+        if self._legacy:
+            return set()
+        found: set[str] = set()
+        for term in targets:
+            for writer in self._writers.ids_overlapping(term):
+                if writer != call_id and self._seq_of(writer) < seq:
+                    found.add(writer)
+            for reader in self._readers.ids_overlapping(term):
+                if reader == call_id or self._seq_of(reader) >= seq:
+                    continue
+                if any(slot.pending and slot.term.overlaps(term) for slot in self._slots[reader]):
+                    found.add(reader)
+        return {other for other in found if not self._reads_forward(other, targets)}
+
+    def _reads_forward(self, reader: str, targets: tuple[Term, ...]) -> bool:
+        return any(
+            slot.forward and any(slot.term.overlaps(term) for term in targets)
+            for slot in self._slots.get(reader, ())
+        )
+
+    def hold(self, call_id: str, seq: int, targets: tuple[Term, ...], blockers: set[str]) -> None:
+        """Hold a finished call's write until `blockers` have moved on (see `releasable`)."""
+        self._held[call_id] = (seq, targets)
+        for blocker in blockers:
+            self._held_on.setdefault(blocker, set()).add(call_id)
+
+    def is_held(self, call_id: str) -> bool:
+        return call_id in self._held
+
+    @property
+    def held(self) -> list[str]:
+        return sorted(self._held, key=self._seq_of)
+
+    def held_blockers(self, call_id: str) -> set[str]:
+        seq, targets = self._held[call_id]
+        return self.blockers(call_id, seq, targets)
+
+    def releasable(self) -> list[str]:
+        """Held writes that may apply now, in plan order; the rest stay held.
+
+        Only holds whose blockers moved on are looked at again (event-driven).
+        """
+        recheck, self._recheck = self._recheck, set()
+        ready = []
+        for call_id in sorted(recheck & self._held.keys(), key=self._seq_of):
+            seq, targets = self._held[call_id]
+            blockers = self.blockers(call_id, seq, targets)
+            if blockers:
+                for blocker in blockers:
+                    self._held_on.setdefault(blocker, set()).add(call_id)
+            else:
+                del self._held[call_id]
+                ready.append(call_id)
+        return ready
+
+    def release(self, call_id: str) -> None:
+        """Let a held write apply out of order: it is on a cycle through a forward
+        reference, where plan order cannot be kept (PROTOCOL §4, "forward references
+        aside")."""
+        del self._held[call_id]
+
+    def capture(self, seq: int, targets: Iterable[Term]) -> None:
+        """Before a write by the call at `seq`: earlier readers of an overlapping path whose
+        value is final keep it, so the write does not change what they read (PROTOCOL §4)."""
+        for term in targets:
+            for reader in self._readers.ids_overlapping(term):
+                if self._seq_of(reader) >= seq:
+                    continue
+                for slot in self._slots[reader]:
+                    if slot.captured or not slot.final or not slot.term.overlaps(term):
+                        continue
+                    present, value = self._lookup(slot.term)
+                    slot.present, slot.value = present, copy_json(value) if present else None
+                    slot.captured = True
