@@ -200,3 +200,22 @@ FAN_SCRIPT = [
 ]
 
 fan_agent = tl.Agent(tl.ScriptedModel(FAN_SCRIPT), tools=[work], name="fan")
+
+
+# -- a model activity killed mid-stream ---------------------------------------------------------
+
+RESTREAM_SCRIPT = [
+    {
+        "calls": [
+            {"_tool": "quick", "key": f"k{i}", "_outputPath": f"†state.k{i}"} for i in range(6)
+        ],
+        "output": None,
+    },
+    {"calls": [], "output": "restreamed"},
+]
+
+restream_agent = tl.Agent(
+    tl.ScriptedModel(RESTREAM_SCRIPT, chunk_chars=8, chunk_delay=0.05),
+    tools=[quick],
+    name="restream",
+)

@@ -524,3 +524,47 @@ def test_a_restarted_stream_keeps_the_calls_handed_over_and_drops_their_repeats(
     assert result.state == {"n0": 0, "n1": 1, "n2": 2}
     solution = next(m for m in result.messages if m["type"] == "solution")
     assert solution["solution"]["output"] == "again"  # the answering attempt's text
+
+
+def test_a_model_request_cut_by_a_dead_worker_runs_no_call_twice(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """The worker dies while the model streams (two calls ran); the model activity is
+    retried on a fresh worker and streams again from the start: the calls handed over
+    are kept, their repeats dropped, the rest run once."""
+    queue = _queue()
+    env = {**os.environ, "TICKLOOP_TEST_DIR": str(tmp_path)}
+    spec = "tests.temporal_agents:restream_agent"
+    first = _worker(temporal_address, queue, spec, env)
+    second: subprocess.Popen[str] | None = None
+    try:
+
+        async def scenario(client: Client) -> tuple[tl.RunResult, dict[str, Any]]:
+            nonlocal second
+            handle = await tlt.start(
+                client, agents.restream_agent, None, task_queue=queue, heartbeat_timeout=1.0
+            )
+            deadline = time.monotonic() + 60
+            while _count(tmp_path, "quick") < 2:
+                assert time.monotonic() < deadline, "the run never got going"
+                await asyncio.sleep(0.02)
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+            assert _count(tmp_path, "quick") < 6  # the model was still writing
+            second = _worker(temporal_address, queue, spec, env)
+            result = await handle.result()
+            return result, await handle.snapshot()
+
+        result, snapshot = _run(scenario, temporal_address)
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+    keys = sorted(line.split()[0] for line in (tmp_path / "quick.count").read_text().splitlines())
+    assert keys == [f"k{i}" for i in range(6)]  # each call ran exactly once
+    assert result.output == "restreamed"
+    assert result.state == {f"k{i}": f"k{i}" for i in range(6)}
+    assert set(_statuses(result).values()) == {"done"}
+    first_request = snapshot["requests"][0]
+    assert (first_request["iteration"], first_request["attempt"]) == (1, 2)
