@@ -79,6 +79,12 @@ def _check_agent(agent: Agent) -> str:
             "an agent run on Temporal needs a name (tl.Agent(..., name='billing')): it is "
             "the workflow type and the prefix of its activities"
         )
+    if getattr(agent, "tool_sources", None):
+        raise ConfigurationError(
+            f"agent {agent.name!r} has tool sources (MCP servers): their tools are known "
+            "only once a run connects, and tickloop.temporal does not run them yet; give "
+            "the agent tl.Tool objects whose handlers call the server"
+        )
     return agent.name
 
 
