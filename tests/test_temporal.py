@@ -480,6 +480,10 @@ def test_an_agent_without_a_name_cannot_run_on_temporal() -> None:
 
     with pytest.raises(tl.ConfigurationError, match="name"):
         asyncio.run(attempt())
+    server = tl.MCPServer.stdio("python", ["server.py"])
+    with_sources = tl.Agent(tl.ScriptedModel([]), tools=[server], name="sources")
+    with pytest.raises(tl.ConfigurationError, match="MCP"):
+        tlt.worker(None, [with_sources], task_queue="q")  # type: ignore[arg-type]
     assert json.dumps(tlt.activity_names("billing")) == json.dumps(
         {"model": "billing.model", "approve": "billing.approve", "tool": "billing.tool."}
     )
