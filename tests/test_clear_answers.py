@@ -344,7 +344,7 @@ def test_ctrl_c_in_a_command_is_quiet_with_exit_130(
 
 
 def test_timeline_of_an_unknown_run_is_a_store_error(tmp_path: Path) -> None:
-    from tickloop._observe._timeline import timeline_html
+    from tickloop._durable._timeline import timeline_html
 
     store = _stored_run(tmp_path)
     with pytest.raises(tl.StoreError, match="nope"):
@@ -421,7 +421,7 @@ def test_the_resumed_label_is_not_clipped_at_the_right_edge(
         return requests, [max(at for _, at, _, _ in journal)]  # resumed as the run ended
 
     monkeypatch.setattr(_timeline, "_requests", resumed_at_the_end)
-    page = _timeline.timeline_html(store, "r1")
+    page = tl.timeline_html(store, "r1")
     [label] = re.findall(r'<text class="resume-label"[^>]*>', page)
     x = float(re.search(r'x="([0-9.]+)"', label).group(1))  # type: ignore[union-attr]
     width = _timeline._LABEL + _timeline._PLOT + 30

@@ -11,6 +11,7 @@ from ._core._expressions import Expression, Term, parse_expression
 from ._core._scheduler import CallRecord
 from ._core._tools import Branch, CallContext, Tool, tool
 from ._durable._store import CallInfo, PendingDecision, RunInfo, SQLiteStore
+from ._durable._timeline import timeline_html
 from ._engine._run import ExecutionResult, execute, run_calls
 from ._errors import (
     ConfigurationError,
@@ -60,7 +61,6 @@ from ._observe._events import (
     TickEnded,
     open_event_stream,
 )
-from ._observe._timeline import timeline_html
 
 __all__ = [
     "Agent",

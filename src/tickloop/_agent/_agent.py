@@ -24,7 +24,7 @@ import trio
 from .._core._decisions import ApproveHook
 from .._core._log import ContextLog
 from .._core._tools import Tool, ToolSet, ToolSource, split_tools
-from .._durable._resume import DurableRun, RunSession
+from .._durable._resume import CUT_OFF, UNCHECKED, DurableRun
 from .._durable._store import SQLiteStore, as_store
 from .._engine._engine import Engine, check_configuration
 from .._engine._sources import OpenedTools, check_sources, open_tools
@@ -52,6 +52,7 @@ from ._prompt import (
     strip_strict_output_nulls,
 )
 from ._retry import StreamBroken, attempts_made, stream_with_retries
+from ._session import RunSession
 
 __all__ = ["Agent", "RunResult", "StreamRestarted"]
 
@@ -212,6 +213,15 @@ class Agent:
             partial(self.run_async, input, messages=messages, on_event=on_event, run_id=run_id)
         )
 
+    def _count_iterations(self, log: ContextLog) -> int:
+        """Requests made so far, as this agent's protocol counts them: solutions, or the
+        model's turns with protocol "tools"."""
+        if self.protocol == "tools":
+            from ._turns import turns_in
+
+            return turns_in(log)
+        return _iterations_in(log)
+
     async def run_async(
         self,
         input: Any = None,
@@ -357,9 +367,43 @@ class _SolutionLoop(OuterLoop):
         )
 
     async def _recover(self) -> tuple[bool, Any]:
-        if self.durable is None:
+        """Settle what the crash (or the pause) left open in a solution-protocol run:
+        the calls (`reopen`), then the request; (done, output) as `_iterate`."""
+        durable = self.durable
+        if durable is None:
             return False, None
-        return await self.durable.recover(self)
+        engine = self.engine
+        if not durable.reopen(engine):
+            return False, None
+        scheduler = engine.scheduler
+        iteration = scheduler.iteration
+        if scheduler.stream_open:
+            answered = iteration in durable.solutions
+            if not answered and not any(r.iteration == iteration for r in durable.rows.values()):
+                # The request failed or died before a single call arrived: nothing came
+                # of it, so the empty tick is closed and the same iteration asked again.
+                engine.close_stream()
+            else:
+                if not answered:
+                    self._record_solution(iteration, None, "", None)
+                    engine.report({"type": "structural", "message": CUT_OFF})
+                    durable.verdict(iteration, None)
+                elif iteration not in durable.verdicts:
+                    engine.report({"type": "structural", "message": UNCHECKED})
+                    durable.verdict(iteration, None)
+                engine.close_stream()
+                self._record_plan(iteration)
+        elif durable.plan_due:
+            self._record_plan(iteration)
+        if scheduler.tick_active:
+            outcome = await engine.wait_tick()
+            self.paused = bool(outcome.paused)
+        else:
+            self.paused = bool(scheduler.deferred)
+        output = durable.verdicts.get(iteration)
+        if iteration in durable.unresolved and not self.paused:
+            output = self.finish_output(iteration, output)
+        return output is not None and not self.paused, output
 
     def _iterations_done(self) -> int:
         return _iterations_in(self.log)

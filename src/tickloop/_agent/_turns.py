@@ -58,8 +58,9 @@ from ._prompt import _visible_parameters
 from ._retry import StreamBroken, attempts_made, stream_with_retries
 
 if TYPE_CHECKING:
-    from .._durable._resume import DurableRun, RunSession
+    from .._durable._resume import DurableRun
     from ._agent import Agent
+    from ._session import RunSession
 
 __all__ = [
     "TURN_KIND",
@@ -766,7 +767,7 @@ class _StreamScope:
 
     @asynccontextmanager
     async def _open_bound(self, agent: Agent) -> AsyncIterator[TextStream]:
-        from .._durable._resume import RunSession
+        from ._session import RunSession
 
         options = dict(self._options)
         on_event = options.pop("on_event", None) or agent.on_event

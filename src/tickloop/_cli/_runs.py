@@ -177,7 +177,7 @@ def _pending(store: SQLiteStore, run_id: str, out: TextIO) -> int:
 
 def _trace(store: SQLiteStore, run_id: str, html: str | None, out: TextIO) -> int:
     if html is not None:
-        from .._observe._timeline import timeline_html
+        from .._durable._timeline import timeline_html
 
         page = timeline_html(store, run_id)
         try:

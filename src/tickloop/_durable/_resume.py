@@ -30,9 +30,9 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager, nullcontext
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
 
 import trio
 
@@ -65,20 +65,19 @@ from .._core._scheduler import (
     TickOpened,
     _PathIndex,
 )
-from .._core._tools import ToolSet, missing_bindings
+from .._core._tools import ToolSet
 from .._engine._engine import Engine, utc_now
-from .._engine._run import initial_log
-from .._errors import ConfigurationError, ResumeError, StoreError, unwrap_single
-from .._observe._events import EventSink, Redactor, RunEnded, RunEvent, RunStarted
-from ._store import CALL_COLUMNS, RunWriter, SQLiteStore, claim_run, create_run
-
-if TYPE_CHECKING:
-    from .._agent._agent import Agent, RunResult, _SolutionLoop
+from .._errors import ResumeError, StoreError, unwrap_single
+from .._observe._events import EventSink, Redactor
+from ._store import CALL_COLUMNS, RunWriter
 
 __all__ = [
+    "CUT_OFF",
     "INTERRUPTED",
+    "UNCHECKED",
+    "DurableLoop",
     "DurableRun",
-    "RunSession",
+    "dumps_entry",
     "event_from_dict",
     "event_to_dict",
     "new_run_id",
@@ -171,7 +170,7 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
 
 
-def _dumps(value: Any) -> str:
+def dumps_entry(value: Any) -> str:
     """JSON text for the store. A lone surrogate (a call the model sent with `"\\ud800"`,
     refused on arrival but journaled as it came, so the replay refuses it again) is kept
     as its `\\u` escape: SQLite stores UTF-8, which has no form for it."""
@@ -307,7 +306,7 @@ class DurableRun:
         self._add(self.now(), "note", {"note": name, **data})
 
     def _add(self, at: float, kind: str, body: Any) -> None:
-        self._pending.append((at, kind, _dumps(body)))
+        self._pending.append((at, kind, dumps_entry(body)))
         self._added += 1
         if self._wakeup is not None:
             self._wakeup.set()
@@ -423,7 +422,7 @@ class DurableRun:
             return row
         if isinstance(action, CallAccepted):
             row = self._new_row(action.id, action.tool, at)
-            row.call = _dumps(self.redact.shared(action.call))
+            row.call = dumps_entry(self.redact.shared(action.call))
             self.wires[action.id] = action.call
             self._declare(action.id, action.call)
             self.by_tool.setdefault((self.iteration, action.tool), []).append(action.id)
@@ -434,15 +433,17 @@ class DurableRun:
                 call = event.call if isinstance(event, CallReceived) else None
                 tool = call.get("_tool") if isinstance(call, dict) else None
                 row = self._new_row(action.id, tool if isinstance(tool, str) else None, at)
-                row.call = _dumps(self.redact.shared(call))
+                row.call = dumps_entry(self.redact.shared(call))
             row.status, row.finished = action.status, at
-            row.error = None if action.error is None else _dumps(self.redact.shared(action.error))
+            row.error = (
+                None if action.error is None else dumps_entry(self.redact.shared(action.error))
+            )
             if row.deps is None and action.status in ("invalid", "skipped"):
                 # Settled without ever being ready (its writer was denied, failed...): the
                 # timeline still draws what it waited on.
                 found = self._dependencies(action.id, row, declared=True)
                 if found:
-                    row.deps = _dumps(found)
+                    row.deps = dumps_entry(found)
             self.running.pop(action.id, None)
             self.ready_params.pop(action.id, None)
             return row
@@ -450,12 +451,12 @@ class DurableRun:
             return None
         if isinstance(action, CallReady):
             row.status, row.ready = "queued", at
-            row.params = _dumps(self.redact.shared(action.params))
+            row.params = dumps_entry(self.redact.shared(action.params))
             self.ready_params[action.id] = action.params
-            row.deps = _dumps(self._dependencies(action.id, row))
+            row.deps = dumps_entry(self._dependencies(action.id, row))
         elif isinstance(action, CallDecided):
             row.decided = at
-            row.decision = _dumps(self.redact.shared(decision_to_dict(action.decision)))
+            row.decision = dumps_entry(self.redact.shared(decision_to_dict(action.decision)))
             if self.asking is not None and self.asking.id == action.id:
                 self.asking = None
             if isinstance(action.decision, Defer):
@@ -465,13 +466,13 @@ class DurableRun:
                 if isinstance(action.decision, Replace):
                     wire = action.decision.call
                     self.wires[action.id] = wire
-                    row.call = _dumps(self.redact.shared(wire))
+                    row.call = dumps_entry(self.redact.shared(wire))
                     tool = wire.get("_tool") if isinstance(wire, dict) else None
                     row.tool = tool if isinstance(tool, str) else row.tool
         elif isinstance(action, StartCall):
             row.status, row.started = "running", at
             if action.params is not self.ready_params.pop(action.id, None):  # edited
-                row.params = _dumps(self.redact.shared(action.params))
+                row.params = dumps_entry(self.redact.shared(action.params))
             self.running[action.id] = action
         else:
             return None
@@ -605,205 +606,3 @@ class DurableRun:
             if decision is not None:
                 engine.decide(pending.id, decision)
         return True
-
-    async def recover(self, loop: _SolutionLoop) -> tuple[bool, Any]:
-        """Settle what the crash (or the pause) left open in a solution-protocol run:
-        the calls (`reopen`), then the request; (done, output) as `_iterate`."""
-        engine = loop.engine
-        if not self.reopen(engine):
-            return False, None
-        scheduler = engine.scheduler
-        iteration = scheduler.iteration
-        if scheduler.stream_open:
-            answered = iteration in self.solutions
-            if not answered and not any(r.iteration == iteration for r in self.rows.values()):
-                # The request failed or died before a single call arrived: nothing came
-                # of it, so the empty tick is closed and the same iteration asked again.
-                engine.close_stream()
-            else:
-                if not answered:
-                    loop._record_solution(iteration, None, "", None)
-                    engine.report({"type": "structural", "message": CUT_OFF})
-                    self.verdict(iteration, None)
-                elif iteration not in self.verdicts:
-                    engine.report({"type": "structural", "message": UNCHECKED})
-                    self.verdict(iteration, None)
-                engine.close_stream()
-                loop._record_plan(iteration)
-        elif self.plan_due:
-            loop._record_plan(iteration)
-        if scheduler.tick_active:
-            outcome = await engine.wait_tick()
-            loop.paused = bool(outcome.paused)
-        else:
-            loop.paused = bool(scheduler.deferred)
-        output = self.verdicts.get(iteration)
-        if iteration in self.unresolved and not loop.paused:
-            output = loop.finish_output(iteration, output)
-        return output is not None and not loop.paused, output
-
-
-# --------------------------------------------------------------------------------------
-# One run (or resume) of an agent
-
-
-class RunSession:
-    """The id, log, events and store binding of one run; statuses and run events."""
-
-    def __init__(
-        self,
-        agent: Agent,
-        run_id: str,
-        log: ContextLog,
-        sink: EventSink,
-        durable: DurableRun | None,
-        *,
-        resumed: bool,
-        journal: list[tuple[int, float, str, Any]] | None = None,
-    ) -> None:
-        self.agent = agent
-        self.run_id = run_id
-        self.log = log
-        self.sink = sink
-        self.durable = durable
-        self.resumed = resumed
-        self.journal = journal
-
-    @classmethod
-    def new(
-        cls,
-        agent: Agent,
-        input: Any,
-        messages: Sequence[dict[str, Any]] | None,
-        on_event: Callable[[RunEvent], Any] | None,
-        run_id: str | None,
-    ) -> RunSession:
-        """Claim the run id (refused when the store has it) and start a log."""
-        if run_id is not None and (not isinstance(run_id, str) or not run_id):
-            raise ConfigurationError(f"run_id must be a non-empty string, not {run_id!r}")
-        run_id = run_id or new_run_id()
-        log = ContextLog(messages) if messages else initial_log(input)
-        if not messages:
-            problems = missing_bindings(agent.tools.values(), log.view("input"))
-            if problems:
-                raise ConfigurationError("; ".join(problems))
-        sink = _sink(agent, run_id, on_event)
-        durable = None
-        store: SQLiteStore | None = agent.store
-        if store is not None:
-            # The input is serialised first and stored with the run's row, in one
-            # transaction: an input that cannot be stored leaves nothing behind.
-            at = time.time()
-            entries = [(at, "message", _dumps(message)) for message in log.messages]
-            writer = create_run(store, run_id, agent.protocol, entries)
-            durable = DurableRun(writer, agent.tools, agent.redact, sink)
-            for message in log.messages:
-                durable._track_message(message)
-        return cls(agent, run_id, log, sink, durable, resumed=False)
-
-    @classmethod
-    def claim(
-        cls,
-        agent: Agent,
-        run_id: str,
-        decisions: Mapping[str, Any] | None,
-        on_event: Callable[[RunEvent], Any] | None,
-    ) -> RunSession:
-        """Check the resume and take the run over; `ResumeError` before anything runs."""
-        store: SQLiteStore | None = agent.store
-        if store is None:
-            raise ResumeError(
-                "this agent has no store, so it has no runs to resume (pass store=...)"
-            )
-        if decisions is not None and not isinstance(decisions, Mapping):
-            raise ResumeError("decisions must be a dict from call id to decision")
-        claimed = claim_run(store, run_id, dict(decisions or {}), protocol=agent.protocol)
-        sink = _sink(agent, run_id, on_event)
-        durable = DurableRun(claimed.writer, agent.tools, agent.redact, sink)
-        durable.decisions = claimed.decisions
-        return cls(
-            agent, run_id, ContextLog(), sink, durable, resumed=True, journal=claimed.journal
-        )
-
-    async def execute(self, drive: Callable[[RunSession], Awaitable[RunResult]]) -> RunResult:
-        """Run the loop; record how it ended in the store and in a `RunEnded` event."""
-        self.sink.emit(
-            RunStarted(run_id=self.run_id, time=trio.current_time(), resumed=self.resumed)
-        )
-        writer = self.durable.writer if self.durable is not None else None
-        try:
-            async with self.durable.flushing() if self.durable is not None else nullcontext():
-                result = await drive(self)
-        except Exception as error:
-            reason = f"{type(error).__name__}: {error}"
-            if writer is not None:
-                _quietly(writer.set_status, "failed", error=reason)
-            self.sink.emit(
-                RunEnded(
-                    run_id=self.run_id,
-                    time=trio.current_time(),
-                    status="failed",
-                    iterations=_iterations(self.agent, self.log),
-                    error=reason,
-                )
-            )
-            raise
-        except BaseException:  # cancelled: the run stays resumable ("interrupted")
-            if writer is not None:
-                _quietly(writer.set_status, "running")
-            raise
-        else:
-            result.run_id = self.run_id
-            if writer is not None:
-                output = _final_output(self.durable) if result.status == "done" else None
-                writer.set_status(result.status, output=output)
-        finally:
-            if writer is not None:
-                writer.release()
-        self.sink.emit(
-            RunEnded(
-                run_id=self.run_id,
-                time=trio.current_time(),
-                status=result.status,
-                iterations=result.iterations,
-            )
-        )
-        return result
-
-    def replay_into(self, loop: DurableLoop) -> None:
-        if self.durable is not None and self.journal is not None:
-            self.durable.replay(self.journal, loop)
-
-
-def _sink(agent: Agent, run_id: str, on_event: Callable[[RunEvent], Any] | None) -> EventSink:
-    listeners: list[Callable[[RunEvent], Any] | None] = [on_event]
-    # A ready-made human hook (tl.BrowserApproval) shows the run live: it listens too.
-    watcher = getattr(agent.approve, "on_run_event", None)
-    if callable(watcher):
-        listeners.append(watcher)
-    if agent.tracer is not None:
-        listeners.append(agent.tracer.listener())
-    return EventSink(run_id, agent.redact, listeners)
-
-
-def _iterations(agent: Agent, log: ContextLog) -> int:
-    """Requests made so far: solutions, or the model's turns with protocol "tools"."""
-    if agent.protocol == "tools":
-        from .._agent._turns import turns_in
-
-        return turns_in(log)
-    return sum(1 for message in log.messages if message.get("type") == "solution")
-
-
-def _final_output(durable: DurableRun | None) -> Any:
-    if durable is None or not durable.verdicts:
-        return None
-    return durable.verdicts[max(durable.verdicts)]
-
-
-def _quietly(function: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-    """Record a status on the way out of a failure, without hiding that failure."""
-    try:
-        function(*args, **kwargs)
-    except Exception:
-        pass

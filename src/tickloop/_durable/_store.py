@@ -45,6 +45,7 @@ from .._core._decisions import (
     decision_to_dict,
 )
 from .._errors import ResumeError, StoreError
+from .._observe._records import CallInfo, RunInfo
 
 __all__ = ["CallInfo", "PendingDecision", "RunInfo", "SQLiteStore", "as_store"]
 
@@ -124,45 +125,6 @@ _INSERT_CALL = (
     f"INSERT OR REPLACE INTO calls (run_id, {', '.join(CALL_COLUMNS)}) "
     f"VALUES ({', '.join('?' * (len(CALL_COLUMNS) + 1))})"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class RunInfo:
-    """One stored run as `tickloop runs` lists it."""
-
-    run_id: str
-    status: str  # running, interrupted, paused, done, failed
-    created: float
-    updated: float
-    calls: int
-    output: Any = None
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CallInfo:
-    """One call's row: status, redacted parameters, and the time of each transition.
-
-    Times are on the run clock (seconds since the epoch); None for a transition the
-    call never made.
-    """
-
-    id: str
-    seq: int
-    iteration: int
-    tool: str | None
-    status: str
-    call: Any
-    params: Any
-    deps: list[str]
-    decision: dict[str, Any] | None
-    error: dict[str, Any] | None
-    received: float | None
-    ready: float | None
-    asked: float | None
-    decided: float | None
-    started: float | None
-    finished: float | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,7 +107,7 @@ class StoreInbox:
         return self._run_view(info), calls, self._views(run_id)
 
     def timeline(self, run_id: str) -> str | None:
-        from .._observe._timeline import timeline_html
+        from .._durable._timeline import timeline_html
 
         try:
             return timeline_html(self.store, run_id)

@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
-from .._durable._store import CallInfo, RunInfo, SQLiteStore, as_store
-from .._errors import ResumeError, StoreError
+from ._records import CallInfo, RunInfo
 
-__all__ = ["timeline_html"]
+__all__ = ["render_run"]
 
 _LABEL = 230  # px of the label column
 _PLOT = 860  # px of the time axis
@@ -54,18 +52,10 @@ class _Request:
 _RESUMED_LABEL_WIDTH = 56  # px: "resumed" at the label's 11px font, with a margin
 
 
-def timeline_html(store: SQLiteStore | str | os.PathLike[str], run_id: str) -> str:
-    """Render run `run_id` of `store` as one HTML page (a string); see the module doc."""
-    if not isinstance(store, SQLiteStore) and not os.path.exists(store):
-        raise StoreError(f"no store at {store}")  # reading never creates a store
-    resolved = as_store(store)
-    assert resolved is not None
-    try:
-        run = resolved.run(run_id)
-    except ResumeError as error:  # nothing is being resumed: it is a lookup that failed
-        raise StoreError(f"{resolved.path}: {error}") from None
-    calls = resolved.calls(run_id)
-    journal = resolved.journal(run_id)
+def render_run(
+    run: RunInfo, calls: list[CallInfo], journal: list[tuple[int, float, str, Any]]
+) -> str:
+    """One run as one HTML page (a string), from what a store holds of it."""
     requests, resumes = _requests(journal)
     return _render(run, calls, requests, resumes, journal)
 
