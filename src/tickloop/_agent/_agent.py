@@ -42,7 +42,7 @@ from ._loop import OuterLoop, RunResult
 from ._output import has_references, resolve_output
 from ._prompt import (
     DEFAULT_CONTEXT_BUDGET,
-    render_messages,
+    PromptRenderer,
     solution_schema,
     strip_strict_nulls,
     strip_strict_output_nulls,
@@ -270,6 +270,7 @@ class _SolutionLoop(OuterLoop):
     ) -> None:
         self.agent = agent
         self.log = log
+        self._renderer = PromptRenderer()  # reads each log message once over the run
         self.usage = Usage()
         self.events = (
             on_event if isinstance(on_event, EventSink) else EventSink("", agent.redact, [on_event])
@@ -297,7 +298,7 @@ class _SolutionLoop(OuterLoop):
     async def _iterate(self, iteration: int) -> tuple[bool, Any]:
         agent = self.agent
         request = SolutionRequest(
-            messages=render_messages(
+            messages=self._renderer.render(
                 self.log,
                 agent.tools,
                 agent.instructions,
@@ -442,9 +443,16 @@ class _SolutionLoop(OuterLoop):
         self._append(message)
 
     def _record_plan(self, iteration: int) -> None:
-        calls = [
-            record.call for record in self.engine.records.values() if record.iteration == iteration
-        ]
+        # Records are kept in arrival order and iterations only grow: the iteration's
+        # calls are the newest ones, so reading from the end keeps the cost of a plan
+        # independent of how long the run has been.
+        calls = []
+        for record in reversed(self.engine.records.values()):
+            if record.iteration < iteration:
+                break
+            if record.iteration == iteration:
+                calls.append(record.call)
+        calls.reverse()
         self._append({"type": "plan", "calls": calls})
 
 
