@@ -50,7 +50,17 @@ from ._expressions import (
     parse_term,
     substitute,
 )
-from ._log import ContextLog, WriteError, copy_json, cut_json, describe_key, shape_fault, short_repr
+from ._log import (
+    SURROGATE_FAULT,
+    ContextLog,
+    WriteError,
+    copy_json,
+    cut_json,
+    describe_key,
+    has_surrogate,
+    shape_fault,
+    short_repr,
+)
 from ._path_index import PathIndex as _PathIndex
 from ._plan_order import PlanOrder, Slot
 from ._tools import Tool, ToolSet
@@ -1375,6 +1385,8 @@ def _locate_shape_fault(mapping: Any, what: str) -> tuple[str, dict[str, Any]] |
     for key, value in mapping.items():
         if not isinstance(key, str):
             return f"{what} keys must be strings, got {describe_key(key)}", {}
+        if has_surrogate(key):
+            return f"a key of the {what} {SURROGATE_FAULT}", {}
         fault = shape_fault(value, MAX_NESTING)
         if fault is not None:
             if key.startswith("_") and what == "call":
