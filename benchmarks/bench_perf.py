@@ -411,8 +411,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiny", action="store_true", help="toy sizes; nothing is judged")
     p.add_argument("--only", default="", help=f"comma-separated parts of {', '.join(PARTS)}")
     p.add_argument("--json", help="also write the rows to this file")
+    p.add_argument("--small", type=int, help="the growth's small size (default 10,000)")
+    p.add_argument("--large", type=int, help="the growth's large size (default 100,000)")
+    p.add_argument("--repeat", type=int, help="runs per figure, best taken (default 5)")
     args = p.parse_args(argv)
     sizes = TINY if args.tiny else Sizes()
+    for name in ("small", "large", "repeat"):
+        if getattr(args, name) is not None:
+            setattr(sizes, name, getattr(args, name))
     rows = measure(sizes, [x for x in args.only.split(",") if x] or None)
     if args.tiny:
         for row in rows:

@@ -8,7 +8,7 @@ overhead: the scheduler and trio on one side, plus the journal on the other. A q
 the calls read another call's output, so the run exercises references and dependency
 tracking too. Best of 3 runs each, interleaved, in one process.
 
-Target: store on <= 3x store off.
+Target: store on <= 1.5x store off (issue 15; it was 3x).
 
 Run: python benchmarks/bench_store.py
 """
@@ -30,7 +30,7 @@ import tickloop as tl
 
 CALLS = 1_000
 REPEAT = 3
-TARGET = 3.0
+TARGET = 1.5
 
 
 @tl.tool
@@ -93,7 +93,7 @@ def main() -> int:
     print(f"  store on:  {on * 1000:8.1f} ms  ({on / CALLS * 1e6:6.1f} us per call)")
     print(f"  journal entries: {journal} (group commit: one per trio batch)")
     verdict = "ok" if ratio <= TARGET else "MISSED"
-    print(f"  ratio on/off: {ratio:.2f}x (target <= {TARGET:.0f}x): {verdict}")
+    print(f"  ratio on/off: {ratio:.2f}x (target <= {TARGET:g}x): {verdict}")
     return 0 if ratio <= TARGET else 1
 
 
