@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import os
 import random
+import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
@@ -50,11 +51,20 @@ from ._prompt import (
     strip_strict_nulls,
     strip_strict_output_nulls,
 )
-from ._retry import StreamBroken, stream_with_retries
+from ._retry import StreamBroken, attempts_made, stream_with_retries
 
-__all__ = ["Agent", "RunResult"]
+__all__ = ["Agent", "RunResult", "StreamRestarted"]
 
 PROTOCOLS = ("solution", "tools")
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+
+
+class StreamRestarted:
+    """An item a request's stream may yield: the answer starts over from its beginning.
+
+    Only a driver that can lose a stream midway and ask again (a Temporal activity retried
+    after its worker died) yields it; see `_SolutionLoop._iterate`.
+    """
 
 
 class _CallNotTaken(Exception):
@@ -107,6 +117,15 @@ class OutputSpec:
         return self.model.model_validate(value) if self.model is not None else value
 
 
+def _check_on_event(callback: Any) -> Any:
+    if callback is not None and not callable(callback):
+        raise ConfigurationError(
+            f"on_event must be a function taking one event, not {type(callback).__name__} "
+            f"{callback!r}"
+        )
+    return callback
+
+
 class Agent:
     """A model, tools and options: `agent.run(input)` loops until the model answers."""
 
@@ -129,7 +148,13 @@ class Agent:
         redact: Sequence[str] = DEFAULT_REDACT,
         tracer_provider: Any = None,
         context_budget: int | None = DEFAULT_CONTEXT_BUDGET,
+        name: str | None = None,
     ) -> None:
+        if name is not None and (not isinstance(name, str) or not _NAME.fullmatch(name)):
+            raise ConfigurationError(
+                f"name must be letters, digits, '_', '-' or '.' (1 to 64 of them), not {name!r}"
+            )
+        self.name = name  # identifies the agent where runs outlive the process (Temporal)
         self.model = model
         plain, self.tool_sources = split_tools(tools)
         self._tool_items = tools
@@ -137,6 +162,10 @@ class Agent:
         # are known only once they are connected (see `_open_for_run`).
         self.tools = ToolSet(plain)
         self.output = OutputSpec(output)
+        if instructions is not None and not isinstance(instructions, str):
+            raise ConfigurationError(
+                f"instructions must be a string, not {type(instructions).__name__} {instructions!r}"
+            )
         self.instructions = instructions
         self.approve = approve
         self.max_iterations = _positive(max_iterations, "max_iterations")
@@ -150,7 +179,7 @@ class Agent:
             raise ConfigurationError(f"protocol must be one of {PROTOCOLS}, not {protocol!r}")
         self.protocol = protocol
         self.strict = strict
-        self.on_event = on_event
+        self.on_event = _check_on_event(on_event)
         self._rng = random.Random(seed)
         # Durable runs (docs/durability.md): the store, what events and traces hide, spans.
         self.store = as_store(store)
@@ -197,6 +226,7 @@ class Agent:
         `run_id` names the run (a unique one is made otherwise); with a store, an id the
         store already has is refused with `ResumeError`: continue it with `resume`.
         """
+        _check_on_event(on_event)
         async with self._open_for_run() as agent:
             session = RunSession.new(agent, input, messages, on_event or self.on_event, run_id)
             return await session.execute(agent._drive)
@@ -224,6 +254,7 @@ class Agent:
         `ResumeError` before anything runs for an unknown or finished run, a decision
         for a call that is not waiting for one, or a call decided already.
         """
+        _check_on_event(on_event)
         async with self._open_for_run() as agent:
             session = RunSession.claim(agent, run_id, decisions, on_event or self.on_event)
             return await session.execute(agent._drive)
@@ -312,12 +343,16 @@ class _SolutionLoop(OuterLoop):
         )
         self.durable = durable
         self.paused = False  # a tick ended with deferred calls: the run pauses
-        self.engine = Engine(
-            agent.tools,
-            log,
-            approve=agent.approve,
-            max_concurrency=agent.max_concurrency,
-            on_action=self.events,
+        self.engine = self._make_engine(self.events, durable)
+
+    def _make_engine(self, on_action: Callable[[Any], None], durable: DurableRun | None) -> Any:
+        """The driver the loop runs its ticks on: trio's engine here, a workflow's elsewhere."""
+        return Engine(
+            self.agent.tools,
+            self.log,
+            approve=self.agent.approve,
+            max_concurrency=self.agent.max_concurrency,
+            on_action=on_action,
             journal=durable,
             run_id=self.events.run_id or None,
         )
@@ -345,15 +380,29 @@ class _SolutionLoop(OuterLoop):
         )
         stream = SolutionStream()
         text: list[str] = []
+        handed = 0  # calls given to the tick (a restarted stream's first ones were)
+        seen = 0  # calls the current stream has closed
         self.engine.open_tick(iteration)
         self._emit(RequestStarted, iteration=iteration)
 
-        def on_item(item: TextDelta | Usage) -> None:
+        def on_item(item: TextDelta | Usage | StreamRestarted) -> None:
+            nonlocal stream, seen, handed
             if isinstance(item, Usage):
                 self.usage = self.usage + item
                 return
+            if isinstance(item, StreamRestarted):
+                # The request is answered again from its start (a worker died mid-stream):
+                # the calls already handed over stay, the new stream's first ones are
+                # their repeats and are dropped, and its text replaces the old one.
+                stream, seen = SolutionStream(), 0
+                text.clear()
+                return
             text.append(item.text)
             for call in stream.feed(item.text):
+                seen += 1
+                if seen <= handed:
+                    continue
+                handed = seen
                 try:
                     self.engine.receive(strip_strict_nulls(call, agent.tools))
                 except Exception as error:  # tickloop's own fault, not the model client's
@@ -361,13 +410,7 @@ class _SolutionLoop(OuterLoop):
 
         broken: StreamBroken | None = None
         try:
-            await stream_with_retries(
-                lambda: agent.model.stream_solution(request),
-                on_item,
-                attempts=agent.max_llm_retries,
-                rng=agent._rng,
-                on_retry=partial(self._on_retry, iteration),
-            )
+            await self._request(request, on_item)
         except StreamBroken as error:
             broken = error
         except _CallNotTaken as failure:
@@ -378,12 +421,14 @@ class _SolutionLoop(OuterLoop):
                 self.log.messages,
             ) from error
         except ModelError as error:
-            raise ExecuteError(f"the model request failed: {error}", self.log.messages) from error
+            raise ExecuteError(
+                f"the model request failed{attempts_made(error)}: {error}", self.log.messages
+            ) from error
         except Exception as error:  # a client bug must still hand back the log
             raise ExecuteError(
                 f"the model client raised {type(error).__name__}: {error}", self.log.messages
             ) from error
-        outcome = stream.close()
+        outcome = stream.close()  # the stream of the attempt that answered
         solution = outcome.solution
         self._emit(
             RequestFinished,
@@ -422,6 +467,19 @@ class _SolutionLoop(OuterLoop):
         if self.durable is not None:
             self.durable.verdict(iteration, resolved)
         return resolved
+
+    async def _request(
+        self, request: SolutionRequest, on_item: Callable[[TextDelta | Usage], None]
+    ) -> None:
+        """Ask the model, handing every streamed item to `on_item`; retried by §8."""
+        agent = self.agent
+        await stream_with_retries(
+            lambda: agent.model.stream_solution(request),
+            on_item,
+            attempts=agent.max_llm_retries,
+            rng=agent._rng,
+            on_retry=partial(self._on_retry, request.iteration),
+        )
 
     def _emit(self, kind: type[RunEvent], **fields: Any) -> None:
         if self.events.listeners:

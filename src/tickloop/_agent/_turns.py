@@ -40,7 +40,7 @@ from .._core._scheduler import FINAL_STATUSES, CallSettled
 from .._core._tools import ToolSet
 from .._engine._engine import Engine
 from .._errors import ConfigurationError, ExecuteError
-from .._json._stream import resilient_json_parse, resilient_json_parse_with_strategy
+from .._json._stream import resilient_json_parse_with_strategy
 from .._models._base import (
     ModelError,
     TextDelta,
@@ -55,7 +55,7 @@ from .._models._base import (
 from .._observe._events import EventSink, RequestFinished, RequestRetried, RequestStarted, RunEvent
 from ._loop import OuterLoop, RunResult
 from ._prompt import _visible_parameters
-from ._retry import StreamBroken, stream_with_retries
+from ._retry import StreamBroken, attempts_made, stream_with_retries
 
 if TYPE_CHECKING:
     from .._durable._resume import DurableRun, RunSession
@@ -139,16 +139,20 @@ class _TurnLoop(OuterLoop):
         self.paused = False  # a tick ended with deferred calls: the run pauses
         self._settled = trio.Event()
         self._rejected: dict[str, str] = {}  # call id -> why its arguments make no call
-        self.engine = Engine(
-            agent.tools,
-            log,
-            approve=agent.approve,
-            max_concurrency=agent.max_concurrency,
-            on_action=self._on_action,
+        self.engine = self._make_engine(self._on_action, durable)
+        self._check_log_format()
+
+    def _make_engine(self, on_action: Callable[[Any], None], durable: DurableRun | None) -> Any:
+        """The driver the loop runs its ticks on: trio's engine here, a workflow's elsewhere."""
+        return Engine(
+            self.agent.tools,
+            self.log,
+            approve=self.agent.approve,
+            max_concurrency=self.agent.max_concurrency,
+            on_action=on_action,
             journal=durable,
             run_id=self.events.run_id or None,
         )
-        self._check_log_format()
 
     def _on_action(self, action: Any) -> None:
         if isinstance(action, CallSettled):
@@ -424,7 +428,9 @@ class _TurnLoop(OuterLoop):
         except StreamBroken:
             raise
         except ModelError as error:
-            raise ExecuteError(f"the model request failed: {error}", self.log.messages) from error
+            raise ExecuteError(
+                f"the model request failed{attempts_made(error)}: {error}", self.log.messages
+            ) from error
         except Exception as error:  # a client bug must still hand back the log
             raise ExecuteError(
                 f"the model client raised {type(error).__name__}: {error}", self.log.messages
@@ -575,8 +581,8 @@ class _TurnLoop(OuterLoop):
         try:
             value = json.loads(text)
         except (ValueError, RecursionError):
-            value = resilient_json_parse(text)
-            if value is None:
+            value, strategy = resilient_json_parse_with_strategy(text)
+            if strategy == "none":
                 return None, f"the final answer is not JSON ({_json_fault(text)})"
         try:
             problem = spec.problem(value)

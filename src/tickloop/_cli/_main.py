@@ -42,10 +42,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_run_commands(commands)  # runs, pending, approve, deny, resume, trace
     add_serve_command(commands)
+    from ._temporal import add_commands as add_temporal_commands  # imports no temporalio
+
+    add_temporal_commands(commands)
     return parser
 
 
+EXIT_INTERRUPTED = 130  # what a shell reports for a process stopped by SIGINT (128 + 2)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; Ctrl-C ends any command quietly with exit status 130."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print(file=sys.stderr)  # end the line the ^C was echoed on; no traceback
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     arguments = parser.parse_args(argv)
     if arguments.command == "demo":
@@ -54,6 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_command(arguments)
     if arguments.command == "serve":
         return run_serve(arguments)
+    if arguments.command == "temporal":
+        from ._temporal import run_command as run_temporal_command
+
+        return run_temporal_command(arguments)
     parser.print_help()
     return 0
 

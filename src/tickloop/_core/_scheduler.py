@@ -20,6 +20,7 @@ Invariants kept throughout:
 from __future__ import annotations
 
 import heapq
+import logging
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ import networkx as nx
 
 from .._errors import ReferenceSyntaxError
 from ._decisions import (
+    HOOK_REFUSED,
     Approve,
     Decision,
     Defer,
@@ -254,6 +256,7 @@ class CallRecord:
     error: dict[str, Any] | None = None
     started: float | None = None
     finished: float | None = None
+    worker: str | None = None  # where it ran, when a driver runs calls on many (Temporal)
 
 
 class _Call:
@@ -529,7 +532,10 @@ class Scheduler:
         if isinstance(decision, Approve):
             self._enqueue(call)
         elif isinstance(decision, Deny):
-            self._settle(call, "denied", {"type": "denied", "message": decision.reason})
+            if decision.reason == HOOK_REFUSED:  # the hook raised or answered no decision
+                self._settle(call, "denied", {"type": "hook", "message": HOOK_REFUSED})
+            else:
+                self._settle(call, "denied", {"type": "denied", "message": decision.reason})
         elif isinstance(decision, Edit):
             self._apply_edit(call, decision.apply_to(call.record.params))
         elif isinstance(decision, Replace):
@@ -961,21 +967,17 @@ class Scheduler:
 
     def _apply_edit(self, call: _Call, params: Any) -> None:
         if not isinstance(params, dict):
-            self._settle(
-                call,
-                "invalid",
-                _structural(f"the edited parameters must be an object, got {_json_type(params)}"),
-            )
+            detail = f"the edited parameters must be an object, got {_json_type(params)}"
+            self._settle(call, "invalid", _hook_fault(call, True, detail))
             return
         located = _locate_shape_fault(params, "edited parameters")
         if located is not None:
-            message, details = located
-            self._settle(call, "invalid", _structural(message, **details))
+            self._settle(call, "invalid", _hook_fault(call, True, located[0]))
             return
         errors = list(call.tool.parameter_validator.iter_errors(params))
         if errors:
             message = _schema_message(call.tool, errors, "edited parameters")
-            self._settle(call, "invalid", _structural(message))
+            self._settle(call, "invalid", _hook_fault(call, True, message))
             return
         call.record.params = copy_json(params)
         self._enqueue(call)
@@ -1001,9 +1003,7 @@ class Scheduler:
             self._check(call, wire)
         except _Structural as fault:
             call.writes = old_writes  # `_settle` un-files them and wakes their readers
-            self._settle(
-                call, "invalid", _structural(f"replacement call: {fault}", **fault.details)
-            )
+            self._settle(call, "invalid", _hook_fault(call, True, f"replacement call: {fault}"))
             return
         for term in old_writes:  # readers of a path no longer written must be re-examined
             self._writers.remove(term, call.id)
@@ -1354,6 +1354,22 @@ def _describe_cycle(graph: Any, start: str) -> str:
     edges = nx.find_cycle(graph, source=start)
     ids = [edges[0][0], *(edge[1] for edge in edges)]
     return " -> ".join(ids)
+
+
+_log = logging.getLogger("tickloop")
+
+
+def _hook_fault(call: Any, changed: bool, detail: str) -> dict[str, Any]:
+    """A reviewer's decision that cannot be carried out: the hook's bug, not the model's.
+
+    The developer reads the detail on the `tickloop` logger; the model, which can fix
+    none of it, is told only that a reviewer refused or changed the call.
+    """
+    _log.warning("approval hook bug on call %s (%s): %s", call.id, call.record.tool, detail)
+    message = (
+        "a reviewer changed this call, and the change could not run" if changed else HOOK_REFUSED
+    )
+    return {"type": "hook", "message": message}
 
 
 def _structural(message: str, **details: Any) -> dict[str, Any]:
