@@ -3,7 +3,8 @@
 Runs an agent on the scripted model with no delays: each request answers one small call
 and no output, the last one answers. Time per iteration is everything tickloop does
 around the model: render the request from the log, build nothing twice, parse the
-streamed solution, run the tick, append the messages. Target: <= 1 ms per iteration.
+streamed solution, run the tick, append the messages. Target: <= 1 ms per iteration,
+and no growth with the run's length (200 iterations <= 1.2x 10: `bench_perf.py --only loop`).
 
     python benchmarks/bench_loop.py
 """
@@ -47,7 +48,7 @@ def per_iteration(iterations: int, repeats: int = 5) -> float:
 
 def main() -> None:
     print(f"{'iterations':>10}  {'ms / iteration':>15}")
-    for iterations in (10, 50, 100):
+    for iterations in (10, 50, 100, 200):
         print(f"{iterations:>10}  {per_iteration(iterations) * 1000:>15.3f}")
 
 

@@ -60,6 +60,7 @@ class Settings:
     peers: bool = True
     engine: bool = True
     grid: bool = True
+    perf: bool = True  # bench_perf.py: issue 15's ratios
 
     def as_dict(self) -> dict[str, Any]:
         """What the report needs to say how the figures were made."""
@@ -289,6 +290,13 @@ def run_engine_bench() -> dict[str, Any]:
     return {"command": command, "status": status, "output": output}
 
 
+def run_perf_bench() -> list[dict[str, Any]]:
+    """Issue 15's ratios (benchmarks/bench_perf.py), measured in this process."""
+    from .bench_perf import Sizes, measure
+
+    return [dict(row.__dict__) for row in measure(Sizes())]
+
+
 def _timed(label: str, fn: Callable[[], Any]) -> tuple[Any, float]:
     started = time.perf_counter()
     value = fn()
@@ -327,4 +335,6 @@ def run_all(settings: Settings) -> dict[str, Any]:
         results["engine"], results["timings"]["engine"] = _timed(
             "engine overhead", run_engine_bench
         )
+    if settings.perf:
+        results["perf"], results["timings"]["perf"] = _timed("per-call cost", run_perf_bench)
     return results

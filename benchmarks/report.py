@@ -153,6 +153,8 @@ def check_targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]
                 what, figure, target, verdict = cells
                 out.append((f"engine, `bench_engine.py` {what}: {target}", figure,
                             verdict == "ok"))
+    for row in results.get("perf", []):
+        out.append((f"{row['name']}: {row['target']}", row["figure"], row["ok"]))
     return out
 
 
@@ -470,6 +472,18 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
             )
             output = "\n".join(line.rstrip() for line in engine["output"].splitlines())
             parts.append("```\n" + output + "\n```")
+
+    # -- per-call cost (issue 15) ---------------------------------------------------------
+    if results.get("perf"):
+        from .bench_perf import Row, table
+
+        parts.append("\n### Per-call cost and growth (issue 15), same run\n")
+        parts.append(
+            "`python -m benchmarks.bench_perf` (run here by `python -m benchmarks`): every "
+            "figure is a ratio of two measurements taken side by side in this process, best "
+            "of several interleaved runs.\n"
+        )
+        parts.append(table([Row(**row) for row in results["perf"]]))
 
     # -- charts --------------------------------------------------------------------------
     if charts:

@@ -162,3 +162,15 @@ def test_the_context_budget_keeps_later_requests_small() -> None:
     assert figures["met"], figures
     assert figures["worst_ratio"] < TARGET
     assert min(figures["no_budget"][1:]) > 250_000  # without a budget it would
+
+
+def test_the_performance_benchmark_runs_at_a_tiny_size() -> None:
+    """benchmarks/bench_perf.py (issue 15): every part runs; a tiny run judges nothing."""
+    from benchmarks.bench_perf import SHAPES, TINY, main, measure, plan
+
+    rows = measure(TINY, ["overhead", "growth", "memory", "store", "loop"])
+    assert len(rows) == 2 + 2 * len(SHAPES) + 1
+    assert all(row.data for row in rows)
+    for shape in SHAPES:  # every shape is a valid plan of the size asked
+        assert len(plan(shape, 30)) == 30
+    assert main(["--tiny", "--only", "loop"]) == 0

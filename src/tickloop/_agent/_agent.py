@@ -46,7 +46,7 @@ from ._loop import OuterLoop, RunResult
 from ._output import has_references, resolve_output
 from ._prompt import (
     DEFAULT_CONTEXT_BUDGET,
-    render_messages,
+    PromptRenderer,
     solution_schema,
     strip_strict_nulls,
     strip_strict_output_nulls,
@@ -346,6 +346,7 @@ class _SolutionLoop(OuterLoop):
     ) -> None:
         self.agent = agent
         self.log = log
+        self._renderer = PromptRenderer()  # reads each log message once over the run
         self.usage = Usage()
         self.events = (
             on_event if isinstance(on_event, EventSink) else EventSink("", agent.redact, [on_event])
@@ -411,7 +412,7 @@ class _SolutionLoop(OuterLoop):
     async def _iterate(self, iteration: int) -> tuple[bool, Any]:
         agent = self.agent
         request = SolutionRequest(
-            messages=render_messages(
+            messages=self._renderer.render(
                 self.log,
                 agent.tools,
                 agent.instructions,
@@ -579,9 +580,16 @@ class _SolutionLoop(OuterLoop):
         self._append(message)
 
     def _record_plan(self, iteration: int) -> None:
-        calls = [
-            record.call for record in self.engine.records.values() if record.iteration == iteration
-        ]
+        # Records are kept in arrival order and iterations only grow: the iteration's
+        # calls are the newest ones, so reading from the end keeps the cost of a plan
+        # independent of how long the run has been.
+        calls = []
+        for record in reversed(self.engine.records.values()):
+            if record.iteration < iteration:
+                break
+            if record.iteration == iteration:
+                calls.append(record.call)
+        calls.reverse()
         self._append({"type": "plan", "calls": calls})
 
 

@@ -18,6 +18,7 @@ from .._core._tools import Tool, ToolSet
 __all__ = [
     "DEFAULT_CONTEXT_BUDGET",
     "PROTOCOL_GUIDE",
+    "PromptRenderer",
     "cut_to_budget",
     "render_messages",
     "solution_schema",
@@ -67,24 +68,120 @@ def render_messages(
     context_budget: int | None = DEFAULT_CONTEXT_BUDGET,
 ) -> list[dict[str, Any]]:
     """Chat messages for one solution request, rendered from the log."""
-    system_parts = [instructions.strip()] if instructions else []
-    system_parts.append(PROTOCOL_GUIDE)
-    system_parts.append(render_tool_menu(tools))
-    system_parts.append(
-        "## Output\nThe final output must match this JSON Schema:\n"
-        + _json(output_schema if output_schema is not None else {})
+    return PromptRenderer().render(log, tools, instructions, output_schema, context_budget)
+
+
+class PromptRenderer:
+    """Renders the requests of one run, reading each log message once.
+
+    The log only grows, so what a request needs from its history (the chat's text
+    messages, each kind's latest description and schema, the last plan, where the last
+    solution was) is kept up to date from the messages appended since the previous
+    request. Rendering then costs what the request shows, not the length of the run.
+    A log that is not the one seen before (or shrank) is read again from the start.
+    """
+
+    __slots__ = (
+        "_chat",
+        "_descriptions",
+        "_messages",
+        "_plan",
+        "_schemas",
+        "_seen",
+        "_solution_at",
+        "_system",
     )
-    chat: list[dict[str, Any]] = []
-    for message in log.messages:
-        if message.get("type") != "text":
-            continue
-        role = message.get("role", "user")
-        if role == "system":
-            system_parts.append(str(message.get("text", "")))
-        else:
-            chat.append({"role": role, "content": str(message.get("text", ""))})
-    chat.append({"role": "user", "content": render_context(log, context_budget)})
-    return [{"role": "system", "content": "\n\n".join(system_parts)}, *chat]
+
+    def __init__(self) -> None:
+        self._reset(None)
+
+    def _reset(self, messages: list[dict[str, Any]] | None) -> None:
+        self._messages = messages
+        self._seen = 0
+        self._system: list[str] = []
+        self._chat: list[dict[str, Any]] = []
+        self._descriptions: dict[str, Any] = {}
+        self._schemas: dict[str, Any] = {}
+        self._plan: dict[str, Any] | None = None
+        self._solution_at = -1  # index of the last solution message
+
+    def _catch_up(self, log: ContextLog) -> None:
+        messages = log.messages
+        if messages is not self._messages or len(messages) < self._seen:
+            self._reset(messages)
+        for index in range(self._seen, len(messages)):
+            message = messages[index]
+            kind = message.get("type")
+            if kind == "text":
+                role = message.get("role", "user")
+                if role == "system":
+                    self._system.append(str(message.get("text", "")))
+                else:
+                    self._chat.append({"role": role, "content": str(message.get("text", ""))})
+            elif kind == "data":
+                data_kind = message.get("kind")
+                if message.get("description"):
+                    self._descriptions[data_kind] = message["description"]
+                if message.get("schema"):
+                    self._schemas[data_kind] = message["schema"]
+            elif kind == "plan":
+                self._plan = message
+            elif kind == "solution":
+                self._solution_at = index
+        self._seen = len(messages)
+
+    def render(
+        self,
+        log: ContextLog,
+        tools: ToolSet,
+        instructions: str | None,
+        output_schema: Any,
+        context_budget: int | None = DEFAULT_CONTEXT_BUDGET,
+    ) -> list[dict[str, Any]]:
+        """Chat messages for one solution request, rendered from the log."""
+        self._catch_up(log)
+        system_parts = [instructions.strip()] if instructions else []
+        system_parts.append(PROTOCOL_GUIDE)
+        system_parts.append(render_tool_menu(tools))
+        system_parts.append(
+            "## Output\nThe final output must match this JSON Schema:\n"
+            + _json(output_schema if output_schema is not None else {})
+        )
+        system_parts.extend(self._system)
+        chat = [dict(message) for message in self._chat]  # the caller may change them
+        chat.append({"role": "user", "content": self.context(log, context_budget)})
+        return [{"role": "system", "content": "\n\n".join(system_parts)}, *chat]
+
+    def context(self, log: ContextLog, budget: int | None = DEFAULT_CONTEXT_BUDGET) -> str:
+        """The data the model works from: every kind's view, the last plan, the last errors.
+
+        Each value is shown within `budget` characters (None: everything), PROTOCOL §8.
+        """
+        self._catch_up(log)
+        sections: list[str] = []
+        kinds = [kind for kind in log.kinds() if kind != "error"]
+        if "state" not in kinds:  # every request shows the state (PROTOCOL §8), empty or not
+            kinds.append("state")
+        for kind in kinds:
+            sections.append(
+                _render_kind(
+                    log, kind, budget, self._descriptions.get(kind), self._schemas.get(kind)
+                )
+            )
+        if self._plan is not None:
+            sections.append("## Previous plan\n" + _json(self._plan.get("calls", [])))
+        messages = log.messages
+        errors = [
+            message
+            for message in messages[self._solution_at + 1 :]
+            if message.get("type") == "data" and message.get("kind") == "error"
+        ]
+        if errors:
+            rendered = "\n".join(_json(message.get("data")) for message in errors)
+            sections.append(
+                "## Errors from the last plan\nFix these in your next solution:\n" + rendered
+            )
+        return "\n\n".join(sections)
 
 
 def render_tool_menu(tools: ToolSet) -> str:
@@ -122,22 +219,7 @@ def render_context(log: ContextLog, budget: int | None = DEFAULT_CONTEXT_BUDGET)
 
     Each value is shown within `budget` characters (None: everything), PROTOCOL §8.
     """
-    sections: list[str] = []
-    kinds = [kind for kind in log.kinds() if kind != "error"]
-    if "state" not in kinds:  # every request shows the state (PROTOCOL §8), empty or not
-        kinds.append("state")
-    for kind in kinds:
-        sections.append(_render_kind(log, kind, budget))
-    plan = _last(log.messages, "plan")
-    if plan is not None:
-        sections.append("## Previous plan\n" + _json(plan.get("calls", [])))
-    errors = last_tick_errors(log)
-    if errors:
-        rendered = "\n".join(_json(message.get("data")) for message in errors)
-        sections.append(
-            "## Errors from the last plan\nFix these in your next solution:\n" + rendered
-        )
-    return "\n\n".join(sections)
+    return PromptRenderer().context(log, budget)
 
 
 def last_tick_errors(log: ContextLog) -> list[dict[str, Any]]:
@@ -152,11 +234,10 @@ def last_tick_errors(log: ContextLog) -> list[dict[str, Any]]:
     return errors
 
 
-def _render_kind(log: ContextLog, kind: str, budget: int | None) -> str:
+def _render_kind(
+    log: ContextLog, kind: str, budget: int | None, description: Any, schema: Any
+) -> str:
     lines = [f"## {kind}"]
-    messages = log.data_messages(kind)
-    description = next((m["description"] for m in reversed(messages) if m.get("description")), None)
-    schema = next((m["schema"] for m in reversed(messages) if m.get("schema")), None)
     if description:
         lines.append(str(description))
     if schema is not None:

@@ -12,6 +12,7 @@ import json
 import math
 import re
 import sys
+import time
 import types
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -41,9 +42,21 @@ from ._host import host_loop, run_on_host
 __all__ = ["Engine", "Journal", "check_configuration", "run_handler", "utc_now"]
 
 
+_second: list[Any] = [None, ""]  # the last whole second formatted, and its text
+
+
 def utc_now() -> str:
-    """ISO-8601 UTC with a `Z`, the `_date` of every engine write."""
-    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    """ISO-8601 UTC with a `Z` and microseconds, the `_date` of every engine write.
+
+    Every event of every call carries one, so the date and time of the current second
+    are formatted once and only the microseconds per call.
+    """
+    now = time.time()
+    second = int(now)
+    if second != _second[0]:
+        stamp = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _second[0], _second[1] = second, stamp
+    return f"{_second[1]}.{int((now - second) * 1_000_000):06d}Z"
 
 
 class Engine(SchedulerDriver):
