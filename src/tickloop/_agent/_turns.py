@@ -36,7 +36,8 @@ import trio
 
 from .._core._expressions import MAX_NESTING
 from .._core._log import ContextLog, shape_fault
-from .._core._scheduler import FINAL_STATUSES, CallSettled
+from .._core._scheduler_io import NoteSettled
+from .._core._status import FINAL_STATUSES
 from .._core._tools import ToolSet
 from .._engine._engine import Engine
 from .._errors import ConfigurationError, ExecuteError
@@ -151,7 +152,7 @@ class _TurnLoop(OuterLoop):
         self._check_log_format()
 
     def _on_action(self, action: Any) -> None:
-        if isinstance(action, CallSettled):
+        if isinstance(action, NoteSettled):
             self._settled.set()
         self.events(action)
 

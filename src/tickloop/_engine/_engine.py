@@ -22,21 +22,20 @@ import trio
 
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._log import MAX_VALUE_DEPTH, ContextLog
-from .._core._scheduler import (
+from .._core._scheduler import CallRecord, Scheduler
+from .._core._scheduler_io import (
     Action,
-    ApprovalRequested,
-    CallFinished,
-    CallReceived,
-    CallRecord,
-    DecisionMade,
+    AskApproval,
+    CloseStream,
+    Decide,
     Event,
-    FaultReported,
+    FinishCall,
     Flush,
-    Scheduler,
+    NoteTickEnded,
+    OpenTick,
+    ReceiveCall,
+    ReportFault,
     StartCall,
-    StreamClosed,
-    TickEnded,
-    TickOpened,
 )
 from .._core._tools import Branch, CallContext, ToolSet
 from .._errors import ConfigurationError, describe_error, is_call_error, unwrap_single
@@ -119,7 +118,7 @@ class Engine:
         self._date = clock
         self._nursery: trio.Nursery | None = None
         self._tick_done: trio.Event | None = None
-        self._outcome: TickEnded | None = None
+        self._outcome: NoteTickEnded | None = None
         # Worker threads of sync handlers: as many as calls may run (PROTOCOL §2: a
         # max_concurrency of None means no limit, for sync tools too).
         self._threads = trio.CapacityLimiter(
@@ -147,25 +146,25 @@ class Engine:
     def open_tick(self, iteration: int) -> None:
         self._tick_done = trio.Event()
         self._outcome = None
-        self.feed(TickOpened(iteration, self._date()))
+        self.feed(OpenTick(iteration, self._date()))
 
     def receive(self, call: Any) -> None:
         """Hand one streamed call to the tick; it starts at once if it is ready."""
-        self.feed(CallReceived(call, self._date()))
+        self.feed(ReceiveCall(call, self._date()))
 
     def report(self, error: dict[str, Any], call: Any = None) -> None:
         """A structural fault of the iteration (bad solution, bad output) for the errors."""
-        self.feed(FaultReported(error, call, self._date()))
+        self.feed(ReportFault(error, call, self._date()))
 
     def close_stream(self) -> None:
-        self.feed(StreamClosed(self._date()))
+        self.feed(CloseStream(self._date()))
 
     def flush_errors(self) -> None:
         """Append the faults reported since the tick ended (an output that did not
         resolve, PROTOCOL §8), so the next request shows them."""
         self.feed(Flush(self._date()))
 
-    async def wait_tick(self) -> TickEnded:
+    async def wait_tick(self) -> NoteTickEnded:
         assert self._tick_done is not None, "open_tick first"
         await self._tick_done.wait()
         assert self._outcome is not None
@@ -173,12 +172,12 @@ class Engine:
 
     def decide(self, call_id: str, decision: Any) -> None:
         """A decision from outside the hook (a resumed, deferred call)."""
-        self.feed(DecisionMade(call_id, decision, self._date()))
+        self.feed(Decide(call_id, decision, self._date()))
 
     # -- resuming a durable run (the scheduler was rebuilt by replaying its events) --------
 
     def expect_tick(self) -> None:
-        """Wait for the end of a tick that was opened before a resume (no TickOpened)."""
+        """Wait for the end of a tick that was opened before a resume (no OpenTick)."""
         self._tick_done = trio.Event()
         self._outcome = None
 
@@ -201,9 +200,9 @@ class Engine:
                 self._on_action(action)
             if isinstance(action, StartCall):
                 self._start(action)
-            elif isinstance(action, ApprovalRequested):
+            elif isinstance(action, AskApproval):
                 self._spawn(self._ask, action.pending)
-            elif isinstance(action, TickEnded):
+            elif isinstance(action, NoteTickEnded):
                 self._outcome = action
                 if self._tick_done is not None:
                     self._tick_done.set()
@@ -222,7 +221,7 @@ class Engine:
         if self._journal is not None:
             self._journal.commit(pending.id)  # stored before the question is asked
         decision = await ask(self._approve, pending)
-        self.feed(DecisionMade(pending.id, decision, self._date()))
+        self.feed(Decide(pending.id, decision, self._date()))
 
     async def _run(self, action: StartCall) -> None:
         if self._journal is not None:
@@ -289,7 +288,7 @@ class Engine:
                 if thread is not None:
                     thread.release_unless_handed()
         self.records[action.id].finished = trio.current_time()
-        self.feed(CallFinished(action.id, value, branch, error, self._date()))
+        self.feed(FinishCall(action.id, value, branch, error, self._date()))
 
     async def _invoke(
         self, handler: Callable[..., Any], arguments: dict[str, Any], thread: _ThreadToken | None
