@@ -52,7 +52,7 @@ DOCUMENTED_NAMES = """
     PendingCall Decision Approve Deny Edit Replace Respond Defer
     Agent RunResult TickloopError ConfigurationError MaxIterationsError ExecuteError
     ResumeError StoreError ReferenceSyntaxError ScriptedModel OpenAIChat Anthropic
-    OpenAIResponses SQLiteStore parse_expression resilient_json_parse
+    OpenAIResponses SQLiteStore parse_expression resilient_json_parse MCPServer
     ConsoleApproval BrowserApproval
 """.split()
 

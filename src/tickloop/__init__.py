@@ -23,6 +23,7 @@ from ._errors import (
 )
 from ._human import BrowserApproval, ConsoleApproval
 from ._json._stream import resilient_json_parse
+from ._mcp import MCPServer
 from ._models import (
     Anthropic,
     ModelClient,
@@ -86,6 +87,7 @@ __all__ = [
     "ExecuteError",
     "ExecutionResult",
     "Expression",
+    "MCPServer",
     "MaxIterationsError",
     "ModelClient",
     "ModelError",

@@ -8,9 +8,11 @@ or a model that could not be reached — never because a tool or the model misbe
 
 from __future__ import annotations
 
+import copy
 import os
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
@@ -20,10 +22,11 @@ import trio
 
 from .._core._decisions import ApproveHook
 from .._core._log import ContextLog
-from .._core._tools import Tool, ToolSet
+from .._core._tools import Tool, ToolSet, ToolSource, split_tools
 from .._durable._resume import DurableRun, RunSession
 from .._durable._store import SQLiteStore, as_store
 from .._engine._engine import Engine, check_configuration
+from .._engine._sources import OpenedTools, check_sources, open_tools
 from .._errors import ConfigurationError, ExecuteError
 from .._json._stream import SolutionStream
 from .._models._base import ModelError, SolutionRequest, TextDelta, Usage
@@ -111,7 +114,7 @@ class Agent:
         self,
         model: Any,
         *,
-        tools: Sequence[Tool] | Mapping[str, Tool] = (),
+        tools: Sequence[Tool | ToolSource] | Mapping[str, Tool] = (),
         output: Any = None,
         instructions: str | None = None,
         approve: ApproveHook | None = None,
@@ -128,7 +131,11 @@ class Agent:
         context_budget: int | None = DEFAULT_CONTEXT_BUDGET,
     ) -> None:
         self.model = model
-        self.tools = ToolSet(tools)
+        plain, self.tool_sources = split_tools(tools)
+        self._tool_items = tools
+        # The tools known now; a run adds those of its tool sources (MCP servers), which
+        # are known only once they are connected (see `_open_for_run`).
+        self.tools = ToolSet(plain)
         self.output = OutputSpec(output)
         self.instructions = instructions
         self.approve = approve
@@ -150,6 +157,7 @@ class Agent:
         self.redact = Redactor(redact)
         self.tracer = make_tracer(tracer_provider)
         check_configuration(self.tools, approve, max_concurrency)
+        check_sources(self.tool_sources, approve)
         if protocol == "solution" and not hasattr(model, "stream_solution"):
             raise ConfigurationError(
                 f"{model!r} cannot stream solutions (it has no stream_solution method)"
@@ -189,8 +197,9 @@ class Agent:
         `run_id` names the run (a unique one is made otherwise); with a store, an id the
         store already has is refused with `ResumeError`: continue it with `resume`.
         """
-        session = RunSession.new(self, input, messages, on_event or self.on_event, run_id)
-        return await session.execute(self._drive)
+        async with self._open_for_run() as agent:
+            session = RunSession.new(agent, input, messages, on_event or self.on_event, run_id)
+            return await session.execute(agent._drive)
 
     def resume(
         self,
@@ -215,8 +224,34 @@ class Agent:
         `ResumeError` before anything runs for an unknown or finished run, a decision
         for a call that is not waiting for one, or a call decided already.
         """
-        session = RunSession.claim(self, run_id, decisions, on_event or self.on_event)
-        return await session.execute(self._drive)
+        async with self._open_for_run() as agent:
+            session = RunSession.claim(agent, run_id, decisions, on_event or self.on_event)
+            return await session.execute(agent._drive)
+
+    @asynccontextmanager
+    async def _open_for_run(self) -> AsyncIterator[Agent]:
+        """This agent as one run sees it: its tool sources open (in this task), their
+        tools added to its own, their instructions to its instructions."""
+        if not self.tool_sources:
+            yield self
+            return
+        async with open_tools(self._tool_items) as opened:
+            yield self._with_tools(opened)
+
+    def _with_tools(self, opened: OpenedTools) -> Agent:
+        bound = copy.copy(self)
+        bound.tool_sources = []
+        bound.tools = opened.tools
+        if opened.instructions:
+            parts = [self.instructions.strip()] if self.instructions else []
+            bound.instructions = "\n\n".join([*parts, *opened.instructions])
+        check_configuration(bound.tools, self.approve, self.max_concurrency)
+        if self.protocol == "tools":
+            from ._turns import check_turn_configuration
+
+            check_turn_configuration(self.model, bound.tools)
+        bound.schema = solution_schema(bound.tools, self.output.schema, strict=self.strict)
+        return bound
 
     def events(self, input: Any = None, **options: Any) -> Any:
         """`async with agent.events(input) as events: async for event in events: ...`

@@ -106,6 +106,12 @@ def render_tool_menu(tools: ToolSet) -> str:
             notes.append("runs after " + ", ".join(tool.depends_on))
         if tool.requires_approval is not False:
             notes.append("a person may have to approve it")
+        as_text = json_text_parameters(tool)
+        if as_text:
+            notes.append(
+                "write " + ", ".join(sorted(as_text)) + " as JSON text (a string holding the "
+                "JSON value)"
+            )
         if notes:
             lines.append("Notes: " + "; ".join(notes) + ".")
     return "\n".join(lines)
@@ -239,7 +245,12 @@ def tool_call_schema(tool: Tool, *, strict: bool = True) -> dict[str, Any]:
     definitions = parameters.get("$defs", {})
     required = set(parameters.get("required", []))
     properties: dict[str, Any] = {"_tool": {"type": "string", "enum": [tool.name]}}
+    as_text = json_text_parameters(tool) if strict else frozenset()
     for key, schema in parameters.get("properties", {}).items():
+        if key in as_text:
+            value_schema: dict[str, Any] = {"type": "string", "description": _JSON_TEXT_NOTE}
+            properties[key] = value_schema if key in required else _nullable(value_schema)
+            continue
         value_schema = _or_reference(_referable(_strictify(schema) if strict else schema))
         properties[key] = value_schema if key in required or not strict else _nullable(value_schema)
     path_schema: dict[str, Any] = (
@@ -272,11 +283,142 @@ def tool_call_schema(tool: Tool, *, strict: bool = True) -> dict[str, Any]:
         "required": list(properties) if strict else call_required,
         "additionalProperties": False,
     }
-    if definitions:
+    if definitions and not as_text:
         schema["$defs"] = {
             k: _referable(_strictify(v) if strict else v) for k, v in definitions.items()
         }
+    elif definitions:  # only the definitions the parameters still sent as schemas use
+        used = _used_definitions(properties, definitions)
+        if used:
+            schema["$defs"] = {
+                k: _referable(_strictify(v)) for k, v in definitions.items() if k in used
+            }
     return schema
+
+
+# ---------------------------------------------------------------------------------------
+# Parameters strict structured output cannot describe
+
+
+_JSON_TEXT_NOTE = (
+    "this parameter's value written as JSON text (its schema is in the tool menu), or a "
+    "reference like †state.x"
+)
+
+#: Keywords strict structured output refuses outright (OpenAI's strict mode); a schema
+#: using them is not made strict, it is sent as JSON text for that parameter only.
+_NOT_IN_STRICT = frozenset(
+    {
+        "patternProperties",
+        "not",
+        "if",
+        "then",
+        "else",
+        "dependentRequired",
+        "dependentSchemas",
+        "unevaluatedProperties",
+        "propertyNames",
+    }
+)
+
+
+def json_text_parameters(tool: Tool) -> frozenset[str]:
+    """The parameters of `tool` whose schema strict structured output cannot take (a
+    free-form map, `patternProperties`, `not`...). In a strict solution schema each of
+    them is written as JSON text and parsed back before the engine sees the call, so one
+    odd tool (typically an MCP server's) does not make the whole request fail. Cached on
+    the tool: the scheduler's every call passes here."""
+    cached = getattr(tool, "_json_text_parameters", None)
+    if cached is not None:
+        return cached
+    parameters = tool.parameters
+    definitions = parameters.get("$defs", {})
+    odd = frozenset(
+        key
+        for key, schema in parameters.get("properties", {}).items()
+        if key not in tool.bind and strict_problem(_strictify(schema), definitions) is not None
+    )
+    tool._json_text_parameters = odd  # type: ignore[attr-defined]
+    return odd
+
+
+def strict_problem(schema: Any, definitions: dict[str, Any] | None = None) -> str | None:
+    """What in a (strictified) schema strict structured output cannot take, or None."""
+    seen: set[str] = set()
+
+    def visit(node: Any) -> str | None:
+        if isinstance(node, list):
+            for item in node:
+                found = visit(item)
+                if found:
+                    return found
+            return None
+        if not isinstance(node, dict):
+            return None
+        reference = node.get("$ref")
+        if isinstance(reference, str) and definitions:
+            name = reference.rsplit("/", 1)[-1]
+            if name not in seen and name in definitions:
+                seen.add(name)
+                found = visit(_strictify(definitions[name]))
+                if found:
+                    return found
+        refused = sorted(_NOT_IN_STRICT.intersection(node))
+        if refused:
+            return f"uses {refused[0]!r}"
+        kinds = node.get("type")
+        is_object = kinds == "object" or (isinstance(kinds, list) and "object" in kinds)
+        if is_object and (
+            "properties" not in node and node.get("additionalProperties") is not False
+        ):
+            return "an object with free-form keys"
+        for key, value in node.items():
+            if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
+                found = visit(list(value.values()))
+            elif key in ("items", "anyOf", "oneOf", "allOf", "additionalProperties", "prefixItems"):
+                found = visit(value)
+            else:
+                continue
+            if found:
+                return found
+        return None
+
+    return visit(schema)
+
+
+def _used_definitions(schema: Any, definitions: dict[str, Any]) -> set[str]:
+    used: set[str] = set()
+    pending = [schema]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, list):
+            pending.extend(node)
+        elif isinstance(node, dict):
+            reference = node.get("$ref")
+            if isinstance(reference, str):
+                name = reference.rsplit("/", 1)[-1]
+                if name in definitions and name not in used:
+                    used.add(name)
+                    pending.append(definitions[name])
+            pending.extend(value for value in node.values() if isinstance(value, dict | list))
+    return used
+
+
+def parse_json_text_parameters(call: dict[str, Any], tool: Tool) -> dict[str, Any]:
+    """Undo the JSON text of `json_text_parameters` (a reference is left as it is; text
+    that does not parse stays text, and the parameter check reports it)."""
+    keys = json_text_parameters(tool)
+    if not keys:
+        return call
+    result = dict(call)
+    for key in keys:
+        value = result.get(key)
+        if isinstance(value, str) and not value.startswith("†"):
+            try:
+                result[key] = json.loads(value)
+            except ValueError:
+                pass
+    return result
 
 
 def _or_reference(schema: Any) -> dict[str, Any]:
@@ -400,7 +542,9 @@ def strip_strict_nulls(call: Any, tools: ToolSet) -> Any:
         return {key: value for key, value in call.items() if value is not None}
     definitions = tool.parameters.get("$defs", {})
     cleaned = _strip(
-        {key: value for key, value in call.items() if not key.startswith("_")},
+        parse_json_text_parameters(
+            {key: value for key, value in call.items() if not key.startswith("_")}, tool
+        ),
         tool.parameters,
         definitions,
     )

@@ -755,9 +755,14 @@ class _StreamScope:
 
     @asynccontextmanager
     async def _open(self) -> AsyncIterator[TextStream]:
+        async with self._agent._open_for_run() as agent:
+            async with self._open_bound(agent) as stream:
+                yield stream
+
+    @asynccontextmanager
+    async def _open_bound(self, agent: Agent) -> AsyncIterator[TextStream]:
         from .._durable._resume import RunSession
 
-        agent = self._agent
         options = dict(self._options)
         on_event = options.pop("on_event", None) or agent.on_event
         messages = options.pop("messages", None)

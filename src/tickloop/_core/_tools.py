@@ -25,7 +25,7 @@ from .._errors import ConfigurationError, ReferenceSyntaxError, is_call_error
 from ._expressions import RESERVED_OUTPUT_KINDS, Expression, is_reference, parse_expression
 from ._validation import SchemaValidator
 
-__all__ = ["Branch", "CallContext", "Tool", "ToolSet", "tool"]
+__all__ = ["Branch", "CallContext", "Tool", "ToolSet", "ToolSource", "split_tools", "tool"]
 
 TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")  # used with fullmatch: no "\n" before $
 _NO_OUTPUT_ANNOTATIONS = (inspect.Signature.empty, None, type(None), Any)
@@ -132,6 +132,7 @@ class Tool:
         max_concurrency: int | None = None,
         bind: Mapping[str, str] | None = None,
         idempotent: bool = False,
+        annotations: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
             raise ConfigurationError(
@@ -179,6 +180,9 @@ class Tool:
         self.max_concurrency = _check_positive(max_concurrency, name, "max_concurrency", int)
         self.bind: dict[str, str] = dict(bind or {})
         self.idempotent = bool(idempotent)
+        # What the tool's source says about it (an MCP server's annotations: readOnlyHint,
+        # destructiveHint...), kept for approval hooks and UIs; the engine does not read it.
+        self.annotations: dict[str, Any] = dict(annotations or {})
         self._check_parameters()
         self.parameter_validator = SchemaValidator(self.parameters)
         self.output_validator = None if self.output is None else SchemaValidator(self.output)
@@ -489,6 +493,42 @@ def tool(
     return make
 
 
+class ToolSource:
+    """Stands in a tools list for tools that are known only once it is connected (an MCP
+    server). The run opens every source in its own nursery, lists its tools, then builds
+    the `ToolSet` (see `_engine._sources`); this layer only tells sources and tools apart,
+    so it stays free of I/O.
+    """
+
+    #: How errors name the source (a command line or a URL).
+    label: str = "a tool source"
+
+    def may_require_approval(self) -> bool:
+        """Whether some tool of this source may need the approval hook (checked before
+        anything runs, like a tool's `requires_approval`)."""
+        return False
+
+
+def split_tools(
+    items: Sequence[Tool | ToolSource] | Mapping[str, Tool] | ToolSet,
+) -> tuple[list[Tool], list[ToolSource]]:
+    """The plain tools and the tool sources of a `tools=` argument, each in given order."""
+    if isinstance(items, Mapping):
+        return list(items.values()), []
+    if isinstance(items, ToolSource):  # a lone server passed where a list is expected
+        return [], [items]
+    tools: list[Tool] = []
+    sources: list[ToolSource] = []
+    for item in items:
+        if isinstance(item, ToolSource):
+            if any(item is other for other in sources):
+                raise ConfigurationError(f"{item.label} is listed twice among the tools")
+            sources.append(item)
+        else:
+            tools.append(item)
+    return tools, sources
+
+
 class ToolSet(Mapping[str, Tool]):
     """The tools of one run, checked together: names unique, dependencies known."""
 
@@ -496,6 +536,11 @@ class ToolSet(Mapping[str, Tool]):
         items = list(tools.values()) if isinstance(tools, Mapping) else list(tools)
         self._tools: dict[str, Tool] = {}
         for item in items:
+            if isinstance(item, ToolSource):
+                raise ConfigurationError(
+                    f"{item.label} must be opened before its tools can be used: pass it in "
+                    "tools=[...] of an Agent, run_calls or execute"
+                )
             if not isinstance(item, Tool):
                 raise ConfigurationError(
                     f"{item!r} is not a tickloop Tool (decorate the function with @tl.tool)"

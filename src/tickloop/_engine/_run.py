@@ -15,8 +15,9 @@ import trio
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._log import ContextLog
 from .._core._scheduler import CallRecord
-from .._core._tools import Tool, ToolSet
+from .._core._tools import Tool, ToolSource, split_tools
 from ._engine import Engine
+from ._sources import check_sources, open_tools
 
 __all__ = ["ExecutionResult", "execute", "run_calls"]
 
@@ -75,14 +76,29 @@ def initial_log(input: Any = None, state: Mapping[str, Any] | None = None) -> Co
 async def execute(
     calls: Iterable[Any],
     *,
-    tools: Sequence[Tool] | Mapping[str, Tool],
+    tools: Sequence[Tool | ToolSource] | Mapping[str, Tool],
     state: Mapping[str, Any] | None = None,
     input: Any = None,
     approve: ApproveHook | None = None,
     max_concurrency: int | None = None,
 ) -> ExecutionResult:
-    """Run one tick over `calls` inside trio; returns once every call has finished."""
-    toolset = ToolSet(tools)
+    """Run one tick over `calls` inside trio; returns once every call has finished.
+
+    Tool sources in `tools` (MCP servers) are opened first and closed after the tick.
+    """
+    check_sources(split_tools(tools)[1], approve)
+    async with open_tools(tools) as opened:
+        return await _execute(calls, opened.tools, state, input, approve, max_concurrency)
+
+
+async def _execute(
+    calls: Iterable[Any],
+    toolset: Any,
+    state: Mapping[str, Any] | None,
+    input: Any,
+    approve: ApproveHook | None,
+    max_concurrency: int | None,
+) -> ExecutionResult:
     log = initial_log(input, state)
     engine = Engine(toolset, log, approve=approve, max_concurrency=max_concurrency)
     async with engine.session():
@@ -104,7 +120,7 @@ async def execute(
 def run_calls(
     calls: Iterable[Any],
     *,
-    tools: Sequence[Tool] | Mapping[str, Tool],
+    tools: Sequence[Tool | ToolSource] | Mapping[str, Tool],
     state: Mapping[str, Any] | None = None,
     input: Any = None,
     approve: ApproveHook | None = None,

@@ -1,0 +1,7 @@
+"""Model Context Protocol servers as tools (`tl.MCPServer`); `mcp` loads on first use."""
+
+from ._connection import MCPConnectionError
+from ._results import MCPToolError
+from ._server import MCPServer, MCPTool
+
+__all__ = ["MCPConnectionError", "MCPServer", "MCPTool", "MCPToolError"]

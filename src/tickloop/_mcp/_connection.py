@@ -1,0 +1,402 @@
+"""One connection to an MCP server, owned by one task.
+
+The `mcp` client is built on anyio cancel scopes, which must be left by the task that
+entered them; the classic failure of MCP integrations ("Attempted to exit cancel scope in
+a different task than it was entered in") comes from opening a session in one task and
+closing it in another. Here a single owner task opens the transport and the session,
+serves every call, and closes them. Calls reach it over a trio memory channel; each call
+runs as a child task of the owner (inside the session's scopes), so many calls are in
+flight at once on the one session, multiplexed by the protocol's request ids.
+
+When the session dies (the server process exited, an HTTP server forgot the session),
+the owner opens a new one, once per loss. A call that was on the wire when it died may
+have taken effect, so it is sent again only when its tool is idempotent; a call the
+server refused because the session was gone never ran and is always sent again.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import os
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import trio
+
+from .._errors import ConfigurationError, describe_error
+
+__all__ = ["Connection", "MCPConnectionError", "Request"]
+
+#: Extra HTTP headers of the call being sent: read by the HTTP client's auth hook in the
+#: task that posts the request (the `mcp` transport carries the sender's context there).
+CALL_HEADERS: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+    "tickloop_mcp_call_headers", default=None
+)
+
+#: How long calls still on a dead session get to come back with their own error before
+#: they are cut off (and then count as possibly effective).
+LOSS_GRACE = 2.0
+
+
+class MCPConnectionError(Exception):
+    """The connection to the server failed under a call (the call's runtime error)."""
+
+
+class Request:
+    """One tools/call on its way through the owner task; the caller waits on `done`."""
+
+    __slots__ = (
+        "abandoned",
+        "arguments",
+        "done",
+        "error",
+        "headers",
+        "idempotent",
+        "meta",
+        "replays",
+        "result",
+        "scope",
+        "tool",
+    )
+
+    def __init__(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        idempotent: bool,
+        headers: Mapping[str, str] | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.tool = tool
+        self.arguments = arguments
+        self.idempotent = idempotent
+        self.headers = headers
+        self.meta = meta
+        self.done = trio.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.scope: trio.CancelScope | None = None
+        self.abandoned = False
+        self.replays = 0
+
+    def succeed(self, result: Any) -> None:
+        if not self.done.is_set():
+            self.result = result
+            self.done.set()
+
+    def fail(self, error: BaseException) -> None:
+        if not self.done.is_set():
+            self.error = error
+            self.done.set()
+
+    def abandon(self) -> None:
+        """The caller stopped waiting (timeout, cancellation): stop the request too, so
+        the client tells the server to cancel it."""
+        self.abandoned = True
+        if self.scope is not None:
+            self.scope.cancel()
+
+
+Transport = Callable[[], AbstractAsyncContextManager[tuple[Any, Any]]]
+
+
+class Connection:
+    """The owner task's state: its channel, the tools it listed, how it ended."""
+
+    def __init__(
+        self,
+        label: str,
+        transport: Transport,
+        connect_timeout: float,
+        on_listing: Callable[[list[Any], str | None], None],
+    ) -> None:
+        self.label = label
+        self._transport = transport
+        self._connect_timeout = connect_timeout
+        self._on_listing = on_listing
+        self._send, self._receive = trio.open_memory_channel[Request](math.inf)
+        self._retry: list[Request] = []
+        self._lost = False
+        self._closing = False
+        self._ready = trio.Event()
+        self._owner_scope = trio.CancelScope()
+        self._taking: trio.CancelScope | None = None
+        self.failure: ConfigurationError | None = None  # it never came up
+        self.broken: str | None = None  # it came up, then could not be restored
+        self.pages = 0  # tools/list pages read (the listing follows every cursor)
+        self.trio_token = trio.lowlevel.current_trio_token()
+
+    # -- the caller's side ------------------------------------------------------------------
+
+    def submit(self, request: Request) -> None:
+        if self.broken is not None:
+            raise MCPConnectionError(self.broken)
+        try:
+            self._send.send_nowait(request)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise MCPConnectionError(f"the connection to {self.label} is closed") from None
+
+    def close(self) -> None:
+        self._closing = True
+        self._send.close()
+        if not self._ready.is_set():  # still connecting: stop that (in the owner task)
+            self._owner_scope.cancel()
+
+    # -- the owner task -------------------------------------------------------------------------
+
+    async def own(self) -> None:
+        """Connect, list, serve until closed; open a new session once per loss."""
+        first = True
+        try:
+            while True:
+                outcome, problem = await self._one_session(first=first)
+                if outcome == "closed":
+                    return
+                if outcome == "failed":
+                    if first:
+                        self.failure = ConfigurationError(
+                            f"MCP server {self.label} could not be used: {problem}"
+                        )
+                    else:
+                        self.broken = (
+                            f"the connection to {self.label} was lost and could not be "
+                            f"restored: {problem}"
+                        )
+                    return
+                first = False  # "lost": go round and open a new session
+        finally:
+            self._send.close()
+            reason = self.broken or f"the connection to {self.label} is closed"
+            for request in self._retry:
+                request.fail(MCPConnectionError(reason))
+            self._retry = []
+            while True:
+                try:
+                    request = self._receive.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+                request.fail(MCPConnectionError(reason))
+
+    async def _one_session(self, *, first: bool) -> tuple[str, str | None]:
+        from mcp import ClientSession
+
+        served = False
+        try:
+            with trio.CancelScope() as connecting:
+                connecting.deadline = trio.current_time() + self._connect_timeout
+                async with self._transport() as (read, write):
+                    async with ClientSession(read, write) as session:
+                        initialized = await session.initialize()
+                        # Listed on a new session too: the client checks results against
+                        # the output schemas it has seen listed on its own session.
+                        tools = await self._list_every_page(session)
+                        if first:
+                            self._on_listing(tools, initialized.instructions)
+                        connecting.deadline = math.inf
+                        served = True
+                        if first:
+                            self._started()
+                        return await self._serve(session), None
+            return "failed", f"it did not answer within {self._connect_timeout:g} s"
+        except ConfigurationError as error:
+            return "failed", str(error)
+        except Exception as error:  # spawning, the handshake, the transport
+            if served:
+                return "lost", _describe(error)
+            return "failed", _describe(error)
+
+    def _started(self) -> None:
+        self._ready.set()
+
+    def spawn(self, nursery: trio.Nursery) -> None:
+        """Start the owner in `nursery`; `ready` waits until it has listed the tools.
+        Several connections spawned before any is awaited connect at the same time."""
+
+        async def run() -> None:
+            with self._owner_scope:
+                try:
+                    await self.own()
+                finally:
+                    self._ready.set()
+
+        nursery.start_soon(run)
+
+    async def ready(self) -> None:
+        await self._ready.wait()
+        if self.failure is not None:
+            raise self.failure
+
+    async def _list_every_page(self, session: Any) -> list[Any]:
+        import mcp_types
+
+        tools: list[Any] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        while True:
+            params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await session.list_tools(params=params)
+            self.pages += 1
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+            if cursor in seen:  # a server that pages in a circle would never end
+                raise ConfigurationError(f"its tool listing repeats the cursor {cursor!r}")
+            seen.add(cursor)
+
+    async def _serve(self, session: Any) -> str:
+        self._lost = False
+        async with trio.open_nursery() as calls:
+            retry, self._retry = self._retry, []
+            for request in retry:
+                calls.start_soon(self._perform, session, request)
+            with trio.CancelScope() as taking:
+                self._taking = taking
+                async for request in self._receive:
+                    calls.start_soon(self._perform, session, request)
+            if self._lost:
+                calls.cancel_scope.deadline = trio.current_time() + LOSS_GRACE
+            else:  # closed: nothing of a finished run is still waiting
+                calls.cancel_scope.cancel()
+        return "lost" if self._lost else "closed"
+
+    async def _perform(self, session: Any, request: Request) -> None:
+        from mcp.shared.exceptions import MCPError
+
+        if request.abandoned or request.done.is_set():
+            return
+        token = CALL_HEADERS.set(request.headers)
+        try:
+            with trio.CancelScope() as scope:
+                request.scope = scope
+                if request.abandoned:
+                    return
+                result = await session.call_tool(
+                    request.tool, request.arguments, meta=dict(request.meta or {}) or None
+                )
+                request.succeed(result)
+        except MCPError as error:
+            gone = _session_gone(error)
+            if gone is None:
+                request.fail(error)
+            else:
+                self._on_loss(request, may_have_run=gone)
+        except trio.Cancelled:
+            # Not the caller (that is `abandoned`): the connection is closing, or the
+            # transport failed under the session and took its tasks down with it.
+            if not request.done.is_set() and not request.abandoned:
+                if self._closing:
+                    request.fail(MCPConnectionError(f"the connection to {self.label} closed"))
+                else:
+                    self._on_loss(request, may_have_run=True)
+            raise
+        except Exception as error:
+            request.fail(error)
+        finally:
+            CALL_HEADERS.reset(token)
+
+    def _on_loss(self, request: Request, *, may_have_run: bool) -> None:
+        self._lost = True
+        if self._taking is not None:
+            self._taking.cancel()
+        if request.replays >= 1:
+            request.fail(
+                MCPConnectionError(f"the connection to {self.label} was lost twice under this call")
+            )
+        elif may_have_run and not request.idempotent:
+            request.fail(
+                MCPConnectionError(
+                    f"the connection to {self.label} was lost while {request.tool!r} ran; "
+                    "it was not sent again because it may have taken effect (the tool is "
+                    "not idempotent)"
+                )
+            )
+        else:
+            request.replays += 1
+            self._retry.append(request)
+
+
+def _describe(error: BaseException) -> str:
+    """The error, without the task-group wrappers around a lone cause."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return describe_error(error)
+
+
+def _session_gone(error: Any) -> bool | None:
+    """None when the session is alive; otherwise whether the call may have run: True when
+    the connection dropped under it, False when the server refused it for want of a
+    session (an HTTP server that restarted answers 404 to the old session id)."""
+    import mcp_types
+
+    code = getattr(getattr(error, "error", None), "code", None)
+    message = str(getattr(getattr(error, "error", None), "message", "") or error).lower()
+    if code == mcp_types.CONNECTION_CLOSED:
+        return True
+    if "session terminated" in message or "session not found" in message:
+        return False
+    return None
+
+
+# -- transports ---------------------------------------------------------------------------------
+
+
+def stdio_transport(
+    command: str, args: list[str], env: Mapping[str, str] | None, cwd: str | None
+) -> Transport:
+    @asynccontextmanager
+    async def open_stdio() -> AsyncIterator[tuple[Any, Any]]:
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        parameters = StdioServerParameters(
+            command=command, args=list(args), env=dict(env) if env else None, cwd=cwd
+        )
+        async with stdio_client(parameters, errlog=_errlog()) as streams:
+            yield streams
+
+    return open_stdio
+
+
+def http_transport(url: str, headers: Mapping[str, str] | None) -> Transport:
+    @asynccontextmanager
+    async def open_http() -> AsyncIterator[tuple[Any, Any]]:
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        class CallHeaders(httpx2.Auth):
+            """Adds the per-call headers (`MCPServer.call_options`) to each request."""
+
+            def auth_flow(self, request: Any) -> Any:
+                extra = CALL_HEADERS.get()
+                if extra:
+                    request.headers.update(extra)
+                yield request
+
+        client = httpx2.AsyncClient(
+            headers=dict(headers or {}),
+            timeout=httpx2.Timeout(30.0, read=300.0),
+            auth=CallHeaders(),
+        )
+        async with client, streamable_http_client(url, http_client=client) as streams:
+            yield streams
+
+    return open_http
+
+
+_DEVNULL: list[Any] = []
+
+
+def _errlog() -> Any:
+    """Where the server's stderr goes: ours, when it is a real file (a test runner's
+    capture may not be); otherwise one null device, opened once for the process."""
+    try:
+        sys.stderr.fileno()
+        return sys.stderr
+    except (AttributeError, OSError, ValueError):
+        if not _DEVNULL:
+            _DEVNULL.append(open(os.devnull, "w"))
+        return _DEVNULL[0]

@@ -1,0 +1,379 @@
+"""`tl.MCPServer`: the tools of a Model Context Protocol server, in any `tools=` list.
+
+Nothing here imports `mcp` at module level: the package loads when a server is first
+connected, so `import tickloop` stays light and `mcp` stays an extra (`tickloop[mcp]`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import importlib.util
+import re
+import shlex
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from typing import Any
+
+import trio
+
+from .._core._tools import TOOL_NAME, ApprovalRule, CallContext, Tool, ToolSource
+from .._engine._sources import OpenedSource
+from .._errors import ConfigurationError, unwrap_single
+from ._connection import (
+    Connection,
+    MCPConnectionError,
+    Request,
+    Transport,
+    http_transport,
+    stdio_transport,
+)
+from ._results import MCPToolError, convert_result
+
+__all__ = ["MCPConnectionError", "MCPServer", "MCPToolError"]
+
+DEFAULT_CONNECT_TIMEOUT = 10.0
+
+_EXTRA_HINT = "MCP servers need the `mcp` package: pip install 'tickloop[mcp]'"
+
+#: Per-run call options (`MCPServer.call_options`), by server: a context variable, so a
+#: run started inside the `with` block (and every call task it spawns) carries them.
+_CALL_OPTIONS: contextvars.ContextVar[
+    Mapping[int, tuple[dict[str, str], dict[str, Any]]] | None
+] = contextvars.ContextVar("tickloop_mcp_call_options", default=None)
+
+
+def _require_mcp() -> None:
+    if importlib.util.find_spec("mcp") is None:
+        raise ConfigurationError(_EXTRA_HINT)
+
+
+class MCPServer(ToolSource):
+    """An MCP server whose tools a run can call. Make one with `MCPServer.stdio(...)` or
+    `MCPServer.http(...)`; it stands, in `tools=[...]`, for every tool the server lists.
+
+    A run opens the connection in its own task tree, lists the tools (every page), and
+    closes it at the end; `async with server:` keeps one connection open across runs.
+    """
+
+    def __init__(
+        self,
+        label: str,
+        transport: Transport,
+        *,
+        prefix: str | None = None,
+        allowed: Iterable[str] | None = None,
+        requires_approval: ApprovalRule = False,
+        include_instructions: bool = False,
+        timeout: float | None = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    ) -> None:
+        _require_mcp()
+        self.label = label
+        self._transport = transport
+        if prefix is not None and (not isinstance(prefix, str) or not TOOL_NAME.fullmatch(prefix)):
+            raise ConfigurationError(
+                f"MCP server {label}: prefix {prefix!r} must be a valid tool name start "
+                "(letters, digits, _ and -)"
+            )
+        self.prefix = prefix
+        if isinstance(allowed, str):
+            raise ConfigurationError(
+                f"MCP server {label}: allowed must be a list of tool names, not a string"
+            )
+        self.allowed: frozenset[str] | None = None if allowed is None else frozenset(allowed)
+        if not (isinstance(requires_approval, bool) or callable(requires_approval)):
+            raise ConfigurationError(
+                f"MCP server {label}: requires_approval must be True, False or a predicate "
+                f"over the parameters, not {requires_approval!r}"
+            )
+        self.requires_approval = requires_approval
+        self.include_instructions = bool(include_instructions)
+        self.timeout = _positive(timeout, label, "timeout")
+        self.connect_timeout = _positive(connect_timeout, label, "connect_timeout")
+        self._shared: Connection | None = None
+        self._shared_tools: list[Tool] = []
+        self._shared_instructions: str | None = None
+        self._stack: AsyncExitStack | None = None
+
+    # -- making one -------------------------------------------------------------------------
+
+    @classmethod
+    def stdio(
+        cls,
+        command: str,
+        args: Sequence[str] = (),
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        **options: Any,
+    ) -> MCPServer:
+        """A server run as a child process, spoken to over its stdin and stdout.
+
+        `env` is added to a small safe environment (PATH, HOME...), as the `mcp` client
+        does: the child does not inherit every secret of this process. Options:
+        `prefix`, `allowed`, `requires_approval`, `include_instructions`, `timeout` (per
+        call, seconds), `connect_timeout` (start, handshake and listing; default 10 s).
+        """
+        if not isinstance(command, str) or not command:
+            raise ConfigurationError(
+                f"MCP server command must be a non-empty string, not {command!r}"
+            )
+        if isinstance(args, str):
+            raise ConfigurationError(
+                f"MCP server {command}: args must be a list of strings, not one string"
+            )
+        args = [str(arg) for arg in args]
+        label = f"`{shlex.join([command, *args])}`"
+        return cls(label, stdio_transport(command, args, env, cwd), **options)
+
+    @classmethod
+    def http(
+        cls,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        **options: Any,
+    ) -> MCPServer:
+        """A server reached over streamable HTTP at `url` (e.g. `http://127.0.0.1:8000/mcp`).
+
+        `headers` go with every request (e.g. an `Authorization` token); per-run ones are
+        added with `server.call_options(headers=...)`. Options as for `stdio`.
+        """
+        if not isinstance(url, str) or not re.match(r"https?://", url):
+            raise ConfigurationError(f"MCP server url must be an http(s) URL, not {url!r}")
+        return cls(url, http_transport(url, headers), **options)
+
+    def __repr__(self) -> str:
+        return f"MCPServer({self.label})"
+
+    # -- what a run asks ------------------------------------------------------------------
+
+    def may_require_approval(self) -> bool:
+        return self.requires_approval is not False
+
+    @asynccontextmanager
+    async def open_for_run(self) -> AsyncIterator[Callable[[], Awaitable[OpenedSource]]]:
+        """This server's tools for one run: on the `async with server:` connection when
+        there is one in this trio run, otherwise on a connection of the run's own. What
+        it yields is awaited for the tools once every source has started connecting."""
+        if self._usable_shared():
+            tools, instructions = self._shared_tools, self._shared_instructions
+
+            async def shared() -> OpenedSource:
+                return self._opened(tools, instructions)
+
+            yield shared
+            return
+        async with self._connect() as listing:
+
+            async def own() -> OpenedSource:
+                return self._opened(*await listing())
+
+            yield own
+
+    def _opened(self, tools: list[Tool], instructions: str | None) -> OpenedSource:
+        text = None
+        if self.include_instructions and instructions and instructions.strip():
+            text = f"## Instructions from the MCP server {self.label}\n{instructions.strip()}"
+        return OpenedSource(self.label, tools, text)
+
+    async def list_tools(self) -> list[Tool]:
+        """The tools this server stands for (after `prefix` and `allowed`), each a `Tool`."""
+        if self._usable_shared():
+            return list(self._shared_tools)
+        async with self._connect() as listing:
+            tools, _ = await listing()
+            return list(tools)
+
+    async def __aenter__(self) -> MCPServer:
+        if self._stack is not None:
+            raise RuntimeError(f"{self!r} is already open (async with server: is not re-entrant)")
+        stack = AsyncExitStack()
+        try:
+            listing = await stack.enter_async_context(self._connect(shared=True))
+            tools, instructions = await listing()
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        self._shared_tools, self._shared_instructions = tools, instructions
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        stack, self._stack = self._stack, None
+        self._shared, self._shared_tools, self._shared_instructions = None, [], None
+        if stack is not None:
+            return await stack.__aexit__(*exc_info)
+        return None
+
+    @contextmanager
+    def call_options(
+        self,
+        *,
+        headers: Mapping[str, str] | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Iterator[None]:
+        """`with server.call_options(headers={"Authorization": ...}):` — every call to
+        this server made by a run started inside the block sends these HTTP headers and
+        this `_meta` as well, without a new server object or connection. Nothing of them
+        is stored, logged or shown to the model."""
+        current = dict(_CALL_OPTIONS.get() or {})
+        current[id(self)] = (dict(headers or {}), dict(meta or {}))
+        token = _CALL_OPTIONS.set(current)
+        try:
+            yield
+        finally:
+            _CALL_OPTIONS.reset(token)
+
+    # -- the connection -------------------------------------------------------------------
+
+    def _usable_shared(self) -> bool:
+        if self._shared is None or self._shared.broken is not None:
+            return False
+        try:
+            return trio.lowlevel.current_trio_token() is self._shared.trio_token
+        except RuntimeError:
+            return False
+
+    @asynccontextmanager
+    async def _connect(
+        self, *, shared: bool = False
+    ) -> AsyncIterator[Callable[[], Awaitable[tuple[list[Tool], str | None]]]]:
+        listed: dict[str, Any] = {}
+
+        def on_listing(tools: list[Any], instructions: str | None) -> None:
+            listed["tools"] = self._tools_of(tools, connection)
+            listed["instructions"] = instructions
+
+        connection = Connection(self.label, self._transport, self.connect_timeout, on_listing)
+        with unwrap_single():
+            async with trio.open_nursery() as nursery:
+                connection.spawn(nursery)
+
+                async def listing() -> tuple[list[Tool], str | None]:
+                    await connection.ready()
+                    if shared:
+                        self._shared = connection
+                    return listed["tools"], listed["instructions"]
+
+                try:
+                    yield listing
+                finally:
+                    connection.close()
+
+    def _tools_of(self, listing: list[Any], connection: Connection) -> list[Tool]:
+        names = [tool.name for tool in listing]
+        if self.allowed is not None:
+            unknown = sorted(self.allowed - set(names))
+            if unknown:
+                raise ConfigurationError(
+                    f"allowed names {', '.join(map(repr, unknown))}, which it does not list "
+                    f"(it lists {', '.join(map(repr, names)) or 'no tools'})"
+                )
+        tools: list[Tool] = []
+        for listed in listing:
+            if self.allowed is not None and listed.name not in self.allowed:
+                continue
+            tools.append(self._tool(listed, connection))
+        return tools
+
+    def _tool(self, listed: Any, connection: Connection) -> Tool:
+        name = _tool_name(listed.name)
+        if self.prefix:
+            name = f"{self.prefix}_{name}"[:64]
+        annotations = (
+            listed.annotations.model_dump(mode="json", by_alias=True, exclude_none=True)
+            if listed.annotations is not None
+            else {}
+        )
+        try:
+            return MCPTool(
+                name,
+                description=listed.description or annotations.get("title") or listed.title or "",
+                parameters=_input_schema(listed.input_schema),
+                output=listed.output_schema or None,
+                remote_name=listed.name,
+                server=self,
+                connection=connection,
+                requires_approval=self.requires_approval,
+                timeout=self.timeout,
+                idempotent=bool(annotations.get("idempotentHint")),
+                annotations=annotations,
+            )
+        except ConfigurationError as error:
+            raise ConfigurationError(
+                f"its tool {listed.name!r} cannot be used ({error}); leave it out with "
+                "allowed=[...]"
+            ) from error
+
+
+class MCPTool(Tool):
+    """A tool of an MCP server: calling it sends tools/call on the server's connection."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        remote_name: str,
+        server: MCPServer,
+        connection: Connection,
+        **options: Any,
+    ) -> None:
+        self.remote_name = remote_name
+        self.server = server
+        self._connection = connection
+        super().__init__(name, handler=self._call, **options)
+
+    def prepare(self, params: dict[str, Any], context: CallContext) -> tuple[Any, dict[str, Any]]:
+        # The parameters were checked against the server's schema; they go as they are.
+        return self._call, {"params": params, "context": context}
+
+    async def _call(self, params: dict, context: CallContext) -> Any:
+        headers, meta = (_CALL_OPTIONS.get() or {}).get(id(self.server), ({}, {}))
+        request = Request(
+            self.remote_name,
+            params,
+            idempotent=self.idempotent,
+            headers=headers or None,
+            meta=meta or None,
+        )
+        self._connection.submit(request)
+        try:
+            await request.done.wait()
+        except BaseException:
+            request.abandon()  # a timeout or cancellation: the server is told to stop
+            raise
+        if request.error is not None:
+            raise request.error
+        return convert_result(request.result)
+
+
+def _tool_name(name: str) -> str:
+    """MCP allows names tickloop's calls cannot carry (dots, slashes): those characters
+    become `_`; the server still gets its own name."""
+    cleaned = re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64]
+    if not cleaned or not re.match(r"[A-Za-z_]", cleaned):
+        cleaned = f"_{cleaned}"[:64]
+    return cleaned
+
+
+def _input_schema(schema: Any) -> dict[str, Any]:
+    result = dict(schema or {})
+    result.setdefault("type", "object")
+    return result
+
+
+def _positive(value: Any, label: str, option: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigurationError(f"MCP server {label}: {option} must be a positive number")
+    return float(value)
