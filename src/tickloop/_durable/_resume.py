@@ -65,6 +65,7 @@ from .._core._scheduler_io import (
     ReportFault,
     StartCall,
 )
+from .._core._status import CallStatus
 from .._core._tools import ToolSet
 from .._engine._engine import Engine, utc_now
 from .._engine._run import initial_log
@@ -193,7 +194,7 @@ class _Row:
         self.seq = seq
         self.iteration = iteration
         self.tool = tool
-        self.status = "waiting"
+        self.status: str = CallStatus.WAITING
         self.call: str | None = None
         self.params: str | None = None
         self.deps: str | None = None
@@ -403,7 +404,7 @@ class DurableRun:
             return None
         if isinstance(action, AskApproval):
             row = self.rows[action.pending.id]
-            row.status, row.asked = "approving", at
+            row.status, row.asked = CallStatus.APPROVING, at
             self.asking = action.pending
             return row
         if isinstance(action, NoteAccepted):
@@ -427,7 +428,7 @@ class DurableRun:
         if row is None:
             return None
         if isinstance(action, NoteReady):
-            row.status, row.ready = "queued", at
+            row.status, row.ready = CallStatus.QUEUED, at
             row.params = _dumps(self.redact.shared(action.params))
             self.ready_params[action.id] = action.params
             row.deps = _dumps(self._dependencies(action.id, row))
@@ -437,9 +438,9 @@ class DurableRun:
             if self.asking is not None and self.asking.id == action.id:
                 self.asking = None
             if isinstance(action.decision, Defer):
-                row.status = "deferred"
+                row.status = CallStatus.DEFERRED
             else:
-                row.status = "queued"
+                row.status = CallStatus.QUEUED
                 if isinstance(action.decision, Replace):
                     wire = action.decision.call
                     self.wires[action.id] = wire
@@ -447,7 +448,7 @@ class DurableRun:
                     tool = wire.get("_tool") if isinstance(wire, dict) else None
                     row.tool = tool if isinstance(tool, str) else row.tool
         elif isinstance(action, StartCall):
-            row.status, row.started = "running", at
+            row.status, row.started = CallStatus.RUNNING, at
             if action.params is not self.ready_params.pop(action.id, None):  # edited
                 row.params = _dumps(self.redact.shared(action.params))
             self.running[action.id] = action
@@ -551,7 +552,7 @@ class DurableRun:
             else:
                 engine.feed(FinishCall(call_id, error=dict(INTERRUPTED), date=utc_now()))
                 scheduler.records[call_id].finished = trio.current_time()
-        if self.asking is not None and scheduler.status(self.asking.id) == "approving":
+        if self.asking is not None and scheduler.status(self.asking.id) == CallStatus.APPROVING:
             engine.ask(self.asking)
         for pending in scheduler.deferred:
             decision = self.decisions.get(pending.id)
