@@ -49,6 +49,7 @@ __all__ = [
     "fault_message",
     "locate_shape_fault",
     "new_call",
+    "record_parameters",
 ]
 
 META_KEYS = frozenset(
@@ -84,13 +85,26 @@ def new_call(
         id=record_id,
         tool=tool_name if isinstance(tool_name, str) else None,
         status=CallStatus.WAITING,
-        params=parameters_of(wire) if isinstance(wire, dict) else wire,
+        # A dict's parameters are filed by `check_call` (or `record_parameters` when the
+        # call fails first): not built twice for every call that arrives.
+        params=UNCHECKED if isinstance(wire, dict) else wire,
         call=wire,
         iteration=iteration,
     )
     call = Call(record_id, seq, iteration, record)
     call.wire = wire if isinstance(wire, dict) else {"_id": wanted}
     return call, given, wanted
+
+
+UNCHECKED: Any = object()  # `CallRecord.params` of a call whose checks have not filed them
+
+
+def record_parameters(call: Call) -> None:
+    """File the parameters of a call that failed its checks before `check_call` did."""
+    record = call.record
+    if record.params is UNCHECKED:
+        wire = record.call
+        record.params = parameters_of(wire) if isinstance(wire, dict) else wire
 
 
 def _free_id(auto_id: str, calls: Mapping[str, Call]) -> str:
@@ -121,6 +135,14 @@ def check_call(tools: ToolSet, call: Call, wire: Any) -> None:
     _check_shape(call, wire)
     if not isinstance(wire, dict):
         raise Structural(f"a call must be a JSON object, got {json_type(wire)}")
+    # One pass over the keys: the parameters, and any meta key that is not one.
+    params: dict[str, Any] = {}
+    unknown: list[str] = []
+    for key, value in wire.items():
+        if key[:1] != "_":
+            params[key] = value
+        elif key not in META_KEYS:
+            unknown.append(key)
     tool_name = wire.get("_tool")
     if not isinstance(tool_name, str) or tool_name not in tools:
         known = ", ".join(tools) or "none"
@@ -129,7 +151,6 @@ def check_call(tools: ToolSet, call: Call, wire: Any) -> None:
         raise Structural(f"unknown tool {tool_name!r}; the tools are: {known}")
     tool = tools[tool_name]
     call.tool = tool
-    unknown = [key for key in wire if key not in META_KEYS and key.startswith("_")]
     if unknown:
         unknown.sort()
         raise Structural(f"unknown meta key {unknown[0]!r}; meta keys are: {_META_LIST}")
@@ -147,7 +168,6 @@ def check_call(tools: ToolSet, call: Call, wire: Any) -> None:
     call.output = _output_expression(tool, wire)
     call.writes = () if call.output is None else call.output.terms
     call.fire_and_forget = call.output is None and not tool.is_latent
-    params = {key: value for key, value in wire.items() if not key.startswith("_")}
     for bound in tool.bind:
         params.pop(bound, None)  # a bound parameter comes from the run's input only
     try:
@@ -247,7 +267,7 @@ def _check_parameters_early(call: Call) -> None:
             known = {**known, **dict.fromkeys(call.tool.bind, UNKNOWN)}
         if validator.valid_around_unknowns(known):
             return
-    probe = dict(call.params)
+    probe = dict(call.params) if call.tool.bind else call.params  # checking changes nothing
     unknown_locations = [reference.location for reference in call.references]
     for bound in call.tool.bind:
         probe[bound] = None

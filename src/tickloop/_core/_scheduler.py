@@ -29,22 +29,28 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._approvals import ApprovalQueue, pending_call
-from ._arrival import check_call, check_edit, check_id, fault_message, new_call
+from ._arrival import (
+    check_call,
+    check_edit,
+    check_id,
+    fault_message,
+    new_call,
+    record_parameters,
+)
 from ._call import (
     Call,
     CallRecord,
     OutputMismatch,
     Structural,
     error_message,
-    schema_message,
     structural,
 )
 from ._decisions import Approve, Defer, Deny, Edit, PendingCall, Replace, Respond
-from ._expressions import Expression, Reference, Term, substitute
+from ._expressions import Expression, Reference, Term
 from ._log import ContextLog, WriteError, copy_json
 from ._path_index import PathIndex
 from ._plan_order import PlanOrder
-from ._reading import read
+from ._reading import read, resolve
 from ._results import check_output, targets
 from ._run_queue import RunQueue
 from ._scheduler_io import (
@@ -73,6 +79,10 @@ from ._tools import ToolSet
 __all__ = ["CallRecord", "Scheduler"]
 
 S = CallStatus
+
+
+def _by_seq(call: Call) -> int:
+    return call.seq
 
 
 class Scheduler:
@@ -217,6 +227,7 @@ class Scheduler:
             check_id(call, given, wanted)
             check_call(self.tools, call, record.call)
         except Structural as fault:
+            record_parameters(call)
             # `record.call` is the wire, or the form of it that can be shown (`_check_shape`).
             self._report_invalid(call, str(fault), fault.details, wire=record.call)
             return
@@ -287,6 +298,12 @@ class Scheduler:
 
     def _start_waiting(self, call: Call) -> None:
         self._waiting[call.id] = call
+        if not call.references and not call.tool.dependency_references:
+            # Most calls read nothing: nothing to file, only to examine once.
+            call.watching = ()
+            self._plan.watch(call.id, call.seq, ())
+            self._dirty.add(call.id)
+            return
         watching = tuple(term for _, expression in call.expressions() for term in expression.terms)
         call.watching = watching
         for term in watching:
@@ -306,11 +323,11 @@ class Scheduler:
         """Re-examine affected calls until nothing changes, then start what can start."""
         while True:
             while self._dirty:
-                batch = sorted(
-                    (self._calls[call_id] for call_id in self._dirty),
-                    key=lambda item: item.seq,
-                )
-                self._dirty.clear()
+                if len(self._dirty) == 1:  # the common case: the call that just arrived
+                    batch = [self._calls[self._dirty.pop()]]
+                else:
+                    batch = sorted((self._calls[i] for i in self._dirty), key=_by_seq)
+                    self._dirty.clear()
                 for call in batch:
                     if call.status == S.WAITING:
                         self._examine(call)
@@ -331,6 +348,11 @@ class Scheduler:
     # -- reading in plan order -------------------------------------------------------------
 
     def _examine(self, call: Call) -> None:
+        if not call.watching:  # reads nothing: ready unless it waits for earlier tools
+            if not call.tool_waits:
+                self._stop_waiting(call)
+                self._on_ready(call, {})
+            return
         values: dict[tuple[str | int, ...], Any] = {}
         waiting = False
         slots = iter(self._plan.slots(call.id))
@@ -372,7 +394,7 @@ class Scheduler:
 
     def _on_ready(self, call: Call, values: dict[tuple[str | int, ...], Any]) -> None:
         try:
-            params = self._resolve(call, values)
+            params, error = resolve(call, values, self.log.lookup)
         except RecursionError:
             # The call itself is shallow (checked on arrival), but what it read may be deep:
             # a value hundreds deep, placed deep in the call, against a recursive schema.
@@ -382,7 +404,8 @@ class Scheduler:
             )
             self._settle(call, S.INVALID, structural(message))
             return
-        if params is None:
+        if error is not None:
+            self._settle(call, S.INVALID, error)
             return
         self._emit(NoteReady(call.id, params))
         if not call.preapproved and call.tool.needs_approval(params):
@@ -390,31 +413,6 @@ class Scheduler:
             self._approvals.waiting.append(call)
         else:
             self._enqueue(call)
-
-    def _resolve(
-        self, call: Call, values: dict[tuple[str | int, ...], Any]
-    ) -> dict[str, Any] | None:
-        """The call's resolved and checked parameters; None when they fail the schema."""
-        # Always a fresh copy, even without references: `††x` literals must be unescaped,
-        # and the handler must not get (and could not change) the call's own dict.
-        params = substitute(call.params, {key: copy_json(value) for key, value in values.items()})
-        assert isinstance(params, dict)
-        for parameter, input_name in call.tool.bind.items():
-            # Bound values come from the run's input only; without one, the parameter is
-            # left out and the schema decides (its default, or a "required" error).
-            present, value = self.log.lookup(Term("input", (input_name,)))
-            if present:
-                params[parameter] = copy_json(value)
-        call.record.params = params
-        # Validation is the dearest step per call; the check on arrival already covered a
-        # call that had nothing to resolve (no reference, no binding, no `††` unescaped).
-        if call.references or call.tool.bind or params != call.params:
-            errors = list(call.tool.parameter_validator.iter_errors(params))
-            if errors:
-                message = schema_message(call.tool, errors, "resolved parameters")
-                self._settle(call, S.INVALID, structural(message))
-                return None
-        return params
 
     def _pending(self, call: Call) -> PendingCall:
         return pending_call(call, self.run_id, self._written, self._waiters, self._seq_of)
