@@ -31,7 +31,22 @@ class ReferenceSyntaxError(TickloopError, ValueError):
         self.text = text
         self.position = position
         self.reason = message
-        super().__init__(f"{message} at position {position} in {text!r}")
+        super().__init__(f"{message} at position {position} in {_excerpt(text, position)}")
+
+
+_EXCERPT = 200  # characters of an expression an error message quotes
+
+
+def _excerpt(text: str, position: int) -> str:
+    """The text, or for a long one the part around `position`: a 10 MB expression is a
+    fault to point at, not to repeat in every message that mentions it."""
+    if len(text) <= _EXCERPT:
+        return repr(text)
+    start = max(0, min(position - _EXCERPT // 2, len(text) - _EXCERPT))
+    part = text[start : start + _EXCERPT]
+    before = "..." if start else ""
+    after = "..." if start + _EXCERPT < len(text) else ""
+    return f"{before}{part!r}{after} ({len(text):,} characters)"
 
 
 class SchedulerUsageError(TickloopError, ValueError):
@@ -86,26 +101,27 @@ def unwrap_single() -> Iterator[None]:
 
 # -- what a handler or hook raised, as text for an Error Message ------------------------------
 
-#: What a handler or an approval hook may raise and still be only that call's failure:
-#: argparse and click end with `SystemExit` on bad arguments, and a generator-based helper
-#: may let `GeneratorExit` out. `KeyboardInterrupt`, `trio.Cancelled` and any other
-#: `BaseException` are the caller's (or trio's) and are never turned into an error.
-CALL_ERRORS: tuple[type[BaseException], ...] = (Exception, SystemExit, GeneratorExit)
+#: What always goes through a handler or a hook: the person at the keyboard stopping the
+#: program. The engine adds trio's `Cancelled` when the call's own scope really is being
+#: cancelled (`passing=`); any other `BaseException` (`SystemExit` from argparse,
+#: `GeneratorExit`, asyncio's `CancelledError`, a foreign `trio.Cancelled` re-raised by a
+#: tool, a custom subclass) is only that call's failure.
+PASSING: tuple[type[BaseException], ...] = (KeyboardInterrupt,)
 
 _GROUP_LEAVES_SHOWN = 5
 _GROUP_WALK_LIMIT = 10_000  # exceptions looked at in one group, however it is nested
 
 
-def is_call_error(error: BaseException) -> bool:
+def is_call_error(error: BaseException, passing: tuple[type[BaseException], ...] = PASSING) -> bool:
     """Whether `error`, raised by a handler or a hook, is only that call's failure.
 
-    An exception group is, when every exception in it is (at any depth): one that holds a
-    `KeyboardInterrupt` or a `trio.Cancelled` is let through whole.
+    Everything is, except the `passing` types; an exception group that holds one of those
+    (at any depth) is let through whole.
     """
     if not isinstance(error, BaseExceptionGroup):
-        return isinstance(error, CALL_ERRORS)
+        return not isinstance(error, passing)
     leaves, _ = _leaves(error, limit=None)
-    return all(isinstance(leaf, CALL_ERRORS) for leaf in leaves)
+    return not any(isinstance(leaf, passing) for leaf in leaves)
 
 
 def describe_error(error: BaseException) -> str:

@@ -12,6 +12,8 @@ import argparse
 import importlib
 import json
 import os
+import re
+import shlex
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +28,32 @@ __all__ = ["COMMANDS", "add_commands", "run_command"]
 COMMANDS = ("runs", "pending", "approve", "deny", "resume", "trace")
 DEFAULT_STORE = "runs.db"
 EXIT_REFUSED = 2
+
+
+# C0 and C1 controls (ESC starts the sequences that erase or hide a line), DEL, and the
+# bidi controls that reorder what a line shows (Trojan Source), plus line separators.
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def _safe(text: Any) -> str:
+    """Text for one terminal line: every control or bidi character shown as an escape.
+
+    Call ids, tool names and parameters are the model's choice, and the terminal is
+    where a person approves a charge: an id carrying `ESC[2K` or a right-to-left
+    override could otherwise rewrite or hide what the line says.
+    """
+    text = str(text)
+    return _UNSAFE.sub(lambda m: _escape(m.group()), text)
+
+
+def _escape(character: str) -> str:
+    code = ord(character)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _quoted(run_id: str) -> str:
+    """A run id as a shell word, safe to show (for the hints that say what to type)."""
+    return shlex.quote(_safe(run_id))
 
 
 def add_commands(commands: Any) -> None:
@@ -67,6 +95,12 @@ def add_commands(commands: Any) -> None:
     )
     resume.add_argument("run", metavar="RUN")
     resume.add_argument("--agent", required=True, metavar="MODULE:ATTR")
+    resume.add_argument(
+        "--force",
+        action="store_true",
+        help="take over a run whose recorded process id now belongs to another process "
+        "(only when you know the run's own process is gone)",
+    )
     store_option(resume, default=None)
     trace = commands.add_parser("trace", help="show a run's timeline (text, or --html FILE)")
     trace.add_argument("run", metavar="RUN")
@@ -89,14 +123,14 @@ def run_command(arguments: argparse.Namespace, out: TextIO | None = None) -> int
             store.decide(arguments.run, arguments.call, decision)
             verb = "approved" if arguments.command == "approve" else "denied"
             out.write(
-                f"{verb} {arguments.call} of run {arguments.run}; continue it with: "
-                f"tickloop resume {arguments.run} --agent MODULE:ATTR\n"
+                f"{verb} {_safe(arguments.call)} of run {_safe(arguments.run)}; continue it "
+                f"with: tickloop resume {_quoted(arguments.run)} --agent MODULE:ATTR\n"
             )
             return 0
         if arguments.command == "trace":
             return _trace(store, arguments.run, arguments.html, out)
     except (ResumeError, StoreError) as error:
-        print(f"tickloop {arguments.command}: {error}", file=sys.stderr)
+        print(f"tickloop {arguments.command}: {_safe(error)}", file=sys.stderr)
         return EXIT_REFUSED
     raise AssertionError(f"not a run command: {arguments.command}")
 
@@ -117,11 +151,10 @@ def _runs(store: SQLiteStore, out: TextIO) -> int:
     if not runs:
         print(f"no runs in {store.path}", file=sys.stderr)
         return 0
-    width = max(len(run.run_id) for run in runs)
-    for run in runs:
-        out.write(
-            f"{run.run_id:<{width}}  {run.status:<11}  {_when(run.created)}  {run.calls} calls\n"
-        )
+    ids = [_safe(run.run_id) for run in runs]
+    width = max(len(run_id) for run_id in ids)
+    for run_id, run in zip(ids, runs, strict=True):
+        out.write(f"{run_id:<{width}}  {run.status:<11}  {_when(run.created)}  {run.calls} calls\n")
     return 0
 
 
@@ -129,15 +162,15 @@ def _pending(store: SQLiteStore, run_id: str, out: TextIO) -> int:
     run = store.run(run_id)
     waiting = store.pending(run_id)
     if not waiting:
-        print(f"run {run_id} ({run.status}) waits on no decision", file=sys.stderr)
+        print(f"run {_safe(run_id)} ({run.status}) waits on no decision", file=sys.stderr)
         return 0
-    width = max(len(call.id) for call in waiting)
-    for call in waiting:
-        line = (
-            f"{call.id:<{width}}  {call.tool or '?'}  {json.dumps(call.params, ensure_ascii=False)}"
-        )
+    ids = [_safe(call.id) for call in waiting]
+    width = max(len(call_id) for call_id in ids)
+    for call_id, call in zip(ids, waiting, strict=True):
+        params = json.dumps(call.params, ensure_ascii=False)
+        line = f"{call_id:<{width}}  {_safe(call.tool or '?')}  {_safe(params)}"
         if call.decision is not None:
-            line += f"  (decided: {call.decision.get('decision')}; resume to apply)"
+            line += f"  (decided: {_safe(call.decision.get('decision'))}; resume to apply)"
         out.write(line + "\n")
     return 0
 
@@ -159,7 +192,8 @@ def _trace(store: SQLiteStore, run_id: str, html: str | None, out: TextIO) -> in
             if call.started is None or call.finished is None
             else f"{call.finished - call.started:.3f}s"
         )
-        out.write(f"{call.id:<8} {call.tool or '?':<24} {call.status:<9} {start:>9} {took:>9}\n")
+        tool = _safe(call.tool or "?")
+        out.write(f"{_safe(call.id):<8} {tool:<24} {call.status:<9} {start:>9} {took:>9}\n")
     return 0
 
 
@@ -189,21 +223,31 @@ def _resume(arguments: argparse.Namespace, out: TextIO) -> int:
     agent = load_agent(arguments.agent)
     if arguments.store is not None or agent.store is None:
         agent.store = _existing_store(arguments.store or DEFAULT_STORE)
+    if getattr(arguments, "force", False):
+        owner = agent.store.take_over(arguments.run)
+        if owner is not None:
+            print(
+                f"tickloop resume: warning: taking over run {_quoted(arguments.run)} from "
+                f"process {_safe(owner)}; if that process still runs it, both will write it",
+                file=sys.stderr,
+            )
     try:
         result = agent.resume(arguments.run)
     except (ResumeError, StoreError):
         raise
     except TickloopError as error:
-        print(f"tickloop resume: the run stopped: {error}", file=sys.stderr)
+        print(f"tickloop resume: the run stopped: {_safe(error)}", file=sys.stderr)
         return 1
     plural = "" if result.iterations == 1 else "s"
-    out.write(f"run {result.run_id}: {result.status} after {result.iterations} iteration{plural}\n")
+    out.write(
+        f"run {_safe(result.run_id)}: {result.status} after {result.iterations} iteration{plural}\n"
+    )
     if result.status == "paused":
         for pending in result.pending:
-            out.write(f"  waiting on {pending.id} ({pending.tool})\n")
+            out.write(f"  waiting on {_safe(pending.id)} ({_safe(pending.tool)})\n")
     else:
         output = result.output
         if hasattr(output, "model_dump"):
             output = output.model_dump(mode="json")
-        out.write(json.dumps(output, ensure_ascii=False, default=str) + "\n")
+        out.write(_safe(json.dumps(output, ensure_ascii=False, default=str)) + "\n")
     return 0

@@ -31,7 +31,14 @@ from ._expressions import (
     format_location,
     parse_expression,
 )
-from ._log import cut_json, describe_key, shape_fault, short_repr
+from ._log import (
+    SURROGATE_FAULT,
+    cut_json,
+    describe_key,
+    has_surrogate,
+    shape_fault,
+    short_repr,
+)
 from ._results import check_output
 from ._status import CallStatus
 from ._tools import Tool, ToolSet
@@ -340,6 +347,8 @@ def locate_shape_fault(mapping: Any, what: str) -> tuple[str, dict[str, Any]] | 
     for key, value in mapping.items():
         if not isinstance(key, str):
             return f"{what} keys must be strings, got {describe_key(key)}", {}
+        if has_surrogate(key):
+            return f"a key of the {what} {SURROGATE_FAULT}", {}
         fault = shape_fault(value, MAX_NESTING)
         if fault is not None:
             if key.startswith("_") and what == "call":

@@ -66,6 +66,7 @@ _TERM_PATTERN = rf"{REF}(?P<kind>{_KIND_PATTERN})(?P<path>(?:\.{_KEY_PATTERN}|\[
 _BARE_TERM = rf"{REF}{_KIND_PATTERN}(?:\.{_KEY_PATTERN}|\[[0-9]+\])*"
 
 _TERM_RE = re.compile(_TERM_PATTERN)
+_FAST_LIMIT = 4096  # longer texts go to the scanner, whose memory is bounded
 _STEP_RE = re.compile(rf"\.({_KEY_PATTERN})|\[([0-9]+)\]")
 _KIND_RE = re.compile(_KIND_PATTERN)
 _KEY_RE = re.compile(_KEY_PATTERN)
@@ -183,20 +184,30 @@ def _term_from_match(match: re.Match[str]) -> Term | None:
     """The term a fast-path match spells; None when a limit is passed, so that the scanner
     reports it with its position (a path too long, an index with too many digits)."""
     path: list[Step] = []
-    for key, index in _STEP_RE.findall(match["path"]):
+    # Step by step, so a path of a million steps stops at the limit instead of being
+    # materialised first (a 10 MB path cost about 1 GB).
+    for step in _STEP_RE.finditer(match.string, match.start("path"), match.end("path")):
+        if len(path) == MAX_NESTING:
+            return None
+        key, index = step.group(1, 2)
         if index:
             if len(index) > MAX_INDEX_DIGITS:
                 return None
             path.append(int(index))
         else:
             path.append(key)
-    if len(path) > MAX_NESTING:
-        return None
     return Term(match["kind"], tuple(path))
 
 
 def _fast_parse(text: str) -> Expression | None:
-    """Parse valid text with regular expressions; None sends it to the scanner."""
+    """Parse valid text with regular expressions; None sends it to the scanner.
+
+    Only for texts of ordinary length: the regex engine keeps state for each repetition
+    of a path step while it matches, so a 10 MB path would cost hundreds of MB before any
+    limit is checked. The scanner checks the step limit as it goes.
+    """
+    if len(text) > _FAST_LIMIT:
+        return None
     single = _TERM_RE.fullmatch(text)  # the common case: one term, no whitespace
     if single is not None:
         term = _term_from_match(single)

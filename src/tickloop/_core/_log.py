@@ -22,6 +22,7 @@ small writes quadratic.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any, Final
 
@@ -31,11 +32,13 @@ __all__ = [
     "MAX_VALUE_DEPTH",
     "MESSAGE_TYPES",
     "METHODS",
+    "SURROGATE_FAULT",
     "ContextLog",
     "WriteError",
     "copy_json",
     "cut_json",
     "describe_key",
+    "has_surrogate",
     "shape_fault",
     "short_repr",
 ]
@@ -57,6 +60,23 @@ of stack."""
 
 _CONTAINERS: Final = (dict, list, tuple)
 _CUT_BUDGET: Final = 10_000  # containers copied into a cut echo before the rest is cut too
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+SURROGATE_FAULT: Final = (
+    "holds a lone surrogate (a string escape such as \\ud800 with no pair), which is not "
+    "Unicode text and cannot be stored or sent"
+)
+
+
+def has_surrogate(text: str) -> bool:
+    """Whether a string holds a lone surrogate: JSON's `"\\ud800"` decodes to one, and
+    `os.listdir` gives them for names that are not UTF-8. Nothing can encode it as UTF-8
+    (the store, the next HTTP request), so it is refused where it enters."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
+def _clean(text: str) -> str:
+    """The text with each lone surrogate shown as U+FFFD, for an echo that is logged."""
+    return _SURROGATE.sub("\ufffd", text) if has_surrogate(text) else text
 
 
 class WriteError(Exception):
@@ -89,7 +109,7 @@ def shape_fault(value: Any, limit: int) -> str | None:
     at the first fault. Leaves are not examined, so it costs little for flat values.
     """
     if not isinstance(value, _CONTAINERS):
-        return None
+        return SURROGATE_FAULT if isinstance(value, str) and has_surrogate(value) else None
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         node, depth = stack.pop()
@@ -99,12 +119,18 @@ def shape_fault(value: Any, limit: int) -> str | None:
             for key, item in node.items():
                 if not isinstance(key, str):
                     return f"has an object key that is not a string: {describe_key(key)}"
+                if has_surrogate(key):
+                    return f"has an object key that {SURROGATE_FAULT}"
                 if isinstance(item, _CONTAINERS):
                     stack.append((item, depth + 1))
+                elif isinstance(item, str) and has_surrogate(item):
+                    return SURROGATE_FAULT
         else:
             for item in node:
                 if isinstance(item, _CONTAINERS):
                     stack.append((item, depth + 1))
+                elif isinstance(item, str) and has_surrogate(item):
+                    return SURROGATE_FAULT
     return None
 
 
@@ -126,8 +152,8 @@ def describe_key(key: Any) -> str:
 def cut_json(value: Any, limit: int) -> tuple[Any, bool]:
     """A copy of `value` safe to log and show, and whether anything was cut from it.
 
-    Every container deeper than `limit` is replaced by a string saying so, and keys that
-    are not strings become their repr.
+    Every container deeper than `limit` is replaced by a string saying so, keys that are
+    not strings become their repr, and lone surrogates become U+FFFD.
 
     For echoing a call that failed `shape_fault` in its Error Message: the echo is what
     the message can show of it, never something that makes logging the message fail.
@@ -135,7 +161,7 @@ def cut_json(value: Any, limit: int) -> tuple[Any, bool]:
     copy into 2**limit lists).
     """
     if not isinstance(value, _CONTAINERS):
-        return value, False
+        return (_clean(value) if isinstance(value, str) else value), False
     marker = "<cut: nested too deep>"
     cut = False
     root: Any = {} if isinstance(value, dict) else []
@@ -154,9 +180,9 @@ def cut_json(value: Any, limit: int) -> tuple[Any, bool]:
                     copy = {} if isinstance(item, dict) else []
                     stack.append((item, copy, depth + 1))
             else:
-                copy = item
+                copy = _clean(item) if isinstance(item, str) else item
             if isinstance(target, dict):
-                target[key if isinstance(key, str) else describe_key(key)] = copy
+                target[_clean(key) if isinstance(key, str) else describe_key(key)] = copy
             else:
                 target.append(copy)
     return root, cut

@@ -45,7 +45,7 @@ from .._core._decisions import (
     decision_to_dict,
 )
 from .._core._expressions import find_references, parse_term
-from .._core._log import ContextLog
+from .._core._log import ContextLog, has_surrogate
 from .._core._path_index import PathIndex as _PathIndex
 from .._core._scheduler_io import (
     Action,
@@ -169,9 +169,16 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
+_ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+
+
 def _dumps(value: Any) -> str:
+    """JSON text for the store. A lone surrogate (a call the model sent with `"\\ud800"`,
+    refused on arrival but journaled as it came, so the replay refuses it again) is kept
+    as its `\\u` escape: SQLite stores UTF-8, which has no form for it."""
     try:
-        return _ENCODER.encode(value)
+        text = _ENCODER.encode(value)
+        return _ASCII_ENCODER.encode(value) if has_surrogate(text) else text
     except (TypeError, ValueError) as error:
         raise StoreError(f"a value of this run cannot be stored as JSON: {error}") from error
 
@@ -327,7 +334,14 @@ class DurableRun:
         self._committed = self._added
         entries, self._pending = self._pending, []
         rows, self._dirty = self._dirty, {}
-        self.writer.append(entries, [row.values() for row in rows.values()])
+        try:
+            self.writer.append(entries, [row.values() for row in rows.values()])
+        except BaseException:
+            # Kept, so no later commit can store what followed them without them: the
+            # journal stays a prefix of what happened, as after a crash at this moment.
+            self._pending = entries + self._pending
+            self._dirty = {**rows, **self._dirty}
+            raise
 
     @asynccontextmanager
     async def flushing(self) -> AsyncIterator[None]:
@@ -495,28 +509,14 @@ class DurableRun:
         """Rebuild the log and the scheduler from the journal; no action is carried out."""
         scheduler = loop.engine.scheduler
         for seq, at, kind, body in journal:
-            if kind == "message":
-                loop.log.append(body)
-                self._track_message(body)
-            elif kind == "event":
-                event = event_from_dict(body)
-                try:
-                    actions = scheduler.handle(event)
-                except (ValueError, KeyError, TypeError) as error:
-                    raise ResumeError(
-                        f"run {self.writer.run_id!r} cannot be replayed at journal entry "
-                        f"{seq} ({body.get('type')}): {error}. Were the agent's tools changed "
-                        "since the run began?"
-                    ) from error
-                self._track(event, actions, at)
-            elif body.get("note") == "verdict":
-                self.verdicts[body["iteration"]] = body.get("output")
-                if body.get("unresolved"):
-                    self.unresolved.add(body["iteration"])
-                else:
-                    self.unresolved.discard(body["iteration"])
-            elif body.get("note") == "restart" and body.get("call_id") in self.rows:
-                self.rows[body["call_id"]].started = at
+            try:
+                self._replay_entry(scheduler, loop, seq, at, kind, body)
+            except (ValueError, KeyError, TypeError, AttributeError) as error:
+                raise StoreError(
+                    f"{self.writer.store.path}: the store is damaged: journal entry {seq} of "
+                    f"run {self.writer.run_id!r} cannot be read ({type(error).__name__}: "
+                    f"{error})"
+                ) from None
         # Times of calls that ran in an earlier process, on this process's trio clock.
         for call_id, record in scheduler.records.items():
             row = self.rows.get(call_id)
@@ -527,6 +527,34 @@ class DurableRun:
         self._dirty.clear()  # the stored rows already say all this
         self.sink.remember(scheduler.records)
         self.resumed = True
+
+    def _replay_entry(
+        self, scheduler: Any, loop: DurableLoop, seq: int, at: float, kind: str, body: Any
+    ) -> None:
+        """Replay one entry; damage in it (not an object, a missing field) raises a
+        ValueError, KeyError, TypeError or AttributeError, which `replay` reports."""
+        if kind == "message":
+            loop.log.append(body)
+            self._track_message(body)
+        elif kind == "event":
+            event = event_from_dict(body)
+            try:
+                actions = scheduler.handle(event)
+            except (ValueError, KeyError, TypeError) as error:
+                raise ResumeError(
+                    f"run {self.writer.run_id!r} cannot be replayed at journal entry "
+                    f"{seq} ({body.get('type')}): {error}. Were the agent's tools changed "
+                    "since the run began?"
+                ) from error
+            self._track(event, actions, at)
+        elif body.get("note") == "verdict":
+            self.verdicts[body["iteration"]] = body.get("output")
+            if body.get("unresolved"):
+                self.unresolved.add(body["iteration"])
+            else:
+                self.unresolved.discard(body["iteration"])
+        elif body.get("note") == "restart" and body.get("call_id") in self.rows:
+            self.rows[body["call_id"]].started = at
 
     def reopen(self, engine: Engine) -> bool:
         """Settle the calls a crash (or a pause) left open, for either protocol's loop.
@@ -641,14 +669,14 @@ class RunSession:
         durable = None
         store: SQLiteStore | None = agent.store
         if store is not None:
-            writer = create_run(store, run_id, agent.protocol)
+            # The input is serialised first and stored with the run's row, in one
+            # transaction: an input that cannot be stored leaves nothing behind.
+            at = time.time()
+            entries = [(at, "message", _dumps(message)) for message in log.messages]
+            writer = create_run(store, run_id, agent.protocol, entries)
             durable = DurableRun(writer, agent.tools, agent.redact, sink)
-            try:
-                durable.journal_messages(log.messages)
-                durable.commit()
-            except BaseException:
-                writer.release()
-                raise
+            for message in log.messages:
+                durable._track_message(message)
         return cls(agent, run_id, log, sink, durable, resumed=False)
 
     @classmethod

@@ -24,6 +24,7 @@ import json
 import os
 import socket
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -51,6 +52,8 @@ __all__ = ["CallInfo", "PendingDecision", "RunInfo", "SQLiteStore", "as_store"]
 SCHEMA_VERSION = 1
 _ACTIVE: set[tuple[Path, str]] = set()  # (store, run id) of the runs this process runs
 _HEADER = b"SQLite format 3\x00"
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 _SCHEMA = """
 CREATE TABLE tickloop_schema (
@@ -224,7 +227,7 @@ class SQLiteStore:
         # Whether the file passed `PRAGMA quick_check`: once per instance, before its first
         # use (a check per connection would cost a scan of the file each time one opens).
         self._checked = False
-        if self.path.exists() and self.path.stat().st_size > 0:
+        if os.path.lexists(self.path) and self._check_file() > 0:
             with self.connect():
                 pass  # checks the file; raises StoreError for one that is not a store
 
@@ -297,26 +300,59 @@ class SQLiteStore:
 
     def _create_file(self) -> None:
         try:
-            descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            descriptor = os.open(
+                self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW | _CLOEXEC, 0o600
+            )
         except FileExistsError:
-            self._restrict_if_empty()
+            self._check_file()
             return
         except OSError as error:
             raise StoreError(f"{self.path}: cannot create the store: {error}") from error
         os.close(descriptor)
 
-    def _restrict_if_empty(self) -> None:
-        """An empty file is taken as a new store, so it gets a new store's mode, 0600.
+    def _check_file(self) -> int:
+        """Refuse anything but a regular file of this user's; give an empty one mode 0600.
 
-        The journal holds parameters unredacted; a file someone else made (touch, a
-        tempfile) must not leave them readable to others. A file with data keeps its mode:
-        its owner chose it.
+        The journal holds parameters unredacted, and its decisions are acted on: a file
+        someone else made (an empty file left in a shared directory) would keep it
+        readable and writable to them, a symbolic link would put it elsewhere, a device
+        (`/dev/null`) would be chmodded for the whole machine, and a FIFO would block the
+        open forever. So the file is opened without following links and without blocking,
+        and checked on the descriptor (no race with a rename). An empty file is taken as a
+        new store, so it gets a new store's mode, and failing to set it is an error. A file
+        with data keeps its mode: its owner chose it. Returns the file's size.
         """
         try:
-            if os.path.getsize(self.path) == 0:
-                os.chmod(self.path, 0o600)
-        except OSError:
-            pass  # not ours to change: the header check still decides whether it is usable
+            descriptor = os.open(self.path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK | _CLOEXEC)
+        except OSError as error:
+            if os.path.islink(self.path):
+                raise StoreError(
+                    f"{self.path}: the store is a symbolic link; give the file's own path"
+                ) from None
+            raise StoreError(f"{self.path}: cannot open the store: {error}") from error
+        try:
+            info = os.fstat(descriptor)
+            if not stat.S_ISREG(info.st_mode):
+                raise StoreError(
+                    f"{self.path} is not a regular file ({_file_kind(info.st_mode)}); a store "
+                    "is a file of its own"
+                )
+            if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
+                raise StoreError(
+                    f"{self.path} is owned by another user (uid {info.st_uid}); a store holds "
+                    "unredacted parameters and must be its user's own file"
+                )
+            if info.st_size == 0 and stat.S_IMODE(info.st_mode) != 0o600:
+                try:
+                    os.fchmod(descriptor, 0o600)
+                except OSError as error:
+                    raise StoreError(
+                        f"{self.path}: cannot restrict the new store to its owner (mode "
+                        f"0600): {error}"
+                    ) from error
+            return info.st_size
+        finally:
+            os.close(descriptor)
 
     def _check_header(self) -> int:
         """Reject a file that is not SQLite, or was cut short, before sqlite touches it.
@@ -340,6 +376,11 @@ class SQLiteStore:
         valid_count = header[24:28] == header[92:96] and pages > 0
         if page_size < 512 or page_size & (page_size - 1):
             raise StoreError(f"{self.path}: the store is damaged (bad page size {page_size})")
+        if _nonempty(Path(f"{self.path}-wal")):
+            # The newest pages are in the WAL, and the main file may be shorter than its
+            # header says (a checkpoint cut short when the disk filled up): SQLite reads
+            # the file with its WAL, and `quick_check` decides whether that is intact.
+            return size
         if valid_count and size < pages * page_size:
             raise StoreError(
                 f"{self.path}: the store is truncated ({size} bytes, its header says "
@@ -460,6 +501,11 @@ class SQLiteStore:
                 raise StoreError(conflict) from error
             if isinstance(error, sqlite3.Error):
                 raise StoreError(f"{self.path}: cannot write to the store: {error}") from error
+            if isinstance(error, UnicodeError):  # a lone surrogate that slipped through
+                raise StoreError(
+                    f"{self.path}: cannot write to the store: a value is not Unicode text "
+                    f"({error.__class__.__name__})"
+                ) from None
             raise
         try:
             connection.execute("COMMIT")
@@ -476,7 +522,7 @@ class SQLiteStore:
                 "(SELECT count(*) FROM calls c WHERE c.run_id = r.run_id) "
                 "FROM runs r ORDER BY r.created, r.run_id"
             ).fetchall()
-        return [_run_info(row) for row in rows]
+        return [_run_info(row, self.path) for row in rows]
 
     def run(self, run_id: str) -> RunInfo:
         """One run; `ResumeError` when the store has no run of that id."""
@@ -492,7 +538,7 @@ class SQLiteStore:
         ).fetchone()
         if row is None:
             raise ResumeError(f"no run {run_id!r} in {self.path}")
-        return _run_info(row)
+        return _run_info(row, self.path)
 
     def calls(self, run_id: str) -> list[CallInfo]:
         """The run's calls in arrival order."""
@@ -502,19 +548,20 @@ class SQLiteStore:
                 f"SELECT {', '.join(CALL_COLUMNS)} FROM calls WHERE run_id = ? ORDER BY seq",
                 (run_id,),
             ).fetchall()
-        return [_call_info(row) for row in rows]
+        return [_call_info(row, self.path) for row in rows]
 
     def journal(self, run_id: str) -> list[tuple[int, float, str, Any]]:
         """The run's journal: (seq, at, kind, body) in order."""
         with self.connect() as connection:
             return self._journal(connection, run_id)
 
-    @staticmethod
-    def _journal(connection: sqlite3.Connection, run_id: str) -> list[tuple[int, float, str, Any]]:
+    def _journal(
+        self, connection: sqlite3.Connection, run_id: str
+    ) -> list[tuple[int, float, str, Any]]:
         rows = connection.execute(
             "SELECT seq, at, kind, body FROM journal WHERE run_id = ? ORDER BY seq", (run_id,)
         ).fetchall()
-        return [(seq, at, kind, json.loads(body)) for seq, at, kind, body in rows]
+        return [(seq, at, kind, _loads(body, self.path)) for seq, at, kind, body in rows]
 
     def pending(self, run_id: str) -> list[PendingDecision]:
         """The calls a paused run waits on, with any decision already recorded for them."""
@@ -527,9 +574,30 @@ class SQLiteStore:
                 (run_id,),
             ).fetchall()
         return [
-            PendingDecision(call_id, tool, _loads(params), _loads(decision))
+            PendingDecision(call_id, tool, _loads(params, self.path), _loads(decision, self.path))
             for call_id, tool, params, decision in rows
         ]
+
+    def take_over(self, run_id: str) -> str | None:
+        """Free a `running` run whose owner looks alive, so a resume may claim it.
+
+        For `tickloop resume --force`: the owner is a host and a process id, and a process
+        id can be reused by an unrelated process after the run's own died, which would
+        keep the run refused forever. Returns the owner it freed (None when the run had
+        none). Only for a person who knows that process is not running this run.
+        """
+        with self.connect() as connection, self._write(connection):
+            run = self._run(connection, run_id)
+            if (self.path.resolve(), run_id) in _ACTIVE:
+                raise ResumeError(f"run {run_id!r} is running in this process")
+            if run.status == "done":
+                raise ResumeError(f"run {run_id!r} is finished; there is nothing to resume")
+            row = connection.execute(
+                "SELECT owner FROM runs WHERE run_id = ? AND status = 'running'", (run_id,)
+            ).fetchone()
+            owner = row[0] if row is not None else None
+            connection.execute("UPDATE runs SET owner = NULL WHERE run_id = ?", (run_id,))
+        return owner
 
     # -- decisions ---------------------------------------------------------------------
 
@@ -576,7 +644,7 @@ class SQLiteStore:
                 (run_id, call_id),
             ).fetchone()
             if earlier is not None:
-                name = json.loads(earlier[0]).get("decision")
+                name = _decision_name(_loads(earlier[0], self.path))
                 raise ResumeError(
                     f"call {call_id!r} of run {run_id!r} already has a decision ({name}); "
                     "a call is decided once"
@@ -630,25 +698,29 @@ class RunWriter:
         calls: Iterable[Sequence[Any]] = (),
     ) -> None:
         """Commit journal entries (at, kind, JSON body) and changed call rows together."""
-        rows = []
-        for at, kind, body in entries:
-            self.seq += 1
-            rows.append((self.run_id, self.seq, at, kind, body))
         connection = self.connection
         conflict = (
             f"{self.store.path}: run {self.run_id!r} was written by another process at the "
             "same time; only one process may run a run"
         )
+        seq = self.seq
         try:
             with self.store._write(connection, conflict=conflict):
-                connection.executemany(
-                    "INSERT INTO journal (run_id, seq, at, kind, body) VALUES (?, ?, ?, ?, ?)",
-                    rows,
-                )
+                self.insert(entries)
                 connection.executemany(_INSERT_CALL, [(self.run_id, *row) for row in calls])
-        except StoreError:
-            self.seq -= len(rows)
+        except BaseException:  # nothing was written: the next append reuses these numbers
+            self.seq = seq
             raise
+
+    def insert(self, entries: Sequence[tuple[float, str, str]]) -> None:
+        """Insert journal entries inside the caller's transaction."""
+        rows = []
+        for at, kind, body in entries:
+            self.seq += 1
+            rows.append((self.run_id, self.seq, at, kind, body))
+        self.connection.executemany(
+            "INSERT INTO journal (run_id, seq, at, kind, body) VALUES (?, ?, ?, ?, ?)", rows
+        )
 
     def release(self) -> None:
         """The run is over in this process: give back the connection."""
@@ -673,9 +745,19 @@ class RunWriter:
             )
 
 
-def create_run(store: SQLiteStore, run_id: str, protocol: str) -> RunWriter:
-    """Claim a new run id; `ResumeError` if the store has it already."""
+def create_run(
+    store: SQLiteStore,
+    run_id: str,
+    protocol: str,
+    entries: Sequence[tuple[float, str, str]] = (),
+) -> RunWriter:
+    """Claim a new run id with its first journal entries (the input), in one transaction.
+
+    `ResumeError` if the store has the id already. Atomic, so a run whose input cannot be
+    stored leaves no `running` row behind (which a resume would run without its input).
+    """
     connection = store.acquire()
+    writer = RunWriter(store, connection, run_id)
     try:
         with store._write(connection):
             row = connection.execute(
@@ -697,11 +779,13 @@ def create_run(store: SQLiteStore, run_id: str, protocol: str) -> RunWriter:
                 "VALUES (?, 'running', ?, ?, ?, ?)",
                 (run_id, now, now, protocol, owner_label()),
             )
+            writer.insert(entries)
     except BaseException:
+        writer.seq = 0
         store.release(connection)
         raise
     _ACTIVE.add((store.path.resolve(), run_id))
-    return RunWriter(store, connection, run_id)
+    return writer
 
 
 @dataclass(slots=True)
@@ -748,7 +832,7 @@ def claim_run(
                 "UPDATE runs SET status = 'running', owner = ?, updated = ? WHERE run_id = ?",
                 (owner_label(), time.time(), run_id),
             )
-            journal = SQLiteStore._journal(connection, run_id)
+            journal = store._journal(connection, run_id)
             stored = connection.execute(
                 "SELECT call_id, decision FROM decisions WHERE run_id = ? "
                 "ORDER BY recorded, call_id",
@@ -757,14 +841,43 @@ def claim_run(
     except BaseException:
         store.release(connection)
         raise
+    try:
+        recorded = {
+            call_id: decision_from_dict(_loads(body, store.path)) for call_id, body in stored
+        }
+    except (ValueError, TypeError, KeyError, AttributeError) as error:
+        store.release(connection)
+        raise StoreError(
+            f"{store.path}: the store is damaged: a recorded decision of run {run_id!r} "
+            f"cannot be read ({type(error).__name__}: {error})"
+        ) from None
+    except BaseException:
+        store.release(connection)
+        raise
     writer = RunWriter(store, connection, run_id)
     writer.seq = journal[-1][0] if journal else 0
     _ACTIVE.add((store.path.resolve(), run_id))
-    return ClaimedRun(
-        writer,
-        journal,
-        {call_id: decision_from_dict(json.loads(body)) for call_id, body in stored},
-    )
+    return ClaimedRun(writer, journal, recorded)
+
+
+def _nonempty(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 def _rollback(connection: sqlite3.Connection) -> None:
@@ -776,18 +889,31 @@ def _rollback(connection: sqlite3.Connection) -> None:
             pass  # still in a transaction: `release` closes the connection
 
 
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+def _loads(text: str | None, path: Path) -> Any:
+    """A stored JSON value; damage `quick_check` cannot see (a row whose text is not JSON)
+    is a `StoreError` naming the path, as any other damage."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError, RecursionError) as error:
+        raise StoreError(
+            f"{path}: the store is damaged: a stored value is not JSON ({error})"
+        ) from None
 
 
-def _run_info(row: Sequence[Any]) -> RunInfo:
+def _decision_name(data: Any) -> Any:
+    return data.get("decision") if isinstance(data, dict) else data
+
+
+def _run_info(row: Sequence[Any], path: Path) -> RunInfo:
     run_id, status, created, updated, owner, output, error, calls = row
     if status == "running" and not _owner_alive(owner):
         status = "interrupted"  # its process died: `agent.resume` continues it
-    return RunInfo(run_id, status, created, updated, calls, _loads(output), error)
+    return RunInfo(run_id, status, created, updated, calls, _loads(output, path), error)
 
 
-def _call_info(row: Sequence[Any]) -> CallInfo:
+def _call_info(row: Sequence[Any], path: Path) -> CallInfo:
     (call_id, seq, iteration, tool, status, call, params, deps, decision, error, *times) = row
     return CallInfo(
         call_id,
@@ -795,10 +921,10 @@ def _call_info(row: Sequence[Any]) -> CallInfo:
         iteration,
         tool,
         status,
-        _loads(call),
-        _loads(params),
-        _loads(deps) or [],
-        _loads(decision),
-        _loads(error),
+        _loads(call, path),
+        _loads(params, path),
+        _loads(deps, path) or [],
+        _loads(decision, path),
+        _loads(error, path),
         *times,
     )

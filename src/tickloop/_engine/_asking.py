@@ -3,23 +3,33 @@
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from typing import Any
 
 import trio
 
 from .._core._decisions import ApproveHook, Decision, Deny, PendingCall, normalize_decision
-from .._errors import describe_error, is_call_error
+from .._errors import PASSING, describe_error, is_call_error
 
-__all__ = ["ask"]
+__all__ = ["ask", "passing_here"]
+
+
+def passing_here() -> tuple[type[BaseException], ...]:
+    """What goes through a handler or hook here: trio's `Cancelled` only while this task's
+    own scope is cancelled (its effective deadline is then -inf); a `Cancelled` a tool
+    re-raised from a scope of its own, or made up, is that call's failure."""
+    if trio.current_effective_deadline() == -math.inf:
+        return (*PASSING, trio.Cancelled)
+    return PASSING
 
 
 async def ask(hook: ApproveHook, pending: PendingCall) -> Decision:
     """Ask the hook about one call; a hook that raises denies the call (fail closed).
 
-    `SystemExit` and `GeneratorExit` count as raising too (a hook that parses arguments
-    with argparse), and so does an exception group of only such exceptions; a
-    `KeyboardInterrupt` or `trio.Cancelled` goes through.
+    Any exception counts as raising (`SystemExit` from argparse, asyncio's
+    `CancelledError`, a foreign `trio.Cancelled`); a `KeyboardInterrupt` or the
+    cancellation of this task goes through, and so does a group holding one.
 
     An async hook runs in the asking task. A sync hook runs in a worker thread, so a
     hook that takes its time (a policy lookup, a person at a prompt) never holds up the
@@ -38,7 +48,7 @@ async def ask(hook: ApproveHook, pending: PendingCall) -> Decision:
         if inspect.isawaitable(answer):
             answer = await answer
     except BaseException as error:
-        if not is_call_error(error):
+        if not is_call_error(error, passing_here()):
             raise
         return Deny(f"the approval hook raised {describe_error(error)}")
     return normalize_decision(answer)

@@ -21,7 +21,7 @@ import pydantic
 import trio
 
 from .._core._decisions import ApproveHook, PendingCall
-from .._core._log import MAX_VALUE_DEPTH, ContextLog
+from .._core._log import MAX_VALUE_DEPTH, SURROGATE_FAULT, ContextLog, has_surrogate
 from .._core._scheduler import CallRecord, Scheduler
 from .._core._scheduler_io import (
     Action,
@@ -37,9 +37,15 @@ from .._core._scheduler_io import (
     ReportFault,
     StartCall,
 )
+from .._core._status import FINAL_STATUSES, CallStatus
 from .._core._tools import Branch, CallContext, ToolSet
-from .._errors import ConfigurationError, describe_error, is_call_error, unwrap_single
-from ._asking import ask
+from .._errors import (
+    ConfigurationError,
+    describe_error,
+    is_call_error,
+    unwrap_single,
+)
+from ._asking import ask, passing_here
 
 __all__ = ["Engine", "Journal", "check_configuration", "utc_now"]
 
@@ -138,6 +144,19 @@ class Engine:
                     yield self
         finally:
             self._nursery = None
+        if nursery.cancel_scope.cancel_called:
+            # The engine never cancels this nursery itself: a tool or hook did (through
+            # trio's internals), which cut the tick short. Reporting the tick as finished
+            # would leave calls `running` in a result, or a durable run stored as done.
+            unfinished = [
+                call_id
+                for call_id, record in self.records.items()
+                if record.status not in FINAL_STATUSES and record.status != CallStatus.DEFERRED
+            ]
+            raise RuntimeError(
+                "a tool or hook cancelled the engine's own calls; the tick did not finish"
+                + (f" (unfinished calls: {', '.join(unfinished[:10])})" if unfinished else "")
+            )
         # Every task, fire-and-forget ones included, has finished: report their late errors.
         self.feed(Flush(self._date()))
 
@@ -240,7 +259,7 @@ class Engine:
                 f"types: {_pydantic_summary(problem)}",
             }
         except BaseException as problem:  # a validator of the tool's own types that broke
-            if not is_call_error(problem):
+            if not is_call_error(problem, passing_here()):
                 raise
             error = {
                 "type": "runtime",
@@ -279,9 +298,10 @@ class Engine:
                 )
                 error = {"type": "runtime", "message": message}
             except BaseException as problem:
-                # A handler's failure is its call's, SystemExit (argparse, click) and
-                # GeneratorExit included; KeyboardInterrupt and trio.Cancelled go through.
-                if not is_call_error(problem):
+                # A handler's failure is its call's, whatever it raised (SystemExit,
+                # asyncio's CancelledError, a trio.Cancelled of a scope of its own);
+                # KeyboardInterrupt and the cancellation of this call go through.
+                if not is_call_error(problem, passing_here()):
                     raise
                 error = {"type": "runtime", "message": describe_error(problem)}
             finally:
@@ -370,7 +390,9 @@ def _not_json(value: Any) -> str | None:
     from pydantic's conversion, which gives string keys and no cycles.
     """
     kind = type(value)
-    if kind is str or kind is bool or value is None:
+    if kind is str:
+        return _leaf_fault(value)
+    if kind is bool or value is None:
         return None
     if kind is int and -_SURELY_SHORT < value < _SURELY_SHORT:
         return None
@@ -381,9 +403,16 @@ def _not_json(value: Any) -> str | None:
         node, depth = stack.pop()
         if depth > MAX_RESULT_DEPTH:
             return _TOO_DEEP
+        if type(node) is dict:
+            for key in node:
+                if not key.isascii() and has_surrogate(key):
+                    return _locate_fault(value)
         for item in node.values() if type(node) is dict else node:
             kind = type(item)
-            if kind is str or kind is bool or item is None:
+            if kind is str:
+                if item.isascii() or not has_surrogate(item):
+                    continue
+            elif kind is bool or item is None:
                 continue
             if kind is int:
                 if -_SURELY_SHORT < item < _SURELY_SHORT:
@@ -401,7 +430,9 @@ def _not_json(value: Any) -> str | None:
 
 def _leaf_fault(value: Any) -> str | None:
     """What is wrong with one value that is not a list or a dict, or None."""
-    if isinstance(value, str | bool) or value is None:
+    if isinstance(value, str):
+        return f"a string that {SURROGATE_FAULT}" if has_surrogate(value) else None
+    if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int):
         if -_SURELY_SHORT < value < _SURELY_SHORT:
@@ -430,6 +461,11 @@ def _locate_fault(root: Any) -> str:
     stack: list[tuple[Any, tuple[str | int, ...]]] = [(root, ())]
     while stack:
         node, path = stack.pop()
+        if isinstance(node, dict) and len(path) < MAX_RESULT_DEPTH:
+            bad = next((key for key in node if isinstance(key, str) and has_surrogate(key)), None)
+            if bad is not None:
+                where = f" in {_place(path)}" if path else ""
+                return f"an object key{where} that {SURROGATE_FAULT}"
         if isinstance(node, dict | list) and len(path) < MAX_RESULT_DEPTH:
             pairs = node.items() if isinstance(node, dict) else enumerate(node)
             stack.extend((item, (*path, key)) for key, item in reversed(list(pairs)))

@@ -19,6 +19,7 @@ import bisect
 import json
 import logging
 import re
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +85,24 @@ _LITERALS = {"t": "true", "f": "false", "n": "null"}
 _TAG_CHARS = frozenset("_+.-")
 
 
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's pairs as a dict, refusing a key given twice: JSON would keep the last,
+    so what ran and what is logged (or judged) could differ."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {_cut(key)} in an object")
+            seen.add(key)
+    return value
+
+
+def _cut(text: str, limit: int = 60) -> str:
+    """A key for an error message: quoted, and at most `limit` characters of it."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
 class SolutionStream:
     """Feed a streamed solution chunk by chunk; get each top-level call as soon as it closes.
 
@@ -114,6 +133,7 @@ class SolutionStream:
         self._top_key: str | None = None
         self._calls_open = False
         self._calls_seen = False
+        self._top_keys: set[str] = set()
         self._item_start = 0
         self._emitted = 0
         self._error: str | None = None
@@ -389,6 +409,12 @@ class SolutionStream:
             except ValueError as exc:  # the grammar was checked; this is belt and braces
                 self._fail(self._key_start, str(exc))
                 return False
+            if key in self._top_keys:
+                # Two "calls" arrays would run one and log the other: refused, like any
+                # duplicate key (json.loads would silently keep the last).
+                self._fail(self._key_start, f"duplicate key {_cut(key)} in the solution")
+                return False
+            self._top_keys.add(key)
             self._top_key = key
         return True
 
@@ -411,7 +437,7 @@ class SolutionStream:
 
     def _emit(self, start: int, end: int, out: list[Any]) -> bool:
         try:
-            value = json.loads(self._slice(start, end))
+            value = json.loads(self._slice(start, end), object_pairs_hook=unique_keys)
         except json.JSONDecodeError as exc:
             self._fail(start + exc.pos, exc.msg)
             return False
@@ -453,7 +479,9 @@ class SolutionStream:
             return StreamOutcome(None, self._error, n)
         if mode == _DONE:
             try:
-                solution = json.loads(self._slice(self._obj_start, self._obj_end))
+                solution = json.loads(
+                    self._slice(self._obj_start, self._obj_end), object_pairs_hook=unique_keys
+                )
             except json.JSONDecodeError as exc:
                 error = f"invalid JSON at character {self._obj_start + exc.pos}: {exc.msg}"
                 return StreamOutcome(None, error, n)
@@ -525,46 +553,66 @@ class _Scans:
 
     Scans that are in the same place of the string grammar (outside a string, or inside
     one) see the same tokens, so they share everything pushed since they came together
-    (`top`, opener positions, innermost last) and keep apart only what each had before
-    (`below`, one `_Scans` per group that joined). Every opener starts a scan of its own,
+    (`top`, opener numbers, innermost last) and keep apart only what each had before
+    (`below`, one group per group that joined). Every opener starts a scan of its own,
     so each pushed opener is the bottom of exactly one scan's stack.
+
+    A group that is one scan holding only its own opener is that opener's number, a
+    plain int: most groups are, and an object each would cost a hundred bytes or more
+    per character of some texts (`[\\"` repeated). Numbers are kept in arrays, so memory
+    stays a small multiple of the text.
     """
 
     __slots__ = ("below", "top")
 
-    def __init__(self, top: list[int], below: list[_Scans]) -> None:
+    def __init__(self, top: array[int], below: list[_Group] | tuple[()]) -> None:
         self.top = top
         self.below = below
 
 
-def _join(a: _Scans | None, b: _Scans | None) -> _Scans | None:
+_Group = _Scans | int
+
+
+def _join(a: _Group | None, b: _Group | None) -> _Group | None:
     if a is None:
         return b
     if b is None:
         return a
-    return _Scans([], [a, b])
+    for parent, child in ((a, b), (b, a)):
+        if isinstance(parent, _Scans) and not parent.top:  # a join already: one more part
+            if isinstance(parent.below, tuple):
+                parent.below = list(parent.below)
+            parent.below.append(child)
+            return parent
+    return _Scans(array("q"), [a, b])
 
 
-def _close(group: _Scans, text: str, closer: str, end: int, ends: dict[int, int]) -> _Scans | None:
+def _close(
+    group: _Group, text: str, closer: str, end: int, openers: array[int], ends: array[int]
+) -> _Group | None:
     """Apply one closer to every stack in `group`; return what is left open, or None.
 
     Where a stack's innermost opener matches, it is popped, and the scan that opener
-    started ends here (`ends[start] = end`). Where it does not, every scan with an opener
+    started ends here (`ends[number] = end`). Where it does not, every scan with an opener
     on that stack fails (they all see that mismatch), so the stack is dropped whole. The
     tree is walked with a stack of its own; each step pops or drops something pushed
     once, so all the closers of a text together cost time linear in its length.
     """
-    frames: list[tuple[_Scans, list[_Scans], int]] = []  # joins being visited
+    frames: list[tuple[_Scans, list[_Group], int]] = []  # joins being visited
     node = group
     while True:
-        while not node.top:  # a join: its parts hold the innermost openers
+        while isinstance(node, _Scans) and not node.top:  # a join: its parts hold the rest
             frames.append((node, [], 0))
             node = node.below[0]
-        start = node.top.pop()
-        result: _Scans | None = None
-        if _CLOSER_FOR[text[start]] == closer:
-            ends[start] = end
-            if node.top or node.below:
+        if isinstance(node, int):
+            number, rest = node, False
+        else:
+            number = node.top.pop()
+            rest = bool(node.top) or bool(node.below)
+        result: _Group | None = None
+        if _CLOSER_FOR[text[openers[number]]] == closer:
+            ends[number] = end
+            if rest:
                 result = node
         while frames:
             parent, kept, index = frames.pop()
@@ -586,8 +634,9 @@ def _close(group: _Scans, text: str, closer: str, end: int, ends: dict[int, int]
             return result
 
 
-def _block_ends(text: str) -> tuple[list[int], dict[int, int]]:
-    """Every opener's position, and where the balanced block it opens ends (exclusive).
+def _block_ends(text: str) -> tuple[array[int], array[int]]:
+    """Every opener's position, and where the balanced block it opens ends (exclusive;
+    -1 for none), by the opener's number.
 
     A block is what a scan from its opener finds: strings skipped (escapes respected),
     each closer matching the innermost open opener, done when the first one closes; a
@@ -599,16 +648,16 @@ def _block_ends(text: str) -> tuple[list[int], dict[int, int]]:
     backslash inside one, and scans in the same state read the rest of the text the same
     way (`_Scans`).
     """
-    openers: list[int] = []
-    ends: dict[int, int] = {}
-    outside: _Scans | None = None
-    inside: _Scans | None = None
-    escaped: _Scans | None = None  # inside a string, after the backslash at `escape_at`
+    openers = array("q")
+    ends = array("q")
+    outside: _Group | None = None
+    inside: _Group | None = None
+    escaped: _Group | None = None  # inside a string, after the backslash at `escape_at`
     escape_at = -2
     for match in _SCAN_TOKEN.finditer(text):
         pos = match.start()
         char = text[pos]
-        consumed: _Scans | None = None
+        consumed: _Group | None = None
         if escaped is not None:
             if pos == escape_at + 1:
                 consumed, escaped = escaped, None  # this character is escaped for them
@@ -619,13 +668,17 @@ def _block_ends(text: str) -> tuple[list[int], dict[int, int]]:
         elif char == "\\":
             escaped, escape_at, inside = inside, pos, None
         elif char in _CLOSER_FOR:
+            number = len(openers)
             openers.append(pos)
+            ends.append(-1)
             if outside is None:
-                outside = _Scans([pos], [])
+                outside = number
+            elif isinstance(outside, int):
+                outside = _Scans(array("q", (outside, number)), ())
             else:
-                outside.top.append(pos)
+                outside.top.append(number)
         elif outside is not None:
-            outside = _close(outside, text, char, pos + 1, ends)
+            outside = _close(outside, text, char, pos + 1, openers, ends)
         if consumed is not None:
             inside = _join(inside, consumed)
     return openers, ends
@@ -639,13 +692,11 @@ def _balanced_blocks(text: str) -> Iterator[str]:
     """
     openers, ends = _block_ends(text)
     resume = 0
-    for start in openers:
-        if start < resume:
+    for start, end in zip(openers, ends, strict=True):
+        if start < resume or end < 0:
             continue
-        end = ends.get(start)
-        if end is not None:
-            yield text[start:end]
-            resume = end
+        yield text[start:end]
+        resume = end
 
 
 def _loads_container(text: str) -> tuple[bool, dict[str, Any] | list[Any] | None]:

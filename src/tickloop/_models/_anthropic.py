@@ -30,7 +30,7 @@ from ._base import (
     Usage,
     wire_conversation,
 )
-from ._http import DEFAULT_TIMEOUT, json_instruction, open_stream, redact, typed_events
+from ._http import DEFAULT_TIMEOUT, clean_key, json_instruction, open_stream, redact, typed_events
 
 __all__ = ["Anthropic"]
 
@@ -91,7 +91,9 @@ class Anthropic:
         self.model = model
         base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or _DEFAULT_BASE_URL
         self.base_url = base_url.rstrip("/")
-        self._api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
+        self._api_key = clean_key(
+            api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
+        )
         self._client = client
         self.max_tokens = max_tokens
         self.structured: StructuredMode = structured

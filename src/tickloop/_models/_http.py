@@ -7,7 +7,9 @@ server's own message lives here once.
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -83,11 +85,49 @@ def parse_retry_after(headers: httpx.Headers) -> float | None:
 
 
 def redact(text: str, secrets: Iterable[str | None]) -> str:
-    """`text` with every secret replaced, for servers that echo the key back."""
+    """`text` with every secret replaced, for servers that echo the key back.
+
+    A server may echo it JSON-escaped (`\\u0073\\u006b...`, `\\/`) or percent-encoded, and
+    a key read from a file may carry a newline that an error message shows escaped: each
+    character of the key (with and without surrounding whitespace) may appear in any of
+    those forms. Redact before cutting a text, never after: a cut can leave a prefix.
+    """
     for secret in secrets:
         if secret:
-            text = text.replace(secret, "***")
+            for form in {secret, secret.strip()}:
+                if form:
+                    text = _secret_pattern(form).sub("***", text)
     return text
+
+
+def clean_key(key: str | None) -> str | None:
+    """An API key without surrounding whitespace (a key read from a file keeps its
+    newline, which makes the header invalid and puts the key in the HTTP library's error)."""
+    if key is None:
+        return None
+    return str(key).strip() or None
+
+
+_JSON_SHORT = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+@functools.lru_cache(maxsize=64)
+def _secret_pattern(secret: str) -> re.Pattern[str]:
+    parts = []
+    for character in secret:
+        code = ord(character)
+        forms = [re.escape(character)]
+        if code < 0x10000:
+            forms.append(re.escape(f"\\u{code:04x}"))
+        else:
+            high, low = 0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)
+            forms.append(re.escape(f"\\u{high:04x}\\u{low:04x}"))
+        if character in _JSON_SHORT:
+            forms.append(re.escape(_JSON_SHORT[character]))
+        if code < 0x80:
+            forms.append(f"%{code:02x}")
+        parts.append(f"(?:{'|'.join(forms)})")
+    return re.compile("".join(parts), re.IGNORECASE)
 
 
 def server_message(payload: Any) -> str | None:
@@ -139,7 +179,7 @@ def load_event(data: str, *, what: str, secrets: Iterable[str | None]) -> Any:
         return json.loads(data)
     except ValueError:
         raise ModelError(
-            f"{what}: the server sent an event that is not JSON: {redact(data[:200], secrets)}",
+            f"{what}: the server sent an event that is not JSON: {redact(data, secrets)[:200]}",
             status=None,
         ) from None
 
@@ -216,7 +256,8 @@ async def open_stream(
                 raise error_from_response(response, what=what, secrets=secrets)
             yield response
     except httpx.TransportError as exc:
-        raise transport_error(exc, what=what, secrets=secrets) from exc
+        # Not chained: the HTTP library's exception may hold the key (a header value).
+        raise transport_error(exc, what=what, secrets=secrets) from None
 
 
 def bearer_headers(api_key: str | None) -> dict[str, str]:

@@ -34,6 +34,7 @@ from ._base import (
 from ._http import (
     DEFAULT_TIMEOUT,
     bearer_headers,
+    clean_key,
     client_scope,
     error_from_response,
     json_instruction,
@@ -95,7 +96,9 @@ class OpenAIChat:
         self.model = model
         base_url = base_url or os.environ.get("OPENAI_BASE_URL") or _DEFAULT_BASE_URL
         self.base_url = base_url.rstrip("/")
-        self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self._api_key = clean_key(
+            api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        )
         self._client = client
         self.structured: StructuredMode = structured
         self.temperature = temperature
@@ -178,7 +181,7 @@ class OpenAIChat:
                             yield item
                         return
         except httpx.TransportError as exc:
-            raise transport_error(exc, what=what, secrets=secrets) from exc
+            raise transport_error(exc, what=what, secrets=secrets) from None
 
     # -- native tool calling (protocol "tools", PROTOCOL §9) --------------------------------
 

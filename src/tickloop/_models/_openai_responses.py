@@ -33,7 +33,7 @@ from ._base import (
     Usage,
     wire_conversation,
 )
-from ._http import DEFAULT_TIMEOUT, bearer_headers, open_stream, redact, typed_events
+from ._http import DEFAULT_TIMEOUT, bearer_headers, clean_key, open_stream, redact, typed_events
 
 __all__ = ["OpenAIResponses"]
 
@@ -85,7 +85,9 @@ class OpenAIResponses:
         self.model = model
         base_url = base_url or os.environ.get("OPENAI_BASE_URL") or _DEFAULT_BASE_URL
         self.base_url = base_url.rstrip("/")
-        self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self._api_key = clean_key(
+            api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        )
         self._client = client
         self.temperature = temperature
         self.max_output_tokens = max_output_tokens

@@ -47,7 +47,16 @@ __all__ = [
     "open_event_stream",
 ]
 
-DEFAULT_REDACT = ("*key*", "*token*", "*password*")
+DEFAULT_REDACT = (
+    "*key*",
+    "*token*",
+    "*password*",
+    "*passwd*",
+    "*secret*",  # client_secret
+    "*authorization*",  # also inside a `headers` dict, at any depth
+    "*cookie*",
+    "*credential*",
+)
 REDACTED = "[redacted]"
 
 

@@ -388,7 +388,7 @@ _SCRIPT = """
       if (hit) {
         var other = a.getAttribute('data-from') === id ? a.getAttribute('data-to')
                                                         : a.getAttribute('data-from');
-        var row = svg.querySelector('.call[data-id="' + other + '"]');
+        var row = svg.querySelector('.call[data-id="' + CSS.escape(other) + '"]');
         if (row) row.classList.toggle('related', on);
       }
     });
@@ -400,7 +400,7 @@ _SCRIPT = """
   });
   var focus = new URLSearchParams(location.search).get('focus');
   if (focus) {
-    var row = svg.querySelector('.call[data-id="' + focus + '"]');
+    var row = svg.querySelector('.call[data-id="' + CSS.escape(focus) + '"]');
     if (row) { row.classList.add('focus'); show(focus, true); }
   }
   document.body.setAttribute('data-ready', String(calls.length));
