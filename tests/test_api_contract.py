@@ -1237,8 +1237,11 @@ def test_resilient_json_parse() -> None:
     assert tl.resilient_json_parse('{"a": 1}') == {"a": 1}
     assert tl.resilient_json_parse('```json\n{"a": [1, 2,],}\n```') == {"a": [1, 2]}
     assert tl.resilient_json_parse("Sure: [1, 2] and more") == [1, 2]
-    assert tl.resilient_json_parse("no JSON here") is None
-    assert tl.resilient_json_parse("{broken") is None
+    assert tl.resilient_json_parse("null") is None
+    with pytest.raises(ValueError):
+        tl.resilient_json_parse("no JSON here")
+    with pytest.raises(ValueError):
+        tl.resilient_json_parse("{broken")
 
 
 # ------------------------------------------------------------------------------------------

@@ -102,12 +102,14 @@ def test_a_whole_edit_still_replaces_every_parameter() -> None:
     assert result.state["receipt"] == {"customer": "bob", "cents": 1, "key_len": 0}
 
 
-def test_a_partial_edit_is_checked_against_the_schema() -> None:
+def test_a_partial_edit_is_checked_against_the_schema(caplog: pytest.LogCaptureFixture) -> None:
     result = tl.run_calls(
         PLAN, tools=[fetch, charge, email], approve=lambda call: tl.Edit(cents="lots")
     )
     assert result.records["c1.2"].status == "invalid"
-    assert "edited parameters" in str(result.errors[0])
+    # The reviewer's mistake: the developer reads the detail in the log (issue 16 item 6).
+    assert result.errors[0]["data"]["error"]["type"] == "hook"
+    assert any("edited parameters" in record.getMessage() for record in caplog.records)
 
 
 def test_edit_takes_a_dict_or_keywords_but_not_both_nor_nothing() -> None:

@@ -1336,7 +1336,7 @@ def test_approve_runs_the_call(answer: Any) -> None:
     [
         (tl.Deny("over the limit"), "over the limit"),
         (False, "denied by the approval hook"),
-        ("maybe", "the approval hook returned 'maybe', which is not a decision"),
+        ("maybe", "a reviewer refused this call"),  # the hook's bug: the model is not blamed
     ],
 )
 def test_deny_does_not_run_the_call_and_tells_why(answer: Any, reason: str) -> None:
@@ -1346,7 +1346,8 @@ def test_deny_does_not_run_the_call_and_tells_why(answer: Any, reason: str) -> N
         approve=lambda call: answer,
     )
     assert statuses(result) == {"c1.0": "denied", "c1.1": "invalid"}
-    assert error_of(result, "c1.0") == {"type": "denied", "message": reason}
+    kind = "hook" if reason == "a reviewer refused this call" else "denied"
+    assert error_of(result, "c1.0") == {"type": kind, "message": reason}
     reader = error_of(result, "c1.1")["message"]
     assert "call c1.0 (charge), which should have written it, ended denied" in reader
     assert result.records["c1.0"].started is None
@@ -1358,10 +1359,7 @@ def test_a_hook_that_raises_denies_the_call() -> None:
 
     result = run([charge_call()], tools=[charge], approve=hook)
     assert statuses(result) == {"c1.0": "denied"}
-    assert error_of(result, "c1.0") == {
-        "type": "denied",
-        "message": "the approval hook raised RuntimeError: policy service down",
-    }
+    assert error_of(result, "c1.0") == {"type": "hook", "message": "a reviewer refused this call"}
 
 
 def test_a_sync_hook_runs_in_a_worker_thread_while_other_calls_keep_running() -> None:
@@ -1455,8 +1453,10 @@ def test_edit_runs_the_edited_parameters_once_they_pass_the_schema() -> None:
     assert result.state == {"receipt": {"charged": 400, "customer": "ada"}}
     assert result.records["c1.0"].params == {"customer": "ada", "cents": 400}
     error = error_of(result, "c1.1")
-    assert error["type"] == "structural"
-    assert "edited parameters of 'charge' do not match its schema" in error["message"]
+    assert error == {
+        "type": "hook",
+        "message": "a reviewer changed this call, and the change could not run",
+    }
     assert statuses(result)["c1.1"] == "invalid"
 
 
@@ -1498,7 +1498,7 @@ def test_replace_checks_the_new_call_and_runs_it_under_the_same_id_without_askin
         "bad-ref": "invalid",
         "c1.3": "invalid",
     }
-    assert error_of(result, "bad-schema")["message"].startswith("replacement call: parameters")
+    assert error_of(result, "bad-schema")["type"] == "hook"
     assert "unresolved reference †state.nowhere" in error_of(result, "bad-ref")["message"]
     assert "call bad-schema (charge)" in error_of(result, "c1.3")["message"]
 
@@ -1779,20 +1779,12 @@ def test_a_hook_exception_whose_message_cannot_be_rendered_denies_the_call() -> 
         raise Unprintable()
 
     result = run([charge_call()], tools=[charge], approve=hook)
-    assert error_of(result, "c1.0") == {
-        "type": "denied",
-        "message": "the approval hook raised Unprintable (its message could not be rendered: "
-        "__str__ raised RuntimeError)",
-    }
+    assert error_of(result, "c1.0") == {"type": "hook", "message": "a reviewer refused this call"}
 
 
 def test_a_hook_answer_whose_repr_cannot_be_rendered_denies_the_call() -> None:
     result = run([charge_call()], tools=[charge], approve=lambda call: BadRepr())
-    assert error_of(result, "c1.0") == {
-        "type": "denied",
-        "message": "the approval hook returned a BadRepr object (its repr could not be "
-        "rendered: __repr__ raised RuntimeError), which is not a decision",
-    }
+    assert error_of(result, "c1.0") == {"type": "hook", "message": "a reviewer refused this call"}
 
 
 @pytest.mark.parametrize(
@@ -1921,7 +1913,7 @@ def test_a_hook_that_raises_system_exit_denies_the_call(
 
     result = run([charge_call()], tools=[charge], approve=hook if sync else async_hook)
     assert statuses(result) == {"c1.0": "denied"}
-    assert error_of(result, "c1.0") == {"type": "denied", "message": message}
+    assert error_of(result, "c1.0") == {"type": "hook", "message": "a reviewer refused this call"}
 
 
 def test_a_keyboard_interrupt_from_a_hook_still_stops_the_run() -> None:

@@ -558,8 +558,19 @@ def test_braces_inside_strings_do_not_count() -> None:
     ],
 )
 def test_hopeless_input_is_none_never_empty(raw: str) -> None:
-    assert resilient_json_parse(raw) is None
     assert resilient_json_parse_with_strategy(raw) == (None, "none")
+    if raw.strip() in ("42", '"a string"', "null"):
+        assert resilient_json_parse(raw) == json.loads(raw)
+    else:
+        with pytest.raises(ValueError, match="tried"):
+            resilient_json_parse(raw)
+
+
+def test_public_parse_tells_null_from_failure() -> None:
+    """Issue 16 item 8: `null` is None, a failure raises instead of returning None too."""
+    assert resilient_json_parse("null") is None
+    with pytest.raises(ValueError, match="fence"):
+        resilient_json_parse("no JSON here")
 
 
 def test_warning_names_the_strategy(caplog: pytest.LogCaptureFixture) -> None:
@@ -585,7 +596,7 @@ def test_warning_names_the_strategy(caplog: pytest.LogCaptureFixture) -> None:
     assert "fence+trailing-commas" in message
     assert len(caplog.records) == 4
 
-    resilient_json_parse("garbage")
+    resilient_json_parse_with_strategy("garbage")
     assert len(caplog.records) == 4
 
 

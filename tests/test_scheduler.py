@@ -906,13 +906,11 @@ def test_a_replacement_or_an_edit_with_bad_keys_or_depth_is_invalid() -> None:
     assert settled(actions)["c1.0"] == "invalid"
     error = scheduler.records["c1.0"].error
     assert error is not None
-    assert error["message"] == "replacement call: call keys must be strings, got 1 (int)"
+    assert error["type"] == "hook"  # the reviewer's fault, not the model's
     actions = scheduler.handle(Decide("c1.1", tl.Edit({"x": nested(500)})))
     assert settled(actions) == {"c1.1": "invalid"}
     error = scheduler.records["c1.1"].error
-    assert error is not None and error["message"] == (
-        "parameter x nests deeper than 64 levels of arrays and objects"
-    )
+    assert error is not None and error["type"] == "hook"
     assert tick_end(actions) is not None
     json.dumps(scheduler.log.messages)
 

@@ -353,7 +353,7 @@ def test_one_run_cannot_be_driven_by_two_processes_at_once(tmp_path: Path) -> No
 
             nursery.start_soon(run)
             await started.wait()
-            with pytest.raises(tl.ResumeError, match="already exists \\(running\\)"):
+            with pytest.raises(tl.ResumeError, match=r"running now.*wait for it"):
                 await agent.run_async({}, run_id="solo")
             with pytest.raises(tl.ResumeError, match="'solo' is running in process"):
                 await agent.resume_async("solo")

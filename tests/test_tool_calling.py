@@ -9,6 +9,8 @@ Time is trio's virtual clock: handlers "take" seconds that pass instantly.
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -1022,3 +1024,19 @@ def test_clients_are_exported_and_speak_their_formats() -> None:
     for format, client in names.items():
         assert client("m", api_key="k").turn_format == format
     assert "sk-secret" not in repr(tl.OpenAIResponses("m", api_key="sk-secret"))
+
+
+class _When(pydantic.BaseModel):
+    at: datetime.date
+    amount: decimal.Decimal
+
+
+@each_provider
+def test_a_pydantic_input_reaches_the_model_as_json(provider: Provider) -> None:
+    """Issue 16 item 1: it used to be a raw TypeError under protocol="tools"."""
+    server = Server(provider.text_turn("done."))
+    result, _ = run_agent(
+        provider, server, [echo], input=_When(at=datetime.date(2026, 1, 2), amount="1.5")
+    )
+    assert result.output == "done."
+    assert '\\"at\\": \\"2026-01-02\\", \\"amount\\": \\"1.5\\"' in json.dumps(server.bodies[0])

@@ -106,7 +106,7 @@ def test_the_timeline_shows_each_call_its_phases_its_errors_and_its_dependencies
         ("failed", "c1.2", ""),
         ("done", "c1.3", "c1.0"),
         ("done", "c1.4", "c1.1"),
-        ("invalid", "c1.5", ""),
+        ("invalid", "c1.5", "c1.2"),  # it waited on the failed c1.2 (issue 16 item 12)
         ("done", "c1.6", "c1.3 c1.4"),
         ("done", "c1.7", "c1.6"),
     ]
@@ -118,7 +118,9 @@ def test_the_timeline_shows_each_call_its_phases_its_errors_and_its_dependencies
     )
     assert "error (runtime): ConnectionError: 503 from upstream" in page
     assert "waited for approval: 0.800s" in page  # virtual time, exactly
-    assert len(re.findall(r'<path class="dep" data-from="c1\.\d" data-to="c1\.\d"', page)) == 5
+    assert (
+        len(re.findall(r'<path class="dep" data-from="c1\.\d" data-to="c1\.\d"', page)) == 6
+    )  # c1.2 -> c1.5 included
     # Self-contained: nothing to fetch.
     assert not re.search(r"<link|<img|src=|@import|url\(http", page)
 
@@ -132,12 +134,14 @@ def test_the_trace_command_writes_the_page_or_prints_a_table(
     assert capsys.readouterr().out == f"wrote {out}\n"
     assert main(["trace", "trip-porto", "--store", str(example)]) == 0
     header, *lines = capsys.readouterr().out.splitlines()
-    assert header.split() == ["call", "tool", "status", "started", "ran"]
+    assert header.split() == ["call", "tool", "status", "started", "ran", "why"]
     assert [line.split()[:3] for line in lines][:3] == [
         ["c1.0", "search", "done"],
         ["c1.1", "search", "done"],
         ["c1.2", "fetch_page", "failed"],
     ]
+    failed = next(line for line in lines if line.startswith("c1.2 "))
+    assert len(failed.split()) > 5  # the error's reason is shown (issue 16 item 10)
     assert main(["trace", "nope", "--store", str(example)]) == 2
 
 

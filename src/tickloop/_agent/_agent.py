@@ -50,7 +50,7 @@ from ._prompt import (
     strip_strict_nulls,
     strip_strict_output_nulls,
 )
-from ._retry import StreamBroken, stream_with_retries
+from ._retry import StreamBroken, attempts_made, stream_with_retries
 
 __all__ = ["Agent", "RunResult"]
 
@@ -107,6 +107,15 @@ class OutputSpec:
         return self.model.model_validate(value) if self.model is not None else value
 
 
+def _check_on_event(callback: Any) -> Any:
+    if callback is not None and not callable(callback):
+        raise ConfigurationError(
+            f"on_event must be a function taking one event, not {type(callback).__name__} "
+            f"{callback!r}"
+        )
+    return callback
+
+
 class Agent:
     """A model, tools and options: `agent.run(input)` loops until the model answers."""
 
@@ -137,6 +146,10 @@ class Agent:
         # are known only once they are connected (see `_open_for_run`).
         self.tools = ToolSet(plain)
         self.output = OutputSpec(output)
+        if instructions is not None and not isinstance(instructions, str):
+            raise ConfigurationError(
+                f"instructions must be a string, not {type(instructions).__name__} {instructions!r}"
+            )
         self.instructions = instructions
         self.approve = approve
         self.max_iterations = _positive(max_iterations, "max_iterations")
@@ -150,7 +163,7 @@ class Agent:
             raise ConfigurationError(f"protocol must be one of {PROTOCOLS}, not {protocol!r}")
         self.protocol = protocol
         self.strict = strict
-        self.on_event = on_event
+        self.on_event = _check_on_event(on_event)
         self._rng = random.Random(seed)
         # Durable runs (docs/durability.md): the store, what events and traces hide, spans.
         self.store = as_store(store)
@@ -197,6 +210,7 @@ class Agent:
         `run_id` names the run (a unique one is made otherwise); with a store, an id the
         store already has is refused with `ResumeError`: continue it with `resume`.
         """
+        _check_on_event(on_event)
         async with self._open_for_run() as agent:
             session = RunSession.new(agent, input, messages, on_event or self.on_event, run_id)
             return await session.execute(agent._drive)
@@ -224,6 +238,7 @@ class Agent:
         `ResumeError` before anything runs for an unknown or finished run, a decision
         for a call that is not waiting for one, or a call decided already.
         """
+        _check_on_event(on_event)
         async with self._open_for_run() as agent:
             session = RunSession.claim(agent, run_id, decisions, on_event or self.on_event)
             return await session.execute(agent._drive)
@@ -377,7 +392,9 @@ class _SolutionLoop(OuterLoop):
                 self.log.messages,
             ) from error
         except ModelError as error:
-            raise ExecuteError(f"the model request failed: {error}", self.log.messages) from error
+            raise ExecuteError(
+                f"the model request failed{attempts_made(error)}: {error}", self.log.messages
+            ) from error
         except Exception as error:  # a client bug must still hand back the log
             raise ExecuteError(
                 f"the model client raised {type(error).__name__}: {error}", self.log.messages

@@ -9,6 +9,7 @@ running, so the partial answer is kept and the fault reported to the model inste
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
@@ -17,7 +18,15 @@ import trio
 
 from .._models._base import ModelError
 
-__all__ = ["MAX_BACKOFF", "StreamBroken", "backoff_delay", "stream_with_retries"]
+__all__ = [
+    "MAX_BACKOFF",
+    "StreamBroken",
+    "attempts_made",
+    "backoff_delay",
+    "stream_with_retries",
+]
+
+_log = logging.getLogger("tickloop")
 
 MAX_BACKOFF = 60.0
 T = TypeVar("T")
@@ -62,8 +71,25 @@ async def stream_with_retries(
             if started:
                 raise StreamBroken(error) from error
             if not error.retryable or attempt == attempts:
+                error.attempts = attempt  # type: ignore[attr-defined]  # for ExecuteError
                 raise
             delay = backoff_delay(attempt, rng, error.retry_after)
+            # Seconds of silence otherwise: say why the run waits, and for how long.
+            _log.warning(
+                "model request failed (%s); attempt %d of %d, retrying in %.1f s",
+                error,
+                attempt,
+                attempts,
+                delay,
+            )
             if on_retry is not None:
                 on_retry(attempt, delay, error)
             await trio.sleep(delay)  # cancellation stops the wait at once
+
+
+def attempts_made(error: BaseException) -> str:
+    """ " after N attempts" for an ExecuteError's message, when retries were counted."""
+    count = getattr(error, "attempts", None)
+    if not isinstance(count, int):
+        return ""
+    return f" (after {count} attempt{'s' if count != 1 else ''})"

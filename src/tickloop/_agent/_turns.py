@@ -41,7 +41,7 @@ from .._core._status import FINAL_STATUSES, CallStatus
 from .._core._tools import ToolSet
 from .._engine._engine import Engine
 from .._errors import ConfigurationError, ExecuteError
-from .._json._stream import resilient_json_parse, resilient_json_parse_with_strategy
+from .._json._stream import resilient_json_parse_with_strategy
 from .._models._base import (
     ModelError,
     TextDelta,
@@ -56,7 +56,7 @@ from .._models._base import (
 from .._observe._events import EventSink, RequestFinished, RequestRetried, RequestStarted, RunEvent
 from ._loop import OuterLoop, RunResult
 from ._prompt import _visible_parameters
-from ._retry import StreamBroken, stream_with_retries
+from ._retry import StreamBroken, attempts_made, stream_with_retries
 
 if TYPE_CHECKING:
     from .._durable._resume import DurableRun, RunSession
@@ -425,7 +425,9 @@ class _TurnLoop(OuterLoop):
         except StreamBroken:
             raise
         except ModelError as error:
-            raise ExecuteError(f"the model request failed: {error}", self.log.messages) from error
+            raise ExecuteError(
+                f"the model request failed{attempts_made(error)}: {error}", self.log.messages
+            ) from error
         except Exception as error:  # a client bug must still hand back the log
             raise ExecuteError(
                 f"the model client raised {type(error).__name__}: {error}", self.log.messages
@@ -576,8 +578,8 @@ class _TurnLoop(OuterLoop):
         try:
             value = json.loads(text)
         except (ValueError, RecursionError):
-            value = resilient_json_parse(text)
-            if value is None:
+            value, strategy = resilient_json_parse_with_strategy(text)
+            if strategy == "none":
                 return None, f"the final answer is not JSON ({_json_fault(text)})"
         try:
             problem = spec.problem(value)

@@ -45,7 +45,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_INTERRUPTED = 130  # what a shell reports for a process stopped by SIGINT (128 + 2)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; Ctrl-C ends any command quietly with exit status 130."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print(file=sys.stderr)  # end the line the ^C was echoed on; no traceback
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     arguments = parser.parse_args(argv)
     if arguments.command == "demo":

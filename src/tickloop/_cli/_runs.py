@@ -179,21 +179,33 @@ def _trace(store: SQLiteStore, run_id: str, html: str | None, out: TextIO) -> in
     if html is not None:
         from .._observe._timeline import timeline_html
 
-        Path(html).write_text(timeline_html(store, run_id), encoding="utf-8")
+        page = timeline_html(store, run_id)
+        try:
+            Path(html).write_text(page, encoding="utf-8")
+        except OSError as error:
+            raise StoreError(f"cannot write {html}: {error.strerror or error}") from None
         out.write(f"wrote {html}\n")
         return 0
     calls = store.calls(run_id)
     origin = min((call.received for call in calls if call.received is not None), default=0.0)
-    out.write(f"{'call':<8} {'tool':<24} {'status':<9} {'started':>9} {'ran':>9}\n")
+    out.write(f"{'call':<8} {'tool':<24} {'status':<9} {'started':>9} {'ran':>9}  why\n")
     for call in calls:
         start = "" if call.started is None else f"{call.started - origin:8.3f}s"
+        error = call.error or {}
+        # An interrupted call "finished" when a later process took the run over: the time
+        # between is the dead process's, not the call's.
+        interrupted = str(error.get("message", "")).startswith("interrupted")
         took = (
             ""
-            if call.started is None or call.finished is None
+            if call.started is None or call.finished is None or interrupted
             else f"{call.finished - call.started:.3f}s"
         )
         tool = _safe(call.tool or "?")
-        out.write(f"{_safe(call.id):<8} {tool:<24} {call.status:<9} {start:>9} {took:>9}\n")
+        why = _safe(" ".join(str(error.get("message", "")).split())[:120])
+        out.write(
+            f"{_safe(call.id):<8} {tool:<24} {call.status:<9} {start:>9} {took:>9}"
+            f"{'  ' + why if why else ''}\n".rstrip(" ")
+        )
     return 0
 
 

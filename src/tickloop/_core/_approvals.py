@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from ._call import Call
-from ._decisions import PendingCall
+from ._decisions import HOOK_REFUSED, PendingCall
 from ._log import copy_json
 from ._path_index import PathIndex
 from ._status import CallStatus
 
-__all__ = ["ApprovalQueue", "pending_call"]
+__all__ = ["ApprovalQueue", "hook_fault", "pending_call"]
+
+_log = logging.getLogger("tickloop")
 
 
 class ApprovalQueue:
@@ -68,3 +72,16 @@ def pending_call(
         schema=call.tool.parameters,
         output_schema=call.tool.output,
     )
+
+
+def hook_fault(call: Call, changed: bool, detail: str) -> dict[str, Any]:
+    """A reviewer's decision that cannot be carried out: the hook's bug, not the model's.
+
+    The developer reads the detail on the `tickloop` logger; the model, which can fix
+    none of it, is told only that a reviewer refused or changed the call.
+    """
+    _log.warning("approval hook bug on call %s (%s): %s", call.id, call.record.tool, detail)
+    message = (
+        "a reviewer changed this call, and the change could not run" if changed else HOOK_REFUSED
+    )
+    return {"type": "hook", "message": message}

@@ -20,7 +20,6 @@ from ._call import (
     json_type,
     parameters_of,
     schema_message,
-    structural,
     syntax,
 )
 from ._expressions import (
@@ -304,17 +303,16 @@ _JUDGED_BY_CONTENTS = frozenset(
 )
 
 
-def check_edit(tool: Tool, params: Any) -> dict[str, Any] | None:
-    """The structural error of parameters a person edited, or None when they are good."""
+def check_edit(tool: Tool, params: Any) -> str | None:
+    """What is wrong with parameters a person edited, or None when they are good."""
     if not isinstance(params, dict):
-        return structural(f"the edited parameters must be an object, got {json_type(params)}")
+        return f"the edited parameters must be an object, got {json_type(params)}"
     located = locate_shape_fault(params, "edited parameters")
     if located is not None:
-        message, details = located
-        return structural(message, **details)
+        return located[0]
     errors = list(tool.parameter_validator.iter_errors(params))
     if errors:
-        return structural(schema_message(tool, errors, "edited parameters"))
+        return schema_message(tool, errors, "edited parameters")
     return None
 
 

@@ -45,6 +45,7 @@ class CallRecord:
     error: dict[str, Any] | None = None
     started: float | None = None
     finished: float | None = None
+    worker: str | None = None  # where it ran, when a driver runs calls on many (Temporal)
 
 
 class Call:

@@ -6,6 +6,7 @@ scheduler without trio (a workflow engine) can replay them.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from .._errors import describe_value
 
 __all__ = [
+    "HOOK_REFUSED",
     "Approve",
     "ApproveHook",
     "Decision",
@@ -54,6 +56,12 @@ class Approve:
 
 
 _DENIED = "denied by the approval hook"
+
+HOOK_REFUSED = "a reviewer refused this call"
+"""What the model is told when the hook itself failed (raised, or answered with no
+decision): the fault is the developer's, who reads it on the `tickloop` logger."""
+
+_log = logging.getLogger("tickloop")
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +186,12 @@ def normalize_decision(answer: Any) -> Decision:
         return Deny()
     if isinstance(answer, Approve | Deny | Edit | Replace | Respond | Defer):
         return answer
-    return Deny(f"the approval hook returned {describe_value(answer)}, which is not a decision")
+    _log.warning(
+        "approval hook bug: it returned %s, which is not a decision (return tl.Approve(), "
+        "tl.Deny(reason), ... or True/False); the call is refused",
+        describe_value(answer),
+    )
+    return Deny(HOOK_REFUSED)
 
 
 def decision_to_dict(decision: Decision) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ._approvals import ApprovalQueue, pending_call
+from ._approvals import ApprovalQueue, hook_fault, pending_call
 from ._arrival import (
     check_call,
     check_edit,
@@ -45,7 +45,7 @@ from ._call import (
     error_message,
     structural,
 )
-from ._decisions import Approve, Defer, Deny, Edit, PendingCall, Replace, Respond
+from ._decisions import HOOK_REFUSED, Approve, Defer, Deny, Edit, PendingCall, Replace, Respond
 from ._expressions import Expression, Reference, Term
 from ._log import ContextLog, WriteError, copy_json
 from ._path_index import PathIndex
@@ -249,7 +249,8 @@ class Scheduler:
         if isinstance(decision, Approve):
             self._enqueue(call)
         elif isinstance(decision, Deny):
-            self._settle(call, S.DENIED, {"type": "denied", "message": decision.reason})
+            kind = "hook" if decision.reason == HOOK_REFUSED else "denied"  # the hook's bug
+            self._settle(call, S.DENIED, {"type": kind, "message": decision.reason})
         elif isinstance(decision, Edit):
             self._apply_edit(call, decision.apply_to(call.record.params))
         elif isinstance(decision, Replace):
@@ -424,9 +425,9 @@ class Scheduler:
             self._emit(AskApproval(self._pending(call)))
 
     def _apply_edit(self, call: Call, params: Any) -> None:
-        error = check_edit(call.tool, params)
-        if error is not None:
-            self._settle(call, S.INVALID, error)
+        fault = check_edit(call.tool, params)
+        if fault is not None:
+            self._settle(call, S.INVALID, hook_fault(call, True, fault))
             return
         call.record.params = copy_json(params)
         self._enqueue(call)
@@ -452,7 +453,7 @@ class Scheduler:
             check_call(self.tools, call, wire)
         except Structural as fault:
             call.writes = old_writes  # `_settle` un-files them and wakes their readers
-            self._settle(call, S.INVALID, structural(f"replacement call: {fault}", **fault.details))
+            self._settle(call, S.INVALID, hook_fault(call, True, f"replacement call: {fault}"))
             return
         for term in old_writes:  # readers of a path no longer written must be re-examined
             self._writers.remove(term, call.id)

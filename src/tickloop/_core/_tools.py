@@ -134,6 +134,10 @@ class Tool:
         idempotent: bool = False,
         annotations: Mapping[str, Any] | None = None,
     ) -> None:
+        if name == "<lambda>":
+            raise ConfigurationError(
+                "a lambda has no name a model can call: pass name= (tl.tool(fn, name='...'))"
+            )
         if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
             raise ConfigurationError(
                 f"tool name {name!r} must match ^{TOOL_NAME.pattern}$ (letters, digits, _ and -)"
@@ -153,7 +157,7 @@ class Tool:
             None if output is None else _schema_of(output, name, "output")
         )
         self.requires_approval = _check_approval_rule(requires_approval, name)
-        self.depends_on: tuple[str, ...] = tuple(depends_on)
+        self.depends_on: tuple[str, ...] = _check_depends_on(depends_on, name)
         self.dependency_references: tuple[Expression, ...] = ()
         self.dependency_tools: tuple[str, ...] = ()
         self._split_dependencies()
@@ -178,8 +182,12 @@ class Tool:
                 )
         self.timeout = _check_positive(timeout, name, "timeout", float)
         self.max_concurrency = _check_positive(max_concurrency, name, "max_concurrency", int)
-        self.bind: dict[str, str] = dict(bind or {})
-        self.idempotent = bool(idempotent)
+        self.bind: dict[str, str] = _check_bind(bind, name)
+        if not isinstance(idempotent, bool):
+            raise ConfigurationError(
+                f"tool {name!r}: idempotent must be True or False, not {idempotent!r}"
+            )
+        self.idempotent = idempotent
         # What the tool's source says about it (an MCP server's annotations: readOnlyHint,
         # destructiveHint...), kept for approval hooks and UIs; the engine does not read it.
         self.annotations: dict[str, Any] = dict(annotations or {})
@@ -446,10 +454,44 @@ def _check_approval_rule(rule: Any, tool_name: str) -> ApprovalRule:
     )
 
 
+def _check_depends_on(value: Any, tool_name: str) -> tuple[str, ...]:
+    # A bare string is iterable too: "other" would become five one-letter dependencies.
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ConfigurationError(
+            f"tool {tool_name!r}: depends_on must be a list of references or tool names, "
+            f"not {value!r} (write depends_on=[{value!r}])"
+        )
+    entries = tuple(value)
+    for entry in entries:
+        if not isinstance(entry, str):
+            raise ConfigurationError(
+                f"tool {tool_name!r}: depends_on entries must be strings, not {entry!r}"
+            )
+    return entries
+
+
+def _check_bind(value: Any, tool_name: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(
+        isinstance(key, str) and isinstance(source, str) for key, source in value.items()
+    ):
+        raise ConfigurationError(
+            f"tool {tool_name!r}: bind must map parameter names to input keys "
+            f"(bind={{'unit': 'preferred_unit'}}), not {value!r}"
+        )
+    return dict(value)
+
+
 def _check_positive(value: Any, tool_name: str, option: str, kind: type) -> Any:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or value != value  # NaN compares false with everything, so `<= 0` lets it through
+        or value <= 0
+    ):
         raise ConfigurationError(f"tool {tool_name!r}: {option} must be a positive number")
     if kind is int and not isinstance(value, int):
         raise ConfigurationError(f"tool {tool_name!r}: {option} must be a whole number")
@@ -517,6 +559,7 @@ def split_tools(
         return list(items.values()), []
     if isinstance(items, ToolSource):  # a lone server passed where a list is expected
         return [], [items]
+    _check_tools_argument(items)
     tools: list[Tool] = []
     sources: list[ToolSource] = []
     for item in items:
@@ -529,10 +572,41 @@ def split_tools(
     return tools, sources
 
 
+def missing_bindings(tools: Iterable[Tool], input: Any) -> list[str]:
+    """Bound parameters the run's input cannot fill, described for an error.
+
+    A bound parameter is hidden from the model, so a missing input key is the
+    developer's to fix: reported before the run, never to the model as a schema error.
+    Optional parameters (with a default) may go without.
+    """
+    problems: list[str] = []
+    for item in tools:
+        required = set(item.parameters.get("required", ()))
+        for parameter, key in item.bind.items():
+            if parameter not in required:
+                continue
+            if not isinstance(input, Mapping) or key not in input:
+                problems.append(
+                    f"tool {item.name!r} binds parameter {parameter!r} to input key {key!r}, "
+                    "which the run's input does not have"
+                )
+    return problems
+
+
+def _check_tools_argument(tools: Any) -> None:
+    """`tools=echo` or `tools="echo"` would be iterated into nonsense: say what is expected."""
+    if isinstance(tools, Tool | str | bytes) or not isinstance(tools, Iterable | Mapping):
+        hint = f"tools=[{tools.name}]" if isinstance(tools, Tool) else "tools=[my_tool]"
+        raise ConfigurationError(
+            f"tools= expects a list of tools ({hint}), not {type(tools).__name__} {tools!r}"
+        )
+
+
 class ToolSet(Mapping[str, Tool]):
     """The tools of one run, checked together: names unique, dependencies known."""
 
     def __init__(self, tools: Sequence[Tool] | Mapping[str, Tool] | ToolSet) -> None:
+        _check_tools_argument(tools)
         items = list(tools.values()) if isinstance(tools, Mapping) else list(tools)
         self._tools: dict[str, Tool] = {}
         for item in items:

@@ -44,7 +44,7 @@ from .._core._decisions import (
     decision_from_dict,
     decision_to_dict,
 )
-from .._core._expressions import find_references, parse_term
+from .._core._expressions import find_references, parse_expression, parse_term
 from .._core._log import ContextLog, has_surrogate
 from .._core._path_index import PathIndex as _PathIndex
 from .._core._scheduler_io import (
@@ -66,7 +66,7 @@ from .._core._scheduler_io import (
     StartCall,
 )
 from .._core._status import CallStatus
-from .._core._tools import ToolSet
+from .._core._tools import ToolSet, missing_bindings
 from .._engine._engine import Engine, utc_now
 from .._engine._run import initial_log
 from .._errors import ConfigurationError, ResumeError, StoreError, unwrap_single
@@ -254,6 +254,7 @@ class DurableRun:
         self.wires: dict[str, Any] = {}
         self.ready_params: dict[str, Any] = {}  # so a start need not serialise them again
         self.written = _PathIndex()  # which call wrote which path: dependency arrows
+        self.declared = _PathIndex()  # which call said it would write which path
         self.by_tool: dict[tuple[int, str], list[str]] = {}
         self.running: dict[str, StartCall] = {}  # started, not finished
         self.asking: PendingCall | None = None
@@ -425,6 +426,7 @@ class DurableRun:
             row = self._new_row(action.id, action.tool, at)
             row.call = _dumps(self.redact.shared(action.call))
             self.wires[action.id] = action.call
+            self._declare(action.id, action.call)
             self.by_tool.setdefault((self.iteration, action.tool), []).append(action.id)
             return row
         row = self.rows.get(getattr(action, "id", ""))
@@ -436,6 +438,12 @@ class DurableRun:
                 row.call = _dumps(self.redact.shared(call))
             row.status, row.finished = action.status, at
             row.error = None if action.error is None else _dumps(self.redact.shared(action.error))
+            if row.deps is None and action.status in ("invalid", "skipped"):
+                # Settled without ever being ready (its writer was denied, failed...): the
+                # timeline still draws what it waited on.
+                found = self._dependencies(action.id, row, declared=True)
+                if found:
+                    row.deps = _dumps(found)
             self.running.pop(action.id, None)
             self.ready_params.pop(action.id, None)
             return row
@@ -475,7 +483,16 @@ class DurableRun:
         self.rows[call_id] = row
         return row
 
-    def _dependencies(self, call_id: str, row: _Row) -> list[str]:
+    def _declare(self, call_id: str, call: Any) -> None:
+        path = call.get("_outputPath") if isinstance(call, dict) else None
+        if isinstance(path, str):
+            try:
+                for term in parse_expression(path).terms:
+                    self.declared.add(term, call_id)
+            except ValueError:
+                pass
+
+    def _dependencies(self, call_id: str, row: _Row, declared: bool = False) -> list[str]:
         """The calls whose writes (or, for tool dependencies, whose end) it waited on."""
         found: set[str] = set()
         wire = self.wires.pop(call_id, None)  # needed no longer (a Replace brings a new one)
@@ -500,6 +517,8 @@ class DurableRun:
                         found.add(earlier)
         for term in terms:
             found.update(self.written.ids_overlapping(term))
+            if declared:  # a writer that ended without writing (denied, failed) counts too
+                found.update(self.declared.ids_overlapping(term))
         found.discard(call_id)
         return sorted(found, key=lambda other: self.rows[other].seq if other in self.rows else 0)
 
@@ -665,6 +684,10 @@ class RunSession:
             raise ConfigurationError(f"run_id must be a non-empty string, not {run_id!r}")
         run_id = run_id or new_run_id()
         log = ContextLog(messages) if messages else initial_log(input)
+        if not messages:
+            problems = missing_bindings(agent.tools.values(), log.view("input"))
+            if problems:
+                raise ConfigurationError("; ".join(problems))
         sink = _sink(agent, run_id, on_event)
         durable = None
         store: SQLiteStore | None = agent.store

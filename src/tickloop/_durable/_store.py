@@ -761,9 +761,16 @@ def create_run(
     try:
         with store._write(connection):
             row = connection.execute(
-                "SELECT status FROM runs WHERE run_id = ?", (run_id,)
+                "SELECT status, owner FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
             if row is not None:
+                if row[0] == "running" and (
+                    (store.path.resolve(), run_id) in _ACTIVE or _owner_alive(row[1])
+                ):
+                    raise ResumeError(
+                        f"run {run_id!r} is running now (process {row[1]}); wait for it to "
+                        "finish or pause: it cannot be resumed while it runs"
+                    )
                 if row[0] == "done":
                     raise ResumeError(
                         f"run {run_id!r} is finished; a finished run is not run again "
@@ -826,7 +833,10 @@ def claim_run(
             if (store.path.resolve(), run_id) in _ACTIVE or (
                 status == "running" and owner != owner_label() and _owner_alive(owner)
             ):
-                raise ResumeError(f"run {run_id!r} is running in process {owner}")
+                raise ResumeError(
+                    f"run {run_id!r} is running in process {owner}; wait for it to finish "
+                    "or pause, then resume it if it paused"
+                )
             store._insert_decisions(connection, run_id, checked)
             connection.execute(
                 "UPDATE runs SET status = 'running', owner = ?, updated = ? WHERE run_id = ?",

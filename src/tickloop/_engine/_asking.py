@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 from collections.abc import Callable
 from typing import Any
 
 import trio
 
-from .._core._decisions import ApproveHook, Decision, Deny, PendingCall, normalize_decision
+from .._core._decisions import (
+    HOOK_REFUSED,
+    ApproveHook,
+    Decision,
+    Deny,
+    PendingCall,
+    normalize_decision,
+)
 from .._errors import PASSING, describe_error, is_call_error
 
 __all__ = ["ask", "passing_here"]
@@ -50,7 +58,13 @@ async def ask(hook: ApproveHook, pending: PendingCall) -> Decision:
     except BaseException as error:
         if not is_call_error(error, passing_here()):
             raise
-        return Deny(f"the approval hook raised {describe_error(error)}")
+        logging.getLogger("tickloop").warning(
+            "approval hook bug: it raised %s on call %s (%s); the call is refused",
+            describe_error(error),
+            pending.id,
+            pending.tool,
+        )
+        return Deny(HOOK_REFUSED)
     return normalize_decision(answer)
 
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import trio
 
+from ._host import HOST_LOOP as _HOST_LOOP
+
 __all__ = ["run_trio_in_asyncio"]
 
 _guests: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Guest] = weakref.WeakKeyDictionary()
@@ -33,6 +35,7 @@ class _Job:
         self.cancel_requested = False
 
     async def run(self, guest: _Guest) -> None:
+        _HOST_LOOP.set(guest.loop)  # this task's context: the run's tasks inherit it
         try:
             with trio.CancelScope() as scope:
                 self.scope = scope
@@ -146,12 +149,20 @@ async def run_trio_in_asyncio(function: Callable[[], Awaitable[Any]]) -> Any:
             guest.cancel(job)
             await asyncio.wait([job.result])
             await _let_guest_end(guest)
+        _retrieve(job.result)
         raise
     except BaseException:
         await _let_guest_end(guest)
         raise
     await _let_guest_end(guest)
     return job.result.result()
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark the outcome seen: the caller was cancelled and re-raises its own
+    CancelledError, so asyncio must not log "Future exception was never retrieved"."""
+    if future.done() and not future.cancelled():
+        future.exception()
 
 
 async def _let_guest_end(guest: _Guest) -> None:

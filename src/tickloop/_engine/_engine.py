@@ -12,6 +12,7 @@ import json
 import math
 import re
 import sys
+import types
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -39,13 +40,9 @@ from .._core._scheduler_io import (
 )
 from .._core._status import FINAL_STATUSES, CallStatus
 from .._core._tools import Branch, CallContext, ToolSet
-from .._errors import (
-    ConfigurationError,
-    describe_error,
-    is_call_error,
-    unwrap_single,
-)
+from .._errors import ConfigurationError, describe_error, is_call_error, unwrap_single
 from ._asking import ask, passing_here
+from ._host import host_loop, run_on_host
 
 __all__ = ["Engine", "Journal", "check_configuration", "utc_now"]
 
@@ -274,10 +271,10 @@ class Engine:
             thread = None if tool.is_async else await _ThreadToken.take(self._threads)
             try:
                 if timeout is None:  # no cancel scope: it is a measurable cost per call
-                    value = await self._invoke(handler, arguments, thread)
+                    value = await self._invoke(handler, arguments, thread, tool.name)
                 else:
                     with trio.fail_after(timeout):
-                        value = await self._invoke(handler, arguments, thread)
+                        value = await self._invoke(handler, arguments, thread, tool.name)
                 if isinstance(value, Branch):
                     branch, value = value.term, value.value
                 try:
@@ -311,10 +308,14 @@ class Engine:
         self.feed(FinishCall(action.id, value, branch, error, self._date()))
 
     async def _invoke(
-        self, handler: Callable[..., Any], arguments: dict[str, Any], thread: _ThreadToken | None
+        self,
+        handler: Callable[..., Any],
+        arguments: dict[str, Any],
+        thread: _ThreadToken | None,
+        name: str = "",
     ) -> Any:
         if thread is None:  # an async handler
-            return await handler(**arguments)
+            return await _await_tool(handler(**arguments), name)
         # Boxed, as `_approval.ask` does: trio refuses a coroutine returned from a thread,
         # and a sync callable may return an awaitable (a wrapper of an async function).
         [result] = await trio.to_thread.run_sync(
@@ -323,8 +324,90 @@ class Engine:
             limiter=thread,  # type: ignore[arg-type]  # CapacityLimiter-like, as trio allows
         )
         if inspect.isawaitable(result):  # a sync callable that returned a coroutine
-            result = await result
+            result = await _await_tool(result, name)
         return result
+
+
+async def _await_tool(awaitable: Any, name: str) -> Any:
+    """Await a tool's coroutine in the framework its code is written for.
+
+    Under plain trio it runs in trio. Driven from asyncio (`run_asyncio`), it starts in
+    trio and, at the first asyncio awaitable it waits on, moves to a task of the host
+    loop for the rest, so both trio tools and asyncio libraries (asyncpg, aiohttp, the
+    OpenAI SDK) work (docs/asyncio.md). A tool written for a framework that is not
+    driving the run fails with its name and the fix, not with trio's internals.
+    """
+    loop = host_loop()
+    try:
+        if loop is not None:
+            return await _drive_on_either(awaitable.__await__(), loop)
+        return await awaitable
+    except (TypeError, RuntimeError) as problem:
+        text = str(problem)
+        if loop is None and (
+            "unrecognized yield message" in text or "no running event loop" in text
+        ):
+            raise RuntimeError(
+                f"tool {name!r} awaits asyncio code, but this run is driven by trio: "
+                "run the agent with `await agent.run_asyncio(...)` from asyncio, or use "
+                "trio/anyio libraries in the tool"
+            ) from None
+        if loop is not None and "bad yield" in text:
+            raise RuntimeError(
+                f"tool {name!r} awaits trio code after asyncio code; one tool must keep to "
+                "one framework: use asyncio (or anyio) libraries throughout it"
+            ) from None
+        raise
+
+
+def _is_asyncio_yield(message: Any) -> bool:
+    # asyncio futures mark themselves while awaited; a bare yield (asyncio.sleep(0)) is None.
+    return message is None or getattr(message, "_asyncio_future_blocking", None) is not None
+
+
+@types.coroutine
+def _drive_on_either(steps: Any, loop: Any) -> Any:
+    """Drive a coroutine in turns: in trio until it waits on something of asyncio's, then
+    on the host loop as an asyncio task (so asyncio's current task, timeouts and futures
+    work) until it waits on something of trio's. trio resumes a task with plain sends,
+    so passing its messages through is all a trio wait needs. The code before a tool's
+    first wait runs in trio's turn (trio code there fails outside trio)."""
+    value: Any = None
+    while True:
+        try:
+            message = steps.send(value)
+        except StopIteration as stop:
+            return stop.value
+        if _is_asyncio_yield(message):
+            kind, message = yield from run_on_host(loop, _host_turn(steps, message)).__await__()
+            if kind == "done":
+                return message
+        value = yield message
+
+
+async def _host_turn(steps: Any, first: Any) -> tuple[str, Any]:
+    return await _host_steps(steps, first)
+
+
+@types.coroutine
+def _host_steps(steps: Any, message: Any) -> Any:
+    """Inside an asyncio task: step the coroutine while it waits on asyncio's
+    awaitables (forwarding the task's cancellation into it); stop at trio's."""
+    while True:
+        if not _is_asyncio_yield(message):
+            return "trio", message
+        try:
+            value = yield message
+        except BaseException as error:
+            try:
+                message = steps.throw(error)
+            except StopIteration as stop:
+                return "done", stop.value
+            continue
+        try:
+            message = steps.send(value)
+        except StopIteration as stop:
+            return "done", stop.value
 
 
 class _ThreadToken:

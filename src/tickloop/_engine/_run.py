@@ -13,9 +13,11 @@ from typing import Any
 import trio
 
 from .._core._decisions import ApproveHook, PendingCall
+from .._core._jsonable import run_value_to_json
 from .._core._log import ContextLog
 from .._core._scheduler import CallRecord
-from .._core._tools import Tool, ToolSource, split_tools
+from .._core._tools import Tool, ToolSource, missing_bindings, split_tools
+from .._errors import ConfigurationError
 from ._engine import Engine
 from ._sources import check_sources, open_tools
 
@@ -67,9 +69,12 @@ def initial_log(input: Any = None, state: Mapping[str, Any] | None = None) -> Co
     """A new run's log: its input, then its starting state, as data messages."""
     log = ContextLog()
     if input is not None:
+        input = run_value_to_json(input, "input")
         log.append({"type": "data", "kind": "input", "data": input})
     if state is not None:
-        log.append({"type": "data", "kind": "state", "data": dict(state)})
+        _check_state(state)
+        state = run_value_to_json(dict(state), "state")
+        log.append({"type": "data", "kind": "state", "data": state})
     return log
 
 
@@ -86,20 +91,26 @@ async def execute(
 
     Tool sources in `tools` (MCP servers) are opened first and closed after the tick.
     """
+    calls = _check_calls(calls)
+    _check_state(state)
+    log = initial_log(input, state)  # a value with no JSON form is refused before connecting
     check_sources(split_tools(tools)[1], approve)
     async with open_tools(tools) as opened:
-        return await _execute(calls, opened.tools, state, input, approve, max_concurrency)
+        return await _execute(calls, opened.tools, log, approve, max_concurrency)
 
 
 async def _execute(
-    calls: Iterable[Any],
+    calls: list[Any],
     toolset: Any,
-    state: Mapping[str, Any] | None,
-    input: Any,
+    log: ContextLog,
     approve: ApproveHook | None,
     max_concurrency: int | None,
 ) -> ExecutionResult:
-    log = initial_log(input, state)
+    named = {call.get("_tool") for call in calls if isinstance(call, Mapping)}
+    used = [toolset[name] for name in toolset if name in named]
+    problems = missing_bindings(used, log.view("input"))
+    if problems:
+        raise ConfigurationError("; ".join(problems))
     engine = Engine(toolset, log, approve=approve, max_concurrency=max_concurrency)
     async with engine.session():
         engine.open_tick(1)
@@ -117,6 +128,25 @@ async def _execute(
     return ExecutionResult(log, engine.records, engine.scheduler.deferred)
 
 
+def _check_calls(calls: Any) -> list[Any]:
+    """The plan as a list; a lone call, a JSON text or None is a mistake to name, not to
+    iterate into one bogus "invalid call" per key or character."""
+    if isinstance(calls, Mapping):
+        raise TypeError("calls must be a list of call dicts; wrap a single call: [call]")
+    if isinstance(calls, str | bytes):
+        raise TypeError("calls must be a list of call dicts, not a JSON text: json.loads it first")
+    if not isinstance(calls, Iterable):
+        raise TypeError(f"calls must be a list of call dicts, not {type(calls).__name__}")
+    return list(calls)
+
+
+def _check_state(state: Any) -> None:
+    if state is not None and not isinstance(state, Mapping):
+        raise ConfigurationError(
+            f"state must be a dict of starting values, not {type(state).__name__} {state!r}"
+        )
+
+
 def run_calls(
     calls: Iterable[Any],
     *,
@@ -127,10 +157,15 @@ def run_calls(
     max_concurrency: int | None = None,
 ) -> ExecutionResult:
     """`execute` for synchronous code: starts its own trio run."""
+    if trio.lowlevel.in_trio_run():
+        raise RuntimeError(
+            "tl.run_calls starts its own trio run and cannot be called inside one: "
+            "use `await tl.execute(...)` instead"
+        )
     return trio.run(
         partial(
             execute,
-            list(calls),
+            calls,
             tools=tools,
             state=state,
             input=input,

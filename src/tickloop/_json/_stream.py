@@ -751,10 +751,24 @@ def resilient_json_parse_with_strategy(
     return None, "none"
 
 
-def resilient_json_parse(raw: str) -> dict[str, Any] | list[Any] | None:
-    """Parse tool arguments with only the repairs of PROTOCOL §9; None when none works.
+def resilient_json_parse(raw: str) -> Any:
+    """Parse model output with only the repairs of PROTOCOL §9.
 
-    Never returns `{}` for garbage: an empty argument object would silently call a tool
-    with defaults the model never chose.
+    Plain JSON of any kind parses as itself (`null` is None); otherwise the repairs look
+    for an object or array. Failure raises, so None never means both "null" and "no
+    JSON"; never returns `{}` for garbage, which would call a tool with defaults the
+    model never chose.
     """
-    return resilient_json_parse_with_strategy(raw)[0]
+    if not isinstance(raw, str):
+        raise TypeError(f"resilient_json_parse expects a str, got {type(raw).__name__}")
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        pass
+    value, strategy = resilient_json_parse_with_strategy(raw)
+    if strategy == "none":
+        raise ValueError(
+            "no JSON found: tried the text as it is, without trailing commas, inside a "
+            "```json fence, and each balanced {...} or [...] block in it"
+        )
+    return value

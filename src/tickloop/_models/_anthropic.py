@@ -16,7 +16,7 @@ from typing import Any, Literal
 import httpx
 
 from .._errors import ConfigurationError
-from .._json._stream import resilient_json_parse
+from .._json._stream import resilient_json_parse_with_strategy
 from ._base import (
     ModelError,
     SolutionRequest,
@@ -30,7 +30,15 @@ from ._base import (
     Usage,
     wire_conversation,
 )
-from ._http import DEFAULT_TIMEOUT, clean_key, json_instruction, open_stream, redact, typed_events
+from ._http import (
+    DEFAULT_TIMEOUT,
+    clean_key,
+    json_instruction,
+    open_stream,
+    redact,
+    typed_events,
+    warn_if_keyless,
+)
 
 __all__ = ["Anthropic"]
 
@@ -93,6 +101,9 @@ class Anthropic:
         self.base_url = base_url.rstrip("/")
         self._api_key = clean_key(
             api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
+        )
+        warn_if_keyless(
+            "tl.Anthropic", self._api_key, self.base_url, _DEFAULT_BASE_URL, "ANTHROPIC_API_KEY"
         )
         self._client = client
         self.max_tokens = max_tokens
@@ -469,5 +480,5 @@ def _tool_input(block: dict[str, Any], raw: str) -> Any:
     try:
         value = json.loads(raw)
     except ValueError:
-        value = resilient_json_parse(raw)
+        value, _ = resilient_json_parse_with_strategy(raw)
     return value if isinstance(value, dict) else {}

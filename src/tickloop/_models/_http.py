@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Iterable
@@ -258,6 +259,15 @@ async def open_stream(
     except httpx.TransportError as exc:
         # Not chained: the HTTP library's exception may hold the key (a header value).
         raise transport_error(exc, what=what, secrets=secrets) from None
+
+
+def warn_if_keyless(what: str, api_key: str | None, base_url: str, hosted: str, env: str) -> None:
+    """A hosted API without a key fails every request with 401: say so when the client
+    is built, not after the first request (a local server needs no key: no warning)."""
+    if not api_key and base_url.rstrip("/") == hosted.rstrip("/"):
+        logging.getLogger("tickloop").warning(
+            "%s has no API key for %s: pass api_key= or set %s", what, hosted, env
+        )
 
 
 def bearer_headers(api_key: str | None) -> dict[str, str]:

@@ -43,6 +43,7 @@ from ._http import (
     redact,
     server_message,
     transport_error,
+    warn_if_keyless,
 )
 from ._sse import aiter_sse
 
@@ -98,6 +99,9 @@ class OpenAIChat:
         self.base_url = base_url.rstrip("/")
         self._api_key = clean_key(
             api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        )
+        warn_if_keyless(
+            "tl.OpenAIChat", self._api_key, self.base_url, _DEFAULT_BASE_URL, "OPENAI_API_KEY"
         )
         self._client = client
         self.structured: StructuredMode = structured

@@ -33,7 +33,15 @@ from ._base import (
     Usage,
     wire_conversation,
 )
-from ._http import DEFAULT_TIMEOUT, bearer_headers, clean_key, open_stream, redact, typed_events
+from ._http import (
+    DEFAULT_TIMEOUT,
+    bearer_headers,
+    clean_key,
+    open_stream,
+    redact,
+    typed_events,
+    warn_if_keyless,
+)
 
 __all__ = ["OpenAIResponses"]
 
@@ -87,6 +95,9 @@ class OpenAIResponses:
         self.base_url = base_url.rstrip("/")
         self._api_key = clean_key(
             api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        )
+        warn_if_keyless(
+            "tl.OpenAIResponses", self._api_key, self.base_url, _DEFAULT_BASE_URL, "OPENAI_API_KEY"
         )
         self._client = client
         self.temperature = temperature

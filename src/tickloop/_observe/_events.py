@@ -13,6 +13,7 @@ see the real values.
 from __future__ import annotations
 
 import fnmatch
+import logging
 import math
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -25,6 +26,8 @@ import trio
 from .._core import _scheduler_io as sched
 from .._core._decisions import decision_to_dict
 from .._errors import unwrap_single
+
+_log = logging.getLogger("tickloop")
 
 __all__ = [
     "DEFAULT_REDACT",
@@ -249,7 +252,8 @@ class EventSink:
     """Turns scheduler actions into events and delivers events to listeners.
 
     It accepts both (an already typed event passes through), so any driver can hand it
-    whatever it has. A listener that raises stops the run: it is the caller's code.
+    whatever it has. A listener that raises is logged on the `tickloop` logger and counted
+    (`listener_errors`), and the run goes on: a broken dashboard must not stop an agent.
     """
 
     def __init__(
@@ -263,6 +267,7 @@ class EventSink:
         self.listeners = [listener for listener in listeners if listener is not None]
         self._tools: dict[str, str | None] = {}
         self._started: dict[str, float] = {}
+        self.listener_errors = 0
 
     def __call__(self, item: Any) -> None:
         if not self.listeners:
@@ -276,7 +281,18 @@ class EventSink:
 
     def emit(self, event: RunEvent) -> None:
         for listener in self.listeners:
-            listener(event)
+            try:
+                listener(event)
+            except Exception:
+                self.listener_errors += 1
+                _log.exception(
+                    "an on_event listener %r raised on a %s event (%d so far in run %s); "
+                    "the run goes on",
+                    listener,
+                    event.kind,
+                    self.listener_errors,
+                    self.run_id or "(unnamed)",
+                )
 
     def remember(self, records: Mapping[str, Any]) -> None:
         """Calls a resumed run received before: their later events name their tools.

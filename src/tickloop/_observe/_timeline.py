@@ -23,7 +23,7 @@ from typing import Any
 
 from .._core._status import ERROR_STATUSES, CallStatus
 from .._durable._store import CallInfo, RunInfo, SQLiteStore, as_store
-from .._errors import StoreError
+from .._errors import ResumeError, StoreError
 
 __all__ = ["timeline_html"]
 
@@ -51,13 +51,19 @@ class _Request:
     retries: int = 0
 
 
+_RESUMED_LABEL_WIDTH = 56  # px: "resumed" at the label's 11px font, with a margin
+
+
 def timeline_html(store: SQLiteStore | str | os.PathLike[str], run_id: str) -> str:
     """Render run `run_id` of `store` as one HTML page (a string); see the module doc."""
     if not isinstance(store, SQLiteStore) and not os.path.exists(store):
         raise StoreError(f"no store at {store}")  # reading never creates a store
     resolved = as_store(store)
     assert resolved is not None
-    run = resolved.run(run_id)
+    try:
+        run = resolved.run(run_id)
+    except ResumeError as error:  # nothing is being resumed: it is a lookup that failed
+        raise StoreError(f"{resolved.path}: {error}") from None
     calls = resolved.calls(run_id)
     journal = resolved.journal(run_id)
     requests, resumes = _requests(journal)
@@ -126,9 +132,13 @@ def _render(
     parts: list[str] = []
     parts.append(_axis(origin, span, x, height))
     for at in resumes:
+        # Near the right edge the label goes left of its line, or the page would clip it.
+        flip = x(at) + 3 + _RESUMED_LABEL_WIDTH > width
+        label_x = x(at) - 3 if flip else x(at) + 3
+        anchor = ' text-anchor="end"' if flip else ""
         parts.append(
             f'<line class="resume" x1="{x(at):.1f}" x2="{x(at):.1f}" y1="{_TOP - 8}" '
-            f'y2="{height - 16}"/><text class="resume-label" x="{x(at) + 3:.1f}" '
+            f'y2="{height - 16}"/><text class="resume-label" x="{label_x:.1f}"{anchor} '
             f'y="{_TOP - 10}">resumed</text>'
         )
     parts.append(_model_lane(requests, x, last))
