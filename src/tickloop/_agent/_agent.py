@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import os
 import random
+import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
@@ -52,9 +53,18 @@ from ._prompt import (
 )
 from ._retry import StreamBroken, attempts_made, stream_with_retries
 
-__all__ = ["Agent", "RunResult"]
+__all__ = ["Agent", "RunResult", "StreamRestarted"]
 
 PROTOCOLS = ("solution", "tools")
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+
+
+class StreamRestarted:
+    """An item a request's stream may yield: the answer starts over from its beginning.
+
+    Only a driver that can lose a stream midway and ask again (a Temporal activity retried
+    after its worker died) yields it; see `_SolutionLoop._iterate`.
+    """
 
 
 class _CallNotTaken(Exception):
@@ -138,7 +148,13 @@ class Agent:
         redact: Sequence[str] = DEFAULT_REDACT,
         tracer_provider: Any = None,
         context_budget: int | None = DEFAULT_CONTEXT_BUDGET,
+        name: str | None = None,
     ) -> None:
+        if name is not None and (not isinstance(name, str) or not _NAME.fullmatch(name)):
+            raise ConfigurationError(
+                f"name must be letters, digits, '_', '-' or '.' (1 to 64 of them), not {name!r}"
+            )
+        self.name = name  # identifies the agent where runs outlive the process (Temporal)
         self.model = model
         plain, self.tool_sources = split_tools(tools)
         self._tool_items = tools
@@ -326,12 +342,16 @@ class _SolutionLoop(OuterLoop):
         )
         self.durable = durable
         self.paused = False  # a tick ended with deferred calls: the run pauses
-        self.engine = Engine(
-            agent.tools,
-            log,
-            approve=agent.approve,
-            max_concurrency=agent.max_concurrency,
-            on_action=self.events,
+        self.engine = self._make_engine(self.events, durable)
+
+    def _make_engine(self, on_action: Callable[[Any], None], durable: DurableRun | None) -> Any:
+        """The driver the loop runs its ticks on: trio's engine here, a workflow's elsewhere."""
+        return Engine(
+            self.agent.tools,
+            self.log,
+            approve=self.agent.approve,
+            max_concurrency=self.agent.max_concurrency,
+            on_action=on_action,
             journal=durable,
             run_id=self.events.run_id or None,
         )
@@ -359,15 +379,29 @@ class _SolutionLoop(OuterLoop):
         )
         stream = SolutionStream()
         text: list[str] = []
+        handed = 0  # calls given to the tick (a restarted stream's first ones were)
+        seen = 0  # calls the current stream has closed
         self.engine.open_tick(iteration)
         self._emit(RequestStarted, iteration=iteration)
 
-        def on_item(item: TextDelta | Usage) -> None:
+        def on_item(item: TextDelta | Usage | StreamRestarted) -> None:
+            nonlocal stream, seen, handed
             if isinstance(item, Usage):
                 self.usage = self.usage + item
                 return
+            if isinstance(item, StreamRestarted):
+                # The request is answered again from its start (a worker died mid-stream):
+                # the calls already handed over stay, the new stream's first ones are
+                # their repeats and are dropped, and its text replaces the old one.
+                stream, seen = SolutionStream(), 0
+                text.clear()
+                return
             text.append(item.text)
             for call in stream.feed(item.text):
+                seen += 1
+                if seen <= handed:
+                    continue
+                handed = seen
                 try:
                     self.engine.receive(strip_strict_nulls(call, agent.tools))
                 except Exception as error:  # tickloop's own fault, not the model client's
@@ -375,13 +409,7 @@ class _SolutionLoop(OuterLoop):
 
         broken: StreamBroken | None = None
         try:
-            await stream_with_retries(
-                lambda: agent.model.stream_solution(request),
-                on_item,
-                attempts=agent.max_llm_retries,
-                rng=agent._rng,
-                on_retry=partial(self._on_retry, iteration),
-            )
+            await self._request(request, on_item)
         except StreamBroken as error:
             broken = error
         except _CallNotTaken as failure:
@@ -399,7 +427,7 @@ class _SolutionLoop(OuterLoop):
             raise ExecuteError(
                 f"the model client raised {type(error).__name__}: {error}", self.log.messages
             ) from error
-        outcome = stream.close()
+        outcome = stream.close()  # the stream of the attempt that answered
         solution = outcome.solution
         self._emit(
             RequestFinished,
@@ -438,6 +466,19 @@ class _SolutionLoop(OuterLoop):
         if self.durable is not None:
             self.durable.verdict(iteration, resolved)
         return resolved
+
+    async def _request(
+        self, request: SolutionRequest, on_item: Callable[[TextDelta | Usage], None]
+    ) -> None:
+        """Ask the model, handing every streamed item to `on_item`; retried by §8."""
+        agent = self.agent
+        await stream_with_retries(
+            lambda: agent.model.stream_solution(request),
+            on_item,
+            attempts=agent.max_llm_retries,
+            rng=agent._rng,
+            on_retry=partial(self._on_retry, request.iteration),
+        )
 
     def _emit(self, kind: type[RunEvent], **fields: Any) -> None:
         if self.events.listeners:

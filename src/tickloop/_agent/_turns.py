@@ -140,16 +140,20 @@ class _TurnLoop(OuterLoop):
         self.paused = False  # a tick ended with deferred calls: the run pauses
         self._settled = trio.Event()
         self._rejected: dict[str, str] = {}  # call id -> why its arguments make no call
-        self.engine = Engine(
-            agent.tools,
-            log,
-            approve=agent.approve,
-            max_concurrency=agent.max_concurrency,
-            on_action=self._on_action,
+        self.engine = self._make_engine(self._on_action, durable)
+        self._check_log_format()
+
+    def _make_engine(self, on_action: Callable[[Any], None], durable: DurableRun | None) -> Any:
+        """The driver the loop runs its ticks on: trio's engine here, a workflow's elsewhere."""
+        return Engine(
+            self.agent.tools,
+            self.log,
+            approve=self.agent.approve,
+            max_concurrency=self.agent.max_concurrency,
+            on_action=on_action,
             journal=durable,
             run_id=self.events.run_id or None,
         )
-        self._check_log_format()
 
     def _on_action(self, action: Any) -> None:
         if isinstance(action, NoteSettled):

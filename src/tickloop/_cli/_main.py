@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_run_commands(commands)  # runs, pending, approve, deny, resume, trace
     add_serve_command(commands)
+    from ._temporal import add_commands as add_temporal_commands  # imports no temporalio
+
+    add_temporal_commands(commands)
     return parser
 
 
@@ -66,6 +69,10 @@ def _main(argv: Sequence[str] | None) -> int:
         return run_command(arguments)
     if arguments.command == "serve":
         return run_serve(arguments)
+    if arguments.command == "temporal":
+        from ._temporal import run_command as run_temporal_command
+
+        return run_temporal_command(arguments)
     parser.print_help()
     return 0
 

@@ -16,35 +16,22 @@ import types
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import pydantic
 import trio
 
 from .._core._decisions import ApproveHook, PendingCall
+from .._core._driver import Journal, SchedulerDriver, check_configuration
 from .._core._log import MAX_VALUE_DEPTH, SURROGATE_FAULT, ContextLog, has_surrogate
-from .._core._scheduler import CallRecord, Scheduler
-from .._core._scheduler_io import (
-    Action,
-    AskApproval,
-    CloseStream,
-    Decide,
-    Event,
-    FinishCall,
-    Flush,
-    NoteTickEnded,
-    OpenTick,
-    ReceiveCall,
-    ReportFault,
-    StartCall,
-)
+from .._core._scheduler_io import Action, Decide, FinishCall, Flush, NoteTickEnded, StartCall
 from .._core._status import FINAL_STATUSES, CallStatus
-from .._core._tools import Branch, CallContext, ToolSet
-from .._errors import ConfigurationError, describe_error, is_call_error, unwrap_single
+from .._core._tools import Branch, CallContext, Tool, ToolSet
+from .._errors import describe_error, is_call_error, unwrap_single
 from ._asking import ask, passing_here
 from ._host import host_loop, run_on_host
 
-__all__ = ["Engine", "Journal", "check_configuration", "utc_now"]
+__all__ = ["Engine", "Journal", "check_configuration", "run_handler", "utc_now"]
 
 
 def utc_now() -> str:
@@ -52,42 +39,7 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def check_configuration(
-    tools: ToolSet, approve: ApproveHook | None, max_concurrency: int | None
-) -> None:
-    """Configuration errors are raised before anything runs (PROTOCOL §6)."""
-    if approve is None and tools.may_require_approval:
-        names = ", ".join(repr(name) for name in tools.may_require_approval)
-        raise ConfigurationError(
-            f"tool(s) {names} may require approval, but no approval hook was given "
-            "(pass approve=...)"
-        )
-    if approve is not None and not callable(approve):
-        raise ConfigurationError(f"approve must be callable, not {approve!r}")
-    if max_concurrency is not None and (
-        isinstance(max_concurrency, bool)
-        or not isinstance(max_concurrency, int)
-        or max_concurrency < 1
-    ):
-        raise ConfigurationError(
-            f"max_concurrency must be a positive whole number or None, not {max_concurrency!r}"
-        )
-
-
-class Journal(Protocol):
-    """Where a durable run records what the engine does (see `_durable.DurableRun`).
-
-    `record` is called for every event, after the scheduler and before any of its
-    actions is carried out; `commit` before the engine acts on the world (a handler runs,
-    the hook is asked), so nothing acts on an event that is not stored yet.
-    """
-
-    def record(self, event: Event, actions: list[Action]) -> None: ...
-
-    def commit(self, call_id: str | None = None) -> None: ...
-
-
-class Engine:
+class Engine(SchedulerDriver):
     """Runs ticks of one run on trio.
 
     Use inside `async with engine.session():` — the session's nursery owns every call's
@@ -109,28 +61,23 @@ class Engine:
         journal: Journal | None = None,
         run_id: str | None = None,
     ) -> None:
-        check_configuration(tools, approve, max_concurrency)
-        self.tools = tools
-        self.log = log
-        self.run_id = run_id
-        self.scheduler = Scheduler(tools, log, max_concurrency=max_concurrency, run_id=run_id)
-        self._approve = approve
-        self._on_action = on_action
-        # Durable runs: commits each event (with what it changed) before its actions run.
-        self._journal = journal
-        self._date = clock
+        super().__init__(
+            tools,
+            log,
+            approve=approve,
+            max_concurrency=max_concurrency,
+            on_action=on_action,
+            clock=clock,
+            journal=journal,
+            run_id=run_id,
+        )
         self._nursery: trio.Nursery | None = None
         self._tick_done: trio.Event | None = None
-        self._outcome: NoteTickEnded | None = None
         # Worker threads of sync handlers: as many as calls may run (PROTOCOL §2: a
         # max_concurrency of None means no limit, for sync tools too).
         self._threads = trio.CapacityLimiter(
             math.inf if max_concurrency is None else max_concurrency
         )
-
-    @property
-    def records(self) -> dict[str, CallRecord]:
-        return self.scheduler.records
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[Engine]:
@@ -157,45 +104,13 @@ class Engine:
         # Every task, fire-and-forget ones included, has finished: report their late errors.
         self.feed(Flush(self._date()))
 
-    # -- the tick, as the outer loop sees it -----------------------------------------------
-
-    def open_tick(self, iteration: int) -> None:
-        self._tick_done = trio.Event()
-        self._outcome = None
-        self.feed(OpenTick(iteration, self._date()))
-
-    def receive(self, call: Any) -> None:
-        """Hand one streamed call to the tick; it starts at once if it is ready."""
-        self.feed(ReceiveCall(call, self._date()))
-
-    def report(self, error: dict[str, Any], call: Any = None) -> None:
-        """A structural fault of the iteration (bad solution, bad output) for the errors."""
-        self.feed(ReportFault(error, call, self._date()))
-
-    def close_stream(self) -> None:
-        self.feed(CloseStream(self._date()))
-
-    def flush_errors(self) -> None:
-        """Append the faults reported since the tick ended (an output that did not
-        resolve, PROTOCOL §8), so the next request shows them."""
-        self.feed(Flush(self._date()))
-
     async def wait_tick(self) -> NoteTickEnded:
         assert self._tick_done is not None, "open_tick first"
         await self._tick_done.wait()
         assert self._outcome is not None
         return self._outcome
 
-    def decide(self, call_id: str, decision: Any) -> None:
-        """A decision from outside the hook (a resumed, deferred call)."""
-        self.feed(Decide(call_id, decision, self._date()))
-
     # -- resuming a durable run (the scheduler was rebuilt by replaying its events) --------
-
-    def expect_tick(self) -> None:
-        """Wait for the end of a tick that was opened before a resume (no OpenTick)."""
-        self._tick_done = trio.Event()
-        self._outcome = None
 
     def restart(self, action: StartCall) -> None:
         """Run again a call the scheduler counts as running (idempotent, cut by a crash)."""
@@ -205,23 +120,18 @@ class Engine:
         """Ask the hook again about a call whose question a crash left unanswered."""
         self._spawn(self._ask, pending)
 
-    # -- events in, actions out ------------------------------------------------------------
+    # -- carrying out the scheduler's actions ----------------------------------------------
 
-    def feed(self, event: Event) -> None:
-        actions = self.scheduler.handle(event)
-        if self._journal is not None:
-            self._journal.record(event, actions)
-        for action in actions:
-            if self._on_action is not None:
-                self._on_action(action)
-            if isinstance(action, StartCall):
-                self._start(action)
-            elif isinstance(action, AskApproval):
-                self._spawn(self._ask, action.pending)
-            elif isinstance(action, NoteTickEnded):
-                self._outcome = action
-                if self._tick_done is not None:
-                    self._tick_done.set()
+    def _reset_tick(self) -> None:
+        super()._reset_tick()
+        self._tick_done = trio.Event()
+
+    def _tick_ended(self, action: NoteTickEnded) -> None:
+        if self._tick_done is not None:
+            self._tick_done.set()
+
+    def _request_approval(self, pending: PendingCall) -> None:
+        self._spawn(self._ask, pending)
 
     def _spawn(self, function: Callable[..., Any], *args: Any) -> None:
         if self._nursery is None:
@@ -244,88 +154,101 @@ class Engine:
             self._journal.commit(action.id)  # the call's start is stored before it can act
         tool = self.tools[action.tool]
         context = CallContext(action.id, tool.name, action.call, self.log.view, self.run_id)
-        branch: str | None = None
-        error: dict[str, Any] | None = None
-        value: Any = None
-        try:
-            handler, arguments = tool.prepare(action.params, context)
-        except pydantic.ValidationError as problem:
-            error = {
-                "type": "structural",
-                "message": f"parameters of {tool.name!r} do not convert to the handler's "
-                f"types: {_pydantic_summary(problem)}",
-            }
-        except BaseException as problem:  # a validator of the tool's own types that broke
-            if not is_call_error(problem, passing_here()):
-                raise
-            error = {
-                "type": "runtime",
-                "message": f"converting the parameters of {tool.name!r} raised "
-                f"{describe_error(problem)}",
-            }
-        else:
-            timeout = tool.timeout
-            # A sync handler's thread is taken before its timeout starts: the timeout
-            # measures the handler, not the wait for a thread (which an abandoned,
-            # timed-out thread of an earlier call may still hold).
-            thread = None if tool.is_async else await _ThreadToken.take(self._threads)
-            try:
-                if timeout is None:  # no cancel scope: it is a measurable cost per call
-                    value = await self._invoke(handler, arguments, thread, tool.name)
-                else:
-                    with trio.fail_after(timeout):
-                        value = await self._invoke(handler, arguments, thread, tool.name)
-                if isinstance(value, Branch):
-                    branch, value = value.term, value.value
-                try:
-                    value = tool.dump_output(value)
-                except Exception as problem:
-                    error = {"type": "runtime", "message": _conversion_fault(problem)}
-                else:
-                    fault = _not_json(value)
-                    if fault is not None:
-                        error = {"type": "runtime", "message": f"the result is not JSON: {fault}"}
-                if error is not None:
-                    value = branch = None
-            except trio.TooSlowError as problem:
-                message = (
-                    f"TimeoutError: {tool.name} ran over {_seconds(timeout)}"
-                    if timeout is not None
-                    else describe_error(problem)  # the handler's own deadline
-                )
-                error = {"type": "runtime", "message": message}
-            except BaseException as problem:
-                # A handler's failure is its call's, whatever it raised (SystemExit,
-                # asyncio's CancelledError, a trio.Cancelled of a scope of its own);
-                # KeyboardInterrupt and the cancellation of this call go through.
-                if not is_call_error(problem, passing_here()):
-                    raise
-                error = {"type": "runtime", "message": describe_error(problem)}
-            finally:
-                if thread is not None:
-                    thread.release_unless_handed()
+        value, branch, error = await run_handler(tool, action.params, context, self._threads)
         self.records[action.id].finished = trio.current_time()
         self.feed(FinishCall(action.id, value, branch, error, self._date()))
 
-    async def _invoke(
-        self,
-        handler: Callable[..., Any],
-        arguments: dict[str, Any],
-        thread: _ThreadToken | None,
-        name: str = "",
-    ) -> Any:
-        if thread is None:  # an async handler
-            return await _await_tool(handler(**arguments), name)
-        # Boxed, as `_approval.ask` does: trio refuses a coroutine returned from a thread,
-        # and a sync callable may return an awaitable (a wrapper of an async function).
-        [result] = await trio.to_thread.run_sync(
-            lambda: [handler(**arguments)],
-            abandon_on_cancel=True,
-            limiter=thread,  # type: ignore[arg-type]  # CapacityLimiter-like, as trio allows
-        )
-        if inspect.isawaitable(result):  # a sync callable that returned a coroutine
-            result = await _await_tool(result, name)
-        return result
+
+async def run_handler(
+    tool: Tool, params: dict[str, Any], context: CallContext, threads: trio.CapacityLimiter
+) -> tuple[Any, str | None, dict[str, Any] | None]:
+    """Run one call's handler on trio: (value, branch, error), as `FinishCall` takes them.
+
+    Shared by the engine and by anything that runs a call elsewhere (a Temporal activity
+    runs it under `trio.run`), so conversion, timeout, result checks and the wording of
+    every runtime error are the same wherever a call runs.
+    """
+    branch: str | None = None
+    error: dict[str, Any] | None = None
+    value: Any = None
+    try:
+        handler, arguments = tool.prepare(params, context)
+    except pydantic.ValidationError as problem:
+        error = {
+            "type": "structural",
+            "message": f"parameters of {tool.name!r} do not convert to the handler's "
+            f"types: {_pydantic_summary(problem)}",
+        }
+    except BaseException as problem:  # a validator of the tool's own types that broke
+        if not is_call_error(problem, passing_here()):
+            raise
+        error = {
+            "type": "runtime",
+            "message": f"converting the parameters of {tool.name!r} raised "
+            f"{describe_error(problem)}",
+        }
+    else:
+        timeout = tool.timeout
+        # A sync handler's thread is taken before its timeout starts: the timeout
+        # measures the handler, not the wait for a thread (which an abandoned,
+        # timed-out thread of an earlier call may still hold).
+        thread = None if tool.is_async else await _ThreadToken.take(threads)
+        try:
+            if timeout is None:  # no cancel scope: it is a measurable cost per call
+                value = await _invoke(handler, arguments, thread, tool.name)
+            else:
+                with trio.fail_after(timeout):
+                    value = await _invoke(handler, arguments, thread, tool.name)
+            if isinstance(value, Branch):
+                branch, value = value.term, value.value
+            try:
+                value = tool.dump_output(value)
+            except Exception as problem:
+                error = {"type": "runtime", "message": _conversion_fault(problem)}
+            else:
+                fault = _not_json(value)
+                if fault is not None:
+                    error = {"type": "runtime", "message": f"the result is not JSON: {fault}"}
+            if error is not None:
+                value = branch = None
+        except trio.TooSlowError as problem:
+            message = (
+                f"TimeoutError: {tool.name} ran over {_seconds(timeout)}"
+                if timeout is not None
+                else describe_error(problem)  # the handler's own deadline
+            )
+            error = {"type": "runtime", "message": message}
+        except BaseException as problem:
+            # A handler's failure is its call's, whatever it raised (SystemExit,
+            # asyncio's CancelledError, a trio.Cancelled of a scope of its own);
+            # KeyboardInterrupt and the cancellation of this call go through.
+            if not is_call_error(problem, passing_here()):
+                raise
+            error = {"type": "runtime", "message": describe_error(problem)}
+        finally:
+            if thread is not None:
+                thread.release_unless_handed()
+    return value, branch, error
+
+
+async def _invoke(
+    handler: Callable[..., Any],
+    arguments: dict[str, Any],
+    thread: _ThreadToken | None,
+    name: str = "",
+) -> Any:
+    if thread is None:  # an async handler
+        return await _await_tool(handler(**arguments), name)
+    # Boxed, as `_approval.ask` does: trio refuses a coroutine returned from a thread,
+    # and a sync callable may return an awaitable (a wrapper of an async function).
+    [result] = await trio.to_thread.run_sync(
+        lambda: [handler(**arguments)],
+        abandon_on_cancel=True,
+        limiter=thread,  # type: ignore[arg-type]  # CapacityLimiter-like, as trio allows
+    )
+    if inspect.isawaitable(result):  # a sync callable that returned a coroutine
+        result = await _await_tool(result, name)
+    return result
 
 
 async def _await_tool(awaitable: Any, name: str) -> Any:

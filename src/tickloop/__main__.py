@@ -1,0 +1,5 @@
+"""`python -m tickloop`: the command line, as the `tickloop` script."""
+
+from ._cli import main
+
+raise SystemExit(main())

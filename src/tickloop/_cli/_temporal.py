@@ -1,0 +1,207 @@
+"""`tickloop temporal ...`: a worker process, and a run's pending calls, decisions, trace.
+
+The parser is built without importing temporalio (so `tickloop --help` stays fast); the
+commands import it when they run. Refusals (an unknown run, a call that is not waiting)
+print one line and exit with 2, as the store's commands do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+__all__ = ["add_commands", "run_command"]
+
+EXIT_REFUSED = 2
+DEFAULT_ADDRESS = "127.0.0.1:7233"
+
+
+def add_commands(commands: Any) -> None:
+    temporal = commands.add_parser(
+        "temporal",
+        help="run agents on Temporal: a worker, and a run's pending calls, decisions, trace",
+        description="Run agents on a Temporal server (pip install 'tickloop[temporal]'); "
+        "see docs/temporal.md.",
+    )
+    sub = temporal.add_subparsers(dest="temporal_command", metavar="COMMAND", required=True)
+
+    def connection(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--address", default=DEFAULT_ADDRESS, help=f"HOST:PORT (default {DEFAULT_ADDRESS})"
+        )
+        parser.add_argument("--namespace", default="default")
+
+    worker = sub.add_parser("worker", help="serve agents until interrupted")
+    worker.add_argument("agents", nargs="+", metavar="MODULE:AGENT")
+    worker.add_argument("--task-queue", required=True)
+    worker.add_argument("--identity", help="the worker's name in records (default pid@host)")
+    worker.add_argument(
+        "--sticky-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long a run's next task waits for this worker's cache before any worker "
+        "takes it (default 10; small values recover faster from a dead worker)",
+    )
+    connection(worker)
+    pending = sub.add_parser("pending", help="the calls a run waits on a person for")
+    pending.add_argument("run", metavar="RUN")
+    connection(pending)
+    approve = sub.add_parser("approve", help="approve a waiting call (or --edit it)")
+    approve.add_argument("run", metavar="RUN")
+    approve.add_argument("call", metavar="CALL")
+    approve.add_argument("--edit", metavar="JSON", help="run it with these parameters instead")
+    connection(approve)
+    deny = sub.add_parser("deny", help="deny a waiting call")
+    deny.add_argument("run", metavar="RUN")
+    deny.add_argument("call", metavar="CALL")
+    deny.add_argument("--reason", default="denied from the command line", help="told to the model")
+    connection(deny)
+    trace = sub.add_parser("trace", help="a run's calls and where they ran (or --html FILE)")
+    trace.add_argument("run", metavar="RUN")
+    trace.add_argument("--html", metavar="FILE", help="write a self-contained HTML timeline")
+    connection(trace)
+
+
+def run_command(arguments: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    from .._errors import TickloopError
+
+    try:
+        return asyncio.run(_run(arguments, out))
+    except KeyboardInterrupt:
+        return 130
+    except TickloopError as error:
+        print(f"tickloop: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+
+
+async def _run(arguments: argparse.Namespace, out: TextIO) -> int:
+    from temporalio.client import Client
+    from temporalio.service import RPCError
+
+    from .._core._decisions import Approve, Deny, Edit
+    from .._errors import ResumeError
+    from ..temporal import get, worker
+
+    client = await Client.connect(arguments.address, namespace=arguments.namespace)
+    command = arguments.temporal_command
+    if command == "worker":
+        from ._runs import load_agent
+
+        agents = [load_agent(spec) for spec in arguments.agents]
+        from datetime import timedelta
+
+        async with worker(
+            client,
+            agents,
+            task_queue=arguments.task_queue,
+            identity=arguments.identity,
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=arguments.sticky_timeout),
+        ):
+            out.write(
+                f"worker {arguments.identity or client.identity} serving "
+                f"{', '.join(agent.name for agent in agents)} on {arguments.task_queue}\n"
+            )
+            out.flush()
+            await asyncio.Event().wait()  # until interrupted
+        return 0
+    handle = get(client, arguments.run)
+    try:
+        if command == "pending":
+            for call in await handle.pending():
+                out.write(
+                    f"{call.id}\t{call.tool}\t{json.dumps(call.params, ensure_ascii=False)}\n"
+                )
+            return 0
+        if command == "approve":
+            decision: Any = Approve()
+            if arguments.edit is not None:
+                decision = Edit(json.loads(arguments.edit))
+            await handle.decide(arguments.call, decision)
+            out.write(f"{arguments.call}: approved\n")
+            return 0
+        if command == "deny":
+            await handle.decide(arguments.call, Deny(arguments.reason))
+            out.write(f"{arguments.call}: denied\n")
+            return 0
+        if command == "trace":
+            snapshot = await handle.snapshot()
+            if arguments.html is not None:
+                Path(arguments.html).write_text(
+                    timeline_of(arguments.run, snapshot), encoding="utf-8"
+                )
+                out.write(f"wrote {arguments.html}\n")
+                return 0
+            _trace_text(snapshot, out)
+            return 0
+    except RPCError as error:
+        raise ResumeError(f"run {arguments.run!r}: {error}") from None
+    raise AssertionError(command)
+
+
+def _trace_text(snapshot: dict[str, Any], out: TextIO) -> None:
+    records = snapshot["records"]
+    times = [r["started"] for r in records if r["started"] is not None]
+    times += [q["started"] for q in snapshot["requests"]]
+    origin = min(times, default=0.0)
+    for request in snapshot["requests"]:
+        out.write(
+            f"model    iteration {request['iteration']:<3} attempt {request['attempt']:<2} "
+            f"{request['started'] - origin:8.3f}s {request['finished'] - request['started']:.3f}s"
+            f"  {request['worker'] or ''}\n"
+        )
+    out.write(f"{'call':<8} {'tool':<20} {'status':<9} {'started':>9} {'ran':>9}  worker\n")
+    for r in records:
+        start = "" if r["started"] is None else f"{r['started'] - origin:8.3f}s"
+        took = (
+            ""
+            if r["started"] is None or r["finished"] is None
+            else f"{r['finished'] - r['started']:.3f}s"
+        )
+        out.write(
+            f"{r['id']:<8} {r['tool'] or '?':<20} {r['status']:<9} {start:>9} {took:>9}  "
+            f"{r.get('worker') or ''}\n"
+        )
+
+
+def timeline_of(run_id: str, snapshot: dict[str, Any]) -> str:
+    """The HTML timeline of `tickloop trace --html`, for a run on Temporal."""
+    from .._durable._store import CallInfo, RunInfo
+    from .._observe._timeline import _render, _Request
+
+    records = snapshot["records"]
+    calls = [
+        CallInfo(
+            id=r["id"],
+            seq=seq,
+            iteration=r["iteration"],
+            tool=(f"{r['tool']} @ {r['worker']}" if r.get("worker") else r["tool"]),
+            status=r["status"],
+            call=r["call"],
+            params=r["params"],
+            deps=[],
+            decision=None,
+            error=r["error"],
+            received=None,
+            ready=None,
+            asked=None,
+            decided=None,
+            started=r["started"],
+            finished=r["finished"],
+        )
+        for seq, r in enumerate(records)
+    ]
+    requests = [
+        _Request(q["iteration"], q["started"], q["finished"], retries=q["attempt"] - 1)
+        for q in snapshot["requests"]
+    ]
+    moments = [c.started for c in calls if c.started is not None] + [q.start for q in requests]
+    created = min(moments, default=0.0)
+    updated = max([c.finished for c in calls if c.finished is not None] + [created])
+    run = RunInfo(run_id, "temporal", created, updated, len(calls))
+    return _render(run, calls, requests, [], [])

@@ -1,0 +1,170 @@
+"""What every driver of the scheduler does the same way, whatever it runs on.
+
+The `Scheduler` decides; a driver feeds it events and carries out its actions. The trio
+engine (`_engine.Engine`) and the Temporal workflow (`tickloop.temporal`) differ only in
+how they start a call, ask about one and wait for the end of a tick; everything else —
+the event constructors, the journal hook, handing every action to the observer, noting
+the tick's end — is here once. Nothing here awaits, so it is as sans-IO as the scheduler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from .._errors import ConfigurationError
+from ._decisions import ApproveHook, PendingCall
+from ._log import ContextLog
+from ._scheduler import CallRecord, Scheduler
+from ._scheduler_io import (
+    Action,
+    AskApproval,
+    CloseStream,
+    Decide,
+    Event,
+    Flush,
+    NoteTickEnded,
+    OpenTick,
+    ReceiveCall,
+    ReportFault,
+    StartCall,
+)
+from ._tools import ToolSet
+
+__all__ = ["Journal", "SchedulerDriver", "check_configuration"]
+
+
+def check_configuration(
+    tools: ToolSet, approve: ApproveHook | None, max_concurrency: int | None
+) -> None:
+    """Configuration errors are raised before anything runs (PROTOCOL §6)."""
+    if approve is None and tools.may_require_approval:
+        names = ", ".join(repr(name) for name in tools.may_require_approval)
+        raise ConfigurationError(
+            f"tool(s) {names} may require approval, but no approval hook was given "
+            "(pass approve=...)"
+        )
+    if approve is not None and not callable(approve):
+        raise ConfigurationError(f"approve must be callable, not {approve!r}")
+    if max_concurrency is not None and (
+        isinstance(max_concurrency, bool)
+        or not isinstance(max_concurrency, int)
+        or max_concurrency < 1
+    ):
+        raise ConfigurationError(
+            f"max_concurrency must be a positive whole number or None, not {max_concurrency!r}"
+        )
+
+
+class Journal(Protocol):
+    """Where a durable run records what the engine does (see `_durable.DurableRun`).
+
+    `record` is called for every event, after the scheduler and before any of its
+    actions is carried out; `commit` before the engine acts on the world (a handler runs,
+    the hook is asked), so nothing acts on an event that is not stored yet.
+    """
+
+    def record(self, event: Event, actions: list[Action]) -> None: ...
+
+    def commit(self, call_id: str | None = None) -> None: ...
+
+
+class SchedulerDriver:
+    """Feeds one run's scheduler and dispatches its actions; a subclass says how to act.
+
+    A subclass implements `_start` (run an explicit call's handler, then feed
+    `FinishCall`), `_request_approval` (ask about a call, then feed `Decide`) and
+    `_tick_ended` (wake whoever waits for the tick). Any other action only goes to the
+    observer, so a scheduler that grows a new action needs no change here unless the
+    driver must act on it. Events are fed one at a time and never from inside
+    `Scheduler.handle`, so the scheduler is never re-entered.
+    """
+
+    def __init__(
+        self,
+        tools: ToolSet,
+        log: ContextLog,
+        *,
+        approve: ApproveHook | None = None,
+        max_concurrency: int | None = None,
+        on_action: Callable[[Action], None] | None = None,
+        clock: Callable[[], str],
+        journal: Journal | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        check_configuration(tools, approve, max_concurrency)
+        self.tools = tools
+        self.log = log
+        self.run_id = run_id
+        self.scheduler = Scheduler(tools, log, max_concurrency=max_concurrency, run_id=run_id)
+        self._approve = approve
+        self._on_action = on_action
+        # Durable runs: commits each event (with what it changed) before its actions run.
+        self._journal = journal
+        self._date = clock
+        self._outcome: NoteTickEnded | None = None
+
+    @property
+    def records(self) -> dict[str, CallRecord]:
+        return self.scheduler.records
+
+    # -- the tick, as the outer loop sees it -----------------------------------------------
+
+    def open_tick(self, iteration: int) -> None:
+        self._reset_tick()
+        self.feed(OpenTick(iteration, self._date()))
+
+    def receive(self, call: Any) -> None:
+        """Hand one streamed call to the tick; it starts at once if it is ready."""
+        self.feed(ReceiveCall(call, self._date()))
+
+    def report(self, error: dict[str, Any], call: Any = None) -> None:
+        """A structural fault of the iteration (bad solution, bad output) for the errors."""
+        self.feed(ReportFault(error, call, self._date()))
+
+    def close_stream(self) -> None:
+        self.feed(CloseStream(self._date()))
+
+    def flush_errors(self) -> None:
+        """Append the faults reported since the tick ended (an output that did not
+        resolve, PROTOCOL §8), so the next request shows them."""
+        self.feed(Flush(self._date()))
+
+    def decide(self, call_id: str, decision: Any) -> None:
+        """A decision from outside the hook (a deferred call)."""
+        self.feed(Decide(call_id, decision, self._date()))
+
+    def expect_tick(self) -> None:
+        """Wait for the end of a tick opened earlier (a resume, a deferred call decided)."""
+        self._reset_tick()
+
+    # -- events in, actions out ------------------------------------------------------------
+
+    def feed(self, event: Event) -> None:
+        actions = self.scheduler.handle(event)
+        if self._journal is not None:
+            self._journal.record(event, actions)
+        for action in actions:
+            if self._on_action is not None:
+                self._on_action(action)
+            if isinstance(action, StartCall):
+                self._start(action)
+            elif isinstance(action, AskApproval):
+                self._request_approval(action.pending)
+            elif isinstance(action, NoteTickEnded):
+                self._outcome = action
+                self._tick_ended(action)
+
+    # -- what a driver does ----------------------------------------------------------------
+
+    def _reset_tick(self) -> None:
+        self._outcome = None
+
+    def _start(self, action: StartCall) -> None:
+        raise NotImplementedError
+
+    def _request_approval(self, pending: PendingCall) -> None:
+        raise NotImplementedError
+
+    def _tick_ended(self, action: NoteTickEnded) -> None:
+        raise NotImplementedError

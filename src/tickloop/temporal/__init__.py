@@ -1,0 +1,269 @@
+"""Run tickloop agents on Temporal: the same agent, each call an activity.
+
+```python
+from tickloop import temporal as tlt
+
+agent = tl.Agent(model, tools=[...], name="billing", approve=tlt.ask_person)
+client = await temporalio.client.Client.connect("127.0.0.1:7233")
+async with tlt.worker(client, [agent], task_queue="agents"):
+    handle = await tlt.start(client, agent, {"question": "..."}, run_id="order-42",
+                             task_queue="agents")
+    await handle.pending()                       # [PendingCall, ...]
+    await handle.decide("c1.2", tl.Approve())    # a bad call id raises ResumeError
+    result = await handle.result()               # a RunResult
+```
+
+The workflow type is the agent's name; the activities are `<name>.model`,
+`<name>.approve` and `<name>.tool.<tool>`. See docs/temporal.md.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pydantic_core
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from .._agent._agent import Agent
+from .._agent._loop import RunResult
+from .._core._decisions import (
+    Decision,
+    PendingCall,
+    decision_to_dict,
+    normalize_decision,
+)
+from .._core._log import ContextLog
+from .._core._scheduler import CallRecord
+from .._errors import ConfigurationError, ExecuteError, MaxIterationsError, ResumeError
+from .._models._base import Usage
+from ._activities import activity_names, make_activities
+from ._devserver import dev_server
+from ._workflow import (
+    AGENTS,
+    DECIDE_UPDATE,
+    PENDING_QUERY,
+    SNAPSHOT_QUERY,
+    AgentWorkflow,
+    ask_person,
+)
+
+__all__ = [
+    "AgentWorkflow",
+    "RunHandle",
+    "activity_names",
+    "ask_person",
+    "dev_server",
+    "get",
+    "start",
+    "worker",
+    "workflow_runner",
+]
+
+
+def _check_agent(agent: Agent) -> str:
+    if not isinstance(agent, Agent):
+        raise ConfigurationError(f"expected a tl.Agent, got {agent!r}")
+    if agent.name is None:
+        raise ConfigurationError(
+            "an agent run on Temporal needs a name (tl.Agent(..., name='billing')): it is "
+            "the workflow type and the prefix of its activities"
+        )
+    if getattr(agent, "tool_sources", None):
+        raise ConfigurationError(
+            f"agent {agent.name!r} has tool sources (MCP servers): their tools are known "
+            "only once a run connects, and tickloop.temporal does not run them yet; give "
+            "the agent tl.Tool objects whose handlers call the server"
+        )
+    return agent.name
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """Temporal's sandbox with tickloop passed through: tickloop keeps no per-run global
+    state, and re-importing it per workflow would cost more than the run. Use it for a
+    `Replayer` too: `Replayer(workflows=[tlt.AgentWorkflow], workflow_runner=...)`."""
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(
+            "tickloop", "trio", "pydantic", "pydantic_core", "jsonschema", "networkx", "httpx"
+        )
+    )
+
+
+def worker(
+    client: Client,
+    agents: Sequence[Agent],
+    *,
+    task_queue: str,
+    identity: str | None = None,
+    max_concurrent_activities: int = 200,
+    **options: Any,
+) -> Worker:
+    """A temporalio `Worker` serving `agents` (use it as an async context manager, or
+    `await worker.run()`). `options` go to `Worker` as they are."""
+    if not agents:
+        raise ConfigurationError("worker() needs at least one agent")
+    names = [_check_agent(agent) for agent in agents]
+    if len(set(names)) != len(names):
+        raise ConfigurationError(f"two agents share a name: {names}")
+    for agent in agents:
+        known = AGENTS.get(agent.name)  # type: ignore[arg-type]
+        if known is not None and known is not agent:
+            raise ConfigurationError(
+                f"another agent named {agent.name!r} is served in this process already"
+            )
+        AGENTS[agent.name] = agent  # type: ignore[index]
+    identity = identity or client.identity
+    # Each activity runs its trio code in a thread of its own: as many as may run at once.
+    executor = concurrent.futures.ThreadPoolExecutor(
+        max_workers=max_concurrent_activities, thread_name_prefix="tickloop-activity"
+    )
+    activities = [
+        function for agent in agents for function in make_activities(agent, identity, executor)
+    ]
+    options.setdefault("workflow_runner", workflow_runner())
+    # A fan-out makes many short activities: poll for them on several connections.
+    options.setdefault("max_concurrent_activity_task_polls", 16)
+    options.setdefault("max_concurrent_workflow_task_polls", 8)
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[AgentWorkflow],
+        activities=activities,
+        identity=identity,
+        max_concurrent_activities=max_concurrent_activities,
+        **options,
+    )
+
+
+async def start(
+    client: Client,
+    agent: Agent,
+    input: Any = None,
+    *,
+    run_id: str | None = None,
+    task_queue: str,
+    heartbeat_timeout: float = 10.0,
+    model_timeout: float = 600.0,
+    tool_timeout: float = 86400.0,
+    tool_task_queues: Mapping[str, str] | None = None,
+    idempotent_attempts: int = 10,
+) -> RunHandle:
+    """Start a run of `agent` as workflow `run_id` (made up when None).
+
+    `heartbeat_timeout`: how soon a dead worker's activities are noticed (then an
+    idempotent call runs again, another ends failed as interrupted). `tool_task_queues`
+    sends a tool's calls to workers of another queue (tools that must run elsewhere).
+    """
+    name = _check_agent(agent)
+    try:
+        input = pydantic_core.to_jsonable_python(input)
+    except pydantic_core.PydanticSerializationError as error:
+        raise ConfigurationError(f"the input has no JSON form: {error}") from error
+    options = {
+        "heartbeat_timeout": heartbeat_timeout,
+        "model_timeout": model_timeout,
+        "tool_timeout": tool_timeout,
+        "tool_task_queues": dict(tool_task_queues or {}),
+        "idempotent_attempts": idempotent_attempts,
+    }
+    handle = await client.start_workflow(
+        name,
+        {"input": input, "options": options},
+        id=run_id or f"{name}-{uuid.uuid4().hex[:12]}",
+        task_queue=task_queue,
+    )
+    return RunHandle(handle, agent)
+
+
+def get(client: Client, run_id: str, agent: Agent | None = None) -> RunHandle:
+    """A handle on an existing run (from another process: the CLI, an approval UI)."""
+    return RunHandle(client.get_workflow_handle(run_id), agent)
+
+
+class RunHandle:
+    """One run on Temporal: its pending calls, decisions on them, and its result."""
+
+    def __init__(self, handle: WorkflowHandle[Any, Any], agent: Agent | None = None) -> None:
+        self.workflow = handle
+        self.agent = agent
+
+    @property
+    def run_id(self) -> str:
+        return self.workflow.id
+
+    async def pending(self) -> list[PendingCall]:
+        """The calls waiting for a person's decision, with their resolved parameters."""
+        rows = await self.workflow.query(PENDING_QUERY)
+        tools = self.agent.tools if self.agent is not None else {}
+        return [
+            PendingCall(
+                row["id"],
+                row["tool"],
+                row["params"],
+                row["call"],
+                run_id=row.get("run_id"),
+                waits_on=row.get("waits_on") or [],
+                dependents=row.get("dependents") or [],
+                schema=tools[row["tool"]].parameters if row["tool"] in tools else None,
+                output_schema=tools[row["tool"]].output if row["tool"] in tools else None,
+            )
+            for row in rows
+        ]
+
+    async def decide(self, call_id: str, decision: Decision | bool) -> None:
+        """Decide a waiting call (any decision of PROTOCOL §6). A call that is not waiting
+        or a decision that cannot apply (an edit that fails the schema) raises
+        `ResumeError`, and nothing is recorded."""
+        body = decision_to_dict(normalize_decision(decision))
+        try:
+            await self.workflow.execute_update(DECIDE_UPDATE, args=[call_id, body])
+        except WorkflowUpdateFailedError as error:
+            cause = error.cause
+            message = cause.message if isinstance(cause, ApplicationError) else str(cause)
+            raise ResumeError(f"run {self.run_id!r}: {message}") from None
+
+    async def snapshot(self) -> dict[str, Any]:
+        """The run so far: messages, calls (with the worker of each), model requests."""
+        return await self.workflow.query(SNAPSHOT_QUERY)
+
+    async def result(self) -> RunResult:
+        """Wait for the run's end: a `RunResult`, or the error the run ended with."""
+        try:
+            data = await self.workflow.result()
+        except WorkflowFailureError as failure:
+            cause = failure.cause
+            if isinstance(cause, ApplicationError):
+                messages = (cause.details[0] or {}).get("messages") if cause.details else None
+                if cause.type == "MaxIterationsError":
+                    raise MaxIterationsError(cause.message, messages) from None
+                if cause.type == "ExecuteError":
+                    raise ExecuteError(cause.message, messages) from None
+            raise
+        return result_from_dict(data, self.agent, self.run_id)
+
+
+def result_from_dict(data: dict[str, Any], agent: Agent | None, run_id: str) -> RunResult:
+    log = ContextLog(data["messages"])
+    records = {row["id"]: CallRecord(**row) for row in data["records"]}
+    output = data["output"]
+    if agent is not None:
+        output = agent.output.convert(output)
+    return RunResult(
+        output,
+        log,
+        records,
+        data["iterations"],
+        Usage(**data["usage"]),
+        run_id=run_id,
+        status=data.get("status", "done"),
+    )

@@ -1,0 +1,327 @@
+"""The activities of an agent on Temporal: one per model request, tool call, hook question.
+
+Everything here runs on a worker, outside the workflow: it may do I/O, read clocks and
+start threads. Models, tools and hooks are written for trio, so each activity runs its
+trio code under `trio.run` in a thread of its own and stays an asyncio coroutine only to
+heartbeat and to signal the workflow. Inputs and results are plain JSON dicts, so the
+history records exactly what was asked and what came back.
+
+A handler's own failure is its call's result (an error dict), never an activity failure:
+Temporal retries an activity only when its worker stopped (heartbeat timeout) or when the
+model answered with a retryable error (PROTOCOL §8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import math
+from collections.abc import Callable
+from dataclasses import asdict
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import trio
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from .._agent._prompt import _visible_parameters
+from .._agent._retry import MAX_BACKOFF
+from .._core._decisions import PendingCall, decision_to_dict
+from .._core._tools import CallContext
+from .._engine._asking import ask
+from .._engine._engine import run_handler
+from .._json._stream import SolutionStream
+from .._models._base import (
+    ModelError,
+    SolutionRequest,
+    TextDelta,
+    ToolCallStarted,
+    ToolSpec,
+    TurnRequest,
+    TurnResponse,
+    Usage,
+)
+
+if TYPE_CHECKING:
+    from .._agent._agent import Agent
+
+__all__ = ["DELTA_SIGNAL", "PAYLOAD_LIMIT", "activity_names", "make_activities", "too_big"]
+
+DELTA_SIGNAL = "tickloop.delta"  # the model activity's closed calls, to its own workflow
+#: Temporal refuses a payload over 2 MB by default (the server's blob size limit); a value
+#: is checked against a little less, so the rest of the payload fits around it.
+PAYLOAD_LIMIT = 2 * 1024 * 1024 - 64 * 1024
+
+
+def activity_names(agent_name: str) -> dict[str, str]:
+    """Stable activity names of an agent: model, approve, and the prefix of its tools."""
+    return {
+        "model": f"{agent_name}.model",
+        "approve": f"{agent_name}.approve",
+        "tool": f"{agent_name}.tool.",
+    }
+
+
+def too_big(value: Any, what: str, limit: int = PAYLOAD_LIMIT) -> str | None:
+    """Why `value` cannot travel through Temporal (over its payload limit), or None."""
+    size = len(json.dumps(value, ensure_ascii=False).encode())
+    if size <= limit:
+        return None
+    return (
+        f"{what} is {size:,} bytes of JSON, over Temporal's payload limit "
+        f"({limit:,} bytes, the server's 2 MB blob size limit): write less, or store it "
+        "elsewhere and pass a reference to it"
+    )
+
+
+class _Heartbeat:
+    """Heartbeats every `period` seconds while the activity's trio thread works."""
+
+    def __init__(self, period: float) -> None:
+        self.period = period
+
+    async def __aenter__(self) -> _Heartbeat:
+        self._task = asyncio.get_running_loop().create_task(self._beat())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def _beat(self) -> None:
+        while True:  # a short call ends before its first beat: no RPC at all
+            await asyncio.sleep(self.period)
+            activity.heartbeat()
+
+
+def _period() -> float:
+    timeout = activity.info().heartbeat_timeout
+    seconds = timeout.total_seconds() if timeout else 30.0
+    return max(seconds / 3, 0.05)
+
+
+def make_activities(
+    agent: Agent, identity: str, executor: concurrent.futures.Executor
+) -> list[Callable[..., Any]]:
+    """The activities a worker registers for `agent`; `identity` names the worker in every
+    result, so records and events say where each call ran."""
+    assert agent.name is not None
+    names = activity_names(agent.name)
+
+    async def in_thread(function: Callable[..., Any], *args: Any) -> Any:
+        """`trio.run(function, *args)` in a thread of the worker's pool."""
+        return await asyncio.get_running_loop().run_in_executor(executor, trio.run, function, *args)
+
+    functions: list[Callable[..., Any]] = []
+
+    # -- the model request ----------------------------------------------------------------
+
+    async def model_request(data: dict[str, Any]) -> dict[str, Any]:
+        info = activity.info()
+        attempt = info.attempt
+        if data.get("protocol") == "tools":
+            async with _Heartbeat(_period()):
+                return await in_thread(_ask_turn, agent, data, identity)
+        handle = activity.client().get_workflow_handle(
+            info.workflow_id, run_id=info.workflow_run_id
+        )
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[str | None] = asyncio.Queue()
+        signalled = 0  # characters of the text the workflow was sent
+        failed = asyncio.Event()
+
+        async def send() -> None:
+            nonlocal signalled
+            index = 0
+            while True:
+                piece = await queue.get()
+                if piece is None:
+                    return
+                while not queue.empty():  # coalesce what piled up while a signal flew
+                    more = queue.get_nowait()
+                    if more is None:
+                        queue.put_nowait(None)
+                        break
+                    piece += more
+                try:
+                    await handle.signal(
+                        DELTA_SIGNAL,
+                        {
+                            "iteration": data["iteration"],
+                            "attempt": attempt,
+                            "index": index,
+                            "text": piece,
+                        },
+                    )
+                except Exception:  # eagerness is lost, not a call: the result has all text
+                    failed.set()
+                    return
+                index += 1
+                signalled += len(piece)
+
+        def hand(piece: str) -> None:  # from the trio thread
+            if not failed.is_set():
+                loop.call_soon_threadsafe(queue.put_nowait, piece)
+
+        sender = loop.create_task(send())
+        try:
+            async with _Heartbeat(_period()):
+                outcome = await in_thread(_stream_solution, agent, data, hand)
+        finally:
+            queue.put_nowait(None)
+            await sender
+        if outcome.get("raise") is not None:
+            raise outcome["raise"]
+        outcome.update(attempt=attempt, signalled=signalled, worker=identity)
+        return outcome
+
+    functions.append(activity.defn(name=names["model"])(model_request))
+
+    # -- the approval hook ----------------------------------------------------------------
+
+    if agent.approve is not None:
+
+        async def approve(data: dict[str, Any]) -> dict[str, Any]:
+            tool = agent.tools.get(data["tool"])
+            pending = PendingCall(
+                data["id"],
+                data["tool"],
+                data["params"],
+                data.get("call") or {},
+                run_id=data.get("run_id"),
+                waits_on=data.get("waits_on") or [],
+                dependents=data.get("dependents") or [],
+                schema=tool.parameters if tool is not None else None,
+                output_schema=tool.output if tool is not None else None,
+            )
+            async with _Heartbeat(_period()):
+                decision = await in_thread(ask, agent.approve, pending)
+            return {**decision_to_dict(decision), "worker": identity}
+
+        functions.append(activity.defn(name=names["approve"])(approve))
+
+    # -- the tools ------------------------------------------------------------------------
+
+    for tool in agent.tools.values():
+        if tool.is_latent:
+            continue
+
+        def bind(tool: Any = tool) -> Callable[..., Any]:
+            async def call(data: dict[str, Any]) -> dict[str, Any]:
+                views = data.get("views") or {}
+                context = CallContext(
+                    data["id"], tool.name, data["call"], views.get, data.get("run_id")
+                )
+
+                async def run() -> tuple[Any, str | None, dict[str, Any] | None]:
+                    return await run_handler(
+                        tool, data["params"], context, trio.CapacityLimiter(math.inf)
+                    )
+
+                async with _Heartbeat(_period()):
+                    value, branch, error = await in_thread(run)
+                if error is None:
+                    problem = too_big(value, f"the result of {tool.name!r}")
+                    if problem is not None:
+                        value, branch, error = None, None, {"type": "runtime", "message": problem}
+                return {"value": value, "branch": branch, "error": error, "worker": identity}
+
+            return activity.defn(name=names["tool"] + tool.name)(call)
+
+        functions.append(bind())
+    return functions
+
+
+# -- what runs in the activity's trio thread ----------------------------------------------
+
+
+async def _stream_solution(
+    agent: Agent, data: dict[str, Any], hand: Callable[[str], None]
+) -> dict[str, Any]:
+    """Stream one solution request; hand the text over each time a call's object closes."""
+    request = SolutionRequest(
+        messages=data["messages"], schema=agent.schema, iteration=data["iteration"]
+    )
+    stream = SolutionStream()
+    text: list[str] = []
+    held: list[str] = []  # text not handed over yet
+    usage = Usage()
+    try:
+        async for item in agent.model.stream_solution(request):
+            if isinstance(item, Usage):
+                usage = usage + item
+                continue
+            if not isinstance(item, TextDelta):
+                continue
+            text.append(item.text)
+            held.append(item.text)
+            if stream.feed(item.text):  # a call closed: the workflow may start it now
+                hand("".join(held))
+                held.clear()
+    except ModelError as error:
+        if text:  # it began: calls may be running, so it is reported, not retried
+            return {"text": "".join(text), "broken": str(error), "usage": asdict(usage)}
+        return {"raise": _model_failure(error)}
+    except Exception as error:  # a client bug fails the request, never loops on it
+        return {
+            "raise": ApplicationError(
+                f"the model client raised {type(error).__name__}: {error}",
+                type="ModelClientError",
+                non_retryable=True,
+            )
+        }
+    return {"text": "".join(text), "broken": None, "usage": asdict(usage)}
+
+
+async def _ask_turn(agent: Agent, data: dict[str, Any], identity: str) -> dict[str, Any]:
+    """One native tool-calling request, held until complete (as `_TurnLoop._attempt`)."""
+    request = TurnRequest(
+        system=data["system"],
+        conversation=data["conversation"],
+        tools=[
+            ToolSpec(tool.name, tool.description, _visible_parameters(tool))
+            for tool in agent.tools.values()
+        ],
+        iteration=data["iteration"],
+    )
+    response: TurnResponse | None = None
+    usage = Usage()
+    try:
+        async for item in agent.model.stream_turn(request):
+            if isinstance(item, Usage):
+                usage = usage + item
+            elif isinstance(item, TurnResponse):
+                response = item
+            elif isinstance(item, TextDelta | ToolCallStarted):
+                continue
+    except ModelError as error:
+        raise _model_failure(error) from None
+    except Exception as error:
+        raise ApplicationError(
+            f"the model client raised {type(error).__name__}: {error}",
+            type="ModelClientError",
+            non_retryable=True,
+        ) from None
+    if response is None:
+        raise _model_failure(
+            ModelError(f"{agent.model!r} ended its stream without a complete response")
+        )
+    return {"response": asdict(response), "usage": asdict(usage), "worker": identity}
+
+
+def _model_failure(error: ModelError) -> ApplicationError:
+    """§8's classification as Temporal's: retryable or not, and the server's Retry-After."""
+    delay = None
+    if error.retry_after is not None and error.retry_after >= 0:
+        delay = timedelta(seconds=min(float(error.retry_after), MAX_BACKOFF))
+    return ApplicationError(
+        str(error),
+        {"status": error.status},
+        type="ModelError",
+        non_retryable=not error.retryable,
+        next_retry_delay=delay,
+    )

