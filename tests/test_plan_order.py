@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from trio.testing import MockClock
 
 import tickloop as tl
-from tickloop._core._scheduler import TickOpened
+from tickloop._core._scheduler_io import OpenTick
 from tickloop._durable._resume import event_from_dict, event_to_dict
 
 # -- tools of the random plans: deterministic, with a latency the plan chooses ----------
@@ -299,38 +299,33 @@ def test_a_held_write_survives_a_crash_and_applies_in_plan_order(tmp_path: Path)
 
 def test_a_journal_from_before_plan_order_replays_with_its_own_rule() -> None:
     old = {"type": "TickOpened", "iteration": 1, "date": ""}
-    assert event_from_dict(old) == TickOpened(1, "", plan_order=False)
-    new = event_to_dict(TickOpened(2, "d"))
-    assert event_from_dict(new) == TickOpened(2, "d", plan_order=True)
+    assert event_from_dict(old) == OpenTick(1, "", plan_order=False)
+    new = event_to_dict(OpenTick(2, "d"))
+    assert event_from_dict(new) == OpenTick(2, "d", plan_order=True)
 
 
 @pytest.mark.parametrize("plan_order", [True, False])
 def test_the_old_rule_is_kept_for_replayed_ticks(plan_order: bool) -> None:
     """A tick journaled before plan order replays as it ran: a reader read what was there."""
     from tickloop._core._log import ContextLog
-    from tickloop._core._scheduler import (
-        CallFinished,
-        CallReceived,
-        Scheduler,
-        StartCall,
-        StreamClosed,
-    )
+    from tickloop._core._scheduler import Scheduler
+    from tickloop._core._scheduler_io import CloseStream, FinishCall, ReceiveCall, StartCall
     from tickloop._core._tools import ToolSet
 
     log = ContextLog([{"type": "data", "kind": "state", "data": {"x": "old"}}])
     scheduler = Scheduler(ToolSet([emit]), log)
-    scheduler.handle(TickOpened(1, plan_order=plan_order))
+    scheduler.handle(OpenTick(1, plan_order=plan_order))
     started = []
     for call in (
         {"_tool": "emit", "value": "new", "_outputPath": "†state.x"},
         {"_tool": "emit", "value": "†state.x", "_outputPath": "†state.seen"},
     ):
-        started += [a for a in scheduler.handle(CallReceived(call)) if isinstance(a, StartCall)]
-    scheduler.handle(StreamClosed())
+        started += [a for a in scheduler.handle(ReceiveCall(call)) if isinstance(a, StartCall)]
+    scheduler.handle(CloseStream())
     assert [a.id for a in started] == (["c1.0"] if plan_order else ["c1.0", "c1.1"])
-    scheduler.handle(CallFinished("c1.0", "new"))
+    scheduler.handle(FinishCall("c1.0", "new"))
     if not plan_order:
-        scheduler.handle(CallFinished("c1.1", "old"))
+        scheduler.handle(FinishCall("c1.1", "old"))
     assert scheduler.records["c1.1"].params["value"] == ("new" if plan_order else "old")
 
 

@@ -23,25 +23,26 @@ from hypothesis import strategies as st
 
 import tickloop as tl
 from tickloop._core._log import ContextLog
-from tickloop._core._scheduler import (
-    FINAL_STATUSES,
+from tickloop._core._scheduler import Scheduler
+from tickloop._core._scheduler_io import (
     Action,
-    ApprovalRequested,
-    CallFinished,
-    CallReady,
-    CallReceived,
-    CallSettled,
-    DecisionMade,
-    FaultReported,
+    AskApproval,
+    CloseStream,
+    Decide,
+    FinishCall,
     Flush,
-    MessageAppended,
-    Scheduler,
+    NoteMessage,
+    NoteReady,
+    NoteSettled,
+    NoteTickEnded,
+    OpenTick,
+    ReceiveCall,
+    ReportFault,
     StartCall,
-    StreamClosed,
-    TickEnded,
-    TickOpened,
 )
+from tickloop._core._status import FINAL_STATUSES, TRANSITIONS, CallStatus
 from tickloop._core._tools import ToolSet
+from tickloop._errors import SchedulerUsageError
 
 
 @tl.tool
@@ -82,14 +83,14 @@ def make(state: dict[str, Any] | None = None, max_concurrency: int | None = None
 
 def opened(state: dict[str, Any] | None = None, **options: Any) -> Scheduler:
     scheduler = make(state, **options)
-    scheduler.handle(TickOpened(1))
+    scheduler.handle(OpenTick(1))
     return scheduler
 
 
 def receive(scheduler: Scheduler, *calls: Any) -> list[Action]:
     actions: list[Action] = []
     for call in calls:
-        actions.extend(scheduler.handle(CallReceived(call)))
+        actions.extend(scheduler.handle(ReceiveCall(call)))
     return actions
 
 
@@ -98,15 +99,15 @@ def starts(actions: list[Action]) -> list[str]:
 
 
 def asked(actions: list[Action]) -> list[str]:
-    return [action.pending.id for action in actions if isinstance(action, ApprovalRequested)]
+    return [action.pending.id for action in actions if isinstance(action, AskApproval)]
 
 
 def settled(actions: list[Action]) -> dict[str, str]:
-    return {action.id: action.status for action in actions if isinstance(action, CallSettled)}
+    return {action.id: action.status for action in actions if isinstance(action, NoteSettled)}
 
 
-def tick_end(actions: list[Action]) -> TickEnded | None:
-    ends = [action for action in actions if isinstance(action, TickEnded)]
+def tick_end(actions: list[Action]) -> NoteTickEnded | None:
+    ends = [action for action in actions if isinstance(action, NoteTickEnded)]
     assert len(ends) <= 1
     return ends[0] if ends else None
 
@@ -126,8 +127,8 @@ def test_a_ready_call_starts_in_the_handle_that_received_it_while_the_stream_is_
     scheduler = opened()
     actions = receive(scheduler, call(1, "†state.a"))
     assert [type(action).__name__ for action in actions] == [
-        "CallAccepted",
-        "CallReady",
+        "NoteAccepted",
+        "NoteReady",
         "StartCall",
     ]
     start = actions[-1]
@@ -140,24 +141,24 @@ def test_a_finished_call_writes_then_starts_its_readers_in_the_same_handle() -> 
     scheduler = opened()
     first = receive(scheduler, call(1, "†state.a"), call("†state.a", "†state.b"))
     assert starts(first) == ["c1.0"]
-    actions = scheduler.handle(CallFinished("c1.0", value=41))
+    actions = scheduler.handle(FinishCall("c1.0", value=41))
     assert [type(action).__name__ for action in actions] == [
-        "MessageAppended",
-        "CallSettled",
-        "CallReady",
+        "NoteMessage",
+        "NoteSettled",
+        "NoteReady",
         "StartCall",
     ]
     written = actions[0]
-    assert isinstance(written, MessageAppended)
+    assert isinstance(written, NoteMessage)
     assert written.message["data"] == {"a": 41}
     assert written.message["_call"]["_id"] == "c1.0"
-    assert isinstance(actions[2], CallReady) and actions[2].params == {"x": 41}
+    assert isinstance(actions[2], NoteReady) and actions[2].params == {"x": 41}
 
 
 def test_an_or_reference_does_not_fall_back_before_the_stream_closes() -> None:
     scheduler = opened(state={"b": "fallback"})
     assert starts(receive(scheduler, call("†state.a || †state.b"))) == []
-    actions = scheduler.handle(StreamClosed())
+    actions = scheduler.handle(CloseStream())
     assert starts(actions) == ["c1.0"]
     assert scheduler.records["c1.0"].params == {"x": "fallback"}
 
@@ -165,15 +166,15 @@ def test_an_or_reference_does_not_fall_back_before_the_stream_closes() -> None:
 def test_an_or_reference_waits_for_a_running_writer_of_its_first_term() -> None:
     scheduler = opened(state={"b": "fallback"})
     receive(scheduler, call(1, "†state.a"), call("†state.a || †state.b", "†state.c"))
-    assert starts(scheduler.handle(StreamClosed())) == []
-    assert starts(scheduler.handle(CallFinished("c1.0", value="first"))) == ["c1.1"]
+    assert starts(scheduler.handle(CloseStream())) == []
+    assert starts(scheduler.handle(FinishCall("c1.0", value="first"))) == ["c1.1"]
     assert scheduler.records["c1.1"].params == {"x": "first"}
 
 
 def test_a_write_below_or_above_a_read_path_wakes_the_reader() -> None:
     scheduler = opened()
     receive(scheduler, call({"k": 1}, "†state.page"), call("†state.page.k", "†state.x"))
-    assert starts(scheduler.handle(CallFinished("c1.0", value={"k": 2}))) == ["c1.1"]
+    assert starts(scheduler.handle(FinishCall("c1.0", value={"k": 2}))) == ["c1.1"]
     assert scheduler.records["c1.1"].params == {"x": 2}
 
 
@@ -181,7 +182,7 @@ def test_a_sibling_path_with_a_common_prefix_is_not_a_writer() -> None:
     # state.b is not a prefix of state.base: the reader of state.b is unresolved at once.
     scheduler = opened()
     receive(scheduler, call(1, "†state.base"), call("†state.b", "†state.x"))
-    actions = scheduler.handle(StreamClosed())
+    actions = scheduler.handle(CloseStream())
     assert settled(actions) == {"c1.1": "invalid"}
 
 
@@ -191,8 +192,8 @@ def test_a_sibling_path_with_a_common_prefix_is_not_a_writer() -> None:
 def test_the_global_limit_caps_the_calls_started_and_frees_a_slot_per_finish() -> None:
     scheduler = opened(max_concurrency=2)
     assert starts(receive(scheduler, *(call(i) for i in range(4)))) == ["c1.0", "c1.1"]
-    assert starts(scheduler.handle(CallFinished("c1.1", value=1))) == ["c1.2"]
-    assert starts(scheduler.handle(CallFinished("c1.0", value=0))) == ["c1.3"]
+    assert starts(scheduler.handle(FinishCall("c1.1", value=1))) == ["c1.2"]
+    assert starts(scheduler.handle(FinishCall("c1.0", value=0))) == ["c1.3"]
 
 
 def test_a_tool_limit_queues_its_calls_without_holding_back_other_tools() -> None:
@@ -201,8 +202,8 @@ def test_a_tool_limit_queues_its_calls_without_holding_back_other_tools() -> Non
         scheduler, call(0, tool="single"), call(1, tool="single"), call(2), call(3, tool="single")
     )
     assert starts(actions) == ["c1.0", "c1.2"]
-    assert starts(scheduler.handle(CallFinished("c1.0", value=0))) == ["c1.1"]
-    assert starts(scheduler.handle(CallFinished("c1.1", value=0))) == ["c1.3"]
+    assert starts(scheduler.handle(FinishCall("c1.0", value=0))) == ["c1.1"]
+    assert starts(scheduler.handle(FinishCall("c1.1", value=0))) == ["c1.3"]
 
 
 def test_under_the_global_limit_queued_calls_start_in_arrival_order_across_tools() -> None:
@@ -211,7 +212,7 @@ def test_under_the_global_limit_queued_calls_start_in_arrival_order_across_tools
     order = []
     for _ in range(3):
         running = next(i for i, r in scheduler.records.items() if r.status == "running")
-        order += starts(scheduler.handle(CallFinished(running, value=None)))
+        order += starts(scheduler.handle(FinishCall(running, value=None)))
     assert order == ["c1.1", "c1.2", "c1.3"]
 
 
@@ -225,7 +226,7 @@ def test_a_tool_dependency_waits_only_for_earlier_calls_and_accepts_any_ending()
     )
     assert starts(actions) == ["c1.0", "c1.2"]  # fetch waits for c1.0, not for c1.2
     failed = scheduler.handle(
-        CallFinished("c1.0", error={"type": "runtime", "message": "RuntimeError: no"})
+        FinishCall("c1.0", error={"type": "runtime", "message": "RuntimeError: no"})
     )
     assert settled(failed) == {"c1.0": "failed"}
     assert starts(failed) == ["c1.1"]
@@ -241,13 +242,13 @@ def test_approvals_are_asked_one_at_a_time_in_ready_order_while_others_run() -> 
     actions = receive(scheduler, call(3, "†state.a"), call(4, tool="pay"))
     assert starts(actions) == ["c1.2"]  # no approval needed: does not wait for the hook
     assert asked(actions) == []  # one question at a time
-    actions = scheduler.handle(CallFinished("c1.2", value=1))  # c1.0 becomes ready
+    actions = scheduler.handle(FinishCall("c1.2", value=1))  # c1.0 becomes ready
     assert asked(actions) == []
-    actions = scheduler.handle(DecisionMade("c1.1", tl.Approve()))
+    actions = scheduler.handle(Decide("c1.1", tl.Approve()))
     assert starts(actions) == ["c1.1"]
     assert asked(actions) == ["c1.3"]  # ready before c1.0
-    assert asked(scheduler.handle(DecisionMade("c1.3", tl.Approve()))) == ["c1.0"]
-    pending = scheduler.handle(StreamClosed())
+    assert asked(scheduler.handle(Decide("c1.3", tl.Approve()))) == ["c1.0"]
+    pending = scheduler.handle(CloseStream())
     assert asked(pending) == []
 
 
@@ -255,15 +256,15 @@ def test_calls_ready_at_the_same_moment_are_asked_about_in_arrival_order() -> No
     scheduler = opened()
     receive(scheduler, call(0, "†state.a"), call("†state.a", tool="pay"), call(5, tool="work"))
     receive(scheduler, call("†state.a", tool="pay"))
-    actions = scheduler.handle(CallFinished("c1.0", value=7))
+    actions = scheduler.handle(FinishCall("c1.0", value=7))
     assert asked(actions) == ["c1.1"]
-    assert asked(scheduler.handle(DecisionMade("c1.1", tl.Deny("no")))) == ["c1.3"]
+    assert asked(scheduler.handle(Decide("c1.1", tl.Deny("no")))) == ["c1.3"]
 
 
 def test_the_hook_sees_resolved_parameters_and_the_wire_call() -> None:
     scheduler = opened(state={"amount": 500})
     actions = receive(scheduler, call({"cents": "†state.amount"}, tool="pay", id="charge-1"))
-    [request] = [action for action in actions if isinstance(action, ApprovalRequested)]
+    [request] = [action for action in actions if isinstance(action, AskApproval)]
     assert request.pending.id == "charge-1"
     assert request.pending.tool == "pay"
     assert request.pending.params == {"x": {"cents": 500}}
@@ -273,7 +274,7 @@ def test_the_hook_sees_resolved_parameters_and_the_wire_call() -> None:
 def test_a_blocked_call_that_never_resolves_is_never_shown() -> None:
     scheduler = opened()
     receive(scheduler, call("†state.nowhere", tool="pay"))
-    actions = scheduler.handle(StreamClosed())
+    actions = scheduler.handle(CloseStream())
     assert asked(actions) == []
     assert settled(actions) == {"c1.0": "invalid"}
 
@@ -281,7 +282,7 @@ def test_a_blocked_call_that_never_resolves_is_never_shown() -> None:
 def test_respond_writes_the_value_without_starting_the_call() -> None:
     scheduler = opened()
     receive(scheduler, call(1, "†state.r", tool="pay"))
-    actions = scheduler.handle(DecisionMade("c1.0", tl.Respond("by hand")))
+    actions = scheduler.handle(Decide("c1.0", tl.Respond("by hand")))
     assert starts(actions) == []
     assert settled(actions) == {"c1.0": "done"}
     assert scheduler.log.view("state") == {"r": "by hand"}
@@ -290,7 +291,7 @@ def test_respond_writes_the_value_without_starting_the_call() -> None:
 def test_edit_starts_the_call_with_the_edited_parameters() -> None:
     scheduler = opened()
     receive(scheduler, call(1, tool="pay"))
-    actions = scheduler.handle(DecisionMade("c1.0", tl.Edit({"x": 2})))
+    actions = scheduler.handle(Decide("c1.0", tl.Edit({"x": 2})))
     [start] = [action for action in actions if isinstance(action, StartCall)]
     assert start.params == {"x": 2}
 
@@ -303,18 +304,18 @@ def test_defer_parks_the_call_and_its_readers_and_the_tick_ends_paused() -> None
         call("†state.r", "†state.s"),
         call(9, "†state.n"),
     )
-    scheduler.handle(StreamClosed())
-    actions = scheduler.handle(DecisionMade("c1.0", tl.Defer()))
+    scheduler.handle(CloseStream())
+    actions = scheduler.handle(Decide("c1.0", tl.Defer()))
     assert tick_end(actions) is None  # c1.2 still runs, and writes
-    actions = scheduler.handle(CallFinished("c1.2", value=9))
+    actions = scheduler.handle(FinishCall("c1.2", value=9))
     end = tick_end(actions)
     assert end is not None and end.paused == ["c1.0"]
     assert scheduler.status("c1.1") == "waiting"
     assert [p.id for p in scheduler.deferred] == ["c1.0"]
     # A decision that arrives later picks the run up again.
-    assert starts(scheduler.handle(DecisionMade("c1.0", tl.Approve()))) == ["c1.0"]
-    assert starts(scheduler.handle(CallFinished("c1.0", value=3))) == ["c1.1"]
-    end = tick_end(scheduler.handle(CallFinished("c1.1", value=3)))
+    assert starts(scheduler.handle(Decide("c1.0", tl.Approve()))) == ["c1.0"]
+    assert starts(scheduler.handle(FinishCall("c1.0", value=3))) == ["c1.1"]
+    end = tick_end(scheduler.handle(FinishCall("c1.1", value=3)))
     assert end is not None and end.paused == []
 
 
@@ -325,7 +326,7 @@ def test_nothing_is_settled_before_the_stream_closes() -> None:
     scheduler = opened()
     actions = receive(scheduler, call("†state.never"), call("†state.x", "†state.y"))
     assert settled(actions) == {}
-    assert settled(scheduler.handle(StreamClosed())) == {"c1.0": "invalid", "c1.1": "invalid"}
+    assert settled(scheduler.handle(CloseStream())) == {"c1.0": "invalid", "c1.1": "invalid"}
 
 
 def test_the_readers_of_an_untaken_branch_are_skipped_and_so_are_theirs() -> None:
@@ -337,11 +338,11 @@ def test_the_readers_of_an_untaken_branch_are_skipped_and_so_are_theirs() -> Non
         call("†state.report", "†state.final"),
         call("†state.ok", "†state.shown"),
     )
-    scheduler.handle(StreamClosed())
-    actions = scheduler.handle(CallFinished("c1.0", value="fine"))
+    scheduler.handle(CloseStream())
+    actions = scheduler.handle(FinishCall("c1.0", value="fine"))
     assert settled(actions) == {"c1.0": "done", "c1.1": "skipped", "c1.2": "skipped"}
     assert starts(actions) == ["c1.3"]
-    end = tick_end(scheduler.handle(CallFinished("c1.3", value="fine")))
+    end = tick_end(scheduler.handle(FinishCall("c1.3", value="fine")))
     assert end is not None and end.errors == []
 
 
@@ -350,12 +351,12 @@ def test_a_branch_not_taken_by_an_earlier_request_skips_nothing_in_a_later_one()
     # what an earlier one did not write made a mistake the model must be told about.
     scheduler = opened()
     receive(scheduler, call(1, "†state.ok || †state.bad"), call("boom", "†state.lost"))
-    scheduler.handle(StreamClosed())
-    scheduler.handle(CallFinished("c1.1", error={"type": "runtime", "message": "boom"}))
-    assert tick_end(scheduler.handle(CallFinished("c1.0", value="fine"))) is not None
-    scheduler.handle(TickOpened(2))
+    scheduler.handle(CloseStream())
+    scheduler.handle(FinishCall("c1.1", error={"type": "runtime", "message": "boom"}))
+    assert tick_end(scheduler.handle(FinishCall("c1.0", value="fine"))) is not None
+    scheduler.handle(OpenTick(2))
     receive(scheduler, call("†state.bad.detail", "†state.u"), call("†state.lost", "†state.v"))
-    actions = scheduler.handle(StreamClosed())
+    actions = scheduler.handle(CloseStream())
     assert settled(actions) == {"c2.0": "invalid", "c2.1": "invalid"}
     end = tick_end(actions)
     assert end is not None
@@ -380,9 +381,9 @@ def test_a_cycle_is_settled_when_nothing_else_can_move_and_names_its_calls() -> 
     receive(
         scheduler, call("†state.b", "†state.a"), call("†state.a", "†state.b"), call(1, "†state.c")
     )
-    actions = scheduler.handle(StreamClosed())
+    actions = scheduler.handle(CloseStream())
     assert settled(actions) == {}  # c1.2 is running: it might still have changed things
-    actions = scheduler.handle(CallFinished("c1.2", value=1))
+    actions = scheduler.handle(FinishCall("c1.2", value=1))
     assert settled(actions) == {"c1.2": "done", "c1.0": "invalid", "c1.1": "invalid"}
     end = tick_end(actions)
     assert end is not None
@@ -405,14 +406,14 @@ def test_error_messages_are_appended_at_the_end_of_the_tick_in_the_order_they_ha
         {"_tool": "nope"},
         call("†state.a", "†state.c"),
     )
-    actions += scheduler.handle(StreamClosed())
+    actions += scheduler.handle(CloseStream())
     actions += scheduler.handle(
-        CallFinished("c1.1", error={"type": "runtime", "message": "ValueError: b"})
+        FinishCall("c1.1", error={"type": "runtime", "message": "ValueError: b"})
     )
     actions += scheduler.handle(
-        CallFinished("c1.0", error={"type": "runtime", "message": "ValueError: a"})
+        FinishCall("c1.0", error={"type": "runtime", "message": "ValueError: a"})
     )
-    appended = [a.message for a in actions if isinstance(a, MessageAppended)]
+    appended = [a.message for a in actions if isinstance(a, NoteMessage)]
     assert actions[-1] == tick_end(actions)
     # No error is in the log before the tick ends; then all of them, in order.
     assert len(scheduler.log.messages) == len(appended) == 4
@@ -432,8 +433,8 @@ def test_a_fault_of_the_iteration_itself_is_reported_with_the_tick_errors() -> N
     scheduler = opened()
     receive(scheduler, {"_tool": "nope"})
     fault = {"type": "structural", "message": "the solution is not valid JSON"}
-    assert scheduler.handle(FaultReported(fault)) == []  # kept until the tick ends
-    end = tick_end(scheduler.handle(StreamClosed()))
+    assert scheduler.handle(ReportFault(fault)) == []  # kept until the tick ends
+    end = tick_end(scheduler.handle(CloseStream()))
     assert end is not None
     assert [(e["data"]["call"], e["data"]["error"]["message"]) for e in end.errors] == [
         (
@@ -447,16 +448,16 @@ def test_a_fault_of_the_iteration_itself_is_reported_with_the_tick_errors() -> N
 def test_a_fire_and_forget_call_does_not_hold_the_tick_and_its_late_error_is_flushed() -> None:
     scheduler = opened()
     actions = receive(scheduler, call(1), call(2, "†state.a"))
-    actions += scheduler.handle(StreamClosed())
-    end = tick_end(scheduler.handle(CallFinished("c1.1", value=2)))
+    actions += scheduler.handle(CloseStream())
+    end = tick_end(scheduler.handle(FinishCall("c1.1", value=2)))
     assert end is not None and end.errors == []
     assert scheduler.busy
     after = scheduler.handle(
-        CallFinished("c1.0", error={"type": "runtime", "message": "OSError: gone"})
+        FinishCall("c1.0", error={"type": "runtime", "message": "OSError: gone"})
     )
-    assert [a for a in after if isinstance(a, MessageAppended)] == []  # not until flushed
+    assert [a for a in after if isinstance(a, NoteMessage)] == []  # not until flushed
     flushed = scheduler.handle(Flush())
-    [late] = [a.message for a in flushed if isinstance(a, MessageAppended)]
+    [late] = [a.message for a in flushed if isinstance(a, NoteMessage)]
     assert late["data"]["error"]["message"] == "OSError: gone"
     assert not scheduler.busy
 
@@ -464,10 +465,10 @@ def test_a_fire_and_forget_call_does_not_hold_the_tick_and_its_late_error_is_flu
 def test_a_fire_and_forget_call_of_an_earlier_tick_holds_back_no_later_one() -> None:
     scheduler = opened()
     receive(scheduler, call(1))  # fire-and-forget: it runs on after its tick ends
-    assert tick_end(scheduler.handle(StreamClosed())) is not None
-    scheduler.handle(TickOpened(2))
+    assert tick_end(scheduler.handle(CloseStream())) is not None
+    scheduler.handle(OpenTick(2))
     receive(scheduler, call("†state.y", "†state.x"), call("†state.x", "†state.y"))
-    actions = scheduler.handle(StreamClosed())
+    actions = scheduler.handle(CloseStream())
     # Nothing in flight can write: the cycle is settled and the tick ends at once.
     assert settled(actions) == {"c2.0": "invalid", "c2.1": "invalid"}
     end = tick_end(actions)
@@ -479,8 +480,8 @@ def test_a_fire_and_forget_call_of_an_earlier_tick_holds_back_no_later_one() -> 
 def test_a_fire_and_forget_call_holds_the_tick_only_while_a_call_waits_for_its_tool() -> None:
     scheduler = opened()
     receive(scheduler, call(0))  # fire-and-forget, left running by tick 1
-    scheduler.handle(StreamClosed())
-    scheduler.handle(TickOpened(2))
+    scheduler.handle(CloseStream())
+    scheduler.handle(OpenTick(2))
     receive(
         scheduler,
         call(1, tool="login"),  # fire-and-forget, but c2.1 waits for it by tool name
@@ -489,11 +490,11 @@ def test_a_fire_and_forget_call_holds_the_tick_only_while_a_call_waits_for_its_t
         call("†state.a", "†state.b"),
         call(3),  # fire-and-forget, nothing waits for it
     )
-    actions = scheduler.handle(StreamClosed())
+    actions = scheduler.handle(CloseStream())
     assert settled(actions) == {} and tick_end(actions) is None  # c2.0 may unblock c2.1
-    actions = scheduler.handle(CallFinished("c2.0", value=None))
+    actions = scheduler.handle(FinishCall("c2.0", value=None))
     assert starts(actions) == ["c2.1"] and tick_end(actions) is None
-    actions = scheduler.handle(CallFinished("c2.1", value=2))
+    actions = scheduler.handle(FinishCall("c2.1", value=2))
     assert settled(actions) == {"c2.1": "done", "c2.2": "invalid", "c2.3": "invalid"}
     end = tick_end(actions)
     assert end is not None and end.paused == []
@@ -506,19 +507,51 @@ def test_a_fire_and_forget_call_holds_the_tick_only_while_a_call_waits_for_its_t
 def test_events_out_of_place_are_driver_bugs_and_raise() -> None:
     scheduler = make()
     with pytest.raises(ValueError, match="no request stream is open"):
-        scheduler.handle(CallReceived(call(1)))
-    scheduler.handle(TickOpened(1))
+        scheduler.handle(ReceiveCall(call(1)))
+    scheduler.handle(OpenTick(1))
     with pytest.raises(ValueError, match="already open"):
-        scheduler.handle(TickOpened(2))
+        scheduler.handle(OpenTick(2))
     receive(scheduler, call("†state.a"), call(1, tool="pay"))
     with pytest.raises(ValueError, match="was not running"):
-        scheduler.handle(CallFinished("c1.0", value=1))
+        scheduler.handle(FinishCall("c1.0", value=1))
     with pytest.raises(ValueError, match="not awaiting a decision"):
-        scheduler.handle(DecisionMade("c1.0", tl.Approve()))
+        scheduler.handle(Decide("c1.0", tl.Approve()))
     with pytest.raises(ValueError, match="unknown call"):
-        scheduler.handle(DecisionMade("c9.9", tl.Approve()))
+        scheduler.handle(Decide("c9.9", tl.Approve()))
     with pytest.raises(TypeError):
         scheduler.handle("not an event")  # type: ignore[arg-type]
+
+
+def test_a_driver_mistake_names_the_input_the_call_and_its_status() -> None:
+    """A driver bug gets its own exception (still a ValueError), saying what it fed and
+    where the call was, so the fault is found in the driver and not in the model."""
+    scheduler = opened()
+    receive(scheduler, call("†state.a"))
+    with pytest.raises(SchedulerUsageError) as caught:
+        scheduler.handle(FinishCall("c1.0", value=1))
+    assert isinstance(caught.value, tl.TickloopError) and isinstance(caught.value, ValueError)
+    assert str(caught.value) == "FinishCall: call 'c1.0' (waiting) finished but was not running"
+    with pytest.raises(SchedulerUsageError, match=r"^Decide: call 'c1.0' \(waiting\) is not"):
+        scheduler.handle(Decide("c1.0", tl.Approve()))
+    with pytest.raises(SchedulerUsageError, match=r"^OpenTick: a tick is already open"):
+        scheduler.handle(OpenTick(2))
+
+
+def test_every_status_move_the_scheduler_makes_is_in_the_transition_table() -> None:
+    """Statuses are the strings stored before, and a final status never moves again."""
+    assert {status.value for status in CallStatus} == {
+        "waiting", "approving", "deferred", "queued", "running", "held",
+        "done", "failed", "denied", "skipped", "invalid",
+    }  # fmt: skip
+    assert all(not TRANSITIONS[status] for status in FINAL_STATUSES)
+    assert CallStatus.DONE == "done" and f"{CallStatus.DONE}" == "done"
+    assert json.dumps({"status": CallStatus.HELD}) == '{"status": "held"}'
+    scheduler = opened()
+    receive(scheduler, call(1))
+    record = scheduler.records["c1.0"]
+    assert record.status == "running" and scheduler.status("c1.0") is CallStatus.RUNNING
+    scheduler.handle(FinishCall("c1.0", value=1))
+    assert record.status == "done"
 
 
 # -- determinism and the end of every call ---------------------------------------------------
@@ -588,19 +621,19 @@ def drive(plan: list[Any], decisions: list[str]) -> tuple[list[Action], Schedule
         running.extend(a for a in out if isinstance(a, StartCall))
         asking.extend(asked(out))
 
-    feed(TickOpened(1, "t0"))
+    feed(OpenTick(1, "t0"))
     for wire in plan:
-        feed(CallReceived(wire, "t1"))
-    feed(StreamClosed("t2"))
+        feed(ReceiveCall(wire, "t1"))
+    feed(CloseStream("t2"))
     while asking or running:
         if asking:
-            feed(DecisionMade(asking.popleft(), _decision(next(answers)), "t3"))
+            feed(Decide(asking.popleft(), _decision(next(answers)), "t3"))
         else:
             started = running.popleft()
             if started.params.get("x") == "boom":
-                feed(CallFinished(started.id, error={"type": "runtime", "message": "boom"}))
+                feed(FinishCall(started.id, error={"type": "runtime", "message": "boom"}))
             else:
-                feed(CallFinished(started.id, value=started.params.get("x"), date="t4"))
+                feed(FinishCall(started.id, value=started.params.get("x"), date="t4"))
     feed(Flush("t5"))  # the run ends: errors of fire-and-forget calls that came late
     return actions, scheduler
 
@@ -613,21 +646,21 @@ def test_same_events_same_actions_and_every_call_ends_with_one_status(
     first, scheduler = drive(plan, decisions)
     second, _ = drive(plan, decisions)
     assert first == second
-    [end] = [index for index, action in enumerate(first) if isinstance(action, TickEnded)]
+    [end] = [index for index, action in enumerate(first) if isinstance(action, NoteTickEnded)]
     # After the tick, only fire-and-forget calls (explicit, no output path) may finish.
     for action in first[end + 1 :]:
-        if isinstance(action, CallSettled):
+        if isinstance(action, NoteSettled):
             wire = scheduler.records[action.id].call
             assert "_outputPath" not in wire and wire["_tool"] != "note", action
     assert len(scheduler.records) == len(plan)
     for record in scheduler.records.values():
         assert record.status in FINAL_STATUSES, record
-    finals = [a for a in first if isinstance(a, CallSettled)]
+    finals = [a for a in first if isinstance(a, NoteSettled)]
     assert sorted(a.id for a in finals) == sorted(scheduler.records)  # settled exactly once
     appended = [
         a.message["data"]["call"]["_id"]
         for a in first
-        if isinstance(a, MessageAppended) and a.message["kind"] == "error"
+        if isinstance(a, NoteMessage) and a.message["kind"] == "error"
     ]
     assert appended == [a.id for a in finals if a.error is not None]
 
@@ -685,8 +718,8 @@ def nested(depth: int, leaf: Any = 1) -> Any:
     return value
 
 
-def closed_tick(scheduler: Scheduler) -> TickEnded:
-    end = tick_end(scheduler.handle(StreamClosed()))
+def closed_tick(scheduler: Scheduler) -> NoteTickEnded:
+    end = tick_end(scheduler.handle(CloseStream()))
     assert end is not None
     json.dumps(scheduler.log.messages, allow_nan=False)  # every Error Message can be stored
     return end
@@ -695,8 +728,8 @@ def closed_tick(scheduler: Scheduler) -> TickEnded:
 def test_a_branch_that_is_not_a_string_fails_the_call_naming_the_terms() -> None:
     scheduler = opened()
     receive(scheduler, call(1, "†state.ok || †state.failed"), call("†state.ok", "†state.r"))
-    scheduler.handle(StreamClosed())
-    actions = scheduler.handle(CallFinished("c1.0", value=5, branch=123))  # type: ignore[arg-type]
+    scheduler.handle(CloseStream())
+    actions = scheduler.handle(FinishCall("c1.0", value=5, branch=123))  # type: ignore[arg-type]
     assert settled(actions)["c1.0"] == "failed"
     error = scheduler.records["c1.0"].error
     assert error is not None and error["type"] == "runtime"
@@ -723,7 +756,7 @@ def test_a_branch_string_that_is_not_one_of_the_terms_fails_the_call(
 ) -> None:
     scheduler = opened()
     receive(scheduler, call(1, "†state.ok || †state.failed"))
-    actions = scheduler.handle(CallFinished("c1.0", value=5, branch=branch))
+    actions = scheduler.handle(FinishCall("c1.0", value=5, branch=branch))
     assert settled(actions) == {"c1.0": "failed"}
     error = scheduler.records["c1.0"].error
     assert error is not None and fragment in error["message"]
@@ -760,7 +793,7 @@ def test_a_path_of_too_many_steps_is_a_structural_error_and_the_state_stays_rend
         assert error is not None and "path deeper than 64 steps at position 134" in error["message"]
     # 64 steps is the limit, not an error: the write lands and the state renders.
     receive(scheduler, call(1, "†state." + ".".join(["k"] * 63)))
-    scheduler.handle(CallFinished("c1.2", value=nested(60)))
+    scheduler.handle(FinishCall("c1.2", value=nested(60)))
     assert scheduler.records["c1.2"].status == "done"
     closed_tick(scheduler)
     json.dumps(scheduler.log.view("state"))
@@ -790,7 +823,7 @@ def test_values_nested_64_deep_are_accepted_and_resolved() -> None:
     scheduler = opened(state={"deep": nested(20)})
     actions = receive(scheduler, call(nested(64)), call(nested(40, "†state.deep")))
     assert starts(actions) == ["c1.0", "c1.1"]
-    [ready] = [a for a in actions if isinstance(a, CallReady) and a.id == "c1.1"]
+    [ready] = [a for a in actions if isinstance(a, NoteReady) and a.id == "c1.1"]
     assert ready.params == {"x": nested(60)}
 
 
@@ -833,7 +866,7 @@ def test_a_fault_that_shows_a_deep_value_shows_it_cut() -> None:
     # have nested 1,000 deep: logging the Error Message must not recurse.
     scheduler = opened()
     fault = {"type": "structural", "message": "output does not match the schema"}
-    scheduler.handle(FaultReported(fault, {"output": nested(1000)}))
+    scheduler.handle(ReportFault(fault, {"output": nested(1000)}))
     end = closed_tick(scheduler)
     [message] = end.errors
     assert message["data"]["error"]["message"] == (
@@ -868,13 +901,13 @@ def test_a_key_that_is_not_a_string_is_a_structural_error_naming_the_call(
 def test_a_replacement_or_an_edit_with_bad_keys_or_depth_is_invalid() -> None:
     scheduler = opened()
     receive(scheduler, call(1, "†state.a", tool="pay"), call(2, "†state.b", tool="pay"))
-    scheduler.handle(StreamClosed())
-    actions = scheduler.handle(DecisionMade("c1.0", tl.Replace({"_tool": "work", 1: 2})))
+    scheduler.handle(CloseStream())
+    actions = scheduler.handle(Decide("c1.0", tl.Replace({"_tool": "work", 1: 2})))
     assert settled(actions)["c1.0"] == "invalid"
     error = scheduler.records["c1.0"].error
     assert error is not None
     assert error["type"] == "hook"  # the reviewer's fault, not the model's
-    actions = scheduler.handle(DecisionMade("c1.1", tl.Edit({"x": nested(500)})))
+    actions = scheduler.handle(Decide("c1.1", tl.Edit({"x": nested(500)})))
     assert settled(actions) == {"c1.1": "invalid"}
     error = scheduler.records["c1.1"].error
     assert error is not None and error["type"] == "hook"
@@ -885,7 +918,7 @@ def test_a_replacement_or_an_edit_with_bad_keys_or_depth_is_invalid() -> None:
 def test_a_result_or_response_too_deep_to_store_fails_the_call_and_writes_nothing() -> None:
     scheduler = opened()
     receive(scheduler, call(1, "†state.a"), call(2, "†state.b", tool="pay"))
-    actions = scheduler.handle(CallFinished("c1.0", value=nested(5000)))
+    actions = scheduler.handle(FinishCall("c1.0", value=nested(5000)))
     assert settled(actions) == {"c1.0": "failed"}
     error = scheduler.records["c1.0"].error
     assert error == {
@@ -893,7 +926,7 @@ def test_a_result_or_response_too_deep_to_store_fails_the_call_and_writes_nothin
         "message": "cannot set a value that nests deeper than 254 levels of arrays and objects "
         "at †state.a",
     }
-    actions = scheduler.handle(DecisionMade("c1.1", tl.Respond({"deep": nested(300)})))
+    actions = scheduler.handle(Decide("c1.1", tl.Respond({"deep": nested(300)})))
     assert settled(actions) == {"c1.1": "failed"}
     assert scheduler.log.view("state") is None
     closed_tick(scheduler)
@@ -922,7 +955,7 @@ def test_values_too_deep_for_the_schema_check_are_errors_of_the_call_not_crashes
         ToolSet([*TOOLS, tree]),
         ContextLog([{"type": "data", "kind": "state", "data": state}]),
     )
-    scheduler.handle(TickOpened(1))
+    scheduler.handle(OpenTick(1))
     actions = receive(
         scheduler,
         {"_tool": "tree", "x": nested(60, "†state.deep"), "_outputPath": "†state.t"},
@@ -935,13 +968,13 @@ def test_values_too_deep_for_the_schema_check_are_errors_of_the_call_not_crashes
         "resolved parameters nest too deeply to copy or check against the schema of 'tree'; "
         "read a less deeply nested part of the state"
     )
-    actions = scheduler.handle(CallFinished("c1.1", value=nested(250)))
+    actions = scheduler.handle(FinishCall("c1.1", value=nested(250)))
     assert settled(actions) == {"c1.1": "failed"}
     error = scheduler.records["c1.1"].error
     assert error is not None and error["message"] == (
         "output of 'tree' nests too deeply to check against its schema"
     )
-    actions = scheduler.handle(CallFinished("c1.2", value=nested(250)))
+    actions = scheduler.handle(FinishCall("c1.2", value=nested(250)))
     assert settled(actions) == {"c1.2": "done"}  # `work` has no output schema to check
     closed_tick(scheduler)
 

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tickloop as tl
+from tickloop._core._arrival import about_unknown as _about_unknown
 from tickloop._core._expressions import substitute
-from tickloop._core._scheduler import _about_unknown
 from tickloop._core._validation import UNKNOWN, SchemaValidator, compile_fast_check
 
 _TYPES = ["string", "integer", "number", "boolean", "null", "array", "object"]

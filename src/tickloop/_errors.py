@@ -49,6 +49,15 @@ def _excerpt(text: str, position: int) -> str:
     return f"{before}{part!r}{after} ({len(text):,} characters)"
 
 
+class SchedulerUsageError(TickloopError, ValueError):
+    """A driver fed the scheduler an event its state does not allow (a finish for a call
+    that is not running, a decision nobody asked for, a second open tick).
+
+    A bug in the driver, never in a call or the model: those become Error Messages. A
+    `ValueError` too, which is what drivers written before it caught.
+    """
+
+
 class _RunStopped(TickloopError):
     """A run that stopped carries its log so the caller can resume from it."""
 

@@ -36,7 +36,8 @@ import trio
 
 from .._core._expressions import MAX_NESTING
 from .._core._log import ContextLog, shape_fault
-from .._core._scheduler import FINAL_STATUSES, CallSettled
+from .._core._scheduler_io import NoteSettled
+from .._core._status import FINAL_STATUSES, CallStatus
 from .._core._tools import ToolSet
 from .._engine._engine import Engine
 from .._errors import ConfigurationError, ExecuteError
@@ -156,7 +157,7 @@ class _TurnLoop(OuterLoop):
         )
 
     def _on_action(self, action: Any) -> None:
-        if isinstance(action, CallSettled):
+        if isinstance(action, NoteSettled):
             self._settled.set()
         self.events(action)
 
@@ -533,15 +534,15 @@ class _TurnLoop(OuterLoop):
         error = record.error or {}
         message = str(error.get("message", ""))
         name = call.name
-        if record.status == "done":
+        if record.status == CallStatus.DONE:
             output = record.output
             content = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
             return ToolResult(content)
-        if record.status == "failed":
+        if record.status == CallStatus.FAILED:
             return ToolResult(f"Error: Tool {name!r} failed: {message}", is_error=True)
-        if record.status == "denied":
+        if record.status == CallStatus.DENIED:
             return ToolResult(f"Error: Tool {name!r} was denied: {message}", is_error=True)
-        if record.status == "skipped":
+        if record.status == CallStatus.SKIPPED:
             return ToolResult(
                 f"Error: Tool {name!r} was skipped: a value it depends on will not be written",
                 is_error=True,

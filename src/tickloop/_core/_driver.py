@@ -15,20 +15,19 @@ from typing import Any, Protocol
 from .._errors import ConfigurationError
 from ._decisions import ApproveHook, PendingCall
 from ._log import ContextLog
-from ._scheduler import (
+from ._scheduler import CallRecord, Scheduler
+from ._scheduler_io import (
     Action,
-    ApprovalRequested,
-    CallReceived,
-    CallRecord,
-    DecisionMade,
+    AskApproval,
+    CloseStream,
+    Decide,
     Event,
-    FaultReported,
     Flush,
-    Scheduler,
+    NoteTickEnded,
+    OpenTick,
+    ReceiveCall,
+    ReportFault,
     StartCall,
-    StreamClosed,
-    TickEnded,
-    TickOpened,
 )
 from ._tools import ToolSet
 
@@ -74,7 +73,7 @@ class SchedulerDriver:
     """Feeds one run's scheduler and dispatches its actions; a subclass says how to act.
 
     A subclass implements `_start` (run an explicit call's handler, then feed
-    `CallFinished`), `_request_approval` (ask about a call, then feed `DecisionMade`) and
+    `FinishCall`), `_request_approval` (ask about a call, then feed `Decide`) and
     `_tick_ended` (wake whoever waits for the tick). Any other action only goes to the
     observer, so a scheduler that grows a new action needs no change here unless the
     driver must act on it. Events are fed one at a time and never from inside
@@ -103,7 +102,7 @@ class SchedulerDriver:
         # Durable runs: commits each event (with what it changed) before its actions run.
         self._journal = journal
         self._date = clock
-        self._outcome: TickEnded | None = None
+        self._outcome: NoteTickEnded | None = None
 
     @property
     def records(self) -> dict[str, CallRecord]:
@@ -113,18 +112,18 @@ class SchedulerDriver:
 
     def open_tick(self, iteration: int) -> None:
         self._reset_tick()
-        self.feed(TickOpened(iteration, self._date()))
+        self.feed(OpenTick(iteration, self._date()))
 
     def receive(self, call: Any) -> None:
         """Hand one streamed call to the tick; it starts at once if it is ready."""
-        self.feed(CallReceived(call, self._date()))
+        self.feed(ReceiveCall(call, self._date()))
 
     def report(self, error: dict[str, Any], call: Any = None) -> None:
         """A structural fault of the iteration (bad solution, bad output) for the errors."""
-        self.feed(FaultReported(error, call, self._date()))
+        self.feed(ReportFault(error, call, self._date()))
 
     def close_stream(self) -> None:
-        self.feed(StreamClosed(self._date()))
+        self.feed(CloseStream(self._date()))
 
     def flush_errors(self) -> None:
         """Append the faults reported since the tick ended (an output that did not
@@ -133,7 +132,7 @@ class SchedulerDriver:
 
     def decide(self, call_id: str, decision: Any) -> None:
         """A decision from outside the hook (a deferred call)."""
-        self.feed(DecisionMade(call_id, decision, self._date()))
+        self.feed(Decide(call_id, decision, self._date()))
 
     def expect_tick(self) -> None:
         """Wait for the end of a tick opened earlier (a resume, a deferred call decided)."""
@@ -150,9 +149,9 @@ class SchedulerDriver:
                 self._on_action(action)
             if isinstance(action, StartCall):
                 self._start(action)
-            elif isinstance(action, ApprovalRequested):
+            elif isinstance(action, AskApproval):
                 self._request_approval(action.pending)
-            elif isinstance(action, TickEnded):
+            elif isinstance(action, NoteTickEnded):
                 self._outcome = action
                 self._tick_ended(action)
 
@@ -167,5 +166,5 @@ class SchedulerDriver:
     def _request_approval(self, pending: PendingCall) -> None:
         raise NotImplementedError
 
-    def _tick_ended(self, action: TickEnded) -> None:
+    def _tick_ended(self, action: NoteTickEnded) -> None:
         raise NotImplementedError

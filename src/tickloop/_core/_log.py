@@ -94,10 +94,16 @@ def copy_json(value: Any) -> Any:
     Tuples come out as lists, which is what they would be after a JSON round trip.
     """
     if isinstance(value, dict):
-        return {key: copy_json(item) for key, item in value.items()}
+        # A leaf is kept as it is without a call per leaf: most values are flat.
+        return {
+            key: item if type(item) in _LEAVES else copy_json(item) for key, item in value.items()
+        }
     if isinstance(value, list | tuple):
-        return [copy_json(item) for item in value]
+        return [item if type(item) in _LEAVES else copy_json(item) for item in value]
     return value
+
+
+_LEAVES = frozenset({str, int, float, bool, type(None)})
 
 
 def shape_fault(value: Any, limit: int) -> str | None:

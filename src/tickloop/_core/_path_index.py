@@ -30,15 +30,20 @@ class PathIndex:
     def add(self, term: Term, call_id: str) -> None:
         node = self._root
         node.subtree += 1
-        for step in term.steps:
-            node = node.children.setdefault(step, _Node())
+        for step in (term.kind, *term.path):
+            # Looked up before made: `setdefault(step, _Node())` would build a node per step.
+            child = node.children.get(step)
+            if child is None:
+                child = node.children[step] = _Node()
+            node = child
             node.subtree += 1
-        node.entries[call_id] = node.entries.get(call_id, 0) + 1
+        entries = node.entries
+        entries[call_id] = entries.get(call_id, 0) + 1
 
     def remove(self, term: Term, call_id: str) -> None:
         node = self._root
         path = [node]
-        for step in term.steps:
+        for step in (term.kind, *term.path):
             node = node.children[step]
             path.append(node)
         count = node.entries[call_id] - 1
@@ -51,8 +56,10 @@ class PathIndex:
 
     def count_overlapping(self, term: Term) -> int:
         node = self._root
+        if not node.subtree:
+            return 0
         total = 0
-        for step in term.steps:
+        for step in (term.kind, *term.path):
             child = node.children.get(step)
             if child is None or child.subtree == 0:
                 return total
@@ -64,7 +71,9 @@ class PathIndex:
     def ids_overlapping(self, term: Term) -> set[str]:
         found: set[str] = set()
         node = self._root
-        for step in term.steps:
+        if not node.subtree:  # an empty index, as most are for a plan without reads
+            return found
+        for step in (term.kind, *term.path):
             child = node.children.get(step)
             if child is None or child.subtree == 0:
                 return found

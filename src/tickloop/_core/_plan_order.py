@@ -208,6 +208,8 @@ class PlanOrder:
 
         Only holds whose blockers moved on are looked at again (event-driven).
         """
+        if not self._recheck:  # the common case, once per input: nothing moved
+            return []
         recheck, self._recheck = self._recheck, set()
         ready = []
         for call_id in sorted(recheck & self._held.keys(), key=self._seq_of):

@@ -46,25 +46,26 @@ from .._core._decisions import (
 )
 from .._core._expressions import find_references, parse_expression, parse_term
 from .._core._log import ContextLog, has_surrogate
-from .._core._scheduler import (
+from .._core._path_index import PathIndex as _PathIndex
+from .._core._scheduler_io import (
     Action,
-    ApprovalRequested,
-    CallAccepted,
-    CallDecided,
-    CallFinished,
-    CallReady,
-    CallReceived,
-    CallSettled,
-    DecisionMade,
+    AskApproval,
+    CloseStream,
+    Decide,
     Event,
-    FaultReported,
+    FinishCall,
     Flush,
-    MessageAppended,
+    NoteAccepted,
+    NoteDecided,
+    NoteMessage,
+    NoteReady,
+    NoteSettled,
+    OpenTick,
+    ReceiveCall,
+    ReportFault,
     StartCall,
-    StreamClosed,
-    TickOpened,
-    _PathIndex,
 )
+from .._core._status import CallStatus
 from .._core._tools import ToolSet
 from .._engine._engine import Engine, utc_now
 from .._errors import ResumeError, StoreError, unwrap_single
@@ -107,7 +108,7 @@ UNCHECKED = (
 
 def event_to_dict(event: Event) -> dict[str, Any]:
     """A scheduler event as JSON data; `event_from_dict` turns it back."""
-    if isinstance(event, CallFinished):
+    if isinstance(event, FinishCall):
         body: dict[str, Any] = {
             "type": "CallFinished",
             "call_id": event.call_id,
@@ -117,21 +118,21 @@ def event_to_dict(event: Event) -> dict[str, Any]:
             body["branch"] = event.branch
         if event.error is not None:
             body["error"] = event.error
-    elif isinstance(event, CallReceived):
+    elif isinstance(event, ReceiveCall):
         body = {"type": "CallReceived", "call": event.call}
-    elif isinstance(event, DecisionMade):
+    elif isinstance(event, Decide):
         body = {
             "type": "DecisionMade",
             "call_id": event.call_id,
             "decision": decision_to_dict(event.decision),
         }
-    elif isinstance(event, TickOpened):
+    elif isinstance(event, OpenTick):
         body = {"type": "TickOpened", "iteration": event.iteration}
         if event.plan_order:
             body["plan_order"] = True
-    elif isinstance(event, StreamClosed):
+    elif isinstance(event, CloseStream):
         body = {"type": "StreamClosed"}
-    elif isinstance(event, FaultReported):
+    elif isinstance(event, ReportFault):
         body = {"type": "FaultReported", "error": event.error, "call": event.call}
     elif isinstance(event, Flush):
         body = {"type": "Flush"}
@@ -145,20 +146,20 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
     kind = data["type"]
     date = data.get("date", "")
     if kind == "CallFinished":
-        return CallFinished(
+        return FinishCall(
             data["call_id"], data.get("value"), data.get("branch"), data.get("error"), date
         )
     if kind == "CallReceived":
-        return CallReceived(data["call"], date)
+        return ReceiveCall(data["call"], date)
     if kind == "DecisionMade":
-        return DecisionMade(data["call_id"], decision_from_dict(data["decision"]), date)
+        return Decide(data["call_id"], decision_from_dict(data["decision"]), date)
     if kind == "TickOpened":
         # A journal written before plan order replays its ticks with the old rule.
-        return TickOpened(data["iteration"], date, bool(data.get("plan_order", False)))
+        return OpenTick(data["iteration"], date, bool(data.get("plan_order", False)))
     if kind == "StreamClosed":
-        return StreamClosed(date)
+        return CloseStream(date)
     if kind == "FaultReported":
-        return FaultReported(data["error"], data.get("call"), date)
+        return ReportFault(data["error"], data.get("call"), date)
     if kind == "Flush":
         return Flush(date)
     raise ValueError(f"unknown journal event type {kind!r}")
@@ -199,7 +200,7 @@ class _Row:
         self.seq = seq
         self.iteration = iteration
         self.tool = tool
-        self.status = "waiting"
+        self.status: str = CallStatus.WAITING
         self.call: str | None = None
         self.params: str | None = None
         self.deps: str | None = None
@@ -292,7 +293,7 @@ class DurableRun:
         for action in actions:  # what must be stored before this call may act
             if isinstance(action, StartCall):
                 self._marks[action.id] = self._added
-            elif isinstance(action, ApprovalRequested):
+            elif isinstance(action, AskApproval):
                 self._marks[action.pending.id] = self._added
 
     def journal_messages(self, messages: Sequence[dict[str, Any]]) -> None:
@@ -389,17 +390,17 @@ class DurableRun:
 
     def _track(self, event: Event, actions: list[Action], at: float) -> None:
         """Follow the run's state; changed call rows are kept for the next commit."""
-        if isinstance(event, TickOpened):
+        if isinstance(event, OpenTick):
             self.iteration = event.iteration
             self.plan_due = False
             self.handed = set()
-        elif isinstance(event, StreamClosed):
+        elif isinstance(event, CloseStream):
             self.plan_due = True
-        elif isinstance(event, CallFinished):
+        elif isinstance(event, FinishCall):
             # Not running any more, even while its write is held (PROTOCOL §4): the
             # journaled result is replayed and applied in plan order, never run again.
             self.running.pop(event.call_id, None)
-        elif isinstance(event, CallReceived | FaultReported):
+        elif isinstance(event, ReceiveCall | ReportFault):
             call = event.call
             handed = call.get("_id") if isinstance(call, dict) else None
             self.handed.add(handed if isinstance(handed, str) else None)
@@ -409,18 +410,18 @@ class DurableRun:
                 self._dirty[row.call_id] = row
 
     def _apply(self, action: Action, event: Event, at: float) -> _Row | None:
-        if isinstance(action, MessageAppended):
+        if isinstance(action, NoteMessage):
             message = action.message
             path, call = message.get("_path"), message.get("_call")
             if isinstance(path, str) and isinstance(call, dict) and "_id" in call:
                 self.written.add(parse_term(path), call["_id"])
             return None
-        if isinstance(action, ApprovalRequested):
+        if isinstance(action, AskApproval):
             row = self.rows[action.pending.id]
-            row.status, row.asked = "approving", at
+            row.status, row.asked = CallStatus.APPROVING, at
             self.asking = action.pending
             return row
-        if isinstance(action, CallAccepted):
+        if isinstance(action, NoteAccepted):
             row = self._new_row(action.id, action.tool, at)
             row.call = dumps_entry(self.redact.shared(action.call))
             self.wires[action.id] = action.call
@@ -428,9 +429,9 @@ class DurableRun:
             self.by_tool.setdefault((self.iteration, action.tool), []).append(action.id)
             return row
         row = self.rows.get(getattr(action, "id", ""))
-        if isinstance(action, CallSettled):
+        if isinstance(action, NoteSettled):
             if row is None:  # failed its arrival checks, so it was never accepted
-                call = event.call if isinstance(event, CallReceived) else None
+                call = event.call if isinstance(event, ReceiveCall) else None
                 tool = call.get("_tool") if isinstance(call, dict) else None
                 row = self._new_row(action.id, tool if isinstance(tool, str) else None, at)
                 row.call = dumps_entry(self.redact.shared(call))
@@ -449,20 +450,20 @@ class DurableRun:
             return row
         if row is None:
             return None
-        if isinstance(action, CallReady):
-            row.status, row.ready = "queued", at
+        if isinstance(action, NoteReady):
+            row.status, row.ready = CallStatus.QUEUED, at
             row.params = dumps_entry(self.redact.shared(action.params))
             self.ready_params[action.id] = action.params
             row.deps = dumps_entry(self._dependencies(action.id, row))
-        elif isinstance(action, CallDecided):
+        elif isinstance(action, NoteDecided):
             row.decided = at
             row.decision = dumps_entry(self.redact.shared(decision_to_dict(action.decision)))
             if self.asking is not None and self.asking.id == action.id:
                 self.asking = None
             if isinstance(action.decision, Defer):
-                row.status = "deferred"
+                row.status = CallStatus.DEFERRED
             else:
-                row.status = "queued"
+                row.status = CallStatus.QUEUED
                 if isinstance(action.decision, Replace):
                     wire = action.decision.call
                     self.wires[action.id] = wire
@@ -470,7 +471,7 @@ class DurableRun:
                     tool = wire.get("_tool") if isinstance(wire, dict) else None
                     row.tool = tool if isinstance(tool, str) else row.tool
         elif isinstance(action, StartCall):
-            row.status, row.started = "running", at
+            row.status, row.started = CallStatus.RUNNING, at
             if action.params is not self.ready_params.pop(action.id, None):  # edited
                 row.params = dumps_entry(self.redact.shared(action.params))
             self.running[action.id] = action
@@ -597,9 +598,9 @@ class DurableRun:
                 self.sink.restarted(action)
                 engine.restart(action)
             else:
-                engine.feed(CallFinished(call_id, error=dict(INTERRUPTED), date=utc_now()))
+                engine.feed(FinishCall(call_id, error=dict(INTERRUPTED), date=utc_now()))
                 scheduler.records[call_id].finished = trio.current_time()
-        if self.asking is not None and scheduler.status(self.asking.id) == "approving":
+        if self.asking is not None and scheduler.status(self.asking.id) == CallStatus.APPROVING:
             engine.ask(self.asking)
         for pending in scheduler.deferred:
             decision = self.decisions.get(pending.id)

@@ -44,6 +44,7 @@ from .._core._decisions import (
     decision_from_dict,
     decision_to_dict,
 )
+from .._core._status import CallStatus
 from .._errors import ResumeError, StoreError
 from .._observe._records import CallInfo, RunInfo
 
@@ -595,7 +596,7 @@ class SQLiteStore:
                     f"run {run_id!r} has no call {call_id!r}"
                     + (f"; the calls waiting for a decision are {waiting}" if waiting else "")
                 )
-            if row[0] != "deferred":
+            if row[0] != CallStatus.DEFERRED:
                 raise ResumeError(
                     f"call {call_id!r} of run {run_id!r} is not waiting for a decision "
                     f"(it is {row[0]})"

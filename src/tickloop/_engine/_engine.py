@@ -25,15 +25,8 @@ import trio
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._driver import Journal, SchedulerDriver, check_configuration
 from .._core._log import MAX_VALUE_DEPTH, SURROGATE_FAULT, ContextLog, has_surrogate
-from .._core._scheduler import (
-    FINAL_STATUSES,
-    Action,
-    CallFinished,
-    DecisionMade,
-    Flush,
-    StartCall,
-    TickEnded,
-)
+from .._core._scheduler_io import Action, Decide, FinishCall, Flush, NoteTickEnded, StartCall
+from .._core._status import FINAL_STATUSES, CallStatus
 from .._core._tools import Branch, CallContext, Tool, ToolSet
 from .._errors import describe_error, is_call_error, unwrap_single
 from ._asking import ask, passing_here
@@ -115,7 +108,7 @@ class Engine(SchedulerDriver):
             unfinished = [
                 call_id
                 for call_id, record in self.records.items()
-                if record.status not in FINAL_STATUSES and record.status != "deferred"
+                if record.status not in FINAL_STATUSES and record.status != CallStatus.DEFERRED
             ]
             raise RuntimeError(
                 "a tool or hook cancelled the engine's own calls; the tick did not finish"
@@ -124,7 +117,7 @@ class Engine(SchedulerDriver):
         # Every task, fire-and-forget ones included, has finished: report their late errors.
         self.feed(Flush(self._date()))
 
-    async def wait_tick(self) -> TickEnded:
+    async def wait_tick(self) -> NoteTickEnded:
         assert self._tick_done is not None, "open_tick first"
         await self._tick_done.wait()
         assert self._outcome is not None
@@ -146,7 +139,7 @@ class Engine(SchedulerDriver):
         super()._reset_tick()
         self._tick_done = trio.Event()
 
-    def _tick_ended(self, action: TickEnded) -> None:
+    def _tick_ended(self, action: NoteTickEnded) -> None:
         if self._tick_done is not None:
             self._tick_done.set()
 
@@ -167,7 +160,7 @@ class Engine(SchedulerDriver):
         if self._journal is not None:
             self._journal.commit(pending.id)  # stored before the question is asked
         decision = await ask(self._approve, pending)
-        self.feed(DecisionMade(pending.id, decision, self._date()))
+        self.feed(Decide(pending.id, decision, self._date()))
 
     async def _run(self, action: StartCall) -> None:
         if self._journal is not None:
@@ -176,13 +169,13 @@ class Engine(SchedulerDriver):
         context = CallContext(action.id, tool.name, action.call, self.log.view, self.run_id)
         value, branch, error = await run_handler(tool, action.params, context, self._threads)
         self.records[action.id].finished = trio.current_time()
-        self.feed(CallFinished(action.id, value, branch, error, self._date()))
+        self.feed(FinishCall(action.id, value, branch, error, self._date()))
 
 
 async def run_handler(
     tool: Tool, params: dict[str, Any], context: CallContext, threads: trio.CapacityLimiter
 ) -> tuple[Any, str | None, dict[str, Any] | None]:
-    """Run one call's handler on trio: (value, branch, error), as `CallFinished` takes them.
+    """Run one call's handler on trio: (value, branch, error), as `FinishCall` takes them.
 
     Shared by the engine and by anything that runs a call elsewhere (a Temporal activity
     runs it under `trio.run`), so conversion, timeout, result checks and the wording of

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 import trio
 
 from .._core._decisions import Decision, Deny, PendingCall, decision_to_dict
+from .._core._status import CallStatus
 from .._observe import _events as ev
 from .._observe._events import Redactor
 from ._common import CallView, Refused, decision_from_answer, make_redactor, view_of
@@ -50,7 +51,7 @@ class _LiveCall:
     seq: int
     iteration: int
     tool: str | None
-    status: str = "waiting"
+    status: str = CallStatus.WAITING
     params: Any = None
     error: Any = None
     decision: dict[str, Any] | None = None
@@ -242,18 +243,18 @@ class BrowserApproval:
         if isinstance(event, ev.CallReceived):
             call.params = event.call
         elif isinstance(event, ev.CallReady):
-            call.status, call.ready, call.params = "queued", at, event.params
+            call.status, call.ready, call.params = CallStatus.QUEUED, at, event.params
         elif isinstance(event, ev.CallAwaitingApproval):
-            call.status, call.asked = "approving", at
+            call.status, call.asked = CallStatus.APPROVING, at
             waiting = self._waiting_for(event.run_id, call_id)
             if waiting is not None:
                 call.deps = list(waiting.view.waits_on)
         elif isinstance(event, ev.CallDecided):
             call.decided = at
             call.decision = {"decision": event.decision, **event.detail}
-            call.status = "deferred" if event.decision == "defer" else "queued"
+            call.status = CallStatus.DEFERRED if event.decision == "defer" else CallStatus.QUEUED
         elif isinstance(event, ev.CallStarted):
-            call.status, call.started, call.params = "running", at, event.params
+            call.status, call.started, call.params = CallStatus.RUNNING, at, event.params
         elif isinstance(event, ev.CallFinished):
             call.status, call.finished, call.error = event.status, at, event.error
 

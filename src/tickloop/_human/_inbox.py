@@ -17,6 +17,7 @@ from typing import Any, TextIO
 import trio
 
 from .._core._expressions import find_references, parse_expression
+from .._core._status import CallStatus
 from .._durable._store import SQLiteStore
 from .._errors import ResumeError, StoreError
 from .._observe._events import Redactor
@@ -63,7 +64,7 @@ class StoreInbox:
         decided = {p.id: p.decision for p in self.store.pending(run_id)}
         views = []
         for call in calls:
-            if call.status != "deferred":
+            if call.status != CallStatus.DEFERRED:
                 continue
             tool = self._tool(call.tool)
             decision = decided.get(call.id)
@@ -227,7 +228,11 @@ def _readers_of(call: Any, calls: list[Any], tool: Any) -> list[str]:
         return []
     readers = []
     for other in calls:
-        if other.id == call.id or other.status != "waiting" or not isinstance(other.call, dict):
+        if (
+            other.id == call.id
+            or other.status != CallStatus.WAITING
+            or not isinstance(other.call, dict)
+        ):
             continue
         params = {k: v for k, v in other.call.items() if not str(k).startswith("_")}
         try:

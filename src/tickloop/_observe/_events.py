@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import trio
 
-from .._core import _scheduler as sched
+from .._core import _scheduler_io as sched
 from .._core._decisions import decision_to_dict
 from .._errors import unwrap_single
 
@@ -322,7 +322,7 @@ class EventSink:
     def _translate(self, action: Any) -> RunEvent | None:
         now = trio.current_time()
         run_id = self.run_id
-        if isinstance(action, sched.CallAccepted):
+        if isinstance(action, sched.NoteAccepted):
             self._tools[action.id] = action.tool
             return CallReceived(
                 run_id=run_id,
@@ -331,7 +331,7 @@ class EventSink:
                 tool=action.tool,
                 call=self.redact(action.call),
             )
-        if isinstance(action, sched.CallReady):
+        if isinstance(action, sched.NoteReady):
             return CallReady(
                 run_id=run_id,
                 time=now,
@@ -339,7 +339,7 @@ class EventSink:
                 tool=self._tools.get(action.id),
                 params=self.redact(action.params),
             )
-        if isinstance(action, sched.ApprovalRequested):
+        if isinstance(action, sched.AskApproval):
             pending = action.pending
             return CallAwaitingApproval(
                 run_id=run_id,
@@ -348,7 +348,7 @@ class EventSink:
                 tool=pending.tool,
                 params=self.redact(pending.params),
             )
-        if isinstance(action, sched.CallDecided):
+        if isinstance(action, sched.NoteDecided):
             detail = decision_to_dict(action.decision)
             name = detail.pop("decision")
             return CallDecided(
@@ -369,7 +369,7 @@ class EventSink:
                 tool=action.tool,
                 params=self.redact(action.params),
             )
-        if isinstance(action, sched.CallSettled):
+        if isinstance(action, sched.NoteSettled):
             if action.id not in self._tools:  # failed its arrival checks: never accepted
                 self._tools[action.id] = None
                 self.emit(
@@ -385,7 +385,7 @@ class EventSink:
                 error=action.error,
                 duration=None if started is None else now - started,
             )
-        if isinstance(action, sched.TickEnded):
+        if isinstance(action, sched.NoteTickEnded):
             return TickEnded(
                 run_id=run_id,
                 time=now,

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
+from .._core._status import ERROR_STATUSES, CallStatus
 from ._records import CallInfo, RunInfo
 
 __all__ = ["render_run"]
@@ -31,13 +32,12 @@ _BAR = 14
 _TOP = 64  # room for the axis
 
 _STATUS_COLOURS = {
-    "done": "#2f6fd6",
-    "failed": "#d33a2c",
-    "invalid": "#d33a2c",
-    "denied": "#e07b12",
-    "skipped": "#9aa3ad",
+    CallStatus.DONE: "#2f6fd6",
+    CallStatus.FAILED: "#d33a2c",
+    CallStatus.INVALID: "#d33a2c",
+    CallStatus.DENIED: "#e07b12",
+    CallStatus.SKIPPED: "#9aa3ad",
 }
-_ERROR_STATUSES = ("failed", "invalid", "denied")
 
 
 @dataclass(slots=True)
@@ -229,14 +229,14 @@ def _segments(call: CallInfo, last: float) -> list[tuple[str, float, float]]:
     pieces: list[tuple[str, float, float]] = []
     if call.received is not None:
         ready = call.ready if call.ready is not None else end
-        pieces.append(("waiting", call.received, ready))
+        pieces.append((CallStatus.WAITING, call.received, ready))
     if call.asked is not None:
         pieces.append(("approval", call.asked, call.decided if call.decided is not None else end))
     queued_from = call.decided if call.decided is not None else call.ready
     if queued_from is not None and call.started is not None and call.started > queued_from:
-        pieces.append(("queued", queued_from, call.started))
+        pieces.append((CallStatus.QUEUED, queued_from, call.started))
     if call.started is not None:
-        pieces.append(("running", call.started, end))
+        pieces.append((CallStatus.RUNNING, call.started, end))
     return [(kind, start, stop) for kind, start, stop in pieces if stop >= start]
 
 
@@ -255,15 +255,15 @@ def _call_row(call: CallInfo, row: int, x: Any, last: float) -> str:
     for kind, start, stop in _segments(call, last):
         left = x(start)
         width = max(x(stop) - left, 1.5)
-        fill = f' style="fill:{colour}"' if kind == "running" else ""
+        fill = f' style="fill:{colour}"' if kind == CallStatus.RUNNING else ""
         parts.append(
             f'<rect class="seg {kind}" x="{left:.1f}" y="{top:.1f}" width="{width:.1f}" '
             f'height="{_BAR}"{fill}><title>{escape(tip)}</title></rect>'
         )
-    if call.status in _ERROR_STATUSES or call.status == "skipped":
+    if call.status in ERROR_STATUSES or call.status == CallStatus.SKIPPED:
         at = call.finished if call.finished is not None else last
         cx = x(at)
-        mark = "✕" if call.status in _ERROR_STATUSES else "–"
+        mark = "✕" if call.status in ERROR_STATUSES else "–"
         parts.append(
             f'<g class="mark {escape(call.status)}"><circle cx="{cx:.1f}" cy="{y + _ROW / 2:.1f}"'
             f' r="7"/><text x="{cx:.1f}" y="{y + _ROW / 2 + 4:.1f}">{mark}</text>'

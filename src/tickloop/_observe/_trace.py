@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from .._core._status import ERROR_STATUSES
 from .._errors import ConfigurationError
 from ._events import (
     CallFinished,
@@ -26,8 +27,6 @@ from ._events import (
 )
 
 __all__ = ["RunTracer", "make_tracer"]
-
-_ERROR_STATUSES = frozenset({"failed", "denied", "invalid"})
 
 
 def make_tracer(tracer_provider: Any = None) -> RunTracer | None:
@@ -97,7 +96,7 @@ class _RunSpans:
             if span is None:  # never ran (denied, skipped, invalid): a span for its status
                 span = self._call_span(event.call_id, event.tool, None)
             span.set_attribute("tickloop.call.status", event.status)
-            if event.status in _ERROR_STATUSES:
+            if event.status in ERROR_STATUSES:
                 message = (event.error or {}).get("message", event.status)
                 span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, message))
             span.end()

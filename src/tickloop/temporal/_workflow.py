@@ -47,14 +47,8 @@ with workflow.unsafe.imports_passed_through():
         decision_from_dict,
     )
     from .._core._driver import SchedulerDriver
-    from .._core._scheduler import (
-        FINAL_STATUSES,
-        CallFinished,
-        DecisionMade,
-        Flush,
-        StartCall,
-        TickEnded,
-    )
+    from .._core._scheduler_io import Decide, FinishCall, Flush, NoteTickEnded, StartCall
+    from .._core._status import FINAL_STATUSES
     from .._durable._resume import INTERRUPTED
     from .._engine._run import initial_log
     from .._errors import ExecuteError, TickloopError, _RunStopped
@@ -176,7 +170,7 @@ class WorkflowEngine(SchedulerDriver):
         await self._wait(lambda: not self._tasks)  # fire-and-forget calls too (§4)
         self.feed(Flush(self._date()))
 
-    async def wait_tick(self) -> TickEnded:
+    async def wait_tick(self) -> NoteTickEnded:
         """The end of the tick; a tick that parked deferred calls is not over on
         Temporal: it waits, durably and at no cost, for their decisions (`decide`)."""
         await self._wait(lambda: self._outcome is not None and not self._outcome.paused)
@@ -210,7 +204,7 @@ class WorkflowEngine(SchedulerDriver):
 
     # -- the scheduler's actions ----------------------------------------------------------
 
-    def _tick_ended(self, action: TickEnded) -> None:
+    def _tick_ended(self, action: NoteTickEnded) -> None:
         pass  # `wait_tick`'s condition sees `_outcome`
 
     def _request_approval(self, pending: PendingCall) -> None:
@@ -238,7 +232,7 @@ class WorkflowEngine(SchedulerDriver):
                 decision = decision_from_dict(answer)
             except ActivityError as error:  # the hook could not be asked: fail closed (§6)
                 decision = Deny(f"the approval hook could not be asked: {_cause(error)}")
-        self.feed(DecisionMade(pending.id, decision, self._date()))
+        self.feed(Decide(pending.id, decision, self._date()))
 
     async def _run(self, action: StartCall) -> None:
         host = self.host
@@ -287,7 +281,7 @@ class WorkflowEngine(SchedulerDriver):
                 value, branch, error = result["value"], result["branch"], result["error"]
                 self.records[action.id].worker = result.get("worker")
         self.records[action.id].finished = workflow.time()
-        self.feed(CallFinished(action.id, value, branch, error, self._date()))
+        self.feed(FinishCall(action.id, value, branch, error, self._date()))
 
 
 # --------------------------------------------------------------------------------------

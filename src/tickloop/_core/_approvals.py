@@ -1,0 +1,87 @@
+"""Calls waiting to be asked about, one question at a time, and what the asker is shown."""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from ._call import Call
+from ._decisions import HOOK_REFUSED, PendingCall
+from ._log import copy_json
+from ._path_index import PathIndex
+from ._status import CallStatus
+
+__all__ = ["ApprovalQueue", "hook_fault", "pending_call"]
+
+_log = logging.getLogger("tickloop")
+
+
+class ApprovalQueue:
+    """The call being asked about (`asking`), and the ready calls that wait their turn."""
+
+    __slots__ = ("asking", "waiting")
+
+    def __init__(self) -> None:
+        self.asking: str | None = None
+        self.waiting: deque[Call] = deque()
+
+    @property
+    def busy(self) -> bool:
+        return self.asking is not None or bool(self.waiting)
+
+    def next(self) -> Call | None:
+        """The next call to ask about, in the order calls became ready; None while a
+        question is open or none waits. A call decided meanwhile is passed over."""
+        while self.asking is None and self.waiting:
+            call = self.waiting.popleft()
+            if call.status == CallStatus.APPROVING:
+                self.asking = call.id
+                return call
+        return None
+
+
+def pending_call(
+    call: Call,
+    run_id: str | None,
+    written: PathIndex,
+    waiters: PathIndex,
+    seq_of: Callable[[str], int],
+) -> PendingCall:
+    """What a person deciding `call` is shown: the call, its schemas, the calls that wrote
+    what its parameters read, and the calls known so far that wait to read what it writes,
+    in arrival order."""
+    sources: set[str] = set()
+    for reference in call.references:
+        for term in reference.expression.terms:
+            sources.update(written.ids_overlapping(term))
+    readers: set[str] = set()
+    for term in call.writes:
+        readers.update(waiters.ids_overlapping(term))
+    sources.discard(call.id)
+    readers.discard(call.id)
+    return PendingCall(
+        id=call.id,
+        tool=call.tool.name,
+        params=copy_json(call.record.params),
+        call=copy_json(call.wire),
+        run_id=run_id,
+        waits_on=sorted(sources, key=seq_of),
+        dependents=sorted(readers, key=seq_of),
+        schema=call.tool.parameters,
+        output_schema=call.tool.output,
+    )
+
+
+def hook_fault(call: Call, changed: bool, detail: str) -> dict[str, Any]:
+    """A reviewer's decision that cannot be carried out: the hook's bug, not the model's.
+
+    The developer reads the detail on the `tickloop` logger; the model, which can fix
+    none of it, is told only that a reviewer refused or changed the call.
+    """
+    _log.warning("approval hook bug on call %s (%s): %s", call.id, call.record.tool, detail)
+    message = (
+        "a reviewer changed this call, and the change could not run" if changed else HOOK_REFUSED
+    )
+    return {"type": "hook", "message": message}

@@ -1,0 +1,90 @@
+"""Reading one expression of a waiting call in plan order (PROTOCOL §3): its value, or
+that it must wait, or that it is dead (nothing wrote it, and nothing will); and, once
+every one has a value, the parameters they resolve to."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ._call import Call, schema_message, structural
+from ._expressions import Expression, Term, substitute
+from ._log import copy_json
+from ._plan_order import Slot
+
+__all__ = ["read", "resolve"]
+
+Lookup = Callable[[Term], tuple[bool, Any]]
+CouldBeWritten = Callable[[Term, Call], bool]
+
+
+def read(
+    expression: Expression,
+    slots: list[Slot],
+    lookup: Lookup,
+    call: Call,
+    could_be_written: CouldBeWritten,
+) -> tuple[str, Any]:
+    """("value", v) | ("wait", None) | ("dead", [dead terms]) for one expression."""
+    if expression.op == "&&":
+        value = None
+        waiting = False
+        for slot in slots:
+            outcome, value = _look(slot, lookup, call, could_be_written)
+            if outcome == "dead":
+                return "dead", [slot.term]
+            if outcome == "wait":
+                waiting = True
+        return ("wait", None) if waiting else ("value", value)
+    dead: list[Term] = []
+    for slot in slots:  # a single term, or `||` in order
+        outcome, value = _look(slot, lookup, call, could_be_written)
+        if outcome != "dead":
+            return outcome, value
+        dead.append(slot.term)
+    return "dead", dead
+
+
+def _look(
+    slot: Slot, lookup: Lookup, call: Call, could_be_written: CouldBeWritten
+) -> tuple[str, Any]:
+    """One term in plan order: wait while an earlier writer has not ended; then the value
+    the calls before it left (kept if a later write came since); a forward reference waits
+    while any call could still write it."""
+    if slot.pending:
+        return "wait", None
+    if slot.captured:
+        present, value = slot.present, slot.value
+    else:
+        present, value = lookup(slot.term)
+    if present:
+        return "value", value
+    if slot.forward and could_be_written(slot.term, call):
+        return "wait", None
+    return "dead", None
+
+
+def resolve(
+    call: Call, values: dict[tuple[str | int, ...], Any], lookup: Lookup
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A ready call's resolved parameters, and the structural error when they fail its
+    schema (None when they pass). They become the call's record either way."""
+    # Always a fresh copy, even without references: `††x` literals must be unescaped,
+    # and the handler must not get (and could not change) the call's own dict.
+    params = substitute(call.params, {key: copy_json(value) for key, value in values.items()})
+    assert isinstance(params, dict)
+    for parameter, input_name in call.tool.bind.items():
+        # Bound values come from the run's input only; without one, the parameter is
+        # left out and the schema decides (its default, or a "required" error).
+        present, value = lookup(Term("input", (input_name,)))
+        if present:
+            params[parameter] = copy_json(value)
+    call.record.params = params
+    # Validation is the dearest step per call; the check on arrival already covered a
+    # call that had nothing to resolve (no reference, no binding, no `††` unescaped).
+    if call.references or call.tool.bind or params != call.params:
+        errors = list(call.tool.parameter_validator.iter_errors(params))
+        if errors:
+            message = schema_message(call.tool, errors, "resolved parameters")
+            return params, structural(message)
+    return params, None

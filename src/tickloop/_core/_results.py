@@ -1,0 +1,66 @@
+"""Checking a call's result before it is written: its output schema, and the branch (or
+fan-out) it is written to. A result that fails is the call's runtime error, not the run's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._errors import ReferenceSyntaxError
+from ._call import Call, OutputMismatch, Structural, schema_message, syntax
+from ._expressions import Term, parse_term
+from ._log import describe_key, short_repr
+from ._tools import Tool
+
+__all__ = ["check_output", "targets"]
+
+
+def check_output(tool: Tool, value: Any, *, structural: bool) -> None:
+    """Raise `Structural` (a latent `_output`, checked on arrival) or `OutputMismatch` (a
+    returned or responded value) when `value` fails the tool's output schema."""
+    if tool.output_validator is None:
+        return
+    fault = Structural if structural else OutputMismatch
+    try:
+        errors = list(tool.output_validator.iter_errors(value))
+    except RecursionError:  # a result hundreds deep against a recursive schema
+        raise fault(
+            f"output of {tool.name!r} nests too deeply to check against its schema"
+        ) from None
+    if errors:
+        raise fault(schema_message(tool, errors, "output"))
+
+
+def targets(call: Call, branch: str | None) -> tuple[list[Term], list[Term]]:
+    """The terms the result is written to, and the untaken branches (whose readers skip)."""
+    output = call.output
+    if output is None:
+        return [], []
+    terms = list(output.terms)
+    if branch is None:
+        if output.op == "||":
+            return terms[:1], terms[1:]
+        return terms, []
+    if output.op != "||":
+        raise OutputMismatch(
+            f"the activity chose branch {branch!r}, but the output path {str(output)!r} "
+            "has no branches ('||')"
+        )
+    choices = ", ".join(str(term) for term in terms)
+    if not isinstance(branch, str):
+        raise OutputMismatch(
+            f"the activity chose branch {describe_key(branch)}, which is not a term: "
+            f"return Branch(term, value) with term one of {choices}, as a string"
+        )
+    try:
+        chosen = parse_term(branch)
+    except ValueError as error:  # ReferenceSyntaxError is one
+        reason = syntax(error) if isinstance(error, ReferenceSyntaxError) else str(error)
+        raise OutputMismatch(
+            f"the activity chose a malformed branch: {reason}; the branches are {choices}"
+        ) from error
+    if chosen not in terms:
+        raise OutputMismatch(
+            f"the activity chose branch {short_repr(branch)}, which is not one of {choices}"
+        )
+    return [chosen], [term for term in terms if term != chosen]

@@ -1,0 +1,91 @@
+"""Approved calls waiting for a concurrency slot, and the slots in use.
+
+Calls start in arrival order across tools, each tool's queue in its own order, within the
+run's limit and every tool's own `max_concurrency`. A heap holds the oldest queued call of
+each tool that has a free slot, so starting the next call never scans the queues.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterator
+
+from ._call import Call
+from ._tools import ToolSet
+
+__all__ = ["RunQueue"]
+
+
+class RunQueue:
+    """Which calls wait for a slot (`queued`), which run (`running`), and who goes next."""
+
+    __slots__ = (
+        "_heads",
+        "_in_heads",
+        "_queues",
+        "_tool_running",
+        "_tools",
+        "queued",
+        "running",
+        "writers",
+    )
+
+    def __init__(self, tools: ToolSet) -> None:
+        self._tools = tools
+        self._queues: dict[str, deque[Call]] = {}
+        self._heads: list[tuple[int, str]] = []  # (seq, tool) of tools able to start one
+        self._in_heads: set[str] = set()
+        self._tool_running: dict[str, int] = {}
+        self.queued = 0
+        self.running: set[str] = set()
+        # Running calls that write something: a tick waits for these, not for
+        # fire-and-forget ones (PROTOCOL §4).
+        self.writers = 0
+
+    def push(self, call: Call) -> None:
+        self.queued += 1
+        name = call.tool.name
+        queue = self._queues.get(name)
+        if queue is None:
+            queue = self._queues[name] = deque()
+        queue.append(call)
+        if len(queue) == 1:
+            self._offer_head(name)
+
+    def start(self, limit: int | None) -> Iterator[Call]:
+        """Take the calls that may start now, oldest first; each counts as running."""
+        heads = self._heads
+        while heads and (limit is None or len(self.running) < limit):
+            _, name = heapq.heappop(heads)
+            self._in_heads.discard(name)
+            call = self._queues[name].popleft()
+            self.queued -= 1
+            self._tool_running[name] = self._tool_running.get(name, 0) + 1
+            self.running.add(call.id)
+            if not call.fire_and_forget:
+                self.writers += 1
+            yield call
+            self._offer_head(name)
+
+    def finish(self, call: Call) -> None:
+        """A running call ended: its slot goes to the next queued call of its tool."""
+        self.running.discard(call.id)
+        if not call.fire_and_forget:
+            self.writers -= 1
+        name = call.tool.name
+        self._tool_running[name] -= 1
+        self._offer_head(name)
+
+    def _offer_head(self, name: str) -> None:
+        """Put a tool's oldest queued call among the candidates, if the tool has a slot."""
+        if name in self._in_heads:
+            return
+        queue = self._queues.get(name)
+        if not queue:
+            return
+        limit = self._tools[name].max_concurrency
+        if limit is not None and self._tool_running.get(name, 0) >= limit:
+            return
+        heapq.heappush(self._heads, (queue[0].seq, name))
+        self._in_heads.add(name)

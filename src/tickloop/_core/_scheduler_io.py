@@ -1,0 +1,193 @@
+"""What a driver feeds the scheduler (inputs) and what it gets back (actions).
+
+The names are chosen so they cannot be mistaken for the public run events of
+`tickloop._observe` (`tl.CallReceived`, `tl.CallFinished`, ...), which report what
+happened to a watcher:
+
+* Inputs are imperatives addressed to the scheduler: `OpenTick`, `ReceiveCall`,
+  `CloseStream`, `ReportFault`, `Decide`, `FinishCall`, `Flush`.
+* Actions are imperatives addressed to the driver: `StartCall` and `AskApproval` are work
+  it must do; every `Note...` action is a fact it must record or report (a log message,
+  a call accepted, ready, decided or settled, a tick ended).
+
+The durable journal stores inputs under the names they had before these ones
+(`_durable` keeps that mapping), so journals written earlier replay unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ._decisions import Decision, PendingCall
+
+__all__ = [
+    "Action",
+    "AskApproval",
+    "CloseStream",
+    "Decide",
+    "Event",
+    "FinishCall",
+    "Flush",
+    "NoteAccepted",
+    "NoteDecided",
+    "NoteMessage",
+    "NoteReady",
+    "NoteSettled",
+    "NoteTickEnded",
+    "OpenTick",
+    "ReceiveCall",
+    "ReportFault",
+    "StartCall",
+]
+
+
+# --------------------------------------------------------------------------------------
+# Inputs (the driver tells the scheduler)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenTick:
+    """A new request's stream opened: calls that arrive now belong to `iteration`."""
+
+    iteration: int
+    date: str = ""
+    # Ticks journaled before plan order (PROTOCOL §3, §4) replay with the old rule: every
+    # read live, no write held. Every tick opened now keeps plan order.
+    plan_order: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiveCall:
+    """One call, as the model wrote it (any JSON value: the scheduler checks it)."""
+
+    call: Any
+    date: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CloseStream:
+    """No more calls will arrive for this request: settling may begin."""
+
+    date: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReportFault:
+    """A structural fault of the iteration itself (unparseable solution, bad output)."""
+
+    error: dict[str, Any]
+    call: Any = None
+    date: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Decide:
+    """The answer to an `AskApproval` (or a later one for a deferred call)."""
+
+    call_id: str
+    decision: Decision
+    date: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FinishCall:
+    """A started call returned (`value`, maybe on `branch`) or failed (`error`)."""
+
+    call_id: str
+    value: Any = None
+    branch: str | None = None
+    error: dict[str, Any] | None = None
+    date: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Flush:
+    """The run is ending: append the errors that came after the last tick ended."""
+
+    date: str = ""
+
+
+Event = OpenTick | ReceiveCall | CloseStream | ReportFault | Decide | FinishCall | Flush
+
+
+# --------------------------------------------------------------------------------------
+# Actions (the scheduler tells the driver)
+
+
+@dataclass(frozen=True, slots=True)
+class NoteAccepted:
+    """A call passed its arrival checks and waits for its inputs."""
+
+    id: str
+    tool: str
+    call: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class NoteReady:
+    """A call's inputs exist: these are its resolved, checked parameters."""
+
+    id: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AskApproval:
+    """Ask the approval hook about this call; answer with `Decide`."""
+
+    pending: PendingCall
+
+
+@dataclass(frozen=True, slots=True)
+class NoteDecided:
+    id: str
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class StartCall:
+    """Run this explicit call's handler with these (resolved, checked) parameters; answer
+    with `FinishCall`."""
+
+    id: str
+    tool: str
+    params: dict[str, Any]
+    call: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class NoteMessage:
+    """A message the scheduler appended to the log."""
+
+    message: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class NoteSettled:
+    """A call reached its final status."""
+
+    id: str
+    status: str
+    error: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class NoteTickEnded:
+    """The tick is over; `paused` lists deferred calls it could not finish without."""
+
+    iteration: int
+    errors: list[dict[str, Any]]
+    paused: list[str]
+
+
+Action = (
+    NoteAccepted
+    | NoteReady
+    | AskApproval
+    | NoteDecided
+    | StartCall
+    | NoteMessage
+    | NoteSettled
+    | NoteTickEnded
+)
