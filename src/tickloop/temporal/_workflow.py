@@ -48,7 +48,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from .._core._driver import SchedulerDriver
     from .._core._scheduler_io import Decide, FinishCall, Flush, NoteTickEnded, StartCall
-    from .._core._status import FINAL_STATUSES
+    from .._core._status import FINAL_STATUSES, CallStatus
     from .._durable._resume import INTERRUPTED
     from .._engine._run import initial_log
     from .._errors import ExecuteError, TickloopError, _RunStopped
@@ -515,7 +515,7 @@ class AgentWorkflow:
         """A bad decision is refused to its sender, before anything is recorded."""
         engine = self._loop.engine if self._loop is not None else None
         status = engine.scheduler.status(call_id) if engine is not None else None
-        if engine is None or status != "deferred":
+        if engine is None or status != CallStatus.DEFERRED:
             waiting = [pending.id for pending in engine.scheduler.deferred] if engine else []
             raise ValueError(
                 f"call {call_id!r} is not waiting for a decision"
