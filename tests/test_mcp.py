@@ -223,6 +223,14 @@ def test_run_calls_and_execute_take_a_server_in_tools(http_url: str) -> None:
     assert trio.run(main).state["n"] == {"result": 7}
 
 
+def test_connect_timeout_none_waits_without_a_limit(http_url: str) -> None:
+    """`connect_timeout=None` means no limit on connecting, not a crash on `now + None`."""
+    server = tl.MCPServer.http(http_url, connect_timeout=None)
+    plan = [{"_tool": "add", "a": 2, "b": 3, "_outputPath": "†state.sum"}]
+    result = tl.run_calls(plan, tools=[server])
+    assert result.state["sum"] == {"result": 5}
+
+
 # -- one session, many calls --------------------------------------------------------------------
 
 

@@ -458,12 +458,12 @@ class _SolutionLoop(OuterLoop):
         except StreamBroken as error:
             broken = error
         except _CallNotTaken as failure:
-            error = failure.error
+            cause = failure.error
             raise ExecuteError(
-                f"tickloop could not take a call the model wrote ({type(error).__name__}: "
-                f"{error}); this is a bug in tickloop, please report it",
+                f"tickloop could not take a call the model wrote ({type(cause).__name__}: "
+                f"{cause}); this is a bug in tickloop, please report it",
                 self.log.messages,
-            ) from error
+            ) from cause
         except ModelError as error:
             raise ExecuteError(
                 f"the model request failed{attempts_made(error)}: {error}", self.log.messages

@@ -119,7 +119,7 @@ class PromptRenderer:
                 else:
                     self._chat.append({"role": role, "content": str(message.get("text", ""))})
             elif kind == "data":
-                data_kind = message.get("kind")
+                data_kind = str(message.get("kind"))
                 if message.get("description"):
                     self._descriptions[data_kind] = message["description"]
                 if message.get("schema"):
@@ -327,12 +327,12 @@ def tool_call_schema(tool: Tool, *, strict: bool = True) -> dict[str, Any]:
     required = set(parameters.get("required", []))
     properties: dict[str, Any] = {"_tool": {"type": "string", "enum": [tool.name]}}
     as_text = json_text_parameters(tool) if strict else frozenset()
-    for key, schema in parameters.get("properties", {}).items():
+    for key, declared in parameters.get("properties", {}).items():
         if key in as_text:
             value_schema: dict[str, Any] = {"type": "string", "description": _JSON_TEXT_NOTE}
             properties[key] = value_schema if key in required else _nullable(value_schema)
             continue
-        value_schema = _or_reference(_referable(_strictify(schema) if strict else schema))
+        value_schema = _or_reference(_referable(_strictify(declared) if strict else declared))
         properties[key] = value_schema if key in required or not strict else _nullable(value_schema)
     path_schema: dict[str, Any] = (
         {"type": "string", "enum": [tool.output_path]}
@@ -350,8 +350,8 @@ def tool_call_schema(tool: Tool, *, strict: bool = True) -> dict[str, Any]:
         "_id": {"type": "string"},
         "_reasoningForCall": {"type": "string"},
     }
-    for key, schema in meta.items():
-        properties[key] = _nullable(schema) if strict else schema
+    for key, meta_schema in meta.items():
+        properties[key] = _nullable(meta_schema) if strict else meta_schema
     call_required = ["_tool", *(key for key in properties if key in required)]
     if tool.is_latent:
         output = tool.output if tool.output is not None else {}

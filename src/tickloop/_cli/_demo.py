@@ -33,7 +33,7 @@ from .._observe._events import (
 
 __all__ = ["build_demo_agent", "run_demo"]
 
-CITIES = {
+CITIES: dict[str, dict[str, Any]] = {
     "lisbon": {"flight": 420, "hotel": 180, "forecast": "sunny, 24°C", "delay": 0.9},
     "porto": {"flight": 380, "hotel": 150, "forecast": "cloudy, 19°C", "delay": 1.2},
 }

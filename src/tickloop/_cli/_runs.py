@@ -191,17 +191,17 @@ def _trace(store: SQLiteStore, run_id: str, html: str | None, out: TextIO) -> in
     out.write(f"{'call':<8} {'tool':<24} {'status':<9} {'started':>9} {'ran':>9}  why\n")
     for call in calls:
         start = "" if call.started is None else f"{call.started - origin:8.3f}s"
-        error = call.error or {}
+        fault = call.error or {}
         # An interrupted call "finished" when a later process took the run over: the time
         # between is the dead process's, not the call's.
-        interrupted = str(error.get("message", "")).startswith("interrupted")
+        interrupted = str(fault.get("message", "")).startswith("interrupted")
         took = (
             ""
             if call.started is None or call.finished is None or interrupted
             else f"{call.finished - call.started:.3f}s"
         )
         tool = _safe(call.tool or "?")
-        why = _safe(" ".join(str(error.get("message", "")).split())[:120])
+        why = _safe(" ".join(str(fault.get("message", "")).split())[:120])
         out.write(
             f"{_safe(call.id):<8} {tool:<24} {call.status:<9} {start:>9} {took:>9}"
             f"{'  ' + why if why else ''}\n".rstrip(" ")

@@ -24,7 +24,7 @@ def cycles(
     one strongly connected part of more than one call, in arrival order, earliest first."""
     import networkx as nx
 
-    graph = nx.DiGraph()
+    graph: Any = nx.DiGraph()
     for call_id, blockers in edges:
         graph.add_node(call_id)
         for blocker in blockers:

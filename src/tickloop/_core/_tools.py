@@ -15,6 +15,7 @@ import sys
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import jsonschema
@@ -408,7 +409,7 @@ def _type_hints(handler: Callable[..., Any]) -> dict[str, Any]:
 def _definer_namespace() -> dict[str, Any] | None:
     """The local names of the first frame on the stack outside tickloop: the user's code
     that is applying `@tool` or calling `Tool(...)`."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         if module != "tickloop" and not module.startswith("tickloop."):

@@ -195,7 +195,7 @@ def _compile_object(schema: dict[str, Any], lenient: bool) -> FastCheck | None:
                     return False
             elif extra is False:
                 return False
-            elif extra is not True and not extra(item):  # type: ignore[operator]
+            elif extra is not True and not extra(item):
                 return False
         return True
 

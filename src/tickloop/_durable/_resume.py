@@ -410,6 +410,7 @@ class DurableRun:
                 self._dirty[row.call_id] = row
 
     def _apply(self, action: Action, event: Event, at: float) -> _Row | None:
+        row: _Row | None
         if isinstance(action, NoteMessage):
             message = action.message
             path, call = message.get("_path"), message.get("_call")

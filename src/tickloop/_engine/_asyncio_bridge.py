@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import trio
@@ -42,11 +43,11 @@ class _Job:
                 if self.cancel_requested:
                     scope.cancel()
                 value = await self.function()
-                self._settle(lambda future, value=value: future.set_result(value))
+                self._settle(partial(_set_result, value=value))
                 return
             self._settle(lambda future: future.set_exception(asyncio.CancelledError()))
         except Exception as error:  # handed to the awaiting asyncio task, not lost
-            self._settle(lambda future, error=error: future.set_exception(error))
+            self._settle(partial(_set_exception, error=error))
         finally:
             guest.job_finished()
 
@@ -58,6 +59,14 @@ class _Job:
     def _settle(self, how: Callable[[asyncio.Future[Any]], None]) -> None:
         if not self.result.done():
             how(self.result)
+
+
+def _set_result(future: asyncio.Future[Any], value: Any) -> None:
+    future.set_result(value)
+
+
+def _set_exception(future: asyncio.Future[Any], error: BaseException) -> None:
+    future.set_exception(error)
 
 
 class _Guest:

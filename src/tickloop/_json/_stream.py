@@ -565,7 +565,7 @@ class _Scans:
 
     __slots__ = ("below", "top")
 
-    def __init__(self, top: array[int], below: list[_Group] | tuple[()]) -> None:
+    def __init__(self, top: array[int], below: list[_Group] | tuple[_Group, ...]) -> None:
         self.top = top
         self.below = below
 

@@ -111,7 +111,7 @@ class Connection:
         self,
         label: str,
         transport: Transport,
-        connect_timeout: float,
+        connect_timeout: float | None,
         on_listing: Callable[[list[Any], str | None], None],
     ) -> None:
         self.label = label
@@ -187,7 +187,8 @@ class Connection:
         served = False
         try:
             with trio.CancelScope() as connecting:
-                connecting.deadline = trio.current_time() + self._connect_timeout
+                if self._connect_timeout is not None:  # None: wait as long as it takes
+                    connecting.deadline = trio.current_time() + self._connect_timeout
                 async with self._transport() as (read, write):
                     async with ClientSession(read, write) as session:
                         initialized = await session.initialize()

@@ -447,9 +447,9 @@ async def _read_turn_stream(
                     delta.get("signature", "")
                 )
         elif kind == "content_block_stop":
-            block = blocks.get(index)
-            if block is not None and index in arguments:
-                block["input"] = _tool_input(block, "".join(arguments[index]))
+            closed = blocks.get(index)
+            if closed is not None and index in arguments:
+                closed["input"] = _tool_input(closed, "".join(arguments[index]))
         elif kind == "message_delta":
             stop_reason = (payload.get("delta") or {}).get("stop_reason") or stop_reason
     yield stream.usage

@@ -12,7 +12,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from datetime import UTC
 from email.utils import parsedate_to_datetime
@@ -187,7 +187,7 @@ def load_event(data: str, *, what: str, secrets: Iterable[str | None]) -> Any:
 
 async def typed_events(
     response: httpx.Response, *, what: str, secrets: Iterable[str | None]
-) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
+) -> AsyncGenerator[tuple[Any, dict[str, Any]], None]:
     """`(type, payload)` for each JSON object event of a stream whose payloads say their type.
 
     Anthropic and the Responses API both name an event in its payload's `type` (the SSE

@@ -252,9 +252,9 @@ async def _read_stream(
                 if isinstance(delta, str):
                     arguments.setdefault(index, []).append(delta)
             elif kind == "response.output_item.done":
-                item = payload.get("item")
-                if isinstance(item, dict):
-                    items[index] = dict(item)
+                finished = payload.get("item")
+                if isinstance(finished, dict):
+                    items[index] = dict(finished)
             elif kind in ("response.completed", "response.incomplete"):
                 body = payload.get("response") or {}
                 counts = body.get("usage") or {}

@@ -31,7 +31,7 @@ _ROW = 26
 _BAR = 14
 _TOP = 64  # room for the axis
 
-_STATUS_COLOURS = {
+_STATUS_COLOURS: dict[str, str] = {
     CallStatus.DONE: "#2f6fd6",
     CallStatus.FAILED: "#d33a2c",
     CallStatus.INVALID: "#d33a2c",

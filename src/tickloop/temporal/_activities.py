@@ -126,6 +126,10 @@ def make_activities(
         if data.get("protocol") == "tools":
             async with _Heartbeat(_period()):
                 return await in_thread(_ask_turn, agent, data, identity)
+        if info.workflow_id is None:  # a standalone activity: no workflow to stream into
+            raise ApplicationError(
+                "the model request runs only inside an agent workflow", non_retryable=True
+            )
         handle = activity.client().get_workflow_handle(
             info.workflow_id, run_id=info.workflow_run_id
         )

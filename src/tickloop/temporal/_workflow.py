@@ -167,13 +167,13 @@ class WorkflowEngine(SchedulerDriver):
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
-        await self._wait(lambda: not self._tasks)  # fire-and-forget calls too (§4)
+        await self.wait_until(lambda: not self._tasks)  # fire-and-forget calls too (§4)
         self.feed(Flush(self._date()))
 
     async def wait_tick(self) -> NoteTickEnded:
         """The end of the tick; a tick that parked deferred calls is not over on
         Temporal: it waits, durably and at no cost, for their decisions (`decide`)."""
-        await self._wait(lambda: self._outcome is not None and not self._outcome.paused)
+        await self.wait_until(lambda: self._outcome is not None and not self._outcome.paused)
         assert self._outcome is not None
         return self._outcome
 
@@ -183,7 +183,7 @@ class WorkflowEngine(SchedulerDriver):
             self.expect_tick()  # the tick ended paused: it goes on with this call
         self.decide(call_id, decision)
 
-    async def _wait(self, condition: Callable[[], bool]) -> None:
+    async def wait_until(self, condition: Callable[[], bool]) -> None:
         await workflow.wait_condition(lambda: self._failure is not None or condition())
         if self._failure is not None:
             raise self._failure
@@ -336,7 +336,9 @@ class _WorkflowTurnLoop(_TurnLoop):
 
     async def _wait_for(self, ids: Sequence[str]) -> None:
         records = self.engine.records
-        await self.engine._wait(
+        engine = self.engine
+        assert isinstance(engine, WorkflowEngine)
+        await engine.wait_until(
             lambda: all(records[id].status in FINAL_STATUSES for id in ids if id in records)
         )
 
@@ -507,7 +509,9 @@ class AgentWorkflow:
     @workflow.update(name=DECIDE_UPDATE)
     def decide(self, call_id: str, decision: dict[str, Any]) -> str:
         assert self._loop is not None
-        self._loop.engine.apply_decision(call_id, decision_from_dict(decision))
+        engine = self._loop.engine
+        assert isinstance(engine, WorkflowEngine)
+        engine.apply_decision(call_id, decision_from_dict(decision))
         return self._loop.engine.scheduler.status(call_id) or ""
 
     @decide.validator
