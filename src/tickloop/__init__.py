@@ -5,7 +5,7 @@ The public surface is flat: everything a user needs is importable from here
 """
 
 from ._agent._agent import Agent, RunResult
-from ._agent._turns import TextStream
+from ._agent._text_stream import TextStream
 from ._core._decisions import Approve, Decision, Defer, Deny, Edit, PendingCall, Replace, Respond
 from ._core._expressions import Expression, Term, parse_expression
 from ._core._scheduler import CallRecord
