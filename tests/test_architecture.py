@@ -8,6 +8,7 @@ naming each cycle among tickloop's modules.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -75,3 +76,60 @@ def test_the_check_sees_function_level_and_type_checking_imports(
     sys.modules.pop("tangled", None)
     assert len(cycles) == 1
     assert set(cycles[0]) == {"tangled.agent", "tangled.turns"}
+
+
+# -- importing the package -------------------------------------------------------------------
+
+HEAVY = ("httpx", "jsonschema", "sqlite3", "networkx", "starlette", "hypercorn", "mcp")
+
+
+def _loaded_after(code: str) -> list[str]:
+    """Which of HEAVY a fresh interpreter has loaded after running `code`."""
+    probe = f"{code}\nimport sys\nprint(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return done.stdout.split()
+
+
+def test_import_tickloop_loads_no_heavy_dependency() -> None:
+    """A script pays for what it uses: importing the package imports none of the HTTP,
+    schema, database, graph or web libraries."""
+    assert _loaded_after("import tickloop") == []
+
+
+def test_a_run_on_a_scripted_model_loads_no_http_stack() -> None:
+    """A run without a real model client never imports httpx (nor a store's sqlite3, nor
+    the web stack of a page it does not serve)."""
+    code = textwrap.dedent(
+        """
+        import tickloop as tl
+
+        @tl.tool
+        def add(a: int, b: int) -> int:
+            return a + b
+
+        model = tl.ScriptedModel(
+            [{"calls": [{"_tool": "add", "a": 1, "b": 2, "_outputPath": "†state.sum"}]},
+             {"output": "†state.sum"}]
+        )
+        assert tl.Agent(model, tools=[add]).run().output == 3
+        """
+    )
+    loaded = _loaded_after(code)
+    assert "httpx" not in loaded
+    assert "starlette" not in loaded and "hypercorn" not in loaded
+
+
+def test_every_public_name_is_read_from_the_package_as_before() -> None:
+    """Loaded on first use, each name of `__all__` is still a plain attribute of the
+    package, `from tickloop import X` gives the same object, and a typo is an
+    AttributeError naming it."""
+    import tickloop as tl
+
+    for name in tl.__all__:
+        value = getattr(tl, name)
+        namespace: dict[str, object] = {}
+        exec(f"from tickloop import {name} as value", namespace)
+        assert namespace["value"] is value
+    assert set(tl.__all__) <= set(dir(tl))
+    with pytest.raises(AttributeError, match="Agnet"):
+        tl.Agnet  # noqa: B018
