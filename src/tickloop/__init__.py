@@ -43,9 +43,10 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, eagerly
         StoreError,
         TickloopError,
     )
-    from ._human import BrowserApproval, ConsoleApproval
+    from ._human._browser import BrowserApproval
+    from ._human._console import ConsoleApproval
     from ._json._stream import resilient_json_parse
-    from ._mcp import MCPServer
+    from ._mcp._server import MCPServer
     from ._models._anthropic import Anthropic
     from ._models._base import (
         ModelClient,
@@ -119,10 +120,10 @@ _WHERE: dict[str, str] = {
     "ResumeError": "._errors",
     "StoreError": "._errors",
     "TickloopError": "._errors",
-    "BrowserApproval": "._human",
-    "ConsoleApproval": "._human",
+    "BrowserApproval": "._human._browser",
+    "ConsoleApproval": "._human._console",
     "resilient_json_parse": "._json._stream",
-    "MCPServer": "._mcp",
+    "MCPServer": "._mcp._server",
     "Anthropic": "._models._anthropic",
     "ModelClient": "._models._base",
     "ModelError": "._models._base",
