@@ -33,9 +33,10 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     import pydantic
 
-    from .._agent._agent import Agent, StreamRestarted, _SolutionLoop
+    from .._agent._agent import Agent
     from .._agent._loop import RunResult
     from .._agent._retry import StreamBroken
+    from .._agent._solution import StreamRestarted, _SolutionLoop
     from .._agent._turns import _TurnLoop
     from .._core._decisions import (
         Decision,
@@ -291,7 +292,7 @@ class WorkflowEngine(SchedulerDriver):
 class _WorkflowSolutionLoop(_SolutionLoop):
     def __init__(self, host: AgentWorkflow, log: Any) -> None:
         self.host = host
-        super().__init__(host.agent, log, None, None)
+        super().__init__(host.agent._config(), log, None, None)
 
     def _make_engine(self, on_action: Callable[[Any], None], durable: Any) -> Any:
         return WorkflowEngine(self.host, self.log, on_action)
@@ -303,7 +304,7 @@ class _WorkflowSolutionLoop(_SolutionLoop):
 class _WorkflowTurnLoop(_TurnLoop):
     def __init__(self, host: AgentWorkflow, log: Any) -> None:
         self.host = host
-        super().__init__(host.agent, log, None, None, None)
+        super().__init__(host.agent._config(), log, None, None, None)
 
     def _make_engine(self, on_action: Callable[[Any], None], durable: Any) -> Any:
         return WorkflowEngine(self.host, self.log, on_action)
