@@ -27,11 +27,15 @@ and the bookkeeping around the loop (run status, `RunStarted`/`RunEnded`).
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from json.encoder import (  # type: ignore[attr-defined]
+    c_make_encoder,
+    encode_basestring,
+    encode_basestring_ascii,
+)
 from typing import Any, Protocol
 
 import trio
@@ -44,7 +48,7 @@ from .._core._decisions import (
     decision_from_dict,
     decision_to_dict,
 )
-from .._core._expressions import find_references, parse_expression, parse_term
+from .._core._expressions import Term, find_references, parse_expression, parse_term
 from .._core._log import ContextLog, has_surrogate
 from .._core._path_index import PathIndex as _PathIndex
 from .._core._scheduler_io import (
@@ -165,10 +169,18 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
     raise ValueError(f"unknown journal event type {kind!r}")
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-_ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+# The C encoder made once, not per value as `json.dumps` and `JSONEncoder.encode` do
+# (half the cost of encoding an entry). No cycle markers: a shared markers dict would keep
+# stale ids after a failed encoding; a cycle (impossible in JSON data) ends in a
+# RecursionError instead, which `dumps_entry` reports like any other unstorable value.
+_ENCODE = c_make_encoder(None, _not_json, encode_basestring, None, ":", ",", False, False, True)
+_ENCODE_ASCII = c_make_encoder(
+    None, _not_json, encode_basestring_ascii, None, ":", ",", False, False, True
+)
 
 
 def dumps_entry(value: Any) -> str:
@@ -176,9 +188,9 @@ def dumps_entry(value: Any) -> str:
     refused on arrival but journaled as it came, so the replay refuses it again) is kept
     as its `\\u` escape: SQLite stores UTF-8, which has no form for it."""
     try:
-        text = _ENCODER.encode(value)
-        return _ASCII_ENCODER.encode(value) if has_surrogate(text) else text
-    except (TypeError, ValueError) as error:
+        text = "".join(_ENCODE(value, 0))
+        return "".join(_ENCODE_ASCII(value, 0)) if has_surrogate(text) else text
+    except (TypeError, ValueError, RecursionError) as error:
         raise StoreError(f"a value of this run cannot be stored as JSON: {error}") from error
 
 
@@ -193,9 +205,12 @@ def new_run_id() -> str:
 class _Row:
     """The `calls` row of one call, kept in memory and rewritten whenever it changes."""
 
-    __slots__ = CALL_COLUMNS
+    __slots__ = (*CALL_COLUMNS, "stored")
 
     def __init__(self, call_id: str, seq: int, iteration: int, tool: str | None, at: float) -> None:
+        # Whether this process has committed the row: then a change updates it in place.
+        # False after a replay too, so a resume's first write of a row replaces it whole.
+        self.stored = False
         self.call_id = call_id
         self.seq = seq
         self.iteration = iteration
@@ -232,6 +247,25 @@ class _Row:
             self.decided,
             self.started,
             self.finished,
+        )
+
+    def changes(self) -> tuple[Any, ...]:
+        """The row in CHANGING_COLUMNS order, then its call id (for `RunWriter.append`)."""
+        return (
+            self.tool,
+            self.status,
+            self.call,
+            self.params,
+            self.deps,
+            self.decision,
+            self.error,
+            self.received,
+            self.ready,
+            self.asked,
+            self.decided,
+            self.started,
+            self.finished,
+            self.call_id,
         )
 
 
@@ -290,11 +324,12 @@ class DurableRun:
         at = self.now()
         self._track(event, actions, at)
         self._add(at, "event", event_to_dict(event))
+        marks, added = self._marks, self._added
         for action in actions:  # what must be stored before this call may act
-            if isinstance(action, StartCall):
-                self._marks[action.id] = self._added
-            elif isinstance(action, AskApproval):
-                self._marks[action.pending.id] = self._added
+            if type(action) is StartCall:
+                marks[action.id] = added
+            elif type(action) is AskApproval:
+                marks[action.pending.id] = added
 
     def journal_messages(self, messages: Sequence[dict[str, Any]]) -> None:
         at = self.now()
@@ -307,10 +342,11 @@ class DurableRun:
         self._add(self.now(), "note", {"note": name, **data})
 
     def _add(self, at: float, kind: str, body: Any) -> None:
-        self._pending.append((at, kind, dumps_entry(body)))
+        pending = self._pending
+        if not pending and self._wakeup is not None:
+            self._wakeup.set()  # the first entry since the last commit wakes the flusher
+        pending.append((at, kind, dumps_entry(body)))
         self._added += 1
-        if self._wakeup is not None:
-            self._wakeup.set()
 
     def commit(self, call_id: str | None = None) -> None:
         """Commit every entry recorded so far, with the call rows they changed.
@@ -334,14 +370,18 @@ class DurableRun:
         self._committed = self._added
         entries, self._pending = self._pending, []
         rows, self._dirty = self._dirty, {}
+        new = [row.values() for row in rows.values() if not row.stored]
+        changed = [row.changes() for row in rows.values() if row.stored]
         try:
-            self.writer.append(entries, [row.values() for row in rows.values()])
+            self.writer.append(entries, new, changed)
         except BaseException:
             # Kept, so no later commit can store what followed them without them: the
             # journal stays a prefix of what happened, as after a crash at this moment.
             self._pending = entries + self._pending
             self._dirty = {**rows, **self._dirty}
             raise
+        for row in rows.values():
+            row.stored = True
 
     @asynccontextmanager
     async def flushing(self) -> AsyncIterator[None]:
@@ -390,94 +430,109 @@ class DurableRun:
 
     def _track(self, event: Event, actions: list[Action], at: float) -> None:
         """Follow the run's state; changed call rows are kept for the next commit."""
-        if isinstance(event, OpenTick):
-            self.iteration = event.iteration
-            self.plan_due = False
-            self.handed = set()
-        elif isinstance(event, CloseStream):
-            self.plan_due = True
-        elif isinstance(event, FinishCall):
+        kind = type(event)
+        if kind is FinishCall:
             # Not running any more, even while its write is held (PROTOCOL §4): the
             # journaled result is replayed and applied in plan order, never run again.
-            self.running.pop(event.call_id, None)
-        elif isinstance(event, ReceiveCall | ReportFault):
-            call = event.call
+            self.running.pop(event.call_id, None)  # type: ignore[union-attr]
+        elif kind is ReceiveCall or kind is ReportFault:
+            call = event.call  # type: ignore[union-attr]
             handed = call.get("_id") if isinstance(call, dict) else None
             self.handed.add(handed if isinstance(handed, str) else None)
+        elif kind is OpenTick:
+            self.iteration = event.iteration  # type: ignore[union-attr]
+            self.plan_due = False
+            self.handed = set()
+        elif kind is CloseStream:
+            self.plan_due = True
+        # One lookup per action instead of a chain of isinstance tests: this runs for
+        # every action of every event, several per call.
+        handlers = _HANDLERS
+        dirty = self._dirty
         for action in actions:
-            row = self._apply(action, event, at)
-            if row is not None:
-                self._dirty[row.call_id] = row
+            handler = handlers.get(type(action))
+            if handler is not None:
+                row = handler(self, action, event, at)
+                if row is not None:
+                    dirty[row.call_id] = row
 
-    def _apply(self, action: Action, event: Event, at: float) -> _Row | None:
-        row: _Row | None
-        if isinstance(action, NoteMessage):
-            message = action.message
-            path, call = message.get("_path"), message.get("_call")
-            if isinstance(path, str) and isinstance(call, dict) and "_id" in call:
-                self.written.add(parse_term(path), call["_id"])
-            return None
-        if isinstance(action, AskApproval):
-            row = self.rows[action.pending.id]
-            row.status, row.asked = CallStatus.APPROVING, at
-            self.asking = action.pending
-            return row
-        if isinstance(action, NoteAccepted):
-            row = self._new_row(action.id, action.tool, at)
-            row.call = dumps_entry(self.redact.shared(action.call))
-            self.wires[action.id] = action.call
-            self._declare(action.id, action.call)
-            self.by_tool.setdefault((self.iteration, action.tool), []).append(action.id)
-            return row
-        row = self.rows.get(getattr(action, "id", ""))
-        if isinstance(action, NoteSettled):
-            if row is None:  # failed its arrival checks, so it was never accepted
-                call = event.call if isinstance(event, ReceiveCall) else None
-                tool = call.get("_tool") if isinstance(call, dict) else None
-                row = self._new_row(action.id, tool if isinstance(tool, str) else None, at)
-                row.call = dumps_entry(self.redact.shared(call))
-            row.status, row.finished = action.status, at
-            row.error = (
-                None if action.error is None else dumps_entry(self.redact.shared(action.error))
-            )
-            if row.deps is None and action.status in ("invalid", "skipped"):
-                # Settled without ever being ready (its writer was denied, failed...): the
-                # timeline still draws what it waited on.
-                found = self._dependencies(action.id, row, declared=True)
-                if found:
-                    row.deps = dumps_entry(found)
-            self.running.pop(action.id, None)
-            self.ready_params.pop(action.id, None)
-            return row
+    def _on_message(self, action: NoteMessage, event: Event, at: float) -> None:
+        message = action.message
+        path, call = message.get("_path"), message.get("_call")
+        if isinstance(path, str) and isinstance(call, dict) and "_id" in call:
+            self.written.add(_term(path), call["_id"])
+
+    def _on_ask(self, action: AskApproval, event: Event, at: float) -> _Row:
+        row = self.rows[action.pending.id]
+        row.status, row.asked = CallStatus.APPROVING, at
+        self.asking = action.pending
+        return row
+
+    def _on_accepted(self, action: NoteAccepted, event: Event, at: float) -> _Row:
+        row = self._new_row(action.id, action.tool, at)
+        row.call = dumps_entry(self.redact.shared(action.call))
+        self.wires[action.id] = action.call
+        self._declare(action.id, action.call)
+        self.by_tool.setdefault((self.iteration, action.tool), []).append(action.id)
+        return row
+
+    def _on_settled(self, action: NoteSettled, event: Event, at: float) -> _Row:
+        row = self.rows.get(action.id)
+        if row is None:  # failed its arrival checks, so it was never accepted
+            call = event.call if isinstance(event, ReceiveCall) else None
+            tool = call.get("_tool") if isinstance(call, dict) else None
+            row = self._new_row(action.id, tool if isinstance(tool, str) else None, at)
+            row.call = dumps_entry(self.redact.shared(call))
+        row.status, row.finished = action.status, at
+        row.error = None if action.error is None else dumps_entry(self.redact.shared(action.error))
+        if row.deps is None and action.status in ("invalid", "skipped"):
+            # Settled without ever being ready (its writer was denied, failed...): the
+            # timeline still draws what it waited on.
+            found = self._dependencies(action.id, row, declared=True)
+            if found:
+                row.deps = dumps_entry(found)
+        self.running.pop(action.id, None)
+        self.ready_params.pop(action.id, None)
+        return row
+
+    def _on_ready(self, action: NoteReady, event: Event, at: float) -> _Row | None:
+        row = self.rows.get(action.id)
         if row is None:
             return None
-        if isinstance(action, NoteReady):
-            row.status, row.ready = CallStatus.QUEUED, at
-            row.params = dumps_entry(self.redact.shared(action.params))
-            self.ready_params[action.id] = action.params
-            row.deps = dumps_entry(self._dependencies(action.id, row))
-        elif isinstance(action, NoteDecided):
-            row.decided = at
-            row.decision = dumps_entry(self.redact.shared(decision_to_dict(action.decision)))
-            if self.asking is not None and self.asking.id == action.id:
-                self.asking = None
-            if isinstance(action.decision, Defer):
-                row.status = CallStatus.DEFERRED
-            else:
-                row.status = CallStatus.QUEUED
-                if isinstance(action.decision, Replace):
-                    wire = action.decision.call
-                    self.wires[action.id] = wire
-                    row.call = dumps_entry(self.redact.shared(wire))
-                    tool = wire.get("_tool") if isinstance(wire, dict) else None
-                    row.tool = tool if isinstance(tool, str) else row.tool
-        elif isinstance(action, StartCall):
-            row.status, row.started = CallStatus.RUNNING, at
-            if action.params is not self.ready_params.pop(action.id, None):  # edited
-                row.params = dumps_entry(self.redact.shared(action.params))
-            self.running[action.id] = action
-        else:
+        row.status, row.ready = CallStatus.QUEUED, at
+        row.params = dumps_entry(self.redact.shared(action.params))
+        self.ready_params[action.id] = action.params
+        row.deps = dumps_entry(self._dependencies(action.id, row))
+        return row
+
+    def _on_decided(self, action: NoteDecided, event: Event, at: float) -> _Row | None:
+        row = self.rows.get(action.id)
+        if row is None:
             return None
+        row.decided = at
+        row.decision = dumps_entry(self.redact.shared(decision_to_dict(action.decision)))
+        if self.asking is not None and self.asking.id == action.id:
+            self.asking = None
+        if isinstance(action.decision, Defer):
+            row.status = CallStatus.DEFERRED
+        else:
+            row.status = CallStatus.QUEUED
+            if isinstance(action.decision, Replace):
+                wire = action.decision.call
+                self.wires[action.id] = wire
+                row.call = dumps_entry(self.redact.shared(wire))
+                tool = wire.get("_tool") if isinstance(wire, dict) else None
+                row.tool = tool if isinstance(tool, str) else row.tool
+        return row
+
+    def _on_start(self, action: StartCall, event: Event, at: float) -> _Row | None:
+        row = self.rows.get(action.id)
+        if row is None:
+            return None
+        row.status, row.started = CallStatus.RUNNING, at
+        if action.params is not self.ready_params.pop(action.id, None):  # edited
+            row.params = dumps_entry(self.redact.shared(action.params))
+        self.running[action.id] = action
         return row
 
     def _new_row(self, call_id: str, tool: str | None, at: float) -> _Row:
@@ -608,3 +663,24 @@ class DurableRun:
             if decision is not None:
                 engine.decide(pending.id, decision)
         return True
+
+
+_HANDLERS: dict[type, Callable[[DurableRun, Any, Event, float], _Row | None]] = {
+    NoteMessage: DurableRun._on_message,
+    AskApproval: DurableRun._on_ask,
+    NoteAccepted: DurableRun._on_accepted,
+    NoteSettled: DurableRun._on_settled,
+    NoteReady: DurableRun._on_ready,
+    NoteDecided: DurableRun._on_decided,
+    StartCall: DurableRun._on_start,
+}
+
+
+def _term(path: str) -> Term:
+    """The term a write's path names: the cached `parse_expression` (the scheduler parsed
+    the same `_outputPath` when the call arrived) instead of parsing it again."""
+    try:
+        expression = parse_expression(path)
+    except ValueError:
+        return parse_term(path)  # raises the same error, about a single term
+    return expression.terms[0] if expression.op is None else parse_term(path)
