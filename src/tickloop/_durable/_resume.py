@@ -228,9 +228,11 @@ class _Row:
         self.started: float | None = None
         self.finished: float | None = None
 
-    def values(self) -> tuple[Any, ...]:
-        """The row in CALL_COLUMNS order (spelled out: this runs once per changed row)."""
+    def values(self, run_id: str) -> tuple[Any, ...]:
+        """The run id, then the row in CALL_COLUMNS order (spelled out: this runs once per
+        changed row)."""
         return (
+            run_id,
             self.call_id,
             self.seq,
             self.iteration,
@@ -249,8 +251,8 @@ class _Row:
             self.finished,
         )
 
-    def changes(self) -> tuple[Any, ...]:
-        """The row in CHANGING_COLUMNS order, then its call id (for `RunWriter.append`)."""
+    def changes(self, run_id: str) -> tuple[Any, ...]:
+        """The row in CHANGING_COLUMNS order, then the run and call ids (an UPDATE's)."""
         return (
             self.tool,
             self.status,
@@ -265,8 +267,13 @@ class _Row:
             self.decided,
             self.started,
             self.finished,
+            run_id,
             self.call_id,
         )
+
+    def settled(self, run_id: str) -> tuple[Any, ...]:
+        """What settling changes (SETTLED_COLUMNS), then the run and call ids."""
+        return (self.status, self.error, self.deps, self.finished, run_id, self.call_id)
 
 
 # --------------------------------------------------------------------------------------
@@ -288,6 +295,9 @@ class DurableRun:
         self.ready_params: dict[str, Any] = {}  # so a start need not serialise them again
         self.written = _PathIndex()  # which call wrote which path: dependency arrows
         self.declared = _PathIndex()  # which call said it would write which path
+        # (call id, `_outputPath`) of the calls accepted since `declared` was last read:
+        # it is only read for a call settled without being ready, so it is built then.
+        self._undeclared: list[tuple[str, str]] = []
         self.by_tool: dict[tuple[int, str], list[str]] = {}
         self.running: dict[str, StartCall] = {}  # started, not finished
         self.asking: PendingCall | None = None
@@ -303,6 +313,9 @@ class DurableRun:
         self.resumed = False
         self._pending: list[tuple[float, str, str]] = []
         self._dirty: dict[str, _Row] = {}
+        # Stored rows whose only change since their last write is settling: most calls'
+        # last write, which then rewrites four columns instead of all of them.
+        self._settled: dict[str, _Row] = {}
         self._wakeup: trio.Event | None = None
         self._added = self._committed = 0  # entries recorded / committed by this process
         self._marks: dict[str, int] = {}
@@ -370,15 +383,20 @@ class DurableRun:
         self._committed = self._added
         entries, self._pending = self._pending, []
         rows, self._dirty = self._dirty, {}
-        new = [row.values() for row in rows.values() if not row.stored]
-        changed = [row.changes() for row in rows.values() if row.stored]
+        settled, self._settled = self._settled, {}
+        run_id = self.writer.run_id
+        new = [row.values(run_id) for row in rows.values() if not row.stored]
+        changed = [row.changes(run_id) for row in rows.values() if row.stored]
         try:
-            self.writer.append(entries, new, changed)
+            self.writer.append(
+                entries, new, changed, [row.settled(run_id) for row in settled.values()]
+            )
         except BaseException:
             # Kept, so no later commit can store what followed them without them: the
             # journal stays a prefix of what happened, as after a crash at this moment.
             self._pending = entries + self._pending
             self._dirty = {**rows, **self._dirty}
+            self._settled = {**settled, **self._settled}
             raise
         for row in rows.values():
             row.stored = True
@@ -448,13 +466,18 @@ class DurableRun:
         # One lookup per action instead of a chain of isinstance tests: this runs for
         # every action of every event, several per call.
         handlers = _HANDLERS
-        dirty = self._dirty
+        dirty, settled = self._dirty, self._settled
         for action in actions:
             handler = handlers.get(type(action))
             if handler is not None:
                 row = handler(self, action, event, at)
                 if row is not None:
-                    dirty[row.call_id] = row
+                    call_id = row.call_id
+                    if handler is _ON_SETTLED and row.stored and call_id not in dirty:
+                        settled[call_id] = row
+                    else:
+                        dirty[call_id] = row
+                        settled.pop(call_id, None)
 
     def _on_message(self, action: NoteMessage, event: Event, at: float) -> None:
         message = action.message
@@ -471,8 +494,11 @@ class DurableRun:
     def _on_accepted(self, action: NoteAccepted, event: Event, at: float) -> _Row:
         row = self._new_row(action.id, action.tool, at)
         row.call = dumps_entry(self.redact.shared(action.call))
-        self.wires[action.id] = action.call
-        self._declare(action.id, action.call)
+        call = action.call
+        self.wires[action.id] = call
+        path = call.get("_outputPath") if isinstance(call, dict) else None
+        if isinstance(path, str):
+            self._undeclared.append((action.id, path))
         self.by_tool.setdefault((self.iteration, action.tool), []).append(action.id)
         return row
 
@@ -502,7 +528,8 @@ class DurableRun:
         row.status, row.ready = CallStatus.QUEUED, at
         row.params = dumps_entry(self.redact.shared(action.params))
         self.ready_params[action.id] = action.params
-        row.deps = dumps_entry(self._dependencies(action.id, row))
+        found = self._dependencies(action.id, row)
+        row.deps = dumps_entry(found) if found else "[]"
         return row
 
     def _on_decided(self, action: NoteDecided, event: Event, at: float) -> _Row | None:
@@ -540,14 +567,16 @@ class DurableRun:
         self.rows[call_id] = row
         return row
 
-    def _declare(self, call_id: str, call: Any) -> None:
-        path = call.get("_outputPath") if isinstance(call, dict) else None
-        if isinstance(path, str):
+    def _declared(self) -> _PathIndex:
+        """Which call said it would write which path, every call accepted so far."""
+        for call_id, path in self._undeclared:
             try:
                 for term in parse_expression(path).terms:
                     self.declared.add(term, call_id)
             except ValueError:
                 pass
+        self._undeclared.clear()
+        return self.declared
 
     def _dependencies(self, call_id: str, row: _Row, declared: bool = False) -> list[str]:
         """The calls whose writes (or, for tool dependencies, whose end) it waited on."""
@@ -572,12 +601,17 @@ class DurableRun:
                 for earlier in self.by_tool.get((row.iteration, name), ()):
                     if self.rows[earlier].seq < row.seq:
                         found.add(earlier)
+        written = self.written
+        promised = self._declared() if declared and terms else None
         for term in terms:
-            found.update(self.written.ids_overlapping(term))
-            if declared:  # a writer that ended without writing (denied, failed) counts too
-                found.update(self.declared.ids_overlapping(term))
+            found.update(written.ids_overlapping(term))
+            if promised is not None:  # a writer that ended without writing (denied...) too
+                found.update(promised.ids_overlapping(term))
         found.discard(call_id)
-        return sorted(found, key=lambda other: self.rows[other].seq if other in self.rows else 0)
+        if len(found) < 2:
+            return list(found)
+        rows = self.rows
+        return sorted(found, key=lambda other: rows[other].seq if other in rows else 0)
 
     # -- resuming ----------------------------------------------------------------------
 
@@ -601,6 +635,7 @@ class DurableRun:
                 if row.finished is not None and call_id not in self.running:
                     record.finished = row.finished - self.wall0 + self.trio0
         self._dirty.clear()  # the stored rows already say all this
+        self._settled.clear()
         self.sink.remember(scheduler.records)
         self.resumed = True
 
@@ -669,7 +704,7 @@ _HANDLERS: dict[type, Callable[[DurableRun, Any, Event, float], _Row | None]] = 
     NoteMessage: DurableRun._on_message,
     AskApproval: DurableRun._on_ask,
     NoteAccepted: DurableRun._on_accepted,
-    NoteSettled: DurableRun._on_settled,
+    NoteSettled: DurableRun._on_settled,  # _ON_SETTLED
     NoteReady: DurableRun._on_ready,
     NoteDecided: DurableRun._on_decided,
     StartCall: DurableRun._on_start,
@@ -684,3 +719,4 @@ def _term(path: str) -> Term:
     except ValueError:
         return parse_term(path)  # raises the same error, about a single term
     return expression.terms[0] if expression.op is None else parse_term(path)
+_ON_SETTLED = _HANDLERS[NoteSettled]

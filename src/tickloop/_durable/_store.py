@@ -27,7 +27,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,6 +132,11 @@ _INSERT_CALL = (
 CHANGING_COLUMNS = CALL_COLUMNS[3:]
 _UPDATE_CALL = (
     f"UPDATE calls SET {', '.join(f'{name} = ?' for name in CHANGING_COLUMNS)} "
+    "WHERE run_id = ? AND call_id = ?"
+)
+SETTLED_COLUMNS = ("status", "error", "deps", "finished")  # what a call's end changes
+_SETTLE_CALL = (
+    f"UPDATE calls SET {', '.join(f'{name} = ?' for name in SETTLED_COLUMNS)} "
     "WHERE run_id = ? AND call_id = ?"
 )
 
@@ -665,27 +670,28 @@ class RunWriter:
     def append(
         self,
         entries: Sequence[tuple[float, str, str]],
-        calls: Iterable[Sequence[Any]] = (),
-        changed: Iterable[Sequence[Any]] = (),
+        calls: Sequence[Sequence[Any]] = (),
+        changed: Sequence[Sequence[Any]] = (),
+        settled: Sequence[Sequence[Any]] = (),
     ) -> None:
         """Commit journal entries (at, kind, JSON body) and call rows together.
 
-        `calls` are whole rows in CALL_COLUMNS order, inserted (or replacing a row of the
-        same call); `changed` are rows this writer stored before, in CHANGING_COLUMNS
-        order followed by the call id, updated in place.
+        `calls` are whole rows (the run id, then CALL_COLUMNS), inserted or replacing a
+        row of the same call; `changed` are rows this writer stored before, updated in
+        place (CHANGING_COLUMNS, then the run and call ids); `settled` the same with
+        SETTLED_COLUMNS only, for rows whose only change is the call's end.
         """
         connection = self.connection
         seq = self.seq
         try:
             with self.store._write(connection, conflict=self._conflict):
                 self.insert(entries)
-                run_id = self.run_id
-                inserted = [(run_id, *row) for row in calls]
-                if inserted:
-                    connection.executemany(_INSERT_CALL, inserted)
-                updated = [(*row[:-1], run_id, row[-1]) for row in changed]
-                if updated:
-                    connection.executemany(_UPDATE_CALL, updated)
+                if calls:
+                    connection.executemany(_INSERT_CALL, calls)
+                if changed:
+                    connection.executemany(_UPDATE_CALL, changed)
+                if settled:
+                    connection.executemany(_SETTLE_CALL, settled)
         except BaseException:  # nothing was written: the next append reuses these numbers
             self.seq = seq
             raise
