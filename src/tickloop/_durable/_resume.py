@@ -48,8 +48,14 @@ from .._core._decisions import (
     decision_from_dict,
     decision_to_dict,
 )
-from .._core._expressions import Term, find_references, parse_expression, parse_term
-from .._core._log import ContextLog, has_surrogate
+from .._core._expressions import (
+    Term,
+    find_references,
+    is_reference,
+    parse_expression,
+    parse_term,
+)
+from .._core._log import ContextLog
 from .._core._path_index import PathIndex as _PathIndex
 from .._core._scheduler_io import (
     Action,
@@ -189,7 +195,13 @@ def dumps_entry(value: Any) -> str:
     as its `\\u` escape: SQLite stores UTF-8, which has no form for it."""
     try:
         text = "".join(_ENCODE(value, 0))
-        return "".join(_ENCODE_ASCII(value, 0)) if has_surrogate(text) else text
+        if text.isascii():
+            return text
+        try:
+            text.encode()  # the cheapest test for a lone surrogate in a long text
+        except UnicodeEncodeError:
+            return "".join(_ENCODE_ASCII(value, 0))
+        return text
     except (TypeError, ValueError, RecursionError) as error:
         raise StoreError(f"a value of this run cannot be stored as JSON: {error}") from error
 
@@ -321,6 +333,7 @@ class DurableRun:
         self._marks: dict[str, int] = {}
         self.wall0 = time.time()
         self.trio0 = trio.current_time()
+        self._clock = trio.lowlevel.current_clock()  # read per event: no lookup of the run
 
     def now(self) -> float:
         """The run clock: trio time, placed on the wall clock when this process began.
@@ -328,7 +341,7 @@ class DurableRun:
         Monotonic within a process (and virtual under a MockClock, so a test's timeline
         is meaningful), and comparable across the processes a resumed run passes through.
         """
-        return self.wall0 + (trio.current_time() - self.trio0)
+        return self.wall0 + (self._clock.current_time() - self.trio0)
 
     # -- writing -----------------------------------------------------------------------
 
@@ -582,16 +595,20 @@ class DurableRun:
         """The calls whose writes (or, for tool dependencies, whose end) it waited on."""
         found: set[str] = set()
         wire = self.wires.pop(call_id, None)  # needed no longer (a Replace brings a new one)
-        params = (
-            {k: v for k, v in wire.items() if not k.startswith("_")}
-            if isinstance(wire, dict)
-            else {}
-        )
-        terms = []
-        try:
-            terms = [term for ref in find_references(params) for term in ref.expression.terms]
-        except ValueError:
-            pass
+        terms: list[Term] = []
+        if isinstance(wire, dict):
+            try:
+                for key, value in wire.items():  # its parameters: the keys without "_"
+                    if key.startswith("_"):
+                        continue
+                    if isinstance(value, str):  # most are flat: no walk of their own
+                        if is_reference(value):
+                            terms.extend(parse_expression(value).terms)
+                    elif isinstance(value, dict | list):
+                        for ref in find_references(value):
+                            terms.extend(ref.expression.terms)
+            except ValueError:
+                terms = []  # a broken reference: the call failed its checks
         tool = self.tools.get(row.tool) if row.tool is not None else None
         if tool is not None:
             terms += [
@@ -719,4 +736,6 @@ def _term(path: str) -> Term:
     except ValueError:
         return parse_term(path)  # raises the same error, about a single term
     return expression.terms[0] if expression.op is None else parse_term(path)
+
+
 _ON_SETTLED = _HANDLERS[NoteSettled]

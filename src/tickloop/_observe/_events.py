@@ -100,9 +100,7 @@ class Redactor:
             result = dict(value) if copy else value
             secret = self._secret
             for key, item in value.items():
-                if isinstance(key, str) and (
-                    secret[key] if key in secret else self.is_secret(key)
-                ):
+                if isinstance(key, str) and (secret[key] if key in secret else self.is_secret(key)):
                     new = REDACTED
                 elif isinstance(item, dict | list):
                     new = self._redact(item, copy)
