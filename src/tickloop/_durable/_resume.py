@@ -265,23 +265,7 @@ class _Row:
 
     def changes(self, run_id: str) -> tuple[Any, ...]:
         """The row in CHANGING_COLUMNS order, then the run and call ids (an UPDATE's)."""
-        return (
-            self.tool,
-            self.status,
-            self.call,
-            self.params,
-            self.deps,
-            self.decision,
-            self.error,
-            self.received,
-            self.ready,
-            self.asked,
-            self.decided,
-            self.started,
-            self.finished,
-            run_id,
-            self.call_id,
-        )
+        return (*self.values(run_id)[4:], run_id, self.call_id)
 
     def settled(self, run_id: str) -> tuple[Any, ...]:
         """What settling changes (SETTLED_COLUMNS), then the run and call ids."""
