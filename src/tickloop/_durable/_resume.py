@@ -336,9 +336,9 @@ class DurableRun:
         self._add(at, "event", event_to_dict(event))
         marks, added = self._marks, self._added
         for action in actions:  # what must be stored before this call may act
-            if type(action) is StartCall:
+            if isinstance(action, StartCall):
                 marks[action.id] = added
-            elif type(action) is AskApproval:
+            elif isinstance(action, AskApproval):
                 marks[action.pending.id] = added
 
     def journal_messages(self, messages: Sequence[dict[str, Any]]) -> None:
@@ -445,27 +445,27 @@ class DurableRun:
 
     def _track(self, event: Event, actions: list[Action], at: float) -> None:
         """Follow the run's state; changed call rows are kept for the next commit."""
-        kind = type(event)
-        if kind is FinishCall:
+        if isinstance(event, FinishCall):
             # Not running any more, even while its write is held (PROTOCOL §4): the
             # journaled result is replayed and applied in plan order, never run again.
-            self.running.pop(event.call_id, None)  # type: ignore[union-attr]
-        elif kind is ReceiveCall or kind is ReportFault:
-            call = event.call  # type: ignore[union-attr]
+            self.running.pop(event.call_id, None)
+        elif isinstance(event, ReceiveCall | ReportFault):
+            call = event.call
             handed = call.get("_id") if isinstance(call, dict) else None
             self.handed.add(handed if isinstance(handed, str) else None)
-        elif kind is OpenTick:
-            self.iteration = event.iteration  # type: ignore[union-attr]
+        elif isinstance(event, OpenTick):
+            self.iteration = event.iteration
             self.plan_due = False
             self.handed = set()
-        elif kind is CloseStream:
+        elif isinstance(event, CloseStream):
             self.plan_due = True
         # One lookup per action instead of a chain of isinstance tests: this runs for
         # every action of every event, several per call.
         handlers = _HANDLERS
         dirty, settled = self._dirty, self._settled
         for action in actions:
-            handler = handlers.get(type(action))
+            kind = type(action)
+            handler = handlers[kind] if kind in handlers else _handler(kind)
             if handler is not None:
                 row = handler(self, action, event, at)
                 if row is not None:
@@ -701,7 +701,8 @@ class DurableRun:
         return True
 
 
-_HANDLERS: dict[type, Callable[[DurableRun, Any, Event, float], _Row | None]] = {
+_Handler = Callable[[DurableRun, Any, Event, float], _Row | None]
+_HANDLERS: dict[type, _Handler | None] = {
     NoteMessage: DurableRun._on_message,
     AskApproval: DurableRun._on_ask,
     NoteAccepted: DurableRun._on_accepted,
@@ -723,3 +724,10 @@ def _term(path: str) -> Term:
 
 
 _ON_SETTLED = _HANDLERS[NoteSettled]
+
+
+def _handler(kind: type) -> _Handler | None:
+    """The handler of an action type the table lacks (a subclass; or none, remembered)."""
+    found = next((h for base, h in list(_HANDLERS.items()) if issubclass(kind, base)), None)
+    _HANDLERS[kind] = found
+    return found
