@@ -216,7 +216,9 @@ def memory(sizes: Sizes, shapes: tuple[str, ...] = SHAPES) -> list[Row]:
 def store(sizes: Sizes) -> Row:
     from . import bench_store
 
-    off, on = bench_store.measure(calls=sizes.store_calls, repeat=max(3, sizes.repeat))
+    off, on = bench_store.measure(
+        calls=sizes.store_calls, repeat=max(bench_store.REPEAT, sizes.repeat)
+    )
     ratio = on / off
     return Row(
         f"3. {sizes.store_calls:,}-call plan, store on / off",

@@ -25,11 +25,15 @@ no protocol and no agent.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from json.encoder import (  # type: ignore[attr-defined]
+    c_make_encoder,
+    encode_basestring,
+    encode_basestring_ascii,
+)
 from typing import Any, Protocol
 
 import trio
@@ -42,8 +46,14 @@ from .._core._decisions import (
     decision_from_dict,
     decision_to_dict,
 )
-from .._core._expressions import find_references, parse_expression, parse_term
-from .._core._log import ContextLog, has_surrogate
+from .._core._expressions import (
+    Term,
+    find_references,
+    is_reference,
+    parse_expression,
+    parse_term,
+)
+from .._core._log import ContextLog
 from .._core._path_index import PathIndex as _PathIndex
 from .._core._scheduler_io import (
     Action,
@@ -163,10 +173,18 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
     raise ValueError(f"unknown journal event type {kind!r}")
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-_ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+# The C encoder made once, not per value as `json.dumps` and `JSONEncoder.encode` do
+# (half the cost of encoding an entry). No cycle markers: a shared markers dict would keep
+# stale ids after a failed encoding; a cycle (impossible in JSON data) ends in a
+# RecursionError instead, which `dumps_entry` reports like any other unstorable value.
+_ENCODE = c_make_encoder(None, _not_json, encode_basestring, None, ":", ",", False, False, True)
+_ENCODE_ASCII = c_make_encoder(
+    None, _not_json, encode_basestring_ascii, None, ":", ",", False, False, True
+)
 
 
 def dumps_entry(value: Any) -> str:
@@ -174,9 +192,15 @@ def dumps_entry(value: Any) -> str:
     refused on arrival but journaled as it came, so the replay refuses it again) is kept
     as its `\\u` escape: SQLite stores UTF-8, which has no form for it."""
     try:
-        text = _ENCODER.encode(value)
-        return _ASCII_ENCODER.encode(value) if has_surrogate(text) else text
-    except (TypeError, ValueError) as error:
+        text = "".join(_ENCODE(value, 0))
+        if text.isascii():
+            return text
+        try:
+            text.encode()  # the cheapest test for a lone surrogate in a long text
+        except UnicodeEncodeError:
+            return "".join(_ENCODE_ASCII(value, 0))
+        return text
+    except (TypeError, ValueError, RecursionError) as error:
         raise StoreError(f"a value of this run cannot be stored as JSON: {error}") from error
 
 
@@ -191,9 +215,12 @@ def new_run_id() -> str:
 class _Row:
     """The `calls` row of one call, kept in memory and rewritten whenever it changes."""
 
-    __slots__ = CALL_COLUMNS
+    __slots__ = (*CALL_COLUMNS, "stored")
 
     def __init__(self, call_id: str, seq: int, iteration: int, tool: str | None, at: float) -> None:
+        # Whether this process has committed the row: then a change updates it in place.
+        # False after a replay too, so a resume's first write of a row replaces it whole.
+        self.stored = False
         self.call_id = call_id
         self.seq = seq
         self.iteration = iteration
@@ -211,9 +238,11 @@ class _Row:
         self.started: float | None = None
         self.finished: float | None = None
 
-    def values(self) -> tuple[Any, ...]:
-        """The row in CALL_COLUMNS order (spelled out: this runs once per changed row)."""
+    def values(self, run_id: str) -> tuple[Any, ...]:
+        """The run id, then the row in CALL_COLUMNS order (spelled out: this runs once per
+        changed row)."""
         return (
+            run_id,
             self.call_id,
             self.seq,
             self.iteration,
@@ -231,6 +260,14 @@ class _Row:
             self.started,
             self.finished,
         )
+
+    def changes(self, run_id: str) -> tuple[Any, ...]:
+        """The row in CHANGING_COLUMNS order, then the run and call ids (an UPDATE's)."""
+        return (*self.values(run_id)[4:], run_id, self.call_id)
+
+    def settled(self, run_id: str) -> tuple[Any, ...]:
+        """What settling changes (SETTLED_COLUMNS), then the run and call ids."""
+        return (self.status, self.error, self.deps, self.finished, run_id, self.call_id)
 
 
 # --------------------------------------------------------------------------------------
@@ -252,6 +289,9 @@ class DurableRun:
         self.ready_params: dict[str, Any] = {}  # so a start need not serialise them again
         self.written = _PathIndex()  # which call wrote which path: dependency arrows
         self.declared = _PathIndex()  # which call said it would write which path
+        # (call id, `_outputPath`) of the calls accepted since `declared` was last read:
+        # it is only read for a call settled without being ready, so it is built then.
+        self._undeclared: list[tuple[str, str]] = []
         self.by_tool: dict[tuple[int, str], list[str]] = {}
         self.running: dict[str, StartCall] = {}  # started, not finished
         self.asking: PendingCall | None = None
@@ -267,11 +307,15 @@ class DurableRun:
         self.resumed = False
         self._pending: list[tuple[float, str, str]] = []
         self._dirty: dict[str, _Row] = {}
+        # Stored rows whose only change since their last write is settling: most calls'
+        # last write, which then rewrites four columns instead of all of them.
+        self._settled: dict[str, _Row] = {}
         self._wakeup: trio.Event | None = None
         self._added = self._committed = 0  # entries recorded / committed by this process
         self._marks: dict[str, int] = {}
         self.wall0 = time.time()
         self.trio0 = trio.current_time()
+        self._clock = trio.lowlevel.current_clock()  # read per event: no lookup of the run
 
     def now(self) -> float:
         """The run clock: trio time, placed on the wall clock when this process began.
@@ -279,7 +323,7 @@ class DurableRun:
         Monotonic within a process (and virtual under a MockClock, so a test's timeline
         is meaningful), and comparable across the processes a resumed run passes through.
         """
-        return self.wall0 + (trio.current_time() - self.trio0)
+        return self.wall0 + (self._clock.current_time() - self.trio0)
 
     # -- writing -----------------------------------------------------------------------
 
@@ -288,11 +332,12 @@ class DurableRun:
         at = self.now()
         self._track(event, actions, at)
         self._add(at, "event", event_to_dict(event))
+        marks, added = self._marks, self._added
         for action in actions:  # what must be stored before this call may act
             if isinstance(action, StartCall):
-                self._marks[action.id] = self._added
+                marks[action.id] = added
             elif isinstance(action, AskApproval):
-                self._marks[action.pending.id] = self._added
+                marks[action.pending.id] = added
 
     def journal_messages(self, messages: Sequence[dict[str, Any]]) -> None:
         at = self.now()
@@ -305,10 +350,11 @@ class DurableRun:
         self._add(self.now(), "note", {"note": name, **data})
 
     def _add(self, at: float, kind: str, body: Any) -> None:
-        self._pending.append((at, kind, dumps_entry(body)))
+        pending = self._pending
+        if not pending and self._wakeup is not None:
+            self._wakeup.set()  # the first entry since the last commit wakes the flusher
+        pending.append((at, kind, dumps_entry(body)))
         self._added += 1
-        if self._wakeup is not None:
-            self._wakeup.set()
 
     def commit(self, call_id: str | None = None) -> None:
         """Commit every entry recorded so far, with the call rows they changed.
@@ -332,14 +378,23 @@ class DurableRun:
         self._committed = self._added
         entries, self._pending = self._pending, []
         rows, self._dirty = self._dirty, {}
+        settled, self._settled = self._settled, {}
+        run_id = self.writer.run_id
+        new = [row.values(run_id) for row in rows.values() if not row.stored]
+        changed = [row.changes(run_id) for row in rows.values() if row.stored]
         try:
-            self.writer.append(entries, [row.values() for row in rows.values()])
+            self.writer.append(
+                entries, new, changed, [row.settled(run_id) for row in settled.values()]
+            )
         except BaseException:
             # Kept, so no later commit can store what followed them without them: the
             # journal stays a prefix of what happened, as after a crash at this moment.
             self._pending = entries + self._pending
             self._dirty = {**rows, **self._dirty}
+            self._settled = {**settled, **self._settled}
             raise
+        for row in rows.values():
+            row.stored = True
 
     @asynccontextmanager
     async def flushing(self) -> AsyncIterator[None]:
@@ -388,13 +443,7 @@ class DurableRun:
 
     def _track(self, event: Event, actions: list[Action], at: float) -> None:
         """Follow the run's state; changed call rows are kept for the next commit."""
-        if isinstance(event, OpenTick):
-            self.iteration = event.iteration
-            self.plan_due = False
-            self.handed = set()
-        elif isinstance(event, CloseStream):
-            self.plan_due = True
-        elif isinstance(event, FinishCall):
+        if isinstance(event, FinishCall):
             # Not running any more, even while its write is held (PROTOCOL §4): the
             # journaled result is replayed and applied in plan order, never run again.
             self.running.pop(event.call_id, None)
@@ -402,80 +451,110 @@ class DurableRun:
             call = event.call
             handed = call.get("_id") if isinstance(call, dict) else None
             self.handed.add(handed if isinstance(handed, str) else None)
+        elif isinstance(event, OpenTick):
+            self.iteration = event.iteration
+            self.plan_due = False
+            self.handed = set()
+        elif isinstance(event, CloseStream):
+            self.plan_due = True
+        # One lookup per action instead of a chain of isinstance tests: this runs for
+        # every action of every event, several per call.
+        handlers = _HANDLERS
+        dirty, settled = self._dirty, self._settled
         for action in actions:
-            row = self._apply(action, event, at)
-            if row is not None:
-                self._dirty[row.call_id] = row
+            kind = type(action)
+            handler = handlers[kind] if kind in handlers else _handler(kind)
+            if handler is not None:
+                row = handler(self, action, event, at)
+                if row is not None:
+                    call_id = row.call_id
+                    if handler is _ON_SETTLED and row.stored and call_id not in dirty:
+                        settled[call_id] = row
+                    else:
+                        dirty[call_id] = row
+                        settled.pop(call_id, None)
 
-    def _apply(self, action: Action, event: Event, at: float) -> _Row | None:
-        row: _Row | None
-        if isinstance(action, NoteMessage):
-            message = action.message
-            path, call = message.get("_path"), message.get("_call")
-            if isinstance(path, str) and isinstance(call, dict) and "_id" in call:
-                self.written.add(parse_term(path), call["_id"])
-            return None
-        if isinstance(action, AskApproval):
-            row = self.rows[action.pending.id]
-            row.status, row.asked = CallStatus.APPROVING, at
-            self.asking = action.pending
-            return row
-        if isinstance(action, NoteAccepted):
-            row = self._new_row(action.id, action.tool, at)
-            row.call = dumps_entry(self.redact.shared(action.call))
-            self.wires[action.id] = action.call
-            self._declare(action.id, action.call)
-            self.by_tool.setdefault((self.iteration, action.tool), []).append(action.id)
-            return row
-        row = self.rows.get(getattr(action, "id", ""))
-        if isinstance(action, NoteSettled):
-            if row is None:  # failed its arrival checks, so it was never accepted
-                call = event.call if isinstance(event, ReceiveCall) else None
-                tool = call.get("_tool") if isinstance(call, dict) else None
-                row = self._new_row(action.id, tool if isinstance(tool, str) else None, at)
-                row.call = dumps_entry(self.redact.shared(call))
-            row.status, row.finished = action.status, at
-            row.error = (
-                None if action.error is None else dumps_entry(self.redact.shared(action.error))
-            )
-            if row.deps is None and action.status in ("invalid", "skipped"):
-                # Settled without ever being ready (its writer was denied, failed...): the
-                # timeline still draws what it waited on.
-                found = self._dependencies(action.id, row, declared=True)
-                if found:
-                    row.deps = dumps_entry(found)
-            self.running.pop(action.id, None)
-            self.ready_params.pop(action.id, None)
-            return row
+    def _on_message(self, action: NoteMessage, event: Event, at: float) -> None:
+        message = action.message
+        path, call = message.get("_path"), message.get("_call")
+        if isinstance(path, str) and isinstance(call, dict) and "_id" in call:
+            self.written.add(_term(path), call["_id"])
+
+    def _on_ask(self, action: AskApproval, event: Event, at: float) -> _Row:
+        row = self.rows[action.pending.id]
+        row.status, row.asked = CallStatus.APPROVING, at
+        self.asking = action.pending
+        return row
+
+    def _on_accepted(self, action: NoteAccepted, event: Event, at: float) -> _Row:
+        row = self._new_row(action.id, action.tool, at)
+        row.call = dumps_entry(self.redact.shared(action.call))
+        call = action.call
+        self.wires[action.id] = call
+        path = call.get("_outputPath") if isinstance(call, dict) else None
+        if isinstance(path, str):
+            self._undeclared.append((action.id, path))
+        self.by_tool.setdefault((self.iteration, action.tool), []).append(action.id)
+        return row
+
+    def _on_settled(self, action: NoteSettled, event: Event, at: float) -> _Row:
+        row = self.rows.get(action.id)
+        if row is None:  # failed its arrival checks, so it was never accepted
+            call = event.call if isinstance(event, ReceiveCall) else None
+            tool = call.get("_tool") if isinstance(call, dict) else None
+            row = self._new_row(action.id, tool if isinstance(tool, str) else None, at)
+            row.call = dumps_entry(self.redact.shared(call))
+        row.status, row.finished = action.status, at
+        row.error = None if action.error is None else dumps_entry(self.redact.shared(action.error))
+        if row.deps is None and action.status in ("invalid", "skipped"):
+            # Settled without ever being ready (its writer was denied, failed...): the
+            # timeline still draws what it waited on.
+            found = self._dependencies(action.id, row, declared=True)
+            if found:
+                row.deps = dumps_entry(found)
+        self.running.pop(action.id, None)
+        self.ready_params.pop(action.id, None)
+        return row
+
+    def _on_ready(self, action: NoteReady, event: Event, at: float) -> _Row | None:
+        row = self.rows.get(action.id)
         if row is None:
             return None
-        if isinstance(action, NoteReady):
-            row.status, row.ready = CallStatus.QUEUED, at
-            row.params = dumps_entry(self.redact.shared(action.params))
-            self.ready_params[action.id] = action.params
-            row.deps = dumps_entry(self._dependencies(action.id, row))
-        elif isinstance(action, NoteDecided):
-            row.decided = at
-            row.decision = dumps_entry(self.redact.shared(decision_to_dict(action.decision)))
-            if self.asking is not None and self.asking.id == action.id:
-                self.asking = None
-            if isinstance(action.decision, Defer):
-                row.status = CallStatus.DEFERRED
-            else:
-                row.status = CallStatus.QUEUED
-                if isinstance(action.decision, Replace):
-                    wire = action.decision.call
-                    self.wires[action.id] = wire
-                    row.call = dumps_entry(self.redact.shared(wire))
-                    tool = wire.get("_tool") if isinstance(wire, dict) else None
-                    row.tool = tool if isinstance(tool, str) else row.tool
-        elif isinstance(action, StartCall):
-            row.status, row.started = CallStatus.RUNNING, at
-            if action.params is not self.ready_params.pop(action.id, None):  # edited
-                row.params = dumps_entry(self.redact.shared(action.params))
-            self.running[action.id] = action
-        else:
+        row.status, row.ready = CallStatus.QUEUED, at
+        row.params = dumps_entry(self.redact.shared(action.params))
+        self.ready_params[action.id] = action.params
+        found = self._dependencies(action.id, row)
+        row.deps = dumps_entry(found) if found else "[]"
+        return row
+
+    def _on_decided(self, action: NoteDecided, event: Event, at: float) -> _Row | None:
+        row = self.rows.get(action.id)
+        if row is None:
             return None
+        row.decided = at
+        row.decision = dumps_entry(self.redact.shared(decision_to_dict(action.decision)))
+        if self.asking is not None and self.asking.id == action.id:
+            self.asking = None
+        if isinstance(action.decision, Defer):
+            row.status = CallStatus.DEFERRED
+        else:
+            row.status = CallStatus.QUEUED
+            if isinstance(action.decision, Replace):
+                wire = action.decision.call
+                self.wires[action.id] = wire
+                row.call = dumps_entry(self.redact.shared(wire))
+                tool = wire.get("_tool") if isinstance(wire, dict) else None
+                row.tool = tool if isinstance(tool, str) else row.tool
+        return row
+
+    def _on_start(self, action: StartCall, event: Event, at: float) -> _Row | None:
+        row = self.rows.get(action.id)
+        if row is None:
+            return None
+        row.status, row.started = CallStatus.RUNNING, at
+        if action.params is not self.ready_params.pop(action.id, None):  # edited
+            row.params = dumps_entry(self.redact.shared(action.params))
+        self.running[action.id] = action
         return row
 
     def _new_row(self, call_id: str, tool: str | None, at: float) -> _Row:
@@ -483,29 +562,35 @@ class DurableRun:
         self.rows[call_id] = row
         return row
 
-    def _declare(self, call_id: str, call: Any) -> None:
-        path = call.get("_outputPath") if isinstance(call, dict) else None
-        if isinstance(path, str):
+    def _declared(self) -> _PathIndex:
+        """Which call said it would write which path, every call accepted so far."""
+        for call_id, path in self._undeclared:
             try:
                 for term in parse_expression(path).terms:
                     self.declared.add(term, call_id)
             except ValueError:
                 pass
+        self._undeclared.clear()
+        return self.declared
 
     def _dependencies(self, call_id: str, row: _Row, declared: bool = False) -> list[str]:
         """The calls whose writes (or, for tool dependencies, whose end) it waited on."""
         found: set[str] = set()
         wire = self.wires.pop(call_id, None)  # needed no longer (a Replace brings a new one)
-        params = (
-            {k: v for k, v in wire.items() if not k.startswith("_")}
-            if isinstance(wire, dict)
-            else {}
-        )
-        terms = []
-        try:
-            terms = [term for ref in find_references(params) for term in ref.expression.terms]
-        except ValueError:
-            pass
+        terms: list[Term] = []
+        if isinstance(wire, dict):
+            try:
+                for key, value in wire.items():  # its parameters: the keys without "_"
+                    if key.startswith("_"):
+                        continue
+                    if isinstance(value, str):  # most are flat: no walk of their own
+                        if is_reference(value):
+                            terms.extend(parse_expression(value).terms)
+                    elif isinstance(value, dict | list):
+                        for ref in find_references(value):
+                            terms.extend(ref.expression.terms)
+            except ValueError:
+                terms = []  # a broken reference: the call failed its checks
         tool = self.tools.get(row.tool) if row.tool is not None else None
         if tool is not None:
             terms += [
@@ -515,12 +600,17 @@ class DurableRun:
                 for earlier in self.by_tool.get((row.iteration, name), ()):
                     if self.rows[earlier].seq < row.seq:
                         found.add(earlier)
+        written = self.written
+        promised = self._declared() if declared and terms else None
         for term in terms:
-            found.update(self.written.ids_overlapping(term))
-            if declared:  # a writer that ended without writing (denied, failed) counts too
-                found.update(self.declared.ids_overlapping(term))
+            found.update(written.ids_overlapping(term))
+            if promised is not None:  # a writer that ended without writing (denied...) too
+                found.update(promised.ids_overlapping(term))
         found.discard(call_id)
-        return sorted(found, key=lambda other: self.rows[other].seq if other in self.rows else 0)
+        if len(found) < 2:
+            return list(found)
+        rows = self.rows
+        return sorted(found, key=lambda other: rows[other].seq if other in rows else 0)
 
     # -- resuming ----------------------------------------------------------------------
 
@@ -544,6 +634,7 @@ class DurableRun:
                 if row.finished is not None and call_id not in self.running:
                     record.finished = row.finished - self.wall0 + self.trio0
         self._dirty.clear()  # the stored rows already say all this
+        self._settled.clear()
         self.sink.remember(scheduler.records)
         self.resumed = True
 
@@ -606,3 +697,35 @@ class DurableRun:
             if decision is not None:
                 engine.decide(pending.id, decision)
         return True
+
+
+_Handler = Callable[[DurableRun, Any, Event, float], _Row | None]
+_HANDLERS: dict[type, _Handler | None] = {
+    NoteMessage: DurableRun._on_message,
+    AskApproval: DurableRun._on_ask,
+    NoteAccepted: DurableRun._on_accepted,
+    NoteSettled: DurableRun._on_settled,  # _ON_SETTLED
+    NoteReady: DurableRun._on_ready,
+    NoteDecided: DurableRun._on_decided,
+    StartCall: DurableRun._on_start,
+}
+
+
+def _term(path: str) -> Term:
+    """The term a write's path names: the cached `parse_expression` (the scheduler parsed
+    the same `_outputPath` when the call arrived) instead of parsing it again."""
+    try:
+        expression = parse_expression(path)
+    except ValueError:
+        return parse_term(path)  # raises the same error, about a single term
+    return expression.terms[0] if expression.op is None else parse_term(path)
+
+
+_ON_SETTLED = _HANDLERS[NoteSettled]
+
+
+def _handler(kind: type) -> _Handler | None:
+    """The handler of an action type the table lacks (a subclass; or none, remembered)."""
+    found = next((h for base, h in list(_HANDLERS.items()) if issubclass(kind, base)), None)
+    _HANDLERS[kind] = found
+    return found

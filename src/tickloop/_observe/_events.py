@@ -98,11 +98,14 @@ class Redactor:
     def _redact(self, value: Any, copy: bool) -> Any:
         if isinstance(value, dict):
             result = dict(value) if copy else value
+            secret = self._secret
             for key, item in value.items():
-                if isinstance(key, str) and self.is_secret(key):
+                if isinstance(key, str) and (secret[key] if key in secret else self.is_secret(key)):
                     new = REDACTED
-                else:
+                elif isinstance(item, dict | list):
                     new = self._redact(item, copy)
+                else:
+                    new = item  # a leaf is never copied: no call per leaf
                 if new is not item or copy:
                     if result is value:
                         result = dict(value)
