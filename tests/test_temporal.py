@@ -585,3 +585,48 @@ def test_a_model_request_cut_by_a_dead_worker_runs_no_call_twice(
     assert result.state == {key: key for key in done}
     first_request = snapshot["requests"][0]
     assert (first_request["iteration"], first_request["attempt"]) == (1, 2)
+
+
+# -- run events ------------------------------------------------------------------------------
+
+
+def test_a_temporal_run_gives_the_events_of_a_local_run_with_the_worker_of_each_call(
+    temporal_address: str,
+) -> None:
+    local: list[tl.RunEvent] = []
+    expected = agents.mixed_agent().run({"question": "?"}, on_event=local.append)
+    agent = agents.mixed_agent("mixed_events")
+    queue = _queue()
+    seen: list[tl.RunEvent] = []
+
+    def broken(event: tl.RunEvent) -> None:  # a listener that raises stops nothing
+        raise RuntimeError("dashboard down")
+
+    async def on_temporal(client: Client) -> tuple[tl.RunResult, list[tl.RunEvent]]:
+        async with tlt.worker(client, [agent], task_queue=queue, identity="worker-a"):
+            handle = await tlt.start(client, agent, {"question": "?"}, task_queue=queue)
+            result = await tlt.get(client, handle.run_id).result(on_event=seen.append)
+            # Any process can read a run's events from its start, after its end too.
+            later = [event async for event in tlt.get(client, handle.run_id).events()]
+            await handle.result(on_event=broken)
+        return result, later
+
+    result, later = _run(on_temporal, temporal_address)
+    assert result.output == expected.output
+
+    def shape(events: list[tl.RunEvent]) -> list[tuple[str, str | None]]:
+        return sorted((event.kind, event.call_id) for event in events)
+
+    assert shape(seen) == shape(local)  # the same events, call by call
+    assert [event.to_dict() for event in later] == [event.to_dict() for event in seen]
+    assert seen[0].kind == "run.started" and seen[-1].kind == "run.ended"
+    assert seen[-1].status == "done"  # type: ignore[attr-defined]
+    finished = {e.call_id: e for e in seen if isinstance(e, tl.CallFinished)}
+    ran = {call_id for call_id, record in result.records.items() if record.worker}
+    assert ran and ran == {call_id for call_id, e in finished.items() if e.worker}
+    assert {finished[call_id].worker for call_id in ran} == {"worker-a"}
+    assert finished["c1.3"].worker is None  # denied: it ran nowhere
+    requests = [e for e in seen if isinstance(e, tl.RequestFinished)]
+    assert requests and all(e.worker == "worker-a" for e in requests)
+    hooked = [e for e in seen if isinstance(e, tl.CallDecided)]
+    assert hooked and all(e.worker == "worker-a" for e in hooked)

@@ -19,9 +19,12 @@ The workflow type is the agent's name; the activities are `<name>.model`,
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import contextlib
+import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import pydantic_core
@@ -31,6 +34,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
+from temporalio.api.enums.v1 import EventType
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -47,16 +51,20 @@ from .._core._log import ContextLog
 from .._core._scheduler import CallRecord
 from .._errors import ConfigurationError, ExecuteError, MaxIterationsError, ResumeError
 from .._models._base import Usage
+from .._observe._events import EventSink, Redactor, RunEnded, RunEvent, event_from_dict
 from ._activities import activity_names, make_activities
 from ._devserver import dev_server
 from ._workflow import (
     AGENTS,
     DECIDE_UPDATE,
+    EVENTS_QUERY,
     PENDING_QUERY,
     SNAPSHOT_QUERY,
     AgentWorkflow,
     ask_person,
 )
+
+_log = logging.getLogger("tickloop")
 
 __all__ = [
     "AgentWorkflow",
@@ -236,8 +244,88 @@ class RunHandle:
         """The run so far: messages, calls (with the worker of each), model requests."""
         return await self.workflow.query(SNAPSHOT_QUERY)
 
-    async def result(self) -> RunResult:
-        """Wait for the run's end: a `RunResult`, or the error the run ended with."""
+    async def events(self, since: int = 0) -> AsyncIterator[RunEvent]:
+        """The run's typed events (those a local run gives `on_event`), from the first
+        (or the `since`-th) on, as the run makes them; the iteration ends with the run.
+
+        The workflow keeps its events; this follows the run's history (a long poll, no
+        cost while nothing happens) and, each time the workflow has taken a step, reads
+        the new events with a query. Any process can follow any run, from its start.
+        """
+        changed = asyncio.Event()
+        closed = False
+
+        async def watch() -> None:
+            nonlocal closed
+            try:
+                async for event in self.workflow.fetch_history_events(wait_new_event=True):
+                    if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                        changed.set()
+            finally:
+                closed = True
+                changed.set()
+
+        watcher = asyncio.get_running_loop().create_task(watch())
+        changed.set()  # what the run made before we came
+        try:
+            while True:
+                await changed.wait()
+                changed.clear()
+                last = closed  # the history ended: this read is the final one
+                while True:
+                    page = await self.workflow.query(EVENTS_QUERY, since)
+                    for data in page["events"]:
+                        event = event_from_dict(data)
+                        yield event
+                        if isinstance(event, RunEnded):
+                            return
+                    since = page["next"]
+                    if since >= page["total"]:
+                        break
+                if last:
+                    if watcher.done() and not watcher.cancelled() and watcher.exception():
+                        raise watcher.exception()  # type: ignore[misc]
+                    return
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+
+    async def result(self, *, on_event: Callable[[RunEvent], Any] | None = None) -> RunResult:
+        """Wait for the run's end: a `RunResult`, or the error the run ended with.
+
+        `on_event`, and the agent's own `on_event` and tracer when the handle knows the
+        agent, get the run's events while it goes on, as in a local run (a listener that
+        raises is logged, and the run goes on)."""
+        listeners: list[Callable[[RunEvent], Any] | None] = [on_event]
+        agent = self.agent
+        if agent is not None:
+            listeners.append(agent.on_event)
+            if agent.tracer is not None:
+                listeners.append(agent.tracer.listener())
+        sink = EventSink(self.run_id, Redactor(()), listeners)
+        if not sink.listeners:
+            return await self._result()
+
+        async def follow() -> None:
+            try:
+                async for event in self.events():
+                    sink.emit(event)
+            except Exception:  # events are lost, never the result
+                _log.exception("could not follow the events of run %s", self.run_id)
+
+        follower = asyncio.get_running_loop().create_task(follow())
+        try:
+            return await self._result()
+        except asyncio.CancelledError:
+            follower.cancel()
+            raise
+        finally:
+            # The run is over: its last events (RunEnded) are read, then `follow` ends.
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+
+    async def _result(self) -> RunResult:
         try:
             data = await self.workflow.result()
         except WorkflowFailureError as failure:

@@ -125,7 +125,9 @@ def make_activities(
         attempt = info.attempt
         if data.get("protocol") == "tools":
             async with _Heartbeat(_period()):
-                return await in_thread(_ask_turn, agent, data, identity)
+                answer = await in_thread(_ask_turn, agent, data, identity)
+            answer["attempt"] = attempt
+            return answer
         if info.workflow_id is None:  # a standalone activity: no workflow to stream into
             raise ApplicationError(
                 "the model request runs only inside an agent workflow", non_retryable=True

@@ -52,6 +52,15 @@ with workflow.unsafe.imports_passed_through():
     from .._durable._resume import INTERRUPTED
     from .._engine._run import initial_log
     from .._errors import ExecuteError, TickloopError, _RunStopped
+    from .._observe._events import (
+        CallDecided,
+        CallFinished,
+        EventSink,
+        RequestFinished,
+        RunEnded,
+        RunEvent,
+        RunStarted,
+    )
     from .._models._base import (
         ModelError,
         TextDelta,
@@ -65,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
 __all__ = [
     "AGENTS",
     "DECIDE_UPDATE",
+    "EVENTS_QUERY",
     "PENDING_QUERY",
     "SNAPSHOT_QUERY",
     "AgentWorkflow",
@@ -78,6 +88,9 @@ AGENTS: dict[str, Agent] = {}
 DECIDE_UPDATE = "tickloop.decide"
 PENDING_QUERY = "tickloop.pending"
 SNAPSHOT_QUERY = "tickloop.snapshot"
+EVENTS_QUERY = "tickloop.events"
+#: Events one query answer carries at most (an answer must stay far below gRPC's limit).
+EVENTS_PAGE = 500
 _FOREVER = timedelta(days=3650)
 
 
@@ -228,7 +241,7 @@ class WorkflowEngine(SchedulerDriver):
                     heartbeat_timeout=host.option("heartbeat_timeout", 10),
                     retry_policy=RetryPolicy(maximum_attempts=3),
                 )
-                answer.pop("worker", None)
+                host.hook_workers[pending.id] = answer.pop("worker", None)
                 decision = decision_from_dict(answer)
             except ActivityError as error:  # the hook could not be asked: fail closed (§6)
                 decision = Deny(f"the approval hook could not be asked: {_cause(error)}")
@@ -291,7 +304,10 @@ class WorkflowEngine(SchedulerDriver):
 class _WorkflowSolutionLoop(_SolutionLoop):
     def __init__(self, host: AgentWorkflow, log: Any) -> None:
         self.host = host
-        super().__init__(host.agent, log, None, None)
+        super().__init__(host.agent, log, host.sink, None)
+
+    def _emit(self, kind: type[RunEvent], **fields: Any) -> None:
+        self.host.emit(kind, **fields)
 
     def _make_engine(self, on_action: Callable[[Any], None], durable: Any) -> Any:
         return WorkflowEngine(self.host, self.log, on_action)
@@ -303,7 +319,10 @@ class _WorkflowSolutionLoop(_SolutionLoop):
 class _WorkflowTurnLoop(_TurnLoop):
     def __init__(self, host: AgentWorkflow, log: Any) -> None:
         self.host = host
-        super().__init__(host.agent, log, None, None, None)
+        super().__init__(host.agent, log, host.sink, None, None)
+
+    def _emit(self, kind: type[RunEvent], **fields: Any) -> None:
+        self.host.emit(kind, **fields)
 
     def _make_engine(self, on_action: Callable[[Any], None], durable: Any) -> Any:
         return WorkflowEngine(self.host, self.log, on_action)
@@ -318,6 +337,7 @@ class _WorkflowTurnLoop(_TurnLoop):
         problem = too_big(data, f"the request of iteration {request.iteration}")
         if problem is not None:  # the run ends with its log, never a stuck workflow
             raise ExecuteError(problem, self.log.messages)
+        started = workflow.time()
         try:
             result = await self.host.model_activity(data)
         except ActivityError as error:
@@ -325,6 +345,15 @@ class _WorkflowTurnLoop(_TurnLoop):
                 f"the model request failed: {_cause(error)}", self.log.messages
             ) from error
         self.usage = self.usage + Usage(**result["usage"])
+        self.host.requests.append(
+            {
+                "iteration": request.iteration,
+                "attempt": result.get("attempt", 1),
+                "worker": result.get("worker"),
+                "started": started,
+                "finished": workflow.time(),
+            }
+        )
         response = result["response"]
         return TurnResponse(
             text=response["text"],
@@ -358,6 +387,12 @@ class AgentWorkflow:
         self.requests: list[dict[str, Any]] = []
         self._deltas: list[dict[str, Any]] = []
         self._loop: _WorkflowSolutionLoop | _WorkflowTurnLoop | None = None
+        # The run's events, as a local run delivers them to `on_event`: made here from
+        # the scheduler's actions (deterministic, stamped with the workflow's clock) and
+        # read by clients through EVENTS_QUERY; workflow code delivers nothing itself.
+        self.events: list[dict[str, Any]] = []
+        self.hook_workers: dict[str, str | None] = {}
+        self.sink: EventSink  # made once the agent is known (its redaction)
 
     def option(self, name: str, default: float) -> timedelta:
         return _seconds(self.options.get(name), default)
@@ -377,6 +412,26 @@ class AgentWorkflow:
         self.agent = agent
         self.names = activity_names(kind)
         self.options = dict(data.get("options") or {})
+        self.sink = EventSink(
+            workflow.info().workflow_id, agent.redact, [self._keep_event], clock=workflow.time
+        )
+        self.emit(RunStarted)
+        try:
+            result = await self._execute(data)
+        except BaseException as error:
+            if not isinstance(error, asyncio.CancelledError):
+                self.emit(
+                    RunEnded,
+                    status="failed",
+                    iterations=self._loop._iterations_done() if self._loop else 0,
+                    error=f"{type(error).__name__}: {error}",
+                )
+            raise
+        self.emit(RunEnded, status=result["status"], iterations=result["iterations"])
+        return result
+
+    async def _execute(self, data: dict[str, Any]) -> dict[str, Any]:
+        agent = self.agent
         try:
             log = initial_log(data.get("input"))
             if agent.protocol == "tools":
@@ -407,6 +462,36 @@ class AgentWorkflow:
         if problem is not None:
             raise ApplicationError(problem, type="PayloadTooLarge", non_retryable=True)
         return answer
+
+    # -- events -----------------------------------------------------------------------------
+
+    def emit(self, kind: type[RunEvent], **fields: Any) -> None:
+        """An event of the loop's own (a request, the run), stamped with workflow time."""
+        self.sink.emit(kind(run_id=self.sink.run_id, time=workflow.time(), **fields))
+
+    def _keep_event(self, event: RunEvent) -> None:
+        """Keep `event` for the clients, with the worker that ran what it is about."""
+        worker: str | None = None
+        if isinstance(event, CallFinished) and self._loop is not None:
+            record = self._loop.engine.records.get(event.call_id or "")
+            worker = record.worker if record is not None else None
+        elif isinstance(event, CallDecided):
+            worker = self.hook_workers.get(event.call_id or "")
+        elif isinstance(event, RequestFinished):
+            worker = next(
+                (r["worker"] for r in reversed(self.requests) if r["iteration"] == event.iteration),
+                None,
+            )
+        data = event.to_dict()
+        if worker is not None:
+            data["worker"] = worker
+        self.events.append(data)
+
+    @workflow.query(name=EVENTS_QUERY)
+    def events_since(self, since: int) -> dict[str, Any]:
+        """The run's events from index `since` on, a page at a time (`next` continues)."""
+        page = self.events[since : since + EVENTS_PAGE]
+        return {"events": page, "next": since + len(page), "total": len(self.events)}
 
     def _result(self, result: RunResult) -> dict[str, Any]:
         output = result.output
