@@ -630,3 +630,55 @@ def test_a_temporal_run_gives_the_events_of_a_local_run_with_the_worker_of_each_
     assert requests and all(e.worker == "worker-a" for e in requests)
     hooked = [e for e in seen if isinstance(e, tl.CallDecided)]
     assert hooked and all(e.worker == "worker-a" for e in hooked)
+
+
+# -- a tool routed to another task queue -----------------------------------------------------
+
+
+@tl.tool
+def render(scene: str) -> str:
+    """Render a scene (on the machines with a GPU)."""
+    return f"rendered {scene}"
+
+
+def test_a_tool_routed_to_another_task_queue_runs_on_that_queues_worker(
+    temporal_address: str,
+) -> None:
+    script = [
+        {
+            "calls": [
+                {"_tool": "render", "scene": "a", "_outputPath": "†state.a"},
+                {"_tool": "add", "a": 1, "b": 2, "_outputPath": "†state.sum"},
+                {"_tool": "render", "scene": "b", "_outputPath": "†state.b"},
+            ],
+            "output": None,
+        },
+        {"calls": [], "output": "done"},
+    ]
+    agent = tl.Agent(tl.ScriptedModel(script), tools=[render, agents.add], name="routed")
+    queue, gpu = _queue(), _queue()
+
+    async def on_temporal(client: Client) -> tuple[tl.RunResult, list[Any]]:
+        with pytest.raises(tl.ConfigurationError, match="rendr"):  # a typo, said at once
+            await tlt.start(client, agent, task_queue=queue, tool_task_queues={"rendr": gpu})
+        async with (
+            tlt.worker(client, [agent], task_queue=queue, identity="cpu-worker"),
+            tlt.worker(client, [agent], task_queue=gpu, identity="gpu-worker"),
+        ):
+            handle = await tlt.start(
+                client, agent, None, task_queue=queue, tool_task_queues={"render": gpu}
+            )
+            result = await handle.result()
+            return result, await _events(handle.workflow)
+
+    result, history = _run(on_temporal, temporal_address)
+    assert result.output == "done"
+    assert result.state == {"a": "rendered a", "b": "rendered b", "sum": 3}
+    workers = {call_id: record.worker for call_id, record in result.records.items()}
+    assert workers == {"c1.0": "gpu-worker", "c1.1": "cpu-worker", "c1.2": "gpu-worker"}
+    queues: dict[str, set[str]] = {}
+    for event in history:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            attributes = event.activity_task_scheduled_event_attributes
+            queues.setdefault(attributes.activity_type.name, set()).add(attributes.task_queue.name)
+    assert queues == {"routed.model": {queue}, "routed.tool.render": {gpu}, "routed.tool.add": {queue}}

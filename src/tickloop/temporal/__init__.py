@@ -173,6 +173,20 @@ async def start(
     sends a tool's calls to workers of another queue (tools that must run elsewhere).
     """
     name = _check_agent(agent)
+    routes = dict(tool_task_queues or {})
+    for tool, queue in routes.items():
+        if not isinstance(queue, str) or not queue:
+            raise ConfigurationError(
+                f"tool_task_queues[{tool!r}] must be a task queue's name, not {queue!r}"
+            )
+    # A route for a tool the agent does not have would be ignored: a typo said now. The
+    # tools of MCP servers are known once a run lists them: the workflow checks those.
+    unknown = sorted(set(routes) - set(agent.tools))
+    if unknown and not agent.tool_sources:
+        raise ConfigurationError(
+            f"tool_task_queues names {', '.join(map(repr, unknown))}, which agent "
+            f"{name!r} has no tool of (its tools: {', '.join(agent.tools) or 'none'})"
+        )
     try:
         input = pydantic_core.to_jsonable_python(input)
     except pydantic_core.PydanticSerializationError as error:
@@ -181,7 +195,7 @@ async def start(
         "heartbeat_timeout": heartbeat_timeout,
         "model_timeout": model_timeout,
         "tool_timeout": tool_timeout,
-        "tool_task_queues": dict(tool_task_queues or {}),
+        "tool_task_queues": routes,
         "idempotent_attempts": idempotent_attempts,
     }
     handle = await client.start_workflow(
