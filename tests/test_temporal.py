@@ -480,12 +480,21 @@ def test_an_agent_without_a_name_cannot_run_on_temporal() -> None:
 
     with pytest.raises(tl.ConfigurationError, match="name"):
         asyncio.run(attempt())
-    server = tl.MCPServer.stdio("python", ["server.py"])
-    with_sources = tl.Agent(tl.ScriptedModel([]), tools=[server], name="sources")
-    with pytest.raises(tl.ConfigurationError, match="MCP"):
+    from tickloop._core._tools import ToolSource
+
+    class Elsewhere(ToolSource):
+        label = "a source of another kind"
+
+    with_sources = tl.Agent(tl.ScriptedModel([]), tools=[Elsewhere()], name="sources")
+    with pytest.raises(tl.ConfigurationError, match="not a tl.MCPServer"):
         tlt.worker(None, [with_sources], task_queue="q")  # type: ignore[arg-type]
     assert json.dumps(tlt.activity_names("billing")) == json.dumps(
-        {"model": "billing.model", "approve": "billing.approve", "tool": "billing.tool."}
+        {
+            "model": "billing.model",
+            "approve": "billing.approve",
+            "tool": "billing.tool.",
+            "list_tools": "billing.list_tools",
+        }
     )
 
 
@@ -681,4 +690,106 @@ def test_a_tool_routed_to_another_task_queue_runs_on_that_queues_worker(
         if event.HasField("activity_task_scheduled_event_attributes"):
             attributes = event.activity_task_scheduled_event_attributes
             queues.setdefault(attributes.activity_type.name, set()).add(attributes.task_queue.name)
-    assert queues == {"routed.model": {queue}, "routed.tool.render": {gpu}, "routed.tool.add": {queue}}
+    assert queues == {
+        "routed.model": {queue},
+        "routed.tool.render": {gpu},
+        "routed.tool.add": {queue},
+    }
+
+
+# -- MCP servers' tools ------------------------------------------------------------------------
+
+MCP_SERVER = ROOT / "tests" / "mcp_server.py"
+MCP_SCRIPT = [
+    {
+        "calls": [
+            {"_tool": "m_fetch_page", "url": "https://a.example", "_outputPath": "†state.page"},
+            {"_tool": "m_word_count", "text": "†state.page.body", "_outputPath": "†state.words"},
+            {"_tool": "m_pid", "_outputPath": "†state.pid"},
+            {"_tool": "add", "a": 1, "b": 2, "_outputPath": "†state.sum"},
+            {"_tool": "m_fail", "message": "nope", "_outputPath": "†state.never"},
+        ],
+        "output": None,
+    },
+    {"calls": [{"_tool": "m_listings", "_outputPath": "†state.listings"}], "output": "done"},
+]
+
+
+def _mcp_agent(name: str, protocol: str = "solution") -> tl.Agent:
+    server = tl.MCPServer.stdio(
+        sys.executable, [str(MCP_SERVER)], prefix="m", include_instructions=True
+    )
+    if protocol == "tools":
+        model = tl.ScriptedModel(
+            [
+                {"tool_calls": [{"name": "m_add", "arguments": {"a": 2, "b": 40}}]},
+                "The sum is 42.",
+            ]
+        )
+    else:
+        model = tl.ScriptedModel(MCP_SCRIPT)
+    return tl.Agent(model, tools=[server, agents.add], name=name, protocol=protocol)
+
+
+def test_the_tools_of_an_mcp_server_run_on_temporal_on_one_connection_per_worker(
+    temporal_address: str,
+) -> None:
+    local = _mcp_agent("mcp_local").run(None)
+    agent, native = _mcp_agent("mcp_runs"), _mcp_agent("mcp_native", "tools")
+    queue = _queue()
+
+    async def on_temporal(
+        client: Client,
+    ) -> tuple[list[tl.RunResult], tl.RunResult, Any, Any]:
+        async with tlt.worker(client, [agent, native], task_queue=queue, identity="mcp-worker"):
+            results = []
+            for _ in range(2):  # two runs: the worker's connection serves both
+                handle = await tlt.start(client, agent, None, task_queue=queue)
+                results.append(await handle.result())
+            history = await handle.workflow.fetch_history()
+            native_handle = await tlt.start(client, native, "add", task_queue=queue)
+            turned = await native_handle.result()
+            native_history = await native_handle.workflow.fetch_history()
+        await Replayer(
+            workflows=[tlt.AgentWorkflow], workflow_runner=tlt.workflow_runner()
+        ).replay_workflow(history)
+        return results, turned, history, native_history
+
+    (first, second), turned, history, native_history = _run(on_temporal, temporal_address)
+    for result in (first, second):
+        assert result.output == local.output == "done"
+        assert _statuses(result) == _statuses(local)
+        assert result.records["c1.4"].error["message"] == local.records["c1.4"].error["message"]
+        assert {k: v for k, v in result.state.items() if k != "pid"} == {
+            k: v for k, v in local.state.items() if k != "pid"
+        }
+        assert result.state["page"]["body"].endswith("says hello world")
+        assert {record.worker for record in result.records.values()} == {"mcp-worker"}
+    # One server process for the worker, listed once (three pages) for every run since.
+    assert first.state["pid"] == second.state["pid"]
+    assert second.state["listings"] == first.state["listings"] == {"result": 3}
+    assert turned.output == "The sum is 42."
+    assert [(r.tool, r.status) for r in turned.records.values()] == [("m_add", "done")]
+    # The listing is an activity of its own, in the run's history; the model was shown the
+    # server's tools (and its instructions) in the prompt the workflow rendered.
+    kinds = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert kinds.count("mcp_runs.list_tools") == 1 and "mcp_runs.tool.m_word_count" in kinds
+    request = _activity_input(history, "mcp_runs.model")
+    assert "m_word_count" in json.dumps(request["schema"])
+    assert "Pages are fetched with fetch_page" in json.dumps(request["messages"])
+    tools = _activity_input(native_history, "mcp_native.model")["tools"]
+    assert {"m_add", "add"} <= {tool["name"] for tool in tools}
+
+
+def _activity_input(history: Any, kind: str) -> Any:
+    """The input of the first activity of type `kind` in a workflow's history."""
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            attributes = event.activity_task_scheduled_event_attributes
+            if attributes.activity_type.name == kind:
+                return json.loads(attributes.input.payloads[0].data)
+    raise AssertionError(f"no {kind} activity")

@@ -28,14 +28,15 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import pydantic_core
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
-from temporalio.api.enums.v1 import EventType
 from temporalio.exceptions import ApplicationError
+from temporalio.plugin import SimplePlugin
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -50,10 +51,12 @@ from .._core._decisions import (
 from .._core._log import ContextLog
 from .._core._scheduler import CallRecord
 from .._errors import ConfigurationError, ExecuteError, MaxIterationsError, ResumeError
+from .._mcp._server import MCPServer
 from .._models._base import Usage
 from .._observe._events import EventSink, Redactor, RunEnded, RunEvent, event_from_dict
-from ._activities import activity_names, make_activities
+from ._activities import activity_names, make_activities, mcp_call_activity
 from ._devserver import dev_server
+from ._mcp_host import HOST
 from ._workflow import (
     AGENTS,
     DECIDE_UPDATE,
@@ -87,12 +90,12 @@ def _check_agent(agent: Agent) -> str:
             "an agent run on Temporal needs a name (tl.Agent(..., name='billing')): it is "
             "the workflow type and the prefix of its activities"
         )
-    if getattr(agent, "tool_sources", None):
-        raise ConfigurationError(
-            f"agent {agent.name!r} has tool sources (MCP servers): their tools are known "
-            "only once a run connects, and tickloop.temporal does not run them yet; give "
-            "the agent tl.Tool objects whose handlers call the server"
-        )
+    for source in agent.tool_sources:
+        if not isinstance(source, MCPServer):
+            raise ConfigurationError(
+                f"agent {agent.name!r}: tool source {source!r} is not a tl.MCPServer; "
+                "tickloop.temporal runs the tools of MCP servers and tl.Tool objects"
+            )
     return agent.name
 
 
@@ -138,6 +141,11 @@ def worker(
     activities = [
         function for agent in agents for function in make_activities(agent, identity, executor)
     ]
+    if any(agent.tool_sources for agent in agents):
+        # MCP servers: one connection each per worker process, open while a worker runs.
+        activities.append(mcp_call_activity(agents, identity))
+        plugin = SimplePlugin("tickloop.mcp", run_context=HOST.running)
+        options["plugins"] = [*options.get("plugins", ()), plugin]
     options.setdefault("workflow_runner", workflow_runner())
     # A fan-out makes many short activities: poll for them on several connections.
     options.setdefault("max_concurrent_activity_task_polls", 16)
@@ -236,8 +244,10 @@ class RunHandle:
                 run_id=row.get("run_id"),
                 waits_on=row.get("waits_on") or [],
                 dependents=row.get("dependents") or [],
-                schema=tools[row["tool"]].parameters if row["tool"] in tools else None,
-                output_schema=tools[row["tool"]].output if row["tool"] in tools else None,
+                schema=tools[row["tool"]].parameters if row["tool"] in tools else row.get("schema"),
+                output_schema=(
+                    tools[row["tool"]].output if row["tool"] in tools else row.get("output_schema")
+                ),
             )
             for row in rows
         ]

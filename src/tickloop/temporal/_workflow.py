@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
@@ -51,7 +52,17 @@ with workflow.unsafe.imports_passed_through():
     from .._core._status import FINAL_STATUSES, CallStatus
     from .._durable._resume import INTERRUPTED
     from .._engine._run import initial_log
-    from .._errors import ExecuteError, TickloopError, _RunStopped
+    from .._engine._sources import merge_opened
+    from .._errors import ConfigurationError, ExecuteError, TickloopError, _RunStopped
+    from .._mcp._server import MCPServer, MCPTool
+    from .._models._base import (
+        ModelError,
+        TextDelta,
+        TurnRequest,
+        TurnResponse,
+        TurnToolCall,
+        Usage,
+    )
     from .._observe._events import (
         CallDecided,
         CallFinished,
@@ -60,14 +71,6 @@ with workflow.unsafe.imports_passed_through():
         RunEnded,
         RunEvent,
         RunStarted,
-    )
-    from .._models._base import (
-        ModelError,
-        TextDelta,
-        TurnRequest,
-        TurnResponse,
-        TurnToolCall,
-        Usage,
     )
     from ._activities import DELTA_SIGNAL, activity_names, too_big
 
@@ -121,8 +124,8 @@ def record_to_dict(record: Any) -> dict[str, Any]:
     }
 
 
-def _pending_to_dict(pending: PendingCall) -> dict[str, Any]:
-    return {
+def _pending_to_dict(pending: PendingCall, tools: Any) -> dict[str, Any]:
+    row = {
         "id": pending.id,
         "tool": pending.tool,
         "params": pending.params,
@@ -131,6 +134,10 @@ def _pending_to_dict(pending: PendingCall) -> dict[str, Any]:
         "waits_on": list(pending.waits_on),
         "dependents": list(pending.dependents),
     }
+    tool = tools.get(pending.tool)
+    if isinstance(tool, MCPTool):  # known to the run only: its schemas go along
+        row["schema"], row["output_schema"] = tool.parameters, tool.output
+    return row
 
 
 def _seconds(value: Any, default: float) -> timedelta:
@@ -236,7 +243,7 @@ class WorkflowEngine(SchedulerDriver):
             try:
                 answer = await workflow.execute_activity(
                     host.names["approve"],
-                    _pending_to_dict(pending),
+                    _pending_to_dict(pending, self.tools),
                     start_to_close_timeout=host.option("approve_timeout", 300),
                     heartbeat_timeout=host.option("heartbeat_timeout", 10),
                     retry_policy=RetryPolicy(maximum_attempts=3),
@@ -257,7 +264,11 @@ class WorkflowEngine(SchedulerDriver):
             "call": action.call,
             "run_id": self.run_id,
         }
-        if getattr(tool._signature, "context_parameter", None) is not None:
+        if isinstance(tool, MCPTool):  # run by the worker's connection to its server
+            data["source"] = next(
+                index for index, source in enumerate(host.sources) if source is tool.server
+            )
+        elif getattr(tool._signature, "context_parameter", None) is not None:
             data["views"] = {"input": self.log.view("input"), "state": self.log.view("state")}
         value: Any = None
         branch: str | None = None
@@ -328,12 +339,14 @@ class _WorkflowTurnLoop(_TurnLoop):
         return WorkflowEngine(self.host, self.log, on_action)
 
     async def _ask(self, request: TurnRequest) -> TurnResponse:
-        data = {
+        data: dict[str, Any] = {
             "protocol": "tools",
             "system": request.system,
             "conversation": request.conversation,
             "iteration": request.iteration,
         }
+        if self.host.sources:  # the worker's agent does not know the run's MCP tools
+            data["tools"] = [asdict(spec) for spec in request.tools]
         problem = too_big(data, f"the request of iteration {request.iteration}")
         if problem is not None:  # the run ends with its log, never a stuck workflow
             raise ExecuteError(problem, self.log.messages)
@@ -385,6 +398,7 @@ class AgentWorkflow:
         self.names: dict[str, str] = {}
         self.options: dict[str, Any] = {}
         self.requests: list[dict[str, Any]] = []
+        self.sources: list[Any] = []  # the agent's MCP servers (listed once per run)
         self._deltas: list[dict[str, Any]] = []
         self._loop: _WorkflowSolutionLoop | _WorkflowTurnLoop | None = None
         # The run's events, as a local run delivers them to `on_event`: made here from
@@ -410,6 +424,7 @@ class AgentWorkflow:
             )
         data = workflow.payload_converter().from_payload(args[0].payload, dict)
         self.agent = agent
+        self.sources = list(agent.tool_sources)
         self.names = activity_names(kind)
         self.options = dict(data.get("options") or {})
         self.sink = EventSink(
@@ -434,6 +449,8 @@ class AgentWorkflow:
         agent = self.agent
         try:
             log = initial_log(data.get("input"))
+            if self.sources:
+                self.agent = agent = await self._with_listed_tools(agent, log)
             if agent.protocol == "tools":
                 self._loop = _WorkflowTurnLoop(self, log)
             else:
@@ -462,6 +479,37 @@ class AgentWorkflow:
         if problem is not None:
             raise ApplicationError(problem, type="PayloadTooLarge", non_retryable=True)
         return answer
+
+    async def _with_listed_tools(self, agent: Agent, log: Any) -> Agent:
+        """The agent with its MCP servers' tools, as one activity listed them for this
+        run: the listing is in the history, so a replay builds the same tool set, and
+        the run keeps it to its end (as a local run keeps the listing it opened with)."""
+        try:
+            listed = await workflow.execute_activity(
+                self.names["list_tools"],
+                {},
+                start_to_close_timeout=self.option("model_timeout", 600),
+                heartbeat_timeout=self.option("heartbeat_timeout", 10),
+                retry_policy=RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1)),
+            )
+        except ActivityError as error:
+            raise ExecuteError(
+                f"the tools of the agent's MCP servers could not be listed: {_cause(error)}",
+                log.messages,
+            ) from error
+        opened = []
+        for server, source in zip(self.sources, listed["sources"], strict=True):
+            assert isinstance(server, MCPServer)
+            tools = [server.tool_from_spec(spec) for spec in source["tools"]]
+            opened.append(server.opened(list(tools), source["instructions"]))
+        bound = agent._with_tools(merge_opened(list(agent.tools.values()), opened))
+        unknown = sorted(set(self.options.get("tool_task_queues") or {}) - set(bound.tools))
+        if unknown:
+            raise ConfigurationError(
+                f"tool_task_queues names {', '.join(map(repr, unknown))}, which agent "
+                f"{agent.name!r} has no tool of (its tools: {', '.join(bound.tools)})"
+            )
+        return bound
 
     # -- events -----------------------------------------------------------------------------
 
@@ -535,7 +583,13 @@ class AgentWorkflow:
         restarts the stream, and the loop drops the calls it had already handed over.
         """
         iteration = request.iteration
-        data = {"protocol": "solution", "messages": request.messages, "iteration": iteration}
+        data: dict[str, Any] = {
+            "protocol": "solution",
+            "messages": request.messages,
+            "iteration": iteration,
+        }
+        if self.sources:  # the worker's agent does not know the run's MCP tools
+            data["schema"] = self.agent.schema
         problem = too_big(data, f"the request of iteration {iteration}")
         if problem is not None:  # the run ends with its log, never a stuck workflow
             raise ModelError(problem, status=413)
@@ -643,7 +697,8 @@ class AgentWorkflow:
     def pending(self) -> list[dict[str, Any]]:
         if self._loop is None:
             return []
-        return [_pending_to_dict(pending) for pending in self._loop.engine.scheduler.deferred]
+        engine = self._loop.engine
+        return [_pending_to_dict(pending, engine.tools) for pending in engine.scheduler.deferred]
 
     @workflow.query(name=SNAPSHOT_QUERY)
     def snapshot(self) -> dict[str, Any]:
