@@ -226,7 +226,7 @@ def test_the_cli_lists_pending_calls_and_refuses_a_bad_call(
     queue = _queue()
 
     async def start(client: Client) -> None:
-        async with tlt.worker(client, [agent], task_queue=queue):
+        async with tlt.worker(client, [agent], task_queue=queue, identity="ops-worker"):
             handle = await tlt.start(client, agent, None, task_queue=queue, run_id=queue)
             for _ in range(200):
                 if len(await handle.pending()) == 2:
@@ -264,8 +264,15 @@ def test_the_cli_lists_pending_calls_and_refuses_a_bad_call(
                 )
                 == 0
             )
-            assert "<svg" in html.read_text() and "charge" in html.read_text()
+            page = html.read_text()
             html.unlink()
+            assert "<svg" in page and "charge" in page
+            # Each call's row names its worker, and shows the wait for a person's decision
+            # (the run's events give every moment of a call, as a local run's journal does).
+            assert page.count('data-worker="ops-worker"') == 3
+            assert "worker: ops-worker" in page
+            assert page.count('class="seg approval"') == 2
+            assert "on worker ops-worker" in page  # the model lane's requests
 
     _run(start, temporal_address)
     out, err = capsys.readouterr()
@@ -486,7 +493,7 @@ def test_an_agent_without_a_name_cannot_run_on_temporal() -> None:
         label = "a source of another kind"
 
     with_sources = tl.Agent(tl.ScriptedModel([]), tools=[Elsewhere()], name="sources")
-    with pytest.raises(tl.ConfigurationError, match="not a tl.MCPServer"):
+    with pytest.raises(tl.ConfigurationError, match=r"not a tl\.MCPServer"):
         tlt.worker(None, [with_sources], task_queue="q")  # type: ignore[arg-type]
     assert json.dumps(tlt.activity_names("billing")) == json.dumps(
         {

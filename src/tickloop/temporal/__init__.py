@@ -268,14 +268,23 @@ class RunHandle:
         """The run so far: messages, calls (with the worker of each), model requests."""
         return await self.workflow.query(SNAPSHOT_QUERY)
 
-    async def events(self, since: int = 0) -> AsyncIterator[RunEvent]:
+    async def events(self, since: int = 0, *, follow: bool = True) -> AsyncIterator[RunEvent]:
         """The run's typed events (those a local run gives `on_event`), from the first
-        (or the `since`-th) on, as the run makes them; the iteration ends with the run.
+        (or the `since`-th) on, as the run makes them; the iteration ends with the run,
+        or, with `follow=False`, with the events made so far.
 
         The workflow keeps its events; this follows the run's history (a long poll, no
         cost while nothing happens) and, each time the workflow has taken a step, reads
         the new events with a query. Any process can follow any run, from its start.
         """
+        if not follow:
+            while True:
+                page = await self.workflow.query(EVENTS_QUERY, since)
+                for data in page["events"]:
+                    yield event_from_dict(data)
+                since = page["next"]
+                if since >= page["total"]:
+                    return
         changed = asyncio.Event()
         closed = False
 
