@@ -800,3 +800,25 @@ def _activity_input(history: Any, kind: str) -> Any:
             if attributes.activity_type.name == kind:
                 return json.loads(attributes.input.payloads[0].data)
     raise AssertionError(f"no {kind} activity")
+
+
+def test_an_mcp_server_that_cannot_start_ends_the_run_with_an_error_naming_it(
+    temporal_address: str,
+) -> None:
+    quitter = tl.MCPServer.stdio(sys.executable, ["-c", "pass"], connect_timeout=5)  # exits
+    agent = tl.Agent(tl.ScriptedModel(MCP_SCRIPT), tools=[quitter], name="mcp_quitter")
+    queue = _queue()
+    seen: list[tl.RunEvent] = []
+
+    async def on_temporal(client: Client) -> Exception:
+        async with tlt.worker(client, [agent], task_queue=queue):
+            handle = await tlt.start(client, agent, {"q": 1}, task_queue=queue)
+            with pytest.raises(tl.ExecuteError) as failure:
+                await handle.result(on_event=seen.append)
+            return failure.value
+
+    failure = _run(on_temporal, temporal_address)
+    assert "could not be listed" in str(failure) and "-c pass" in str(failure)
+    assert failure.messages == [{"type": "data", "kind": "input", "data": {"q": 1}}]
+    assert [event.kind for event in seen] == ["run.started", "run.ended"]
+    assert seen[-1].status == "failed" and "could not be listed" in seen[-1].error  # type: ignore[attr-defined]

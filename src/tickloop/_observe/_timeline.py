@@ -249,8 +249,7 @@ def _call_row(call: CallInfo, row: int, x: Any, last: float) -> str:
     tip = _tooltip(call)
     parts = [
         f'<g class="call {escape(call.status)}" data-id="{escape(call.id)}" '
-        f'data-worker="{escape(call.worker or "")}" '
-        f'data-deps="{escape(" ".join(call.deps))}">',
+        f'data-deps="{escape(" ".join(call.deps))}" data-worker="{escape(call.worker or "")}">',
         f'<rect class="hover" x="0" y="{y:.1f}" width="{_LABEL + _PLOT + 30}" height="{_ROW}"/>',
         f'<text class="label" x="8" y="{y + _ROW / 2 + 4:.1f}">{escape(label[:34])}</text>',
     ]

@@ -439,7 +439,9 @@ class AgentWorkflow:
                     RunEnded,
                     status="failed",
                     iterations=self._loop._iterations_done() if self._loop else 0,
-                    error=f"{type(error).__name__}: {error}",
+                    error=f"{error.type}: {error.message}"
+                    if isinstance(error, ApplicationError)
+                    else f"{type(error).__name__}: {error}",
                 )
             raise
         self.emit(RunEnded, status=result["status"], iterations=result["iterations"])
