@@ -612,6 +612,8 @@ def test_a_temporal_run_gives_the_events_of_a_local_run_with_the_worker_of_each_
     local: list[tl.RunEvent] = []
     expected = agents.mixed_agent().run({"question": "?"}, on_event=local.append)
     agent = agents.mixed_agent("mixed_events")
+    by_agent: list[tl.RunEvent] = []
+    agent.on_event = by_agent.append  # the agent's own listener, as for a local run
     queue = _queue()
     seen: list[tl.RunEvent] = []
 
@@ -635,6 +637,8 @@ def test_a_temporal_run_gives_the_events_of_a_local_run_with_the_worker_of_each_
 
     assert shape(seen) == shape(local)  # the same events, call by call
     assert [event.to_dict() for event in later] == [event.to_dict() for event in seen]
+    # A handle that has the agent (tlt.start's) feeds the agent's own on_event as well.
+    assert [event.to_dict() for event in by_agent] == [event.to_dict() for event in seen]
     assert seen[0].kind == "run.started" and seen[-1].kind == "run.ended"
     assert seen[-1].status == "done"  # type: ignore[attr-defined]
     finished = {e.call_id: e for e in seen if isinstance(e, tl.CallFinished)}
