@@ -291,10 +291,13 @@ def run_engine_bench() -> dict[str, Any]:
 
 
 def run_perf_bench() -> list[dict[str, Any]]:
-    """Issue 15's ratios (benchmarks/bench_perf.py), measured in this process."""
+    """Issue 15's ratios (benchmarks/bench_perf.py), measured in this process, and the
+    import-time ratio of issue 11 (benchmarks/bench_import.py, in fresh processes)."""
+    from . import bench_import
     from .bench_perf import Sizes, measure
 
-    return [dict(row.__dict__) for row in measure(Sizes())]
+    rows = measure(Sizes()) + bench_import.measure()
+    return [dict(row.__dict__) for row in rows]
 
 
 def _timed(label: str, fn: Callable[[], Any]) -> tuple[Any, float]:

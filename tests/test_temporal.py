@@ -513,7 +513,7 @@ def test_a_restarted_stream_keeps_the_calls_handed_over_and_drops_their_repeats(
     mid-stream: the loop is told the stream restarted, then gets the new attempt's text."""
     import trio
 
-    from tickloop._agent._agent import StreamRestarted, _SolutionLoop
+    from tickloop._agent._solution import StreamRestarted, _SolutionLoop
     from tickloop._engine._run import initial_log
     from tickloop._models._base import TextDelta
 
@@ -538,7 +538,7 @@ def test_a_restarted_stream_keeps_the_calls_handed_over_and_drops_their_repeats(
             on_item(StreamRestarted())
             on_item(TextDelta(second))
 
-    result = trio.run(Restarting(agent, initial_log(None), None, None).run)
+    result = trio.run(Restarting(agent._config(), initial_log(None), None, None).run)
     assert sorted(ran) == [0, 1, 2]  # each once: the repeats of 0 and 1 were dropped
     assert result.output == "again"
     assert result.state == {"n0": 0, "n1": 1, "n2": 2}

@@ -2,65 +2,161 @@
 
 The public surface is flat: everything a user needs is importable from here
 (`import tickloop as tl`); the modules behind it are private.
+
+Importing the package loads none of it: each public name is imported from its module the
+first time it is read (`tl.Agent`, `from tickloop import Agent`), so a script pays only
+for what it uses, and httpx, jsonschema, sqlite3, networkx and the web stack load with the
+parts that need them (`benchmarks/bench_import.py` holds `import tickloop` to 1.5x
+`import trio`).
 """
 
-from ._agent._agent import Agent, RunResult
-from ._agent._turns import TextStream
-from ._core._decisions import Approve, Decision, Defer, Deny, Edit, PendingCall, Replace, Respond
-from ._core._expressions import Expression, Term, parse_expression
-from ._core._scheduler import CallRecord
-from ._core._tools import Branch, CallContext, Tool, tool
-from ._durable._store import CallInfo, PendingDecision, RunInfo, SQLiteStore
-from ._durable._timeline import timeline_html
-from ._engine._run import ExecutionResult, execute, run_calls
-from ._errors import (
-    ConfigurationError,
-    ExecuteError,
-    MaxIterationsError,
-    ReferenceSyntaxError,
-    ResumeError,
-    StoreError,
-    TickloopError,
-)
-from ._human import BrowserApproval, ConsoleApproval
-from ._json._stream import resilient_json_parse
-from ._mcp import MCPServer
-from ._models import (
-    Anthropic,
-    ModelClient,
-    ModelError,
-    OpenAIChat,
-    OpenAIResponses,
-    ScriptedModel,
-    SolutionRequest,
-    TextDelta,
-    ToolCallStarted,
-    ToolResult,
-    ToolSpec,
-    TurnClient,
-    TurnRequest,
-    TurnResponse,
-    TurnToolCall,
-    Usage,
-)
-from ._observe._events import (
-    CallAwaitingApproval,
-    CallDecided,
-    CallFinished,
-    CallReady,
-    CallReceived,
-    CallStarted,
-    EventStream,
-    Redactor,
-    RequestFinished,
-    RequestRetried,
-    RequestStarted,
-    RunEnded,
-    RunEvent,
-    RunStarted,
-    TickEnded,
-    open_event_stream,
-)
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers and editors see: the same names, eagerly
+    from ._agent._agent import Agent, RunResult
+    from ._agent._text_stream import TextStream
+    from ._core._decisions import (
+        Approve,
+        Decision,
+        Defer,
+        Deny,
+        Edit,
+        PendingCall,
+        Replace,
+        Respond,
+    )
+    from ._core._expressions import Expression, Term, parse_expression
+    from ._core._scheduler import CallRecord
+    from ._core._tools import Branch, CallContext, Tool, tool
+    from ._durable._store import CallInfo, PendingDecision, RunInfo, SQLiteStore
+    from ._durable._timeline import timeline_html
+    from ._engine._run import ExecutionResult, execute, run_calls
+    from ._errors import (
+        ConfigurationError,
+        ExecuteError,
+        MaxIterationsError,
+        ReferenceSyntaxError,
+        ResumeError,
+        StoreError,
+        TickloopError,
+    )
+    from ._human._browser import BrowserApproval
+    from ._human._console import ConsoleApproval
+    from ._json._stream import resilient_json_parse
+    from ._mcp._server import MCPServer
+    from ._models._anthropic import Anthropic
+    from ._models._base import (
+        ModelClient,
+        ModelError,
+        SolutionRequest,
+        TextDelta,
+        ToolCallStarted,
+        ToolResult,
+        ToolSpec,
+        TurnClient,
+        TurnRequest,
+        TurnResponse,
+        TurnToolCall,
+        Usage,
+    )
+    from ._models._openai_chat import OpenAIChat
+    from ._models._openai_responses import OpenAIResponses
+    from ._models._scripted import ScriptedModel
+    from ._observe._events import (
+        CallAwaitingApproval,
+        CallDecided,
+        CallFinished,
+        CallReady,
+        CallReceived,
+        CallStarted,
+        EventStream,
+        Redactor,
+        RequestFinished,
+        RequestRetried,
+        RequestStarted,
+        RunEnded,
+        RunEvent,
+        RunStarted,
+        TickEnded,
+        open_event_stream,
+    )
+
+# Public name -> the private module that defines it.
+_WHERE: dict[str, str] = {
+    "Agent": "._agent._agent",
+    "RunResult": "._agent._agent",
+    "TextStream": "._agent._text_stream",
+    "Approve": "._core._decisions",
+    "Decision": "._core._decisions",
+    "Defer": "._core._decisions",
+    "Deny": "._core._decisions",
+    "Edit": "._core._decisions",
+    "PendingCall": "._core._decisions",
+    "Replace": "._core._decisions",
+    "Respond": "._core._decisions",
+    "Expression": "._core._expressions",
+    "Term": "._core._expressions",
+    "parse_expression": "._core._expressions",
+    "CallRecord": "._core._scheduler",
+    "Branch": "._core._tools",
+    "CallContext": "._core._tools",
+    "Tool": "._core._tools",
+    "tool": "._core._tools",
+    "CallInfo": "._durable._store",
+    "PendingDecision": "._durable._store",
+    "RunInfo": "._durable._store",
+    "SQLiteStore": "._durable._store",
+    "timeline_html": "._durable._timeline",
+    "ExecutionResult": "._engine._run",
+    "execute": "._engine._run",
+    "run_calls": "._engine._run",
+    "ConfigurationError": "._errors",
+    "ExecuteError": "._errors",
+    "MaxIterationsError": "._errors",
+    "ReferenceSyntaxError": "._errors",
+    "ResumeError": "._errors",
+    "StoreError": "._errors",
+    "TickloopError": "._errors",
+    "BrowserApproval": "._human._browser",
+    "ConsoleApproval": "._human._console",
+    "resilient_json_parse": "._json._stream",
+    "MCPServer": "._mcp._server",
+    "Anthropic": "._models._anthropic",
+    "ModelClient": "._models._base",
+    "ModelError": "._models._base",
+    "OpenAIChat": "._models._openai_chat",
+    "OpenAIResponses": "._models._openai_responses",
+    "ScriptedModel": "._models._scripted",
+    "SolutionRequest": "._models._base",
+    "TextDelta": "._models._base",
+    "ToolCallStarted": "._models._base",
+    "ToolResult": "._models._base",
+    "ToolSpec": "._models._base",
+    "TurnClient": "._models._base",
+    "TurnRequest": "._models._base",
+    "TurnResponse": "._models._base",
+    "TurnToolCall": "._models._base",
+    "Usage": "._models._base",
+    "CallAwaitingApproval": "._observe._events",
+    "CallDecided": "._observe._events",
+    "CallFinished": "._observe._events",
+    "CallReady": "._observe._events",
+    "CallReceived": "._observe._events",
+    "CallStarted": "._observe._events",
+    "EventStream": "._observe._events",
+    "Redactor": "._observe._events",
+    "RequestFinished": "._observe._events",
+    "RequestRetried": "._observe._events",
+    "RequestStarted": "._observe._events",
+    "RunEnded": "._observe._events",
+    "RunEvent": "._observe._events",
+    "RunStarted": "._observe._events",
+    "TickEnded": "._observe._events",
+    "open_event_stream": "._observe._events",
+}
 
 __all__ = [
     "Agent",
@@ -134,3 +230,17 @@ __all__ = [
     "timeline_html",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use and kept here after."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tickloop' has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value  # later reads skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

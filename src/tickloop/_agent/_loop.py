@@ -1,26 +1,40 @@
-"""The outer loop's shape (PROTOCOL §8), shared by both protocols, and its result.
+"""The loop base both protocols share (PROTOCOL §8): its configuration, shape and result.
 
-The solution protocol (`_agent._SolutionLoop`) and native tool calling
-(`_turns._TurnLoop`) differ in what one iteration does; how a run resumes, counts its
-iterations, stops at the limit and reports its result is the same, and lives here once.
+The solution protocol (`_solution._SolutionLoop`) and native tool calling
+(`_turns._TurnLoop`) differ in what one iteration does and in how a resumed run finds
+where it was; how a run counts its iterations, stops at the limit, talks to the engine,
+the journal and the run's events, and reports its result is the same, and lives here once.
+
+A loop is configured by an `AgentConfig`, a frozen snapshot the `Agent` takes for each
+run: the loop, the session and the protocols never see the `Agent` itself, so nothing
+below the composition root imports it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from .._core._decisions import PendingCall
+import trio
+
+from .._core._decisions import ApproveHook, PendingCall
 from .._core._log import ContextLog
 from .._core._scheduler import CallRecord
+from .._core._tools import ToolSet
+from .._durable._resume import DurableRun
+from .._durable._store import SQLiteStore
 from .._engine._engine import Engine
 from .._engine._run import ExecutionResult
-from .._errors import MaxIterationsError, _RunStopped
-from .._models._base import Usage
+from .._errors import ExecuteError, MaxIterationsError, _RunStopped
+from .._models._base import ModelError, Usage
+from .._observe._events import EventSink, Redactor, RequestRetried, RunEvent
+from ._output import OutputSpec
+from ._retry import attempts_made
 
-if TYPE_CHECKING:
-    from ._agent import Agent
-
-__all__ = ["OuterLoop", "RunResult"]
+__all__ = ["AgentConfig", "LoopProtocol", "OuterLoop", "RunResult", "structural"]
 
 
 class RunResult(ExecutionResult):
@@ -56,34 +70,125 @@ class RunResult(ExecutionResult):
         )
 
 
+@dataclass(frozen=True, eq=False)
+class AgentConfig:
+    """What one run of an agent is configured with, fixed when the run starts.
+
+    Built by `Agent` (`Agent._config`) from its options, with a run's tool sources'
+    tools and instructions added. Frozen, so a loop cannot change what the next run of
+    the same agent sees; `rng` is the agent's own generator, shared on purpose (a seeded
+    agent's retry delays go on from run to run).
+    """
+
+    model: Any
+    tools: ToolSet
+    output: OutputSpec
+    instructions: str | None
+    approve: ApproveHook | None
+    max_iterations: int
+    max_llm_retries: int
+    max_concurrency: int | None
+    context_budget: int | None
+    protocol: LoopProtocol
+    strict: bool
+    schema: dict[str, Any]
+    store: SQLiteStore | None
+    redact: Redactor
+    tracer: Any
+    on_event: Callable[[RunEvent], Any] | None
+    rng: random.Random
+
+
+class LoopProtocol(ABC):
+    """One way of talking to the model: what it needs, how it counts, how a run loops.
+
+    The session asks the protocol, not the agent, how many iterations a log holds (a
+    run that fails reports it) and for the loop that runs or resumes it.
+    """
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def check(self, model: Any, tools: ToolSet) -> None:
+        """Refuse a model or tools this protocol cannot drive, before anything runs."""
+
+    @abstractmethod
+    def iterations_in(self, log: ContextLog) -> int:
+        """Requests the log records, as this protocol counts them."""
+
+    @abstractmethod
+    def open_loop(
+        self,
+        config: AgentConfig,
+        log: ContextLog,
+        events: EventSink,
+        durable: DurableRun | None,
+        on_text: Callable[[str], Any] | None = None,
+    ) -> OuterLoop:
+        """The loop of one run (a resumed one replays its journal into it first)."""
+
+
 class OuterLoop:
     """What the loops of both protocols share: resume, count, limit, iterate, result.
 
-    A subclass sets `agent`, `log`, `engine`, `usage` and `paused`, and says how to
-    recover a resumed run, how many iterations the log already holds, and what one
-    iteration does; the shape of a run is kept here, once.
+    A subclass says how to recover a resumed run, how many iterations the log already
+    holds, and what one iteration does; the shape of a run, and the plumbing to the
+    engine, the journal and the run's events, are kept here, once.
     """
 
-    agent: Agent
-    log: ContextLog
-    engine: Engine
-    usage: Usage
-    paused: bool
     final_answer = "output"  # what the iteration-limit message says never came
+    protocol: ClassVar[LoopProtocol]
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        log: ContextLog,
+        on_event: Callable[[RunEvent], Any] | None,
+        durable: DurableRun | None = None,
+    ) -> None:
+        self.config = config
+        self.log = log
+        self.usage = Usage()
+        self.events = (
+            on_event
+            if isinstance(on_event, EventSink)
+            else EventSink("", config.redact, [on_event])
+        )
+        self.durable = durable
+        self.paused = False  # a tick ended with deferred calls: the run pauses
+        self.engine = self._make_engine(self._on_action, durable)
+
+    def _make_engine(self, on_action: Callable[[Any], None], durable: DurableRun | None) -> Any:
+        """The driver the loop runs its ticks on: trio's engine here, a workflow's elsewhere."""
+        config = self.config
+        return Engine(
+            config.tools,
+            self.log,
+            approve=config.approve,
+            max_concurrency=config.max_concurrency,
+            on_action=on_action,
+            journal=durable,
+            run_id=self.events.run_id or None,
+        )
+
+    def _on_action(self, action: Any) -> None:
+        """Each scheduler action the engine carries out: to the run's events."""
+        self.events(action)
 
     async def run(self) -> RunResult:
         self._before_session()
         stopped: _RunStopped | None = None
+        limit = self.config.max_iterations
         async with self.engine.session():
             try:
                 done, output = await self._recover()  # a resumed run: what it left open
                 iteration = self._iterations_done()  # a resumed log continues its count
                 while not done and not self.paused:
                     iteration += 1
-                    if iteration > self.agent.max_iterations:
+                    if iteration > limit:
                         raise MaxIterationsError(
-                            f"the agent made {self.agent.max_iterations} requests without a "
-                            f"final {self.final_answer}; raise max_iterations or check the "
+                            f"the agent made {limit} requests without a final "
+                            f"{self.final_answer}; raise max_iterations or check the "
                             "tools and instructions",
                             self.log.messages,
                         )
@@ -98,7 +203,7 @@ class OuterLoop:
             raise stopped
         paused = self.paused
         return RunResult(
-            None if paused else self.agent.output.convert(output),
+            None if paused else self.config.output.convert(output),
             self.log,
             self.engine.records,
             self._iterations_done(),
@@ -114,7 +219,44 @@ class OuterLoop:
         raise NotImplementedError
 
     def _iterations_done(self) -> int:
-        raise NotImplementedError
+        return self.protocol.iterations_in(self.log)
 
     async def _iterate(self, iteration: int) -> tuple[bool, Any]:
         raise NotImplementedError
+
+    # -- what both protocols do the same way ------------------------------------------------
+
+    def _emit(self, kind: type[RunEvent], **fields: Any) -> None:
+        if self.events.listeners:
+            self.events.emit(kind(run_id=self.events.run_id, time=trio.current_time(), **fields))
+
+    def _on_retry(self, iteration: int, attempt: int, delay: float, error: Exception) -> None:
+        self._emit(
+            RequestRetried, iteration=iteration, attempt=attempt, delay=delay, error=str(error)
+        )
+        if self.durable is not None:  # for the timeline
+            self.durable.note(
+                "retry", iteration=iteration, attempt=attempt, delay=delay, error=str(error)
+            )
+
+    def _append(self, message: dict[str, Any]) -> None:
+        """Append a message of the loop's own; a durable run journals it as well."""
+        self.log.append(message)
+        if self.durable is not None:
+            self.durable.journal_messages([message])
+
+    def _request_failed(self, error: Exception) -> ExecuteError:
+        """The run's error for a model request that failed for good: it carries the log."""
+        if isinstance(error, ModelError):
+            return ExecuteError(
+                f"the model request failed{attempts_made(error)}: {error}", self.log.messages
+            )
+        # A client bug must still hand back the log.
+        return ExecuteError(
+            f"the model client raised {type(error).__name__}: {error}", self.log.messages
+        )
+
+
+def structural(message: str) -> dict[str, Any]:
+    """A structural Error Message (PROTOCOL §7) of the loop's own."""
+    return {"type": "structural", "message": message}

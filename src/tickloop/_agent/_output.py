@@ -8,13 +8,74 @@ is checked against the output schema and returned.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+import pydantic
 
 from .._core._expressions import find_references, format_location, substitute
 from .._core._log import ContextLog, copy_json
-from .._errors import ReferenceSyntaxError
+from .._errors import ConfigurationError, ReferenceSyntaxError
 
-__all__ = ["has_references", "resolve_output"]
+__all__ = ["OutputSpec", "has_references", "resolve_output"]
+
+
+class OutputSpec:
+    """The user's output: a pydantic model (typed result), a JSON Schema, or None (any).
+
+    Both protocols judge a final output with `check`, so an answer is accepted or refused
+    by the same rule whichever way the model gave it.
+    """
+
+    def __init__(self, output: Any) -> None:
+        self.model: type[pydantic.BaseModel] | None = None
+        if output is None:
+            self.schema: dict[str, Any] | None = None
+        elif isinstance(output, type) and issubclass(output, pydantic.BaseModel):
+            self.model = output
+            self.schema = output.model_json_schema()
+        elif isinstance(output, Mapping):
+            self.schema = dict(output)
+        else:
+            raise ConfigurationError(
+                f"output must be a pydantic model class, a JSON Schema dict or None, not {output!r}"
+            )
+        if self.schema is not None:
+            import jsonschema  # loaded by the first agent with an output schema
+
+            try:
+                jsonschema.Draft202012Validator.check_schema(self.schema)
+            except jsonschema.SchemaError as error:
+                raise ConfigurationError(
+                    f"output is not a valid JSON Schema: {error.message}"
+                ) from error
+            self._validator = jsonschema.Draft202012Validator(self.schema)
+
+    def problem(self, value: Any) -> str | None:
+        """Why `value` does not match the output schema, or None."""
+        if self.schema is None:
+            return None
+        errors = sorted(self._validator.iter_errors(value), key=lambda e: list(map(str, e.path)))
+        if not errors:
+            return None
+        parts = [
+            f"{'.'.join(map(str, error.absolute_path)) or '(output)'}: {error.message}"
+            for error in errors[:5]
+        ]
+        return "the output does not match the output schema: " + "; ".join(parts)
+
+    def check(self, value: Any) -> str | None:
+        """Why `value` is not a valid output (the schema, then the pydantic model), or None."""
+        problem = self.problem(value)
+        if problem is None and self.model is not None:
+            try:
+                self.model.model_validate(value)
+            except pydantic.ValidationError as error:
+                problem = f"the output does not validate: {error.errors()[0].get('msg')}"
+        return problem
+
+    def convert(self, value: Any) -> Any:
+        return self.model.model_validate(value) if self.model is not None else value
 
 
 def has_references(output: Any) -> bool:

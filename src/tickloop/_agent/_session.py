@@ -1,30 +1,27 @@
 """One run (or resume) of an agent: its id, log, events and store binding.
 
-The session belongs to the agent layer: it knows the agent's options and asks the
-protocol's loop how many iterations the log holds, while `_durable` below it knows only
-journals and stores (no protocol, no Agent).
+The session belongs to the agent layer: it is configured by the run's `AgentConfig`,
+asks the run's protocol for its loop and for how many iterations the log holds, while
+`_durable` below it knows only journals and stores (no protocol, no Agent).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
 from .._core._log import ContextLog
 from .._core._tools import missing_bindings
-from .._durable._resume import DurableLoop, DurableRun, dumps_entry, new_run_id
+from .._durable._resume import DurableRun, dumps_entry, new_run_id
 from .._durable._store import SQLiteStore, claim_run, create_run
 from .._engine._run import initial_log
 from .._errors import ConfigurationError, ResumeError
 from .._observe._events import EventSink, RunEnded, RunEvent, RunStarted
-
-if TYPE_CHECKING:
-    from ._agent import Agent
-    from ._loop import RunResult
+from ._loop import AgentConfig, RunResult
 
 __all__ = ["RunSession"]
 
@@ -34,7 +31,7 @@ class RunSession:
 
     def __init__(
         self,
-        agent: Agent,
+        config: AgentConfig,
         run_id: str,
         log: ContextLog,
         sink: EventSink,
@@ -43,7 +40,7 @@ class RunSession:
         resumed: bool,
         journal: list[tuple[int, float, str, Any]] | None = None,
     ) -> None:
-        self.agent = agent
+        self.config = config
         self.run_id = run_id
         self.log = log
         self.sink = sink
@@ -54,7 +51,7 @@ class RunSession:
     @classmethod
     def new(
         cls,
-        agent: Agent,
+        config: AgentConfig,
         input: Any,
         messages: Sequence[dict[str, Any]] | None,
         on_event: Callable[[RunEvent], Any] | None,
@@ -66,56 +63,64 @@ class RunSession:
         run_id = run_id or new_run_id()
         log = ContextLog(messages) if messages else initial_log(input)
         if not messages:
-            problems = missing_bindings(agent.tools.values(), log.view("input"))
+            problems = missing_bindings(config.tools.values(), log.view("input"))
             if problems:
                 raise ConfigurationError("; ".join(problems))
-        sink = _sink(agent, run_id, on_event)
+        sink = _sink(config, run_id, on_event)
         durable = None
-        store: SQLiteStore | None = agent.store
+        store: SQLiteStore | None = config.store
         if store is not None:
             # The input is serialised first and stored with the run's row, in one
             # transaction: an input that cannot be stored leaves nothing behind.
             at = time.time()
             entries = [(at, "message", dumps_entry(message)) for message in log.messages]
-            writer = create_run(store, run_id, agent.protocol, entries)
-            durable = DurableRun(writer, agent.tools, agent.redact, sink)
+            writer = create_run(store, run_id, config.protocol.name, entries)
+            durable = DurableRun(writer, config.tools, config.redact, sink)
             for message in log.messages:
                 durable._track_message(message)
-        return cls(agent, run_id, log, sink, durable, resumed=False)
+        return cls(config, run_id, log, sink, durable, resumed=False)
 
     @classmethod
     def claim(
         cls,
-        agent: Agent,
+        config: AgentConfig,
         run_id: str,
         decisions: Mapping[str, Any] | None,
         on_event: Callable[[RunEvent], Any] | None,
     ) -> RunSession:
         """Check the resume and take the run over; `ResumeError` before anything runs."""
-        store: SQLiteStore | None = agent.store
+        store: SQLiteStore | None = config.store
         if store is None:
             raise ResumeError(
                 "this agent has no store, so it has no runs to resume (pass store=...)"
             )
         if decisions is not None and not isinstance(decisions, Mapping):
             raise ResumeError("decisions must be a dict from call id to decision")
-        claimed = claim_run(store, run_id, dict(decisions or {}), protocol=agent.protocol)
-        sink = _sink(agent, run_id, on_event)
-        durable = DurableRun(claimed.writer, agent.tools, agent.redact, sink)
+        claimed = claim_run(store, run_id, dict(decisions or {}), protocol=config.protocol.name)
+        sink = _sink(config, run_id, on_event)
+        durable = DurableRun(claimed.writer, config.tools, config.redact, sink)
         durable.decisions = claimed.decisions
         return cls(
-            agent, run_id, ContextLog(), sink, durable, resumed=True, journal=claimed.journal
+            config, run_id, ContextLog(), sink, durable, resumed=True, journal=claimed.journal
         )
 
-    async def execute(self, drive: Callable[[RunSession], Awaitable[RunResult]]) -> RunResult:
-        """Run the loop; record how it ended in the store and in a `RunEnded` event."""
+    async def execute(self, *, on_text: Callable[[str], Any] | None = None) -> RunResult:
+        """Run the protocol's loop (a resumed run's journal replayed into it first);
+        record how it ended in the store and in a `RunEnded` event. `on_text` reads a
+        final answer's text as it streams (protocol "tools", `Agent.stream`)."""
+        protocol = self.config.protocol
         self.sink.emit(
             RunStarted(run_id=self.run_id, time=trio.current_time(), resumed=self.resumed)
         )
         writer = self.durable.writer if self.durable is not None else None
         try:
             async with self.durable.flushing() if self.durable is not None else nullcontext():
-                result = await drive(self)
+                loop = protocol.open_loop(
+                    self.config, self.log, self.sink, self.durable, on_text=on_text
+                )
+                if self.durable is not None and self.journal is not None:
+                    self.durable.replay(self.journal, loop)
+                result = await loop.run()
         except Exception as error:
             reason = f"{type(error).__name__}: {error}"
             if writer is not None:
@@ -125,7 +130,7 @@ class RunSession:
                     run_id=self.run_id,
                     time=trio.current_time(),
                     status="failed",
-                    iterations=self.agent._count_iterations(self.log),
+                    iterations=protocol.iterations_in(self.log),
                     error=reason,
                 )
             )
@@ -152,20 +157,18 @@ class RunSession:
         )
         return result
 
-    def replay_into(self, loop: DurableLoop) -> None:
-        if self.durable is not None and self.journal is not None:
-            self.durable.replay(self.journal, loop)
 
-
-def _sink(agent: Agent, run_id: str, on_event: Callable[[RunEvent], Any] | None) -> EventSink:
+def _sink(
+    config: AgentConfig, run_id: str, on_event: Callable[[RunEvent], Any] | None
+) -> EventSink:
     listeners: list[Callable[[RunEvent], Any] | None] = [on_event]
     # A ready-made human hook (tl.BrowserApproval) shows the run live: it listens too.
-    watcher = getattr(agent.approve, "on_run_event", None)
+    watcher = getattr(config.approve, "on_run_event", None)
     if callable(watcher):
         listeners.append(watcher)
-    if agent.tracer is not None:
-        listeners.append(agent.tracer.listener())
-    return EventSink(run_id, agent.redact, listeners)
+    if config.tracer is not None:
+        listeners.append(config.tracer.listener())
+    return EventSink(run_id, config.redact, listeners)
 
 
 def _final_output(durable: DurableRun | None) -> Any:

@@ -25,13 +25,10 @@ the interrupted iteration from the log: a recorded response is never asked for a
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import Any
 
-import pydantic
 import trio
 
 from .._core._expressions import MAX_NESTING
@@ -39,8 +36,8 @@ from .._core._log import ContextLog, shape_fault
 from .._core._scheduler_io import NoteSettled
 from .._core._status import FINAL_STATUSES, CallStatus
 from .._core._tools import ToolSet
-from .._engine._engine import Engine
-from .._errors import ConfigurationError, ExecuteError
+from .._durable._resume import DurableRun
+from .._errors import ConfigurationError
 from .._json._stream import resilient_json_parse_with_strategy
 from .._models._base import (
     ModelError,
@@ -53,24 +50,12 @@ from .._models._base import (
     TurnToolCall,
     Usage,
 )
-from .._observe._events import EventSink, RequestFinished, RequestRetried, RequestStarted, RunEvent
-from ._loop import OuterLoop, RunResult
+from .._observe._events import EventSink, RequestFinished, RequestStarted, RunEvent
+from ._loop import AgentConfig, LoopProtocol, OuterLoop, structural
 from ._prompt import _visible_parameters
-from ._retry import StreamBroken, attempts_made, stream_with_retries
+from ._retry import StreamBroken, stream_with_retries
 
-if TYPE_CHECKING:
-    from .._durable._resume import DurableRun
-    from ._agent import Agent
-    from ._session import RunSession
-
-__all__ = [
-    "TURN_KIND",
-    "TextStream",
-    "check_turn_configuration",
-    "open_stream",
-    "run_turns",
-    "turns_in",
-]
+__all__ = ["TOOLS", "TURN_KIND", "ToolCallingProtocol", "check_turn_configuration", "turns_in"]
 
 TURN_KIND = "turn"  # the data kind holding the provider's wire messages
 _REFERENCE_MARK = "†"
@@ -93,77 +78,70 @@ def check_turn_configuration(model: Any, tools: ToolSet) -> None:
         )
 
 
-async def run_turns(
-    agent: Agent,
-    log: ContextLog,
-    *,
-    on_event: Callable[[RunEvent], Any] | None = None,
-    on_text: Callable[[str], Any] | None = None,
-    session: RunSession | None = None,
-) -> RunResult:
-    """Run the loop to a final answer. `on_event` is an `EventSink` or a listener of run
-    events; `on_text` receives the final answer's text as it streams (and only that:
-    tool-call turns are never shown, see `_TurnLoop._attempt`). With a `session` of a
-    store, the run is journaled, and a resumed session's journal is replayed first."""
-    durable = session.durable if session is not None else None
-    loop = _TurnLoop(agent, log, on_event, on_text, durable)
-    if session is not None:
-        session.replay_into(loop)
-    return await loop.run()
+def turns_in(log: ContextLog) -> int:
+    """Requests the log records: the model's turns, broken ones included."""
+    entries = log.view(TURN_KIND) or ()
+    return sum(
+        1 for entry in entries if isinstance(entry, dict) and entry.get("role") == "assistant"
+    )
+
+
+class ToolCallingProtocol(LoopProtocol):
+    name = "tools"
+
+    def check(self, model: Any, tools: ToolSet) -> None:
+        check_turn_configuration(model, tools)
+
+    def iterations_in(self, log: ContextLog) -> int:
+        return turns_in(log)
+
+    def open_loop(
+        self,
+        config: AgentConfig,
+        log: ContextLog,
+        events: EventSink,
+        durable: DurableRun | None,
+        on_text: Callable[[str], Any] | None = None,
+    ) -> OuterLoop:
+        """`on_text` receives the final answer's text as it streams (and only that:
+        tool-call turns are never shown, see `_TurnLoop._attempt`)."""
+        return _TurnLoop(config, log, events, on_text, durable)
+
+
+TOOLS = ToolCallingProtocol()
 
 
 class _TurnLoop(OuterLoop):
     """One run of the native tool-calling protocol."""
 
+    protocol = TOOLS
+    final_answer = "answer"
+
     def __init__(
         self,
-        agent: Agent,
+        config: AgentConfig,
         log: ContextLog,
         on_event: Callable[[RunEvent], Any] | None,
         on_text: Callable[[str], Any] | None,
         durable: DurableRun | None = None,
     ) -> None:
-        check_turn_configuration(agent.model, agent.tools)
-        self.agent = agent
-        self.model = agent.model
-        self.format: str = agent.model.turn_format
-        self.log = log
-        self.events = (
-            on_event if isinstance(on_event, EventSink) else EventSink("", agent.redact, [on_event])
-        )
+        check_turn_configuration(config.model, config.tools)
+        self.model = config.model
+        self.format: str = config.model.turn_format
         self.on_text = on_text
-        self.usage = Usage()
         self.specs = [
             ToolSpec(tool.name, tool.description, _visible_parameters(tool))
-            for tool in agent.tools.values()
+            for tool in config.tools.values()
         ]
-        self.durable = durable
-        self.paused = False  # a tick ended with deferred calls: the run pauses
         self._settled = trio.Event()
         self._rejected: dict[str, str] = {}  # call id -> why its arguments make no call
-        self.engine = self._make_engine(self._on_action, durable)
+        super().__init__(config, log, on_event, durable)
         self._check_log_format()
-
-    def _make_engine(self, on_action: Callable[[Any], None], durable: DurableRun | None) -> Any:
-        """The driver the loop runs its ticks on: trio's engine here, a workflow's elsewhere."""
-        return Engine(
-            self.agent.tools,
-            self.log,
-            approve=self.agent.approve,
-            max_concurrency=self.agent.max_concurrency,
-            on_action=on_action,
-            journal=durable,
-            run_id=self.events.run_id or None,
-        )
 
     def _on_action(self, action: Any) -> None:
         if isinstance(action, NoteSettled):
             self._settled.set()
         self.events(action)
-
-    def _emit(self, kind: type[RunEvent], **fields: Any) -> None:
-        if self.events.listeners:
-            self.events.emit(kind(run_id=self.events.run_id, time=trio.current_time(), **fields))
 
     def _check_log_format(self) -> None:
         for entry in self.log.view(TURN_KIND) or ():
@@ -176,20 +154,9 @@ class _TurnLoop(OuterLoop):
 
     # -- the outer loop -------------------------------------------------------------------
 
-    final_answer = "answer"
-
     def _before_session(self) -> None:
         self._check_log_format()  # again: a resumed run's log came from its journal
         self._start_conversation()
-
-    def _iterations_done(self) -> int:
-        return turns_in(self.log)
-
-    def _append(self, message: dict[str, Any]) -> None:
-        """Append a message of the loop's own; a durable run journals it as well."""
-        self.log.append(message)
-        if self.durable is not None:
-            self.durable.journal_messages([message])
 
     def _start_conversation(self) -> None:
         """A fresh run opens with the input as the user's message, written to the log so
@@ -223,7 +190,7 @@ class _TurnLoop(OuterLoop):
             self._append_turn(
                 {"role": "assistant", "iteration": iteration, "broken": True, "messages": []}
             )
-            self.engine.report(_fault(f"the model's answer broke off: {broken}"))
+            self.engine.report(structural(f"the model's answer broke off: {broken}"))
             self.engine.close_stream()
             await self._end_tick()
             return False, None
@@ -271,7 +238,7 @@ class _TurnLoop(OuterLoop):
         elif None not in handed:
             _, problem = self._final_output(response.text)
             if problem is not None:
-                self.engine.report(_fault(problem), {"output": response.text})
+                self.engine.report(structural(problem), {"output": response.text})
         self.engine.close_stream()
 
     async def _end_tick(self) -> bool:
@@ -369,13 +336,13 @@ class _TurnLoop(OuterLoop):
     # -- the request ----------------------------------------------------------------------
 
     def _system(self) -> str | None:
-        parts = [self.agent.instructions.strip()] if self.agent.instructions else []
+        parts = [self.config.instructions.strip()] if self.config.instructions else []
         parts += [
             str(message.get("text", ""))
             for message in self.log.messages
             if message.get("type") == "text" and message.get("role") == "system"
         ]
-        schema = self.agent.output.schema
+        schema = self.config.output.schema
         if schema is not None:
             parts.append(
                 "When you have the final answer, reply without calling a tool, with only a "
@@ -421,33 +388,16 @@ class _TurnLoop(OuterLoop):
             await stream_with_retries(
                 lambda: self._attempt(request),
                 on_item,
-                attempts=self.agent.max_llm_retries,
-                rng=self.agent._rng,
-                on_retry=lambda attempt, delay, error: self._on_retry(
-                    request.iteration, attempt, delay, error
-                ),
+                attempts=self.config.max_llm_retries,
+                rng=self.config.rng,
+                on_retry=partial(self._on_retry, request.iteration),
             )
         except StreamBroken:
             raise
-        except ModelError as error:
-            raise ExecuteError(
-                f"the model request failed{attempts_made(error)}: {error}", self.log.messages
-            ) from error
-        except Exception as error:  # a client bug must still hand back the log
-            raise ExecuteError(
-                f"the model client raised {type(error).__name__}: {error}", self.log.messages
-            ) from error
+        except Exception as error:
+            raise self._request_failed(error) from error
         assert response is not None  # `_attempt` ends with one or raises
         return response
-
-    def _on_retry(self, iteration: int, attempt: int, delay: float, error: Exception) -> None:
-        self._emit(
-            RequestRetried, iteration=iteration, attempt=attempt, delay=delay, error=str(error)
-        )
-        if self.durable is not None:  # for the timeline
-            self.durable.note(
-                "retry", iteration=iteration, attempt=attempt, delay=delay, error=str(error)
-            )
 
     async def _attempt(
         self, request: TurnRequest
@@ -489,28 +439,28 @@ class _TurnLoop(OuterLoop):
     def _dispatch(self, id: str, call: TurnToolCall) -> None:
         """Hand one provider call to the engine; or, when its arguments cannot make a
         call at all, report the fault (its result is an error, see `_result`)."""
-        if call.name not in self.agent.tools:
+        if call.name not in self.config.tools:
             self.engine.receive({"_tool": call.name, "_id": id})  # "unknown tool", recorded
             return
         arguments, problem = self._arguments(call)
         if problem is not None:
             self._rejected[id] = problem
             self.engine.report(
-                _fault(problem), {"_tool": call.name, "_id": id, "_arguments": call.arguments}
+                structural(problem), {"_tool": call.name, "_id": id, "_arguments": call.arguments}
             )
             return
         self.engine.receive({"_tool": call.name, **_literal(arguments), "_id": id})
 
     def _arguments(self, call: TurnToolCall) -> tuple[Any, str | None]:
         """A known tool's call's arguments, or why they cannot make a call."""
-        tools = self.agent.tools
+        tools = self.config.tools
         if not call.arguments.strip() and not tools[call.name].parameters.get("properties"):
             arguments: Any = {}  # a tool without parameters: some servers send nothing at all
         else:
             arguments, _ = resilient_json_parse_with_strategy(call.arguments)
         problem: str | None = None
         if arguments is None:
-            problem = f"got arguments that are not valid JSON ({_json_fault(call.arguments)})"
+            problem = f"got arguments that are not valid JSON ({_jsonstructural(call.arguments)})"
         elif not isinstance(arguments, dict):
             problem = "got arguments that are not a JSON object (a JSON array)"
         elif (shape := shape_fault(arguments, MAX_NESTING)) is not None:
@@ -547,8 +497,8 @@ class _TurnLoop(OuterLoop):
                 f"Error: Tool {name!r} was skipped: a value it depends on will not be written",
                 is_error=True,
             )
-        if name not in self.agent.tools:
-            known = ", ".join(self.agent.tools) or "none"
+        if name not in self.config.tools:
+            known = ", ".join(self.config.tools) or "none"
             return ToolResult(
                 f"Error: Tool {name!r} does not exist; the tools are: {known}", is_error=True
             )
@@ -577,7 +527,7 @@ class _TurnLoop(OuterLoop):
     def _final_output(self, text: str) -> tuple[Any, str | None]:
         """The answer's output as JSON data (the text itself without an output schema),
         or why it is not one; `spec.convert` makes it typed at the end of the run."""
-        spec = self.agent.output
+        spec = self.config.output
         if spec.schema is None:
             return text, None
         try:
@@ -585,14 +535,9 @@ class _TurnLoop(OuterLoop):
         except (ValueError, RecursionError):
             value, strategy = resilient_json_parse_with_strategy(text)
             if strategy == "none":
-                return None, f"the final answer is not JSON ({_json_fault(text)})"
+                return None, f"the final answer is not JSON ({_jsonstructural(text)})"
         try:
-            problem = spec.problem(value)
-            if problem is None and spec.model is not None:
-                try:
-                    spec.model.model_validate(value)
-                except pydantic.ValidationError as error:
-                    problem = f"the output does not validate: {error.errors()[0].get('msg')}"
+            problem = spec.check(value)
         except RecursionError:
             problem = "the final answer nests too deeply to be checked against the output schema"
         if problem is not None:
@@ -608,14 +553,6 @@ class _TurnLoop(OuterLoop):
                 "data": {"format": self.format, **entry},
             }
         )
-
-
-def turns_in(log: ContextLog) -> int:
-    """Requests the log records: the model's turns, broken ones included."""
-    entries = log.view(TURN_KIND) or ()
-    return sum(
-        1 for entry in entries if isinstance(entry, dict) and entry.get("role") == "assistant"
-    )
 
 
 def _call_ids(iteration: int, response: TurnResponse) -> list[str]:
@@ -647,7 +584,7 @@ def _literal(value: Any) -> Any:
     return value
 
 
-def _json_fault(text: str) -> str:
+def _jsonstructural(text: str) -> str:
     try:
         json.loads(text)
     except ValueError as error:
@@ -655,155 +592,3 @@ def _json_fault(text: str) -> str:
     except RecursionError:
         return "nested too deeply"
     return "a JSON value, but not an object"
-
-
-def _fault(message: str) -> dict[str, Any]:
-    return {"type": "structural", "message": message}
-
-
-# ---------------------------------------------------------------------------------------
-# Streaming the final answer
-
-
-class TextStream:
-    """A run whose final answer can be read as it arrives (`Agent.stream`).
-
-    `text()` yields the final answer's text chunks as the model writes them and ends when
-    the run does; `result` is the `RunResult` once the run has finished. A run that failed
-    raises its error from `text()` (at the end of the chunks) or, when nobody read it
-    there, when the `async with` block is left.
-    """
-
-    def __init__(self, receive: trio.MemoryReceiveChannel[str]) -> None:
-        self._receive = receive
-        self._result: RunResult | None = None
-        self._error: BaseException | None = None
-        self._delivered = False
-        self._finished = False
-
-    def text(self) -> _Chunks:
-        """The final answer's text, chunk by chunk (an async iterator of `str`)."""
-        return _Chunks(self)
-
-    @property
-    def finished(self) -> bool:
-        return self._finished
-
-    @property
-    def result(self) -> RunResult:
-        if not self._finished:
-            raise RuntimeError(
-                "the run has not finished: read text() to its end or leave the `async with` "
-                "block first"
-            )
-        if self._error is not None:
-            self._delivered = True
-            raise self._error
-        assert self._result is not None
-        return self._result
-
-    async def _run(self, run: Callable[[Callable[[str], Any]], Any], send: Any) -> None:
-        async with send:
-            try:
-                self._result = await run(send.send_nowait)
-            except Exception as error:
-                self._error = error
-            finally:
-                self._finished = True
-
-
-class _Chunks:
-    """The iterator behind `TextStream.text()` (a class, not an async generator, so that
-    a reader who stops early leaves nothing to finalize)."""
-
-    def __init__(self, stream: TextStream) -> None:
-        self._stream = stream
-
-    def __aiter__(self) -> _Chunks:
-        return self
-
-    async def __anext__(self) -> str:
-        stream = self._stream
-        try:
-            return await stream._receive.receive()
-        except (trio.EndOfChannel, trio.ClosedResourceError):
-            pass
-        if stream._error is not None and not stream._delivered:
-            stream._delivered = True
-            raise stream._error
-        raise StopAsyncIteration
-
-
-class _StreamScope:
-    """`async with agent.stream(...) as stream`: the run's task lives in this block."""
-
-    def __init__(self, agent: Agent, input: Any, options: dict[str, Any]) -> None:
-        if agent.protocol != "tools":
-            raise ConfigurationError(
-                "agent.stream() streams the final answer of protocol='tools'; this agent "
-                f"uses protocol={agent.protocol!r}"
-            )
-        self._agent = agent
-        self._input = input
-        self._options = options
-        self._manager: Any = None
-
-    async def __aenter__(self) -> TextStream:
-        self._manager = self._open()
-        return await self._manager.__aenter__()
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> bool | None:
-        return await self._manager.__aexit__(kind, error, traceback)
-
-    @asynccontextmanager
-    async def _open(self) -> AsyncIterator[TextStream]:
-        async with self._agent._open_for_run() as agent:
-            async with self._open_bound(agent) as stream:
-                yield stream
-
-    @asynccontextmanager
-    async def _open_bound(self, agent: Agent) -> AsyncIterator[TextStream]:
-        from ._session import RunSession
-
-        options = dict(self._options)
-        on_event = options.pop("on_event", None) or agent.on_event
-        messages = options.pop("messages", None)
-        run_id = options.pop("run_id", None)
-        if options:  # checked before the run is claimed, so a typo strands nothing
-            raise TypeError(f"agent.stream() got unexpected options: {', '.join(options)}")
-        session = RunSession.new(agent, self._input, messages, on_event, run_id)
-        send, receive = trio.open_memory_channel[str](math.inf)
-        stream = TextStream(receive)
-
-        def run(on_text: Callable[[str], Any]) -> Any:
-            return session.execute(
-                lambda session: run_turns(
-                    agent, session.log, on_event=session.sink, on_text=on_text, session=session
-                )
-            )
-
-        failure: BaseException | None = None
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(stream._run, run, send)
-            try:
-                yield stream
-            except BaseException as error:
-                # The caller's block failed: stop the run, then re-raise the caller's own
-                # error outside the nursery, so it is not wrapped in an exception group.
-                failure = error
-                nursery.cancel_scope.cancel()
-        if failure is not None:
-            raise failure
-        if stream._error is not None and not stream._delivered:
-            stream._delivered = True
-            raise stream._error
-
-
-def open_stream(agent: Agent, input: Any = None, **options: Any) -> _StreamScope:
-    """`Agent.stream`: options are `run_async`'s (`messages`, `on_event`, `run_id`)."""
-    return _StreamScope(agent, input, options)

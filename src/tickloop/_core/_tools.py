@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-import jsonschema
 import pydantic
 from pydantic_core import to_jsonable_python
 
@@ -430,6 +429,8 @@ def _schema_of(
             f"tool {tool_name!r}: {what} must be a JSON Schema dict or a pydantic model class, "
             f"not {type(schema).__name__}"
         )
+    import jsonschema  # only for schemas a user wrote or chose
+
     try:
         jsonschema.Draft202012Validator.check_schema(result)
     except jsonschema.SchemaError as error:

@@ -15,9 +15,10 @@ so the results are exactly jsonschema's.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
+if TYPE_CHECKING:
+    import jsonschema
 
 from ._expressions import is_reference
 
@@ -205,13 +206,24 @@ def _compile_object(schema: dict[str, Any], lenient: bool) -> FastCheck | None:
 class SchemaValidator:
     """A Draft 2020-12 validator whose `iter_errors` skips jsonschema for plain valid values."""
 
-    __slots__ = ("_fast", "_full", "_lenient", "schema")
+    __slots__ = ("_fast", "_full_validator", "_lenient", "schema")
 
     def __init__(self, schema: Any) -> None:
         self.schema = schema
-        self._full = jsonschema.Draft202012Validator(schema)
+        self._full_validator: jsonschema.Draft202012Validator | None = None
         self._fast = compile_fast_check(schema)
         self._lenient = compile_fast_check(schema, lenient=True)
+
+    @property
+    def _full(self) -> jsonschema.Draft202012Validator:
+        """jsonschema's validator, built (and jsonschema imported) the first time a value
+        is not certainly valid: tools whose values always pass the fast check never
+        load it."""
+        if self._full_validator is None:
+            from jsonschema import Draft202012Validator
+
+            self._full_validator = Draft202012Validator(self.schema)
+        return self._full_validator
 
     def valid_around_unknowns(self, instance: Any) -> bool:
         """True when `instance` is certainly valid wherever it holds no unknown value.

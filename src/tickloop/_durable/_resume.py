@@ -18,11 +18,9 @@ were. `recover` then settles what the crash left open:
   model its answer was cut off, and the loop goes on with the next iteration.
 
 Replay and the settling of calls (`reopen`) serve both protocols' loops; what a crash
-means for the request itself differs, so each loop settles its own: `recover` here for
-the solution protocol, `_TurnLoop._recover` (in `_turns.py`) for native tool calling.
-
-`RunSession` is one run or resume of an agent: its id, log, events and store binding,
-and the bookkeeping around the loop (run status, `RunStarted`/`RunEnded`).
+means for the request itself differs, so each protocol's loop settles its own, in
+`tickloop._agent` (`_SolutionLoop._recover`, `_TurnLoop._recover`): this module knows
+no protocol and no agent.
 """
 
 from __future__ import annotations

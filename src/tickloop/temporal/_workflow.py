@@ -34,9 +34,10 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     import pydantic
 
-    from .._agent._agent import Agent, StreamRestarted, _SolutionLoop
-    from .._agent._loop import RunResult
+    from .._agent._agent import Agent
+    from .._agent._loop import AgentConfig, RunResult
     from .._agent._retry import StreamBroken
+    from .._agent._solution import StreamRestarted, _SolutionLoop
     from .._agent._turns import _TurnLoop
     from .._core._decisions import (
         Decision,
@@ -161,12 +162,12 @@ class WorkflowEngine(SchedulerDriver):
     def __init__(
         self, host: AgentWorkflow, log: Any, on_action: Callable[[Any], None] | None
     ) -> None:
-        agent = host.agent
+        config = host.config
         super().__init__(
-            agent.tools,
+            config.tools,
             log,
-            approve=agent.approve,
-            max_concurrency=agent.max_concurrency,
+            approve=config.approve,
+            max_concurrency=config.max_concurrency,
             on_action=on_action,
             clock=_iso_now,
             run_id=workflow.info().workflow_id,
@@ -237,7 +238,7 @@ class WorkflowEngine(SchedulerDriver):
     async def _ask(self, pending: PendingCall) -> None:
         host = self.host
         decision: Decision
-        if host.agent.approve is ask_person:
+        if host.config.approve is ask_person:
             decision = Defer()
         else:
             try:
@@ -315,7 +316,7 @@ class WorkflowEngine(SchedulerDriver):
 class _WorkflowSolutionLoop(_SolutionLoop):
     def __init__(self, host: AgentWorkflow, log: Any) -> None:
         self.host = host
-        super().__init__(host.agent, log, host.sink, None)
+        super().__init__(host.config, log, host.sink, None)
 
     def _emit(self, kind: type[RunEvent], **fields: Any) -> None:
         self.host.emit(kind, **fields)
@@ -330,7 +331,7 @@ class _WorkflowSolutionLoop(_SolutionLoop):
 class _WorkflowTurnLoop(_TurnLoop):
     def __init__(self, host: AgentWorkflow, log: Any) -> None:
         self.host = host
-        super().__init__(host.agent, log, host.sink, None, None)
+        super().__init__(host.config, log, host.sink, None, None)
 
     def _emit(self, kind: type[RunEvent], **fields: Any) -> None:
         self.host.emit(kind, **fields)
@@ -395,6 +396,7 @@ class AgentWorkflow:
 
     def __init__(self) -> None:
         self.agent: Agent
+        self.config: AgentConfig  # what this run sees: the agent's, with its MCP tools
         self.names: dict[str, str] = {}
         self.options: dict[str, Any] = {}
         self.requests: list[dict[str, Any]] = []
@@ -424,6 +426,7 @@ class AgentWorkflow:
             )
         data = workflow.payload_converter().from_payload(args[0].payload, dict)
         self.agent = agent
+        self.config = agent._config()
         self.sources = list(agent.tool_sources)
         self.names = activity_names(kind)
         self.options = dict(data.get("options") or {})
@@ -452,7 +455,7 @@ class AgentWorkflow:
         try:
             log = initial_log(data.get("input"))
             if self.sources:
-                self.agent = agent = await self._with_listed_tools(agent, log)
+                self.config = await self._with_listed_tools(agent, log)
             if agent.protocol == "tools":
                 self._loop = _WorkflowTurnLoop(self, log)
             else:
@@ -482,8 +485,8 @@ class AgentWorkflow:
             raise ApplicationError(problem, type="PayloadTooLarge", non_retryable=True)
         return answer
 
-    async def _with_listed_tools(self, agent: Agent, log: Any) -> Agent:
-        """The agent with its MCP servers' tools, as one activity listed them for this
+    async def _with_listed_tools(self, agent: Agent, log: Any) -> AgentConfig:
+        """The run's configuration with its MCP servers' tools, as one activity listed them for this
         run: the listing is in the history, so a replay builds the same tool set, and
         the run keeps it to its end (as a local run keeps the listing it opened with)."""
         try:
@@ -504,7 +507,7 @@ class AgentWorkflow:
             assert isinstance(server, MCPServer)
             tools = [server.tool_from_spec(spec) for spec in source["tools"]]
             opened.append(server.opened(list(tools), source["instructions"]))
-        bound = agent._with_tools(merge_opened(list(agent.tools.values()), opened))
+        bound = agent._config_with(self.config, merge_opened(list(agent.tools.values()), opened))
         unknown = sorted(set(self.options.get("tool_task_queues") or {}) - set(bound.tools))
         if unknown:
             raise ConfigurationError(
@@ -591,7 +594,7 @@ class AgentWorkflow:
             "iteration": iteration,
         }
         if self.sources:  # the worker's agent does not know the run's MCP tools
-            data["schema"] = self.agent.schema
+            data["schema"] = self.config.schema
         problem = too_big(data, f"the request of iteration {iteration}")
         if problem is not None:  # the run ends with its log, never a stuck workflow
             raise ModelError(problem, status=413)

@@ -1,0 +1,135 @@
+"""The structure docs/architecture.md promises, checked on the code as it is.
+
+`lint-imports` keeps the layers; it does not see a cycle inside one package, or one
+closed by an import inside a function or under `TYPE_CHECKING`. This test does: it builds
+the whole import graph with grimp (every import statement, wherever it sits) and fails
+naming each cycle among tickloop's modules.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import grimp
+import networkx as nx
+import pytest
+
+
+def import_cycles(package: str) -> list[list[str]]:
+    """Every cycle of imports among `package`'s modules, each as a path that closes."""
+    graph = grimp.build_graph(package, include_external_packages=False, cache_dir=None)
+    edges = nx.DiGraph()
+    for module in graph.modules:
+        for imported in graph.find_modules_directly_imported_by(module):
+            edges.add_edge(module, imported)
+    cycles: list[list[str]] = []
+    for component in nx.strongly_connected_components(edges):
+        if len(component) > 1:
+            # One cycle per tangle names the modules to look at; the rest follow from it.
+            cycle = next(nx.simple_cycles(edges.subgraph(component)))
+            cycles.append([*cycle, cycle[0]])
+    for module in graph.modules:
+        if edges.has_edge(module, module):
+            cycles.append([module, module])
+    return cycles
+
+
+def test_no_import_cycle_among_tickloop_modules() -> None:
+    cycles = import_cycles("tickloop")
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_check_sees_function_level_and_type_checking_imports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check would fail on the cycles `_agent` used to have: one edge only inside a
+    function, one only under TYPE_CHECKING."""
+    package = tmp_path / "tangled"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "agent.py").write_text(
+        textwrap.dedent(
+            """
+            def stream():
+                from .turns import open_stream
+                return open_stream
+            """
+        )
+    )
+    (package / "turns.py").write_text(
+        textwrap.dedent(
+            """
+            from typing import TYPE_CHECKING
+            if TYPE_CHECKING:
+                from .agent import stream
+            def open_stream():
+                pass
+            """
+        )
+    )
+    (package / "plain.py").write_text("from . import turns\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cycles = import_cycles("tangled")
+    sys.modules.pop("tangled", None)
+    assert len(cycles) == 1
+    assert set(cycles[0]) == {"tangled.agent", "tangled.turns"}
+
+
+# -- importing the package -------------------------------------------------------------------
+
+HEAVY = ("httpx", "jsonschema", "sqlite3", "networkx", "starlette", "hypercorn", "mcp")
+
+
+def _loaded_after(code: str) -> list[str]:
+    """Which of HEAVY a fresh interpreter has loaded after running `code`."""
+    probe = f"{code}\nimport sys\nprint(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return done.stdout.split()
+
+
+def test_import_tickloop_loads_no_heavy_dependency() -> None:
+    """A script pays for what it uses: importing the package imports none of the HTTP,
+    schema, database, graph or web libraries."""
+    assert _loaded_after("import tickloop") == []
+
+
+def test_a_run_on_a_scripted_model_loads_no_http_stack() -> None:
+    """A run without a real model client never imports httpx (nor a store's sqlite3, nor
+    the web stack of a page it does not serve)."""
+    code = textwrap.dedent(
+        """
+        import tickloop as tl
+
+        @tl.tool
+        def add(a: int, b: int) -> int:
+            return a + b
+
+        model = tl.ScriptedModel(
+            [{"calls": [{"_tool": "add", "a": 1, "b": 2, "_outputPath": "†state.sum"}]},
+             {"output": "†state.sum"}]
+        )
+        assert tl.Agent(model, tools=[add]).run().output == 3
+        """
+    )
+    loaded = _loaded_after(code)
+    assert "httpx" not in loaded
+    assert "starlette" not in loaded and "hypercorn" not in loaded
+
+
+def test_every_public_name_is_read_from_the_package_as_before() -> None:
+    """Loaded on first use, each name of `__all__` is still a plain attribute of the
+    package, `from tickloop import X` gives the same object, and a typo is an
+    AttributeError naming it."""
+    import tickloop as tl
+
+    for name in tl.__all__:
+        value = getattr(tl, name)
+        namespace: dict[str, object] = {}
+        exec(f"from tickloop import {name} as value", namespace)
+        assert namespace["value"] is value
+    assert set(tl.__all__) <= set(dir(tl))
+    with pytest.raises(AttributeError, match="Agnet"):
+        tl.Agnet  # noqa: B018
