@@ -10,11 +10,12 @@ async with tlt.worker(client, [agent], task_queue="agents"):
                              task_queue="agents")
     await handle.pending()                       # [PendingCall, ...]
     await handle.decide("c1.2", tl.Approve())    # a bad call id raises ResumeError
-    result = await handle.result()               # a RunResult
+    result = await handle.result(on_event=print) # a RunResult; the run's events too
 ```
 
 The workflow type is the agent's name; the activities are `<name>.model`,
-`<name>.approve` and `<name>.tool.<tool>`. See docs/temporal.md.
+`<name>.approve`, `<name>.tool.<tool>` and, for an agent with MCP servers,
+`<name>.list_tools`. See docs/temporal.md.
 """
 
 from __future__ import annotations
