@@ -175,11 +175,14 @@ def test_a_person_decides_through_the_update_and_bad_decisions_are_refused(
     async def on_temporal(client: Client) -> tl.RunResult:
         async with tlt.worker(client, [agent], task_queue=queue):
             handle = await tlt.start(client, agent, None, task_queue=queue, run_id=queue)
-            for _ in range(200):
-                pending = await handle.pending()
-                if len(pending) == 2:
+            # Followed live: the events say which calls wait for a person while they wait.
+            waiting: set[str | None] = set()
+            async for event in handle.events():
+                if isinstance(event, tl.CallAwaitingApproval):
+                    waiting.add(event.call_id)
+                if waiting == {"c1.0", "c1.1"}:
                     break
-                await asyncio.sleep(0.05)
+            pending = await handle.pending()
             assert {(call.id, call.params["customer"]) for call in pending} == {
                 ("c1.0", "carol"),
                 ("c1.1", "dave"),
