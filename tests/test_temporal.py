@@ -276,6 +276,7 @@ def test_the_cli_lists_pending_calls_and_refuses_a_bad_call(
             assert "worker: ops-worker" in page
             assert page.count('class="seg approval"') == 2
             assert "on worker ops-worker" in page  # the model lane's requests
+            assert "status <b>done</b>" in page
 
     _run(start, temporal_address)
     out, err = capsys.readouterr()

@@ -185,6 +185,7 @@ def timeline_of(run_id: str, snapshot: dict[str, Any], events: Sequence[Any] = (
         RequestFinished,
         RequestRetried,
         RequestStarted,
+        RunEnded,
     )
     from .._observe._records import CallInfo, RunInfo
     from .._observe._timeline import _render, _Request
@@ -251,5 +252,7 @@ def timeline_of(run_id: str, snapshot: dict[str, Any], events: Sequence[Any] = (
     times += [q.start for q in requests]
     created = min(times, default=0.0)
     updated = max([c.finished for c in calls if c.finished is not None] + [created])
-    run = RunInfo(run_id, "temporal", created, updated, len(calls))
+    ended = [event.status for event in events if isinstance(event, RunEnded)]
+    status = ended[-1] if ended else ("running" if events else "temporal")
+    run = RunInfo(run_id, status, created, updated, len(calls))
     return _render(run, calls, requests, [], [])
