@@ -618,6 +618,13 @@ def test_a_temporal_run_gives_the_events_of_a_local_run_with_the_worker_of_each_
     agent = agents.mixed_agent("mixed_events")
     by_agent: list[tl.RunEvent] = []
     agent.on_event = by_agent.append  # the agent's own listener, as for a local run
+    traced: list[tl.RunEvent] = []
+
+    class Tracer:  # what the agent's tracer is to a run: a maker of one listener per run
+        def listener(self) -> Callable[[tl.RunEvent], None]:
+            return traced.append
+
+    agent.tracer = Tracer()
     queue = _queue()
     seen: list[tl.RunEvent] = []
 
@@ -643,6 +650,7 @@ def test_a_temporal_run_gives_the_events_of_a_local_run_with_the_worker_of_each_
     assert [event.to_dict() for event in later] == [event.to_dict() for event in seen]
     # A handle that has the agent (tlt.start's) feeds the agent's own on_event as well.
     assert [event.to_dict() for event in by_agent] == [event.to_dict() for event in seen]
+    assert [event.to_dict() for event in traced] == [event.to_dict() for event in seen]
     assert seen[0].kind == "run.started" and seen[-1].kind == "run.ended"
     assert seen[-1].status == "done"  # type: ignore[attr-defined]
     finished = {e.call_id: e for e in seen if isinstance(e, tl.CallFinished)}
