@@ -76,6 +76,11 @@ agent = tl.Agent(
 )
 
 
+def show(event: tl.RunEvent) -> None:
+    if isinstance(event, tl.CallFinished):
+        print(f"event: {event.call_id} {event.tool} {event.status} on {event.worker}")
+
+
 async def main(address: str) -> None:
     client = await Client.connect(address)
     async with tlt.worker(client, [agent], task_queue="billing"):
@@ -87,7 +92,8 @@ async def main(address: str) -> None:
         call = pending[0]
         print(f"waiting for a person: {call.id} {call.tool} {call.params}")
         await handle.decide(call.id, tl.Approve())  # or: tickloop temporal approve RUN ID
-        result = await handle.result()
+        # The run's events, as a local run gives them (read from the workflow by query).
+        result = await handle.result(on_event=show)
     print(f"output: {result.output}")
     print(f"state: {result.state}")
     for record in result.records.values():

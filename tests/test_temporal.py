@@ -175,11 +175,14 @@ def test_a_person_decides_through_the_update_and_bad_decisions_are_refused(
     async def on_temporal(client: Client) -> tl.RunResult:
         async with tlt.worker(client, [agent], task_queue=queue):
             handle = await tlt.start(client, agent, None, task_queue=queue, run_id=queue)
-            for _ in range(200):
-                pending = await handle.pending()
-                if len(pending) == 2:
+            # Followed live: the events say which calls wait for a person while they wait.
+            waiting: set[str | None] = set()
+            async for event in handle.events():
+                if isinstance(event, tl.CallAwaitingApproval):
+                    waiting.add(event.call_id)
+                if waiting == {"c1.0", "c1.1"}:
                     break
-                await asyncio.sleep(0.05)
+            pending = await handle.pending()
             assert {(call.id, call.params["customer"]) for call in pending} == {
                 ("c1.0", "carol"),
                 ("c1.1", "dave"),
@@ -226,7 +229,7 @@ def test_the_cli_lists_pending_calls_and_refuses_a_bad_call(
     queue = _queue()
 
     async def start(client: Client) -> None:
-        async with tlt.worker(client, [agent], task_queue=queue):
+        async with tlt.worker(client, [agent], task_queue=queue, identity="ops-worker"):
             handle = await tlt.start(client, agent, None, task_queue=queue, run_id=queue)
             for _ in range(200):
                 if len(await handle.pending()) == 2:
@@ -264,8 +267,16 @@ def test_the_cli_lists_pending_calls_and_refuses_a_bad_call(
                 )
                 == 0
             )
-            assert "<svg" in html.read_text() and "charge" in html.read_text()
+            page = html.read_text()
             html.unlink()
+            assert "<svg" in page and "charge" in page
+            # Each call's row names its worker, and shows the wait for a person's decision
+            # (the run's events give every moment of a call, as a local run's journal does).
+            assert page.count('data-worker="ops-worker"') == 3
+            assert "worker: ops-worker" in page
+            assert page.count('class="seg approval"') == 2
+            assert "on worker ops-worker" in page  # the model lane's requests
+            assert "status <b>done</b>" in page
 
     _run(start, temporal_address)
     out, err = capsys.readouterr()
@@ -480,12 +491,21 @@ def test_an_agent_without_a_name_cannot_run_on_temporal() -> None:
 
     with pytest.raises(tl.ConfigurationError, match="name"):
         asyncio.run(attempt())
-    server = tl.MCPServer.stdio("python", ["server.py"])
-    with_sources = tl.Agent(tl.ScriptedModel([]), tools=[server], name="sources")
-    with pytest.raises(tl.ConfigurationError, match="MCP"):
+    from tickloop._core._tools import ToolSource
+
+    class Elsewhere(ToolSource):
+        label = "a source of another kind"
+
+    with_sources = tl.Agent(tl.ScriptedModel([]), tools=[Elsewhere()], name="sources")
+    with pytest.raises(tl.ConfigurationError, match=r"not a tl\.MCPServer"):
         tlt.worker(None, [with_sources], task_queue="q")  # type: ignore[arg-type]
     assert json.dumps(tlt.activity_names("billing")) == json.dumps(
-        {"model": "billing.model", "approve": "billing.approve", "tool": "billing.tool."}
+        {
+            "model": "billing.model",
+            "approve": "billing.approve",
+            "tool": "billing.tool.",
+            "list_tools": "billing.list_tools",
+        }
     )
 
 
@@ -585,3 +605,236 @@ def test_a_model_request_cut_by_a_dead_worker_runs_no_call_twice(
     assert result.state == {key: key for key in done}
     first_request = snapshot["requests"][0]
     assert (first_request["iteration"], first_request["attempt"]) == (1, 2)
+
+
+# -- run events ------------------------------------------------------------------------------
+
+
+def test_a_temporal_run_gives_the_events_of_a_local_run_with_the_worker_of_each_call(
+    temporal_address: str,
+) -> None:
+    local: list[tl.RunEvent] = []
+    expected = agents.mixed_agent().run({"question": "?"}, on_event=local.append)
+    agent = agents.mixed_agent("mixed_events")
+    by_agent: list[tl.RunEvent] = []
+    agent.on_event = by_agent.append  # the agent's own listener, as for a local run
+    traced: list[tl.RunEvent] = []
+
+    class Tracer:  # what the agent's tracer is to a run: a maker of one listener per run
+        def listener(self) -> Callable[[tl.RunEvent], None]:
+            return traced.append
+
+    agent.tracer = Tracer()
+    queue = _queue()
+    seen: list[tl.RunEvent] = []
+
+    def broken(event: tl.RunEvent) -> None:  # a listener that raises stops nothing
+        raise RuntimeError("dashboard down")
+
+    async def on_temporal(client: Client) -> tuple[tl.RunResult, list[tl.RunEvent]]:
+        async with tlt.worker(client, [agent], task_queue=queue, identity="worker-a"):
+            handle = await tlt.start(client, agent, {"question": "?"}, task_queue=queue)
+            result = await tlt.get(client, handle.run_id).result(on_event=seen.append)
+            # Any process can read a run's events from its start, after its end too.
+            later = [event async for event in tlt.get(client, handle.run_id).events()]
+            await handle.result(on_event=broken)
+        return result, later
+
+    result, later = _run(on_temporal, temporal_address)
+    assert result.output == expected.output
+
+    def shape(events: list[tl.RunEvent]) -> list[tuple[str, str | None]]:
+        return sorted((event.kind, event.call_id) for event in events)
+
+    assert shape(seen) == shape(local)  # the same events, call by call
+    assert [event.to_dict() for event in later] == [event.to_dict() for event in seen]
+    # A handle that has the agent (tlt.start's) feeds the agent's own on_event as well.
+    assert [event.to_dict() for event in by_agent] == [event.to_dict() for event in seen]
+    assert [event.to_dict() for event in traced] == [event.to_dict() for event in seen]
+    assert seen[0].kind == "run.started" and seen[-1].kind == "run.ended"
+    assert seen[-1].status == "done"  # type: ignore[attr-defined]
+    finished = {e.call_id: e for e in seen if isinstance(e, tl.CallFinished)}
+    ran = {call_id for call_id, record in result.records.items() if record.worker}
+    assert ran and ran == {call_id for call_id, e in finished.items() if e.worker}
+    assert {finished[call_id].worker for call_id in ran} == {"worker-a"}
+    assert finished["c1.3"].worker is None  # denied: it ran nowhere
+    requests = [e for e in seen if isinstance(e, tl.RequestFinished)]
+    assert requests and all(e.worker == "worker-a" for e in requests)
+    hooked = [e for e in seen if isinstance(e, tl.CallDecided)]
+    assert hooked and all(e.worker == "worker-a" for e in hooked)
+
+
+# -- a tool routed to another task queue -----------------------------------------------------
+
+
+@tl.tool
+def render(scene: str) -> str:
+    """Render a scene (on the machines with a GPU)."""
+    return f"rendered {scene}"
+
+
+def test_a_tool_routed_to_another_task_queue_runs_on_that_queues_worker(
+    temporal_address: str,
+) -> None:
+    script = [
+        {
+            "calls": [
+                {"_tool": "render", "scene": "a", "_outputPath": "†state.a"},
+                {"_tool": "add", "a": 1, "b": 2, "_outputPath": "†state.sum"},
+                {"_tool": "render", "scene": "b", "_outputPath": "†state.b"},
+            ],
+            "output": None,
+        },
+        {"calls": [], "output": "done"},
+    ]
+    agent = tl.Agent(tl.ScriptedModel(script), tools=[render, agents.add], name="routed")
+    queue, gpu = _queue(), _queue()
+
+    async def on_temporal(client: Client) -> tuple[tl.RunResult, list[Any]]:
+        with pytest.raises(tl.ConfigurationError, match="rendr"):  # a typo, said at once
+            await tlt.start(client, agent, task_queue=queue, tool_task_queues={"rendr": gpu})
+        async with (
+            tlt.worker(client, [agent], task_queue=queue, identity="cpu-worker"),
+            tlt.worker(client, [agent], task_queue=gpu, identity="gpu-worker"),
+        ):
+            handle = await tlt.start(
+                client, agent, None, task_queue=queue, tool_task_queues={"render": gpu}
+            )
+            result = await handle.result()
+            return result, await _events(handle.workflow)
+
+    result, history = _run(on_temporal, temporal_address)
+    assert result.output == "done"
+    assert result.state == {"a": "rendered a", "b": "rendered b", "sum": 3}
+    workers = {call_id: record.worker for call_id, record in result.records.items()}
+    assert workers == {"c1.0": "gpu-worker", "c1.1": "cpu-worker", "c1.2": "gpu-worker"}
+    queues: dict[str, set[str]] = {}
+    for event in history:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            attributes = event.activity_task_scheduled_event_attributes
+            queues.setdefault(attributes.activity_type.name, set()).add(attributes.task_queue.name)
+    assert queues == {
+        "routed.model": {queue},
+        "routed.tool.render": {gpu},
+        "routed.tool.add": {queue},
+    }
+
+
+# -- MCP servers' tools ------------------------------------------------------------------------
+
+MCP_SERVER = ROOT / "tests" / "mcp_server.py"
+MCP_SCRIPT = [
+    {
+        "calls": [
+            {"_tool": "m_fetch_page", "url": "https://a.example", "_outputPath": "†state.page"},
+            {"_tool": "m_word_count", "text": "†state.page.body", "_outputPath": "†state.words"},
+            {"_tool": "m_pid", "_outputPath": "†state.pid"},
+            {"_tool": "add", "a": 1, "b": 2, "_outputPath": "†state.sum"},
+            {"_tool": "m_fail", "message": "nope", "_outputPath": "†state.never"},
+        ],
+        "output": None,
+    },
+    {"calls": [{"_tool": "m_listings", "_outputPath": "†state.listings"}], "output": "done"},
+]
+
+
+def _mcp_agent(name: str, protocol: str = "solution") -> tl.Agent:
+    server = tl.MCPServer.stdio(
+        sys.executable, [str(MCP_SERVER)], prefix="m", include_instructions=True
+    )
+    if protocol == "tools":
+        model = tl.ScriptedModel(
+            [
+                {"tool_calls": [{"name": "m_add", "arguments": {"a": 2, "b": 40}}]},
+                "The sum is 42.",
+            ]
+        )
+    else:
+        model = tl.ScriptedModel(MCP_SCRIPT)
+    return tl.Agent(model, tools=[server, agents.add], name=name, protocol=protocol)
+
+
+def test_the_tools_of_an_mcp_server_run_on_temporal_on_one_connection_per_worker(
+    temporal_address: str,
+) -> None:
+    local = _mcp_agent("mcp_local").run(None)
+    agent, native = _mcp_agent("mcp_runs"), _mcp_agent("mcp_native", "tools")
+    queue = _queue()
+
+    async def on_temporal(
+        client: Client,
+    ) -> tuple[list[tl.RunResult], tl.RunResult, Any, Any]:
+        async with tlt.worker(client, [agent, native], task_queue=queue, identity="mcp-worker"):
+            results = []
+            for _ in range(2):  # two runs: the worker's connection serves both
+                handle = await tlt.start(client, agent, None, task_queue=queue)
+                results.append(await handle.result())
+            history = await handle.workflow.fetch_history()
+            native_handle = await tlt.start(client, native, "add", task_queue=queue)
+            turned = await native_handle.result()
+            native_history = await native_handle.workflow.fetch_history()
+        await Replayer(
+            workflows=[tlt.AgentWorkflow], workflow_runner=tlt.workflow_runner()
+        ).replay_workflow(history)
+        return results, turned, history, native_history
+
+    (first, second), turned, history, native_history = _run(on_temporal, temporal_address)
+    for result in (first, second):
+        assert result.output == local.output == "done"
+        assert _statuses(result) == _statuses(local)
+        assert result.records["c1.4"].error["message"] == local.records["c1.4"].error["message"]
+        assert {k: v for k, v in result.state.items() if k != "pid"} == {
+            k: v for k, v in local.state.items() if k != "pid"
+        }
+        assert result.state["page"]["body"].endswith("says hello world")
+        assert {record.worker for record in result.records.values()} == {"mcp-worker"}
+    # One server process for the worker, listed once (three pages) for every run since.
+    assert first.state["pid"] == second.state["pid"]
+    assert second.state["listings"] == first.state["listings"] == {"result": 3}
+    assert turned.output == "The sum is 42."
+    assert [(r.tool, r.status) for r in turned.records.values()] == [("m_add", "done")]
+    # The listing is an activity of its own, in the run's history; the model was shown the
+    # server's tools (and its instructions) in the prompt the workflow rendered.
+    kinds = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert kinds.count("mcp_runs.list_tools") == 1 and "mcp_runs.tool.m_word_count" in kinds
+    request = _activity_input(history, "mcp_runs.model")
+    assert "m_word_count" in json.dumps(request["schema"])
+    assert "Pages are fetched with fetch_page" in json.dumps(request["messages"])
+    tools = _activity_input(native_history, "mcp_native.model")["tools"]
+    assert {"m_add", "add"} <= {tool["name"] for tool in tools}
+
+
+def _activity_input(history: Any, kind: str) -> Any:
+    """The input of the first activity of type `kind` in a workflow's history."""
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            attributes = event.activity_task_scheduled_event_attributes
+            if attributes.activity_type.name == kind:
+                return json.loads(attributes.input.payloads[0].data)
+    raise AssertionError(f"no {kind} activity")
+
+
+def test_an_mcp_server_that_cannot_start_ends_the_run_with_an_error_naming_it(
+    temporal_address: str,
+) -> None:
+    quitter = tl.MCPServer.stdio(sys.executable, ["-c", "pass"], connect_timeout=5)  # exits
+    agent = tl.Agent(tl.ScriptedModel(MCP_SCRIPT), tools=[quitter], name="mcp_quitter")
+    queue = _queue()
+    seen: list[tl.RunEvent] = []
+
+    async def on_temporal(client: Client) -> Exception:
+        async with tlt.worker(client, [agent], task_queue=queue):
+            handle = await tlt.start(client, agent, {"q": 1}, task_queue=queue)
+            with pytest.raises(tl.ExecuteError) as failure:
+                await handle.result(on_event=seen.append)
+            return failure.value
+
+    failure = _run(on_temporal, temporal_address)
+    assert "could not be listed" in str(failure) and "-c pass" in str(failure)
+    assert failure.messages == [{"type": "data", "kind": "input", "data": {"q": 1}}]
+    assert [event.kind for event in seen] == ["run.started", "run.ended"]
+    assert seen[-1].status == "failed" and "could not be listed" in seen[-1].error  # type: ignore[attr-defined]

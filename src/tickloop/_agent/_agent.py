@@ -23,7 +23,7 @@ from .._core._decisions import ApproveHook
 from .._core._tools import Tool, ToolSet, ToolSource, split_tools
 from .._durable._store import SQLiteStore, as_store
 from .._engine._engine import check_configuration
-from .._engine._sources import check_sources, open_tools
+from .._engine._sources import OpenedTools, check_sources, open_tools
 from .._errors import ConfigurationError
 from .._observe._events import DEFAULT_REDACT, Redactor, RunEvent, open_event_stream
 from .._observe._trace import make_tracer
@@ -214,18 +214,24 @@ class Agent:
             yield config
             return
         async with open_tools(self._tool_items) as opened:
-            instructions = config.instructions
-            if opened.instructions:
-                parts = [instructions.strip()] if instructions else []
-                instructions = "\n\n".join([*parts, *opened.instructions])
-            check_configuration(opened.tools, self.approve, self.max_concurrency)
-            config.protocol.check(self.model, opened.tools)
-            yield dataclasses.replace(
-                config,
-                tools=opened.tools,
-                instructions=instructions,
-                schema=solution_schema(opened.tools, self.output.schema, strict=self.strict),
-            )
+            yield self._config_with(config, opened)
+
+    def _config_with(self, config: AgentConfig, opened: OpenedTools) -> AgentConfig:
+        """`config` with a run's listed tool sources: their tools added to the agent's,
+        their instructions to its instructions (also where the listing was made
+        elsewhere: a Temporal run lists its MCP servers through an activity)."""
+        instructions = config.instructions
+        if opened.instructions:
+            parts = [instructions.strip()] if instructions else []
+            instructions = "\n\n".join([*parts, *opened.instructions])
+        check_configuration(opened.tools, self.approve, self.max_concurrency)
+        config.protocol.check(self.model, opened.tools)
+        return dataclasses.replace(
+            config,
+            tools=opened.tools,
+            instructions=instructions,
+            schema=solution_schema(opened.tools, self.output.schema, strict=self.strict),
+        )
 
     def events(self, input: Any = None, **options: Any) -> Any:
         """`async with agent.events(input) as events: async for event in events: ...`

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -132,8 +133,9 @@ async def _run(arguments: argparse.Namespace, out: TextIO) -> int:
         if command == "trace":
             snapshot = await handle.snapshot()
             if arguments.html is not None:
+                events = [event async for event in handle.events(follow=False)]
                 Path(arguments.html).write_text(
-                    timeline_of(arguments.run, snapshot), encoding="utf-8"
+                    timeline_of(arguments.run, snapshot, events), encoding="utf-8"
                 )
                 out.write(f"wrote {arguments.html}\n")
                 return 0
@@ -169,39 +171,88 @@ def _trace_text(snapshot: dict[str, Any], out: TextIO) -> None:
         )
 
 
-def timeline_of(run_id: str, snapshot: dict[str, Any]) -> str:
-    """The HTML timeline of `tickloop trace --html`, for a run on Temporal."""
-    from .._durable._store import CallInfo, RunInfo
+def timeline_of(run_id: str, snapshot: dict[str, Any], events: Sequence[Any] = ()) -> str:
+    """The HTML timeline of `tickloop trace --html`, for a run on Temporal: each call's
+    moments from the run's events (received, ready, asked, decided, started, finished, on
+    the workflow's clock) and the worker that ran it; the model lane from its requests."""
+    from .._observe._events import (
+        CallAwaitingApproval,
+        CallDecided,
+        CallFinished,
+        CallReady,
+        CallReceived,
+        CallStarted,
+        RequestFinished,
+        RequestRetried,
+        RequestStarted,
+        RunEnded,
+    )
+    from .._observe._records import CallInfo, RunInfo
     from .._observe._timeline import _render, _Request
 
-    records = snapshot["records"]
-    calls = [
-        CallInfo(
-            id=r["id"],
-            seq=seq,
-            iteration=r["iteration"],
-            tool=(f"{r['tool']} @ {r['worker']}" if r.get("worker") else r["tool"]),
-            status=r["status"],
-            call=r["call"],
-            params=r["params"],
-            deps=[],
-            decision=None,
-            error=r["error"],
-            received=None,
-            ready=None,
-            asked=None,
-            decided=None,
-            started=r["started"],
-            finished=r["finished"],
+    moments: dict[str, dict[str, Any]] = {}
+    requests: list[_Request] = []
+    for event in events:
+        at = moments.setdefault(event.call_id, {}) if event.call_id else {}
+        if isinstance(event, CallReceived):
+            at["received"] = event.time
+        elif isinstance(event, CallReady):
+            at["ready"] = event.time
+        elif isinstance(event, CallAwaitingApproval):
+            at["asked"] = event.time
+        elif isinstance(event, CallDecided):
+            at["decided"] = event.time
+            at["decision"] = {"decision": event.decision, **event.detail}
+        elif isinstance(event, CallStarted):
+            at["started"] = event.time
+        elif isinstance(event, CallFinished):
+            at["finished"] = event.time
+        elif isinstance(event, RequestStarted):
+            requests.append(_Request(event.iteration, event.time))
+        elif isinstance(event, RequestRetried) and requests:
+            requests[-1].retries += 1
+        elif isinstance(event, RequestFinished) and requests:
+            requests[-1].end, requests[-1].worker = event.time, event.worker
+    if not events:  # a run whose workflow keeps no events: its requests, from the snapshot
+        requests = [
+            _Request(
+                q["iteration"],
+                q["started"],
+                q["finished"],
+                retries=q["attempt"] - 1,
+                worker=q.get("worker"),
+            )
+            for q in snapshot["requests"]
+        ]
+    calls = []
+    for seq, r in enumerate(snapshot["records"]):
+        at = moments.get(r["id"], {})
+        calls.append(
+            CallInfo(
+                id=r["id"],
+                seq=seq,
+                iteration=r["iteration"],
+                tool=r["tool"],
+                status=r["status"],
+                call=r["call"],
+                params=r["params"],
+                deps=[],
+                decision=at.get("decision"),
+                error=r["error"],
+                received=at.get("received"),
+                ready=at.get("ready"),
+                asked=at.get("asked"),
+                decided=at.get("decided"),
+                started=at.get("started", r["started"]),
+                finished=at.get("finished", r["finished"]),
+                worker=r.get("worker"),
+            )
         )
-        for seq, r in enumerate(records)
-    ]
-    requests = [
-        _Request(q["iteration"], q["started"], q["finished"], retries=q["attempt"] - 1)
-        for q in snapshot["requests"]
-    ]
-    moments = [c.started for c in calls if c.started is not None] + [q.start for q in requests]
-    created = min(moments, default=0.0)
+    times = [t for c in calls for t in (c.received, c.started) if t is not None]
+    times += [q.start for q in requests]
+    created = min(times, default=0.0)
     updated = max([c.finished for c in calls if c.finished is not None] + [created])
-    run = RunInfo(run_id, "temporal", created, updated, len(calls))
+    ended = [event.status for event in events if isinstance(event, RunEnded)]
+    status = ended[-1] if ended else ("running" if events else "temporal")
+    run = RunInfo(run_id, status, created, updated, len(calls))
     return _render(run, calls, requests, [], [])

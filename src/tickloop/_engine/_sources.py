@@ -16,7 +16,14 @@ from typing import Any, Protocol
 from .._core._tools import Tool, ToolSet, ToolSource, split_tools
 from .._errors import ConfigurationError, unwrap_single
 
-__all__ = ["OpenedSource", "OpenedTools", "check_sources", "open_tools", "tool_sources"]
+__all__ = [
+    "OpenedSource",
+    "OpenedTools",
+    "check_sources",
+    "merge_opened",
+    "open_tools",
+    "tool_sources",
+]
 
 
 @dataclass
@@ -65,8 +72,14 @@ async def open_tools(
                 opener: _Openable = source  # type: ignore[assignment]
                 waiting.append(await stack.enter_async_context(opener.open_for_run()))
             opened = [await ready() for ready in waiting]  # ...then each is waited for
-            instructions = [source.instructions for source in opened if source.instructions]
-            yield OpenedTools(_merge(plain, opened), instructions)
+            yield merge_opened(plain, opened)
+
+
+def merge_opened(plain: list[Tool], opened: list[OpenedSource]) -> OpenedTools:
+    """The run's tools and instructions from its plain tools and its listed sources (the
+    sources listed here, or elsewhere: a Temporal run lists them through an activity)."""
+    instructions = [source.instructions for source in opened if source.instructions]
+    return OpenedTools(_merge(plain, opened), instructions)
 
 
 def check_sources(sources: Sequence[ToolSource], approve: Any) -> None:

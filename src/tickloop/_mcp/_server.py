@@ -179,6 +179,28 @@ class MCPServer(ToolSource):
 
             yield own
 
+    def tool_from_spec(self, spec: Mapping[str, Any]) -> MCPTool:
+        """One of this server's tools from `MCPTool.spec()`, bound to no connection: where
+        a listing is made in one process and the calls run in another (a Temporal
+        workflow lists through an activity, its workers call)."""
+        return MCPTool(
+            spec["name"],
+            description=spec.get("description") or "",
+            parameters=spec["parameters"],
+            output=spec.get("output"),
+            remote_name=spec["remote_name"],
+            server=self,
+            connection=None,
+            requires_approval=self.requires_approval,
+            timeout=self.timeout,
+            idempotent=bool(spec.get("idempotent")),
+            annotations=spec.get("annotations"),
+        )
+
+    def opened(self, tools: list[Tool], instructions: str | None) -> OpenedSource:
+        """What this server gives a run that has `tools` and `instructions` listed."""
+        return self._opened(tools, instructions)
+
     def _opened(self, tools: list[Tool], instructions: str | None) -> OpenedSource:
         text = None
         if self.include_instructions and instructions and instructions.strip():
@@ -324,13 +346,25 @@ class MCPTool(Tool):
         *,
         remote_name: str,
         server: MCPServer,
-        connection: Connection,
+        connection: Connection | None,
         **options: Any,
     ) -> None:
         self.remote_name = remote_name
         self.server = server
         self._connection = connection
         super().__init__(name, handler=self._call, **options)
+
+    def spec(self) -> dict[str, Any]:
+        """The tool as JSON, for `MCPServer.tool_from_spec` in another process."""
+        return {
+            "name": self.name,
+            "remote_name": self.remote_name,
+            "description": self.description,
+            "parameters": self.parameters,
+            "output": self.output,
+            "idempotent": self.idempotent,
+            "annotations": self.annotations,
+        }
 
     def prepare(self, params: dict[str, Any], context: CallContext) -> tuple[Any, dict[str, Any]]:
         # The parameters were checked against the server's schema; they go as they are.
@@ -345,6 +379,8 @@ class MCPTool(Tool):
             headers=headers or None,
             meta=meta or None,
         )
+        if self._connection is None:  # a listing's stand-in (`tool_from_spec`)
+            raise MCPConnectionError(f"{self.name!r} of {self.server.label} has no connection")
         self._connection.submit(request)
         try:
             await request.done.wait()

@@ -18,7 +18,7 @@ import math
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
 import trio
@@ -47,6 +47,7 @@ __all__ = [
     "RunEvent",
     "RunStarted",
     "TickEnded",
+    "event_from_dict",
     "open_event_stream",
 ]
 
@@ -179,6 +180,7 @@ class RequestFinished(RunEvent):
     kind: ClassVar[str] = "request.finished"
     iteration: int
     error: str | None = None
+    worker: str | None = None  # the worker that ran the request, on Temporal
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,6 +216,7 @@ class CallDecided(RunEvent):
     tool: str | None
     decision: str
     detail: dict[str, Any] = field(default_factory=dict)
+    worker: str | None = None  # the worker whose approval hook decided, on Temporal
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -228,13 +231,15 @@ class CallStarted(RunEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallFinished(RunEvent):
-    """The call's final status (done, failed, denied, skipped, invalid) and error."""
+    """The call's final status (done, failed, denied, skipped, invalid) and error;
+    `worker` names the worker that ran it when calls run on many (Temporal)."""
 
     kind: ClassVar[str] = "call.finished"
     tool: str | None
     status: str
     error: dict[str, Any] | None = None
     duration: float | None = None
+    worker: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -247,6 +252,36 @@ class TickEnded(RunEvent):
     paused: list[str]
 
 
+_KINDS: dict[str, type[RunEvent]] = {
+    kind.kind: kind
+    for kind in (
+        RunStarted,
+        RunEnded,
+        RequestStarted,
+        RequestRetried,
+        RequestFinished,
+        CallReceived,
+        CallReady,
+        CallAwaitingApproval,
+        CallDecided,
+        CallStarted,
+        CallFinished,
+        TickEnded,
+    )
+}
+
+
+def event_from_dict(data: Mapping[str, Any]) -> RunEvent:
+    """The typed event of `RunEvent.to_dict`'s data (events that crossed a process, e.g.
+    a Temporal run's, read by its client). Fields it does not know are left out, so a
+    newer sender's events still read."""
+    kind = _KINDS.get(str(data.get("kind")))
+    if kind is None:
+        raise ValueError(f"not a run event: {data.get('kind')!r}")
+    names = {item.name for item in fields(kind)}
+    return kind(**{key: value for key, value in data.items() if key in names})
+
+
 # --------------------------------------------------------------------------------------
 # Actions in, events out
 
@@ -257,6 +292,7 @@ class EventSink:
     It accepts both (an already typed event passes through), so any driver can hand it
     whatever it has. A listener that raises is logged on the `tickloop` logger and counted
     (`listener_errors`), and the run goes on: a broken dashboard must not stop an agent.
+    `clock` stamps the events: trio's clock by default, a Temporal workflow's own there.
     """
 
     def __init__(
@@ -264,8 +300,10 @@ class EventSink:
         run_id: str,
         redactor: Redactor,
         listeners: Iterable[Callable[[RunEvent], Any] | None] = (),
+        clock: Callable[[], float] = trio.current_time,
     ) -> None:
         self.run_id = run_id
+        self.clock = clock
         self.redact = redactor
         self.listeners = [listener for listener in listeners if listener is not None]
         self._tools: dict[str, str | None] = {}
@@ -310,7 +348,7 @@ class EventSink:
     def restarted(self, action: sched.StartCall) -> None:
         """An idempotent call re-run after a crash (not a new scheduler action)."""
         self._tools[action.id] = action.tool
-        self._started[action.id] = now = trio.current_time()
+        self._started[action.id] = now = self.clock()
         self.emit(
             CallStarted(
                 run_id=self.run_id,
@@ -323,7 +361,7 @@ class EventSink:
         )
 
     def _translate(self, action: Any) -> RunEvent | None:
-        now = trio.current_time()
+        now = self.clock()
         run_id = self.run_id
         if isinstance(action, sched.NoteAccepted):
             self._tools[action.id] = action.tool

@@ -48,3 +48,4 @@ class CallInfo:
     decided: float | None
     started: float | None
     finished: float | None
+    worker: str | None = None  # the worker that ran it, when calls run on many (Temporal)

@@ -47,6 +47,7 @@ class _Request:
     end: float | None = None
     cut_off: bool = False
     retries: int = 0
+    worker: str | None = None  # the worker that ran it (Temporal)
 
 
 _RESUMED_LABEL_WIDTH = 56  # px: "resumed" at the label's 11px font, with a margin
@@ -208,6 +209,7 @@ def _model_lane(requests: list[_Request], x: Any, last: float) -> str:
         left, right = x(request.start), max(x(end), x(request.start) + 2)
         note = " — cut off by a crash" if request.cut_off else ""
         note += f" — {request.retries} retries" if request.retries else ""
+        note += f" — on worker {request.worker}" if request.worker else ""
         parts.append(
             f'<rect class="seg stream{" cut" if request.cut_off else ""}" x="{left:.1f}" '
             f'y="{y + (_ROW - _BAR) / 2:.1f}" width="{right - left:.1f}" height="{_BAR}">'
@@ -243,11 +245,11 @@ def _segments(call: CallInfo, last: float) -> list[tuple[str, float, float]]:
 def _call_row(call: CallInfo, row: int, x: Any, last: float) -> str:
     y = _y(row)
     top = y + (_ROW - _BAR) / 2
-    label = f"{call.id}  {call.tool or '?'}"
+    label = f"{call.id}  {call.tool or '?'}" + (f" @ {call.worker}" if call.worker else "")
     tip = _tooltip(call)
     parts = [
         f'<g class="call {escape(call.status)}" data-id="{escape(call.id)}" '
-        f'data-deps="{escape(" ".join(call.deps))}">',
+        f'data-deps="{escape(" ".join(call.deps))}" data-worker="{escape(call.worker or "")}">',
         f'<rect class="hover" x="0" y="{y:.1f}" width="{_LABEL + _PLOT + 30}" height="{_ROW}"/>',
         f'<text class="label" x="8" y="{y + _ROW / 2 + 4:.1f}">{escape(label[:34])}</text>',
     ]
@@ -283,6 +285,8 @@ def _tooltip(call: CallInfo) -> str:
     span("waited for inputs", call.received, call.ready)
     span("waited for approval", call.asked, call.decided)
     span("ran", call.started, call.finished)
+    if call.worker:
+        lines.append(f"worker: {call.worker}")
     if call.decision:
         lines.append(f"decision: {call.decision.get('decision')}")
     if call.deps:

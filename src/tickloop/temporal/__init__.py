@@ -10,21 +10,26 @@ async with tlt.worker(client, [agent], task_queue="agents"):
                              task_queue="agents")
     await handle.pending()                       # [PendingCall, ...]
     await handle.decide("c1.2", tl.Approve())    # a bad call id raises ResumeError
-    result = await handle.result()               # a RunResult
+    result = await handle.result(on_event=print) # a RunResult; the run's events too
 ```
 
 The workflow type is the agent's name; the activities are `<name>.model`,
-`<name>.approve` and `<name>.tool.<tool>`. See docs/temporal.md.
+`<name>.approve`, `<name>.tool.<tool>` and, for an agent with MCP servers,
+`<name>.list_tools`. See docs/temporal.md.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import contextlib
+import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import pydantic_core
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
     WorkflowFailureError,
@@ -32,6 +37,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.exceptions import ApplicationError
+from temporalio.plugin import SimplePlugin
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -46,17 +52,23 @@ from .._core._decisions import (
 from .._core._log import ContextLog
 from .._core._scheduler import CallRecord
 from .._errors import ConfigurationError, ExecuteError, MaxIterationsError, ResumeError
+from .._mcp._server import MCPServer
 from .._models._base import Usage
-from ._activities import activity_names, make_activities
+from .._observe._events import EventSink, Redactor, RunEnded, RunEvent, event_from_dict
+from ._activities import activity_names, make_activities, mcp_call_activity
 from ._devserver import dev_server
+from ._mcp_host import HOST
 from ._workflow import (
     AGENTS,
     DECIDE_UPDATE,
+    EVENTS_QUERY,
     PENDING_QUERY,
     SNAPSHOT_QUERY,
     AgentWorkflow,
     ask_person,
 )
+
+_log = logging.getLogger("tickloop")
 
 __all__ = [
     "AgentWorkflow",
@@ -79,12 +91,12 @@ def _check_agent(agent: Agent) -> str:
             "an agent run on Temporal needs a name (tl.Agent(..., name='billing')): it is "
             "the workflow type and the prefix of its activities"
         )
-    if getattr(agent, "tool_sources", None):
-        raise ConfigurationError(
-            f"agent {agent.name!r} has tool sources (MCP servers): their tools are known "
-            "only once a run connects, and tickloop.temporal does not run them yet; give "
-            "the agent tl.Tool objects whose handlers call the server"
-        )
+    for source in agent.tool_sources:
+        if not isinstance(source, MCPServer):
+            raise ConfigurationError(
+                f"agent {agent.name!r}: tool source {source!r} is not a tl.MCPServer; "
+                "tickloop.temporal runs the tools of MCP servers and tl.Tool objects"
+            )
     return agent.name
 
 
@@ -130,6 +142,11 @@ def worker(
     activities = [
         function for agent in agents for function in make_activities(agent, identity, executor)
     ]
+    if any(agent.tool_sources for agent in agents):
+        # MCP servers: one connection each per worker process, open while a worker runs.
+        activities.append(mcp_call_activity(agents, identity))
+        plugin = SimplePlugin("tickloop.mcp", run_context=HOST.running)
+        options["plugins"] = [*options.get("plugins", ()), plugin]
     options.setdefault("workflow_runner", workflow_runner())
     # A fan-out makes many short activities: poll for them on several connections.
     options.setdefault("max_concurrent_activity_task_polls", 16)
@@ -165,6 +182,20 @@ async def start(
     sends a tool's calls to workers of another queue (tools that must run elsewhere).
     """
     name = _check_agent(agent)
+    routes = dict(tool_task_queues or {})
+    for tool, queue in routes.items():
+        if not isinstance(queue, str) or not queue:
+            raise ConfigurationError(
+                f"tool_task_queues[{tool!r}] must be a task queue's name, not {queue!r}"
+            )
+    # A route for a tool the agent does not have would be ignored: a typo said now. The
+    # tools of MCP servers are known once a run lists them: the workflow checks those.
+    unknown = sorted(set(routes) - set(agent.tools))
+    if unknown and not agent.tool_sources:
+        raise ConfigurationError(
+            f"tool_task_queues names {', '.join(map(repr, unknown))}, which agent "
+            f"{name!r} has no tool of (its tools: {', '.join(agent.tools) or 'none'})"
+        )
     try:
         input = pydantic_core.to_jsonable_python(input)
     except pydantic_core.PydanticSerializationError as error:
@@ -173,7 +204,7 @@ async def start(
         "heartbeat_timeout": heartbeat_timeout,
         "model_timeout": model_timeout,
         "tool_timeout": tool_timeout,
-        "tool_task_queues": dict(tool_task_queues or {}),
+        "tool_task_queues": routes,
         "idempotent_attempts": idempotent_attempts,
     }
     handle = await client.start_workflow(
@@ -214,8 +245,10 @@ class RunHandle:
                 run_id=row.get("run_id"),
                 waits_on=row.get("waits_on") or [],
                 dependents=row.get("dependents") or [],
-                schema=tools[row["tool"]].parameters if row["tool"] in tools else None,
-                output_schema=tools[row["tool"]].output if row["tool"] in tools else None,
+                schema=tools[row["tool"]].parameters if row["tool"] in tools else row.get("schema"),
+                output_schema=(
+                    tools[row["tool"]].output if row["tool"] in tools else row.get("output_schema")
+                ),
             )
             for row in rows
         ]
@@ -236,8 +269,97 @@ class RunHandle:
         """The run so far: messages, calls (with the worker of each), model requests."""
         return await self.workflow.query(SNAPSHOT_QUERY)
 
-    async def result(self) -> RunResult:
-        """Wait for the run's end: a `RunResult`, or the error the run ended with."""
+    async def events(self, since: int = 0, *, follow: bool = True) -> AsyncIterator[RunEvent]:
+        """The run's typed events (those a local run gives `on_event`), from the first
+        (or the `since`-th) on, as the run makes them; the iteration ends with the run,
+        or, with `follow=False`, with the events made so far.
+
+        The workflow keeps its events; this follows the run's history (a long poll, no
+        cost while nothing happens) and, each time the workflow has taken a step, reads
+        the new events with a query. Any process can follow any run, from its start.
+        """
+        if not follow:
+            while True:
+                page = await self.workflow.query(EVENTS_QUERY, since)
+                for data in page["events"]:
+                    yield event_from_dict(data)
+                since = page["next"]
+                if since >= page["total"]:
+                    return
+        changed = asyncio.Event()
+        closed = False
+
+        async def watch() -> None:
+            nonlocal closed
+            try:
+                async for event in self.workflow.fetch_history_events(wait_new_event=True):
+                    if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                        changed.set()
+            finally:
+                closed = True
+                changed.set()
+
+        watcher = asyncio.get_running_loop().create_task(watch())
+        changed.set()  # what the run made before we came
+        try:
+            while True:
+                await changed.wait()
+                changed.clear()
+                last = closed  # the history ended: this read is the final one
+                while True:
+                    page = await self.workflow.query(EVENTS_QUERY, since)
+                    for data in page["events"]:
+                        event = event_from_dict(data)
+                        yield event
+                        if isinstance(event, RunEnded):
+                            return
+                    since = page["next"]
+                    if since >= page["total"]:
+                        break
+                if last:
+                    if watcher.done() and not watcher.cancelled() and watcher.exception():
+                        raise watcher.exception()  # type: ignore[misc]
+                    return
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+
+    async def result(self, *, on_event: Callable[[RunEvent], Any] | None = None) -> RunResult:
+        """Wait for the run's end: a `RunResult`, or the error the run ended with.
+
+        `on_event`, and the agent's own `on_event` and tracer when the handle knows the
+        agent, get the run's events while it goes on, as in a local run (a listener that
+        raises is logged, and the run goes on)."""
+        listeners: list[Callable[[RunEvent], Any] | None] = [on_event]
+        agent = self.agent
+        if agent is not None:
+            listeners.append(agent.on_event)
+            if agent.tracer is not None:
+                listeners.append(agent.tracer.listener())
+        sink = EventSink(self.run_id, Redactor(()), listeners)
+        if not sink.listeners:
+            return await self._result()
+
+        async def follow() -> None:
+            try:
+                async for event in self.events():
+                    sink.emit(event)
+            except Exception:  # events are lost, never the result
+                _log.exception("could not follow the events of run %s", self.run_id)
+
+        follower = asyncio.get_running_loop().create_task(follow())
+        try:
+            return await self._result()
+        except asyncio.CancelledError:
+            follower.cancel()
+            raise
+        finally:
+            # The run is over: its last events (RunEnded) are read, then `follow` ends.
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+
+    async def _result(self) -> RunResult:
         try:
             data = await self.workflow.result()
         except WorkflowFailureError as failure:

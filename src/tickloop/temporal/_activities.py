@@ -18,13 +18,14 @@ import concurrent.futures
 import contextlib
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import trio
 from temporalio import activity
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from .._agent._prompt import _visible_parameters
@@ -34,6 +35,7 @@ from .._core._tools import CallContext
 from .._engine._asking import ask
 from .._engine._engine import run_handler
 from .._json._stream import SolutionStream
+from .._mcp._server import MCPServer
 from .._models._base import (
     ModelError,
     SolutionRequest,
@@ -44,11 +46,19 @@ from .._models._base import (
     TurnResponse,
     Usage,
 )
+from ._mcp_host import HOST
 
 if TYPE_CHECKING:
     from .._agent._agent import Agent
 
-__all__ = ["DELTA_SIGNAL", "PAYLOAD_LIMIT", "activity_names", "make_activities", "too_big"]
+__all__ = [
+    "DELTA_SIGNAL",
+    "PAYLOAD_LIMIT",
+    "activity_names",
+    "make_activities",
+    "mcp_call_activity",
+    "too_big",
+]
 
 DELTA_SIGNAL = "tickloop.delta"  # the model activity's closed calls, to its own workflow
 #: Temporal refuses a payload over 2 MB by default (the server's blob size limit); a value
@@ -62,6 +72,7 @@ def activity_names(agent_name: str) -> dict[str, str]:
         "model": f"{agent_name}.model",
         "approve": f"{agent_name}.approve",
         "tool": f"{agent_name}.tool.",
+        "list_tools": f"{agent_name}.list_tools",  # an agent with MCP servers
     }
 
 
@@ -125,7 +136,9 @@ def make_activities(
         attempt = info.attempt
         if data.get("protocol") == "tools":
             async with _Heartbeat(_period()):
-                return await in_thread(_ask_turn, agent, data, identity)
+                answer = await in_thread(_ask_turn, agent, data, identity)
+            answer["attempt"] = attempt
+            return answer
         if info.workflow_id is None:  # a standalone activity: no workflow to stream into
             raise ApplicationError(
                 "the model request runs only inside an agent workflow", non_retryable=True
@@ -199,8 +212,9 @@ def make_activities(
                 run_id=data.get("run_id"),
                 waits_on=data.get("waits_on") or [],
                 dependents=data.get("dependents") or [],
-                schema=tool.parameters if tool is not None else None,
-                output_schema=tool.output if tool is not None else None,
+                # an MCP server's tool is known to the run, not to the worker's agent
+                schema=tool.parameters if tool is not None else data.get("schema"),
+                output_schema=tool.output if tool is not None else data.get("output_schema"),
             )
             async with _Heartbeat(_period()):
                 decision = await in_thread(ask, agent.approve, pending)
@@ -237,7 +251,70 @@ def make_activities(
             return activity.defn(name=names["tool"] + tool.name)(call)
 
         functions.append(bind())
+
+    # -- the tool listing of its MCP servers ---------------------------------------------
+
+    if agent.tool_sources:
+
+        async def list_tools(data: dict[str, Any]) -> dict[str, Any]:
+            """Every server's tools, once per run: the run's tool set is what this
+            returned, recorded in its history (so replay sees the same tools)."""
+            sources = []
+            for server in agent.tool_sources:
+                assert isinstance(server, MCPServer)
+                try:
+                    tools, instructions = await HOST.run(HOST.listing, server)
+                except Exception as error:
+                    raise ApplicationError(
+                        f"{server.label} could not be listed: {error}", type="MCPListing"
+                    ) from None
+                sources.append(
+                    {
+                        "label": server.label,
+                        "tools": [tool.spec() for tool in tools],  # type: ignore[attr-defined]
+                        "instructions": instructions,
+                    }
+                )
+            return {"sources": sources, "worker": identity}
+
+        functions.append(activity.defn(name=names["list_tools"])(list_tools))
     return functions
+
+
+def _no_view(name: str) -> Any:
+    return None  # an MCP tool reads no view of the run
+
+
+def mcp_call_activity(agents: Sequence[Agent], identity: str) -> Callable[..., Any]:
+    """The activity of every MCP tool call of `agents` (`<agent>.tool.<tool>`): one
+    dynamic activity, since those tools are known only once a run lists them. The call
+    runs on this process's connection to the server (`_mcp_host`)."""
+    by_name = {agent.name: agent for agent in agents if agent.tool_sources}
+
+    async def call(args: Sequence[RawValue]) -> dict[str, Any]:
+        kind = activity.info().activity_type
+        agent_name, _, tool = kind.rpartition(".tool.")
+        agent = by_name.get(agent_name)
+        if agent is None or not args:
+            raise ApplicationError(
+                f"this worker has no activity {kind!r} (it serves MCP tools of: "
+                f"{', '.join(map(str, by_name)) or 'no agent'})",
+                type="UnknownActivity",
+                non_retryable=True,
+            )
+        data = activity.payload_converter().from_payload(args[0].payload, dict)
+        server = agent.tool_sources[data["source"]]
+        assert isinstance(server, MCPServer)
+        context = CallContext(data["id"], tool, data["call"], _no_view, data.get("run_id"))
+        async with _Heartbeat(_period()):
+            value, branch, error = await HOST.run(HOST.call, server, tool, data["params"], context)
+        if error is None:
+            problem = too_big(value, f"the result of {tool!r}")
+            if problem is not None:
+                value, branch, error = None, None, {"type": "runtime", "message": problem}
+        return {"value": value, "branch": branch, "error": error, "worker": identity}
+
+    return activity.defn(dynamic=True)(call)
 
 
 # -- what runs in the activity's trio thread ----------------------------------------------
@@ -248,7 +325,9 @@ async def _stream_solution(
 ) -> dict[str, Any]:
     """Stream one solution request; hand the text over each time a call's object closes."""
     request = SolutionRequest(
-        messages=data["messages"], schema=agent.schema, iteration=data["iteration"]
+        messages=data["messages"],
+        schema=data.get("schema") or agent.schema,  # the run's, with its MCP tools
+        iteration=data["iteration"],
     )
     stream = SolutionStream()
     text: list[str] = []
@@ -286,7 +365,9 @@ async def _ask_turn(agent: Agent, data: dict[str, Any], identity: str) -> dict[s
     request = TurnRequest(
         system=data["system"],
         conversation=data["conversation"],
-        tools=[
+        tools=[ToolSpec(**spec) for spec in data["tools"]]
+        if data.get("tools") is not None  # the run's, with its MCP tools
+        else [
             ToolSpec(tool.name, tool.description, _visible_parameters(tool))
             for tool in agent.tools.values()
         ],

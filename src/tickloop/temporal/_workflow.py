@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
@@ -34,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
     import pydantic
 
     from .._agent._agent import Agent
-    from .._agent._loop import RunResult
+    from .._agent._loop import AgentConfig, RunResult
     from .._agent._retry import StreamBroken
     from .._agent._solution import StreamRestarted, _SolutionLoop
     from .._agent._turns import _TurnLoop
@@ -52,7 +53,9 @@ with workflow.unsafe.imports_passed_through():
     from .._core._status import FINAL_STATUSES, CallStatus
     from .._durable._resume import INTERRUPTED
     from .._engine._run import initial_log
-    from .._errors import ExecuteError, TickloopError, _RunStopped
+    from .._engine._sources import merge_opened
+    from .._errors import ConfigurationError, ExecuteError, TickloopError, _RunStopped
+    from .._mcp._server import MCPServer, MCPTool
     from .._models._base import (
         ModelError,
         TextDelta,
@@ -61,11 +64,21 @@ with workflow.unsafe.imports_passed_through():
         TurnToolCall,
         Usage,
     )
+    from .._observe._events import (
+        CallDecided,
+        CallFinished,
+        EventSink,
+        RequestFinished,
+        RunEnded,
+        RunEvent,
+        RunStarted,
+    )
     from ._activities import DELTA_SIGNAL, activity_names, too_big
 
 __all__ = [
     "AGENTS",
     "DECIDE_UPDATE",
+    "EVENTS_QUERY",
     "PENDING_QUERY",
     "SNAPSHOT_QUERY",
     "AgentWorkflow",
@@ -79,6 +92,9 @@ AGENTS: dict[str, Agent] = {}
 DECIDE_UPDATE = "tickloop.decide"
 PENDING_QUERY = "tickloop.pending"
 SNAPSHOT_QUERY = "tickloop.snapshot"
+EVENTS_QUERY = "tickloop.events"
+#: Events one query answer carries at most (an answer must stay far below gRPC's limit).
+EVENTS_PAGE = 500
 _FOREVER = timedelta(days=3650)
 
 
@@ -109,8 +125,8 @@ def record_to_dict(record: Any) -> dict[str, Any]:
     }
 
 
-def _pending_to_dict(pending: PendingCall) -> dict[str, Any]:
-    return {
+def _pending_to_dict(pending: PendingCall, tools: Any) -> dict[str, Any]:
+    row = {
         "id": pending.id,
         "tool": pending.tool,
         "params": pending.params,
@@ -119,6 +135,10 @@ def _pending_to_dict(pending: PendingCall) -> dict[str, Any]:
         "waits_on": list(pending.waits_on),
         "dependents": list(pending.dependents),
     }
+    tool = tools.get(pending.tool)
+    if isinstance(tool, MCPTool):  # known to the run only: its schemas go along
+        row["schema"], row["output_schema"] = tool.parameters, tool.output
+    return row
 
 
 def _seconds(value: Any, default: float) -> timedelta:
@@ -142,12 +162,12 @@ class WorkflowEngine(SchedulerDriver):
     def __init__(
         self, host: AgentWorkflow, log: Any, on_action: Callable[[Any], None] | None
     ) -> None:
-        agent = host.agent
+        config = host.config
         super().__init__(
-            agent.tools,
+            config.tools,
             log,
-            approve=agent.approve,
-            max_concurrency=agent.max_concurrency,
+            approve=config.approve,
+            max_concurrency=config.max_concurrency,
             on_action=on_action,
             clock=_iso_now,
             run_id=workflow.info().workflow_id,
@@ -218,18 +238,18 @@ class WorkflowEngine(SchedulerDriver):
     async def _ask(self, pending: PendingCall) -> None:
         host = self.host
         decision: Decision
-        if host.agent.approve is ask_person:
+        if host.config.approve is ask_person:
             decision = Defer()
         else:
             try:
                 answer = await workflow.execute_activity(
                     host.names["approve"],
-                    _pending_to_dict(pending),
+                    _pending_to_dict(pending, self.tools),
                     start_to_close_timeout=host.option("approve_timeout", 300),
                     heartbeat_timeout=host.option("heartbeat_timeout", 10),
                     retry_policy=RetryPolicy(maximum_attempts=3),
                 )
-                answer.pop("worker", None)
+                host.hook_workers[pending.id] = answer.pop("worker", None)
                 decision = decision_from_dict(answer)
             except ActivityError as error:  # the hook could not be asked: fail closed (§6)
                 decision = Deny(f"the approval hook could not be asked: {_cause(error)}")
@@ -245,7 +265,11 @@ class WorkflowEngine(SchedulerDriver):
             "call": action.call,
             "run_id": self.run_id,
         }
-        if getattr(tool._signature, "context_parameter", None) is not None:
+        if isinstance(tool, MCPTool):  # run by the worker's connection to its server
+            data["source"] = next(
+                index for index, source in enumerate(host.sources) if source is tool.server
+            )
+        elif getattr(tool._signature, "context_parameter", None) is not None:
             data["views"] = {"input": self.log.view("input"), "state": self.log.view("state")}
         value: Any = None
         branch: str | None = None
@@ -292,7 +316,10 @@ class WorkflowEngine(SchedulerDriver):
 class _WorkflowSolutionLoop(_SolutionLoop):
     def __init__(self, host: AgentWorkflow, log: Any) -> None:
         self.host = host
-        super().__init__(host.agent._config(), log, None, None)
+        super().__init__(host.config, log, host.sink, None)
+
+    def _emit(self, kind: type[RunEvent], **fields: Any) -> None:
+        self.host.emit(kind, **fields)
 
     def _make_engine(self, on_action: Callable[[Any], None], durable: Any) -> Any:
         return WorkflowEngine(self.host, self.log, on_action)
@@ -304,21 +331,27 @@ class _WorkflowSolutionLoop(_SolutionLoop):
 class _WorkflowTurnLoop(_TurnLoop):
     def __init__(self, host: AgentWorkflow, log: Any) -> None:
         self.host = host
-        super().__init__(host.agent._config(), log, None, None, None)
+        super().__init__(host.config, log, host.sink, None, None)
+
+    def _emit(self, kind: type[RunEvent], **fields: Any) -> None:
+        self.host.emit(kind, **fields)
 
     def _make_engine(self, on_action: Callable[[Any], None], durable: Any) -> Any:
         return WorkflowEngine(self.host, self.log, on_action)
 
     async def _ask(self, request: TurnRequest) -> TurnResponse:
-        data = {
+        data: dict[str, Any] = {
             "protocol": "tools",
             "system": request.system,
             "conversation": request.conversation,
             "iteration": request.iteration,
         }
+        if self.host.sources:  # the worker's agent does not know the run's MCP tools
+            data["tools"] = [asdict(spec) for spec in request.tools]
         problem = too_big(data, f"the request of iteration {request.iteration}")
         if problem is not None:  # the run ends with its log, never a stuck workflow
             raise ExecuteError(problem, self.log.messages)
+        started = workflow.time()
         try:
             result = await self.host.model_activity(data)
         except ActivityError as error:
@@ -326,6 +359,15 @@ class _WorkflowTurnLoop(_TurnLoop):
                 f"the model request failed: {_cause(error)}", self.log.messages
             ) from error
         self.usage = self.usage + Usage(**result["usage"])
+        self.host.requests.append(
+            {
+                "iteration": request.iteration,
+                "attempt": result.get("attempt", 1),
+                "worker": result.get("worker"),
+                "started": started,
+                "finished": workflow.time(),
+            }
+        )
         response = result["response"]
         return TurnResponse(
             text=response["text"],
@@ -354,11 +396,19 @@ class AgentWorkflow:
 
     def __init__(self) -> None:
         self.agent: Agent
+        self.config: AgentConfig  # what this run sees: the agent's, with its MCP tools
         self.names: dict[str, str] = {}
         self.options: dict[str, Any] = {}
         self.requests: list[dict[str, Any]] = []
+        self.sources: list[Any] = []  # the agent's MCP servers (listed once per run)
         self._deltas: list[dict[str, Any]] = []
         self._loop: _WorkflowSolutionLoop | _WorkflowTurnLoop | None = None
+        # The run's events, as a local run delivers them to `on_event`: made here from
+        # the scheduler's actions (deterministic, stamped with the workflow's clock) and
+        # read by clients through EVENTS_QUERY; workflow code delivers nothing itself.
+        self.events: list[dict[str, Any]] = []
+        self.hook_workers: dict[str, str | None] = {}
+        self.sink: EventSink  # made once the agent is known (its redaction)
 
     def option(self, name: str, default: float) -> timedelta:
         return _seconds(self.options.get(name), default)
@@ -376,10 +426,36 @@ class AgentWorkflow:
             )
         data = workflow.payload_converter().from_payload(args[0].payload, dict)
         self.agent = agent
+        self.config = agent._config()
+        self.sources = list(agent.tool_sources)
         self.names = activity_names(kind)
         self.options = dict(data.get("options") or {})
+        self.sink = EventSink(
+            workflow.info().workflow_id, agent.redact, [self._keep_event], clock=workflow.time
+        )
+        self.emit(RunStarted)
+        try:
+            result = await self._execute(data)
+        except BaseException as error:
+            if not isinstance(error, asyncio.CancelledError):
+                self.emit(
+                    RunEnded,
+                    status="failed",
+                    iterations=self._loop._iterations_done() if self._loop else 0,
+                    error=f"{error.type}: {error.message}"
+                    if isinstance(error, ApplicationError)
+                    else f"{type(error).__name__}: {error}",
+                )
+            raise
+        self.emit(RunEnded, status=result["status"], iterations=result["iterations"])
+        return result
+
+    async def _execute(self, data: dict[str, Any]) -> dict[str, Any]:
+        agent = self.agent
         try:
             log = initial_log(data.get("input"))
+            if self.sources:
+                self.config = await self._with_listed_tools(agent, log)
             if agent.protocol == "tools":
                 self._loop = _WorkflowTurnLoop(self, log)
             else:
@@ -408,6 +484,67 @@ class AgentWorkflow:
         if problem is not None:
             raise ApplicationError(problem, type="PayloadTooLarge", non_retryable=True)
         return answer
+
+    async def _with_listed_tools(self, agent: Agent, log: Any) -> AgentConfig:
+        """The run's configuration with its MCP servers' tools, as one activity listed them for this
+        run: the listing is in the history, so a replay builds the same tool set, and
+        the run keeps it to its end (as a local run keeps the listing it opened with)."""
+        try:
+            listed = await workflow.execute_activity(
+                self.names["list_tools"],
+                {},
+                start_to_close_timeout=self.option("model_timeout", 600),
+                heartbeat_timeout=self.option("heartbeat_timeout", 10),
+                retry_policy=RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1)),
+            )
+        except ActivityError as error:
+            raise ExecuteError(
+                f"the tools of the agent's MCP servers could not be listed: {_cause(error)}",
+                log.messages,
+            ) from error
+        opened = []
+        for server, source in zip(self.sources, listed["sources"], strict=True):
+            assert isinstance(server, MCPServer)
+            tools = [server.tool_from_spec(spec) for spec in source["tools"]]
+            opened.append(server.opened(list(tools), source["instructions"]))
+        bound = agent._config_with(self.config, merge_opened(list(agent.tools.values()), opened))
+        unknown = sorted(set(self.options.get("tool_task_queues") or {}) - set(bound.tools))
+        if unknown:
+            raise ConfigurationError(
+                f"tool_task_queues names {', '.join(map(repr, unknown))}, which agent "
+                f"{agent.name!r} has no tool of (its tools: {', '.join(bound.tools)})"
+            )
+        return bound
+
+    # -- events -----------------------------------------------------------------------------
+
+    def emit(self, kind: type[RunEvent], **fields: Any) -> None:
+        """An event of the loop's own (a request, the run), stamped with workflow time."""
+        self.sink.emit(kind(run_id=self.sink.run_id, time=workflow.time(), **fields))
+
+    def _keep_event(self, event: RunEvent) -> None:
+        """Keep `event` for the clients, with the worker that ran what it is about."""
+        worker: str | None = None
+        if isinstance(event, CallFinished) and self._loop is not None:
+            record = self._loop.engine.records.get(event.call_id or "")
+            worker = record.worker if record is not None else None
+        elif isinstance(event, CallDecided):
+            worker = self.hook_workers.get(event.call_id or "")
+        elif isinstance(event, RequestFinished):
+            worker = next(
+                (r["worker"] for r in reversed(self.requests) if r["iteration"] == event.iteration),
+                None,
+            )
+        data = event.to_dict()
+        if worker is not None:
+            data["worker"] = worker
+        self.events.append(data)
+
+    @workflow.query(name=EVENTS_QUERY)
+    def events_since(self, since: int) -> dict[str, Any]:
+        """The run's events from index `since` on, a page at a time (`next` continues)."""
+        page = self.events[since : since + EVENTS_PAGE]
+        return {"events": page, "next": since + len(page), "total": len(self.events)}
 
     def _result(self, result: RunResult) -> dict[str, Any]:
         output = result.output
@@ -451,7 +588,13 @@ class AgentWorkflow:
         restarts the stream, and the loop drops the calls it had already handed over.
         """
         iteration = request.iteration
-        data = {"protocol": "solution", "messages": request.messages, "iteration": iteration}
+        data: dict[str, Any] = {
+            "protocol": "solution",
+            "messages": request.messages,
+            "iteration": iteration,
+        }
+        if self.sources:  # the worker's agent does not know the run's MCP tools
+            data["schema"] = self.config.schema
         problem = too_big(data, f"the request of iteration {iteration}")
         if problem is not None:  # the run ends with its log, never a stuck workflow
             raise ModelError(problem, status=413)
@@ -559,7 +702,8 @@ class AgentWorkflow:
     def pending(self) -> list[dict[str, Any]]:
         if self._loop is None:
             return []
-        return [_pending_to_dict(pending) for pending in self._loop.engine.scheduler.deferred]
+        engine = self._loop.engine
+        return [_pending_to_dict(pending, engine.tools) for pending in engine.scheduler.deferred]
 
     @workflow.query(name=SNAPSHOT_QUERY)
     def snapshot(self) -> dict[str, Any]:
