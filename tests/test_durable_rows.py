@@ -293,6 +293,11 @@ def test_a_resume_rewrites_rows_a_crash_left_behind_and_trace_says_they_were(
     connection.execute("DELETE FROM calls WHERE seq > 5 AND status != 'deferred'")
     connection.execute("UPDATE calls SET status = 'running', finished = NULL WHERE seq = 0")
     connection.execute("UPDATE runs SET status = 'running', owner = NULL, rows_seq = 7")
+    # and a row the journal does not have (a store copied over, a tool gone astray)
+    connection.execute(
+        "INSERT INTO calls (run_id, call_id, seq, iteration, status) "
+        "VALUES ('r', 'ghost', 99, 1, 'running')"
+    )
     store.release(connection)
     assert store.rows_behind("r") == (7, last)
     assert main(["trace", "r", "--store", str(db)]) == 0

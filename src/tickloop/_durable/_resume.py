@@ -329,6 +329,7 @@ class DurableRun:
         # on is waiting: either makes a commit write the rows.
         self._dirty_since: float | None = None
         self._checkpoint = False
+        self._rewrite = False  # a resume's first row write replaces all the run's rows
         self._wakeup: trio.Event | None = None
         self._added = self._committed = 0  # entries recorded / committed by this process
         self._marks: dict[str, int] = {}
@@ -426,6 +427,7 @@ class DurableRun:
                 changed,
                 [row.settled(run_id) for row in settled.values()],
                 rows_current=current,
+                rewrite=due and self._rewrite,
             )
         except BaseException:
             # Kept, so no later commit can store what followed them without them: the
@@ -438,7 +440,7 @@ class DurableRun:
             row.stored = True
         if due:
             self._dirty_since = None
-            self._checkpoint = False
+            self._checkpoint = self._rewrite = False
         if current:
             self._rows_seq = self.writer.seq
 
@@ -674,15 +676,22 @@ class DurableRun:
     def replay(self, journal: list[tuple[int, float, str, Any]], loop: DurableLoop) -> None:
         """Rebuild the log and the scheduler from the journal; no action is carried out."""
         scheduler = loop.engine.scheduler
-        for seq, at, kind, body in journal:
-            try:
-                self._replay_entry(scheduler, loop, seq, at, kind, body)
-            except (ValueError, KeyError, TypeError, AttributeError) as error:
-                raise StoreError(
-                    f"{self.writer.store.path}: the store is damaged: journal entry {seq} of "
-                    f"run {self.writer.run_id!r} cannot be read ({type(error).__name__}: "
-                    f"{error})"
-                ) from None
+        try:
+            for seq, at, kind, body in journal:
+                try:
+                    self._replay_entry(scheduler, loop, seq, at, kind, body)
+                except (ValueError, KeyError, TypeError, AttributeError) as error:
+                    raise StoreError(
+                        f"{self.writer.store.path}: the store is damaged: journal entry {seq} "
+                        f"of run {self.writer.run_id!r} cannot be read "
+                        f"({type(error).__name__}: {error})"
+                    ) from None
+        except BaseException:
+            # Rows of a journal prefix must never be written as the run's (the run's end
+            # commits whatever rows wait): the stored ones stay as they were.
+            self._dirty, self._settled = {}, {}
+            self._dirty_since, self._checkpoint = None, False
+            raise
         # Times of calls that ran in an earlier process, on this process's trio clock.
         for call_id, record in scheduler.records.items():
             row = self.rows.get(call_id)
@@ -691,11 +700,11 @@ class DurableRun:
                 if row.finished is not None and call_id not in self.running:
                     record.finished = row.finished - self.wall0 + self.trio0
         # The stored rows may trail the journal (a crash within ROW_LAG of a change):
-        # every row is rewritten whole from the replay in the resume's first commit.
+        # the resume's first commit replaces them all with the replay's.
         self._dirty = dict(self.rows)
         self._settled.clear()
         self._dirty_since = self._clock.current_time()
-        self._checkpoint = True
+        self._checkpoint = self._rewrite = True
         self.sink.remember(scheduler.records)
         self.resumed = True
 

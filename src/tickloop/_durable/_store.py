@@ -717,6 +717,7 @@ class RunWriter:
         settled: Sequence[Sequence[Any]] = (),
         *,
         rows_current: bool = False,
+        rewrite: bool = False,
     ) -> None:
         """Commit journal entries (at, kind, JSON body) and call rows together.
 
@@ -725,13 +726,16 @@ class RunWriter:
         place (CHANGING_COLUMNS, then the run and call ids); `settled` the same with
         SETTLED_COLUMNS only, for rows whose only change is the call's end.
         `rows_current`: with these, the rows reflect the journal's last entry
-        (`runs.rows_seq`).
+        (`runs.rows_seq`). `rewrite`: `calls` are all the run's rows (a resume's, rebuilt
+        from its journal); any other row of the run is deleted.
         """
         connection = self.connection
         seq = self.seq
         try:
             with self.store._write(connection, conflict=self._conflict):
                 self.insert(entries)
+                if rewrite:
+                    connection.execute("DELETE FROM calls WHERE run_id = ?", (self.run_id,))
                 if calls:
                     connection.executemany(_INSERT_CALL, calls)
                 if changed:
