@@ -10,6 +10,7 @@ checkpoint leaves all rows exact, and a resume rewrites rows a crash left behind
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -206,24 +207,15 @@ def test_a_long_calls_row_is_written_within_the_bound_while_the_run_goes_on(
     agent = tl.Agent(model, tools=[long_call], store=tl.SQLiteStore(db))
     seen: dict[str, Any] = {}
 
-    async def main() -> tl.RunResult:
-        reader = tl.SQLiteStore(db)  # another connection, as the command line's
+    def look(reader: tl.SQLiteStore) -> bool:
+        if not _exists(reader, "long") or not reader.calls("long"):
+            return False
+        seen["at"] = trio.current_time()
+        seen["status"] = {c.id: c.status for c in reader.calls("long")}
+        seen["behind"] = reader.rows_behind("long")
+        return True
 
-        result: dict[str, tl.RunResult] = {}
-
-        async def run() -> None:
-            result["r"] = await agent.run_async({}, run_id="long")
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(run)
-            while not _exists(reader, "long") or not reader.calls("long"):
-                await trio.sleep(0.01)
-            seen["at"] = trio.current_time()
-            seen["status"] = {c.id: c.status for c in reader.calls("long")}
-            seen["behind"] = reader.rows_behind("long")
-        return result["r"]
-
-    assert trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0)).output == "ok"
+    assert _run_watched(agent, db, "long", look).output == "ok"
     # The call's row appeared while it ran, within the bound of its start (t=0), not at
     # its end (t=60), and the rows then reflected the whole journal.
     assert seen["status"] == {"c1.0": "running"}
@@ -243,23 +235,15 @@ def test_a_deferred_call_is_visible_and_decidable_at_once_while_the_run_goes_on(
     agent = tl.Agent(model, tools=[long_call, pay], approve=_hook, store=tl.SQLiteStore(db))
     seen: dict[str, Any] = {}
 
-    async def main() -> tl.RunResult:
-        reader = tl.SQLiteStore(db)
-        result: dict[str, tl.RunResult] = {}
+    def look(reader: tl.SQLiteStore) -> bool:
+        if not _exists(reader, "defer") or not reader.pending("defer"):
+            return False
+        seen["at"] = trio.current_time()
+        seen["pending"] = [p.id for p in reader.pending("defer")]
+        reader.decide("defer", "c1.1", tl.Approve())  # recorded while the run goes on
+        return True
 
-        async def run() -> None:
-            result["r"] = await agent.run_async({}, run_id="defer")
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(run)
-            while not _exists(reader, "defer") or not reader.pending("defer"):
-                await trio.sleep(0.001)
-            seen["at"] = trio.current_time()
-            seen["pending"] = [p.id for p in reader.pending("defer")]
-            reader.decide("defer", "c1.1", tl.Approve())  # recorded while the run goes on
-        return result["r"]
-
-    paused = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    paused = _run_watched(agent, db, "defer", look)
     assert seen["pending"] == ["c1.1"]
     assert seen["at"] < ROW_LAG  # the deferral is a checkpoint: no wait for the bound
     assert paused.status == "paused" and [p.id for p in paused.pending] == ["c1.1"]
@@ -268,6 +252,28 @@ def test_a_deferred_call_is_visible_and_decidable_at_once_while_the_run_goes_on(
         store.decide("defer", "c1.1", tl.Deny())
     done = agent.resume("defer")
     assert done.status == "done" and done.state == {"slow": 1, "paid": 50}
+
+
+def _run_watched(
+    agent: tl.Agent, db: Path, run_id: str, look: Callable[[tl.SQLiteStore], bool]
+) -> tl.RunResult:
+    """Run the agent on a MockClock while another connection (as the command line's)
+    polls the store every 1 ms of trio time until `look` has seen what it waits for."""
+
+    async def main() -> tl.RunResult:
+        reader = tl.SQLiteStore(db)
+        result: dict[str, tl.RunResult] = {}
+
+        async def run() -> None:
+            result["r"] = await agent.run_async({}, run_id=run_id)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run)
+            while not look(reader):
+                await trio.sleep(0.001)
+        return result["r"]
+
+    return trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 def _exists(store: tl.SQLiteStore, run_id: str) -> bool:
