@@ -228,8 +228,11 @@ def test_a_run_killed_mid_tick_resumes_without_repeating_finished_work(
     assert solutions == [1, 2]
     cut_off = [message for message in messages if "cut off by a crash" in message]
     assert len(cut_off) == (1 if mode == "hang" else 0)
-    # The store agrees, and the finished run cannot be resumed or run again.
+    # The store agrees (its rows, which the kill may have left behind the journal, were
+    # rewritten by the resume), and the finished run cannot be resumed or run again.
     assert store.run("crashy").status == "done"
+    assert {call.id: call.status for call in store.calls("crashy")} == statuses
+    assert store.rows_behind("crashy") is None
     with pytest.raises(tl.ResumeError, match="finished"):
         agent.resume("crashy")
     with pytest.raises(tl.ResumeError, match="finished"):

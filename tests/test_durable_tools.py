@@ -701,8 +701,12 @@ def test_a_tools_run_resumes_from_every_prefix_of_its_journal(tmp_path: Path) ->
                         r"Error: Tool '(step|guarded)' failed: " + re.escape(INTERRUPTED), content
                     ), where
         assert tl.SQLiteStore(copy).run("p").output == {"n": 3}, where
-        # Secrets stay out of the calls rows whatever the moment of the crash.
+        # Secrets stay out of the calls rows whatever the moment of the crash, and the
+        # resume rewrote them from the journal (the copy's were the whole run's).
         rows = {call.id: call for call in tl.SQLiteStore(copy).calls("p")}
+        assert {i: c.status for i, c in rows.items()} == {
+            i: r.status for i, r in result.records.items()
+        }, where
         assert rows["c2.1"].params == {"n": 5, "api_key": "[redacted]"}, where
 
 

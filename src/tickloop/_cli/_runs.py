@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .._core._decisions import Approve, Deny
+from .._durable._resume import ROW_LAG
 from .._durable._store import SQLiteStore
 from .._errors import ResumeError, StoreError, TickloopError
 
@@ -187,6 +188,16 @@ def _trace(store: SQLiteStore, run_id: str, html: str | None, out: TextIO) -> in
         out.write(f"wrote {html}\n")
         return 0
     calls = store.calls(run_id)
+    behind = store.rows_behind(run_id)
+    if behind is not None:
+        status = store.run(run_id).status
+        why = "is running now" if status == "running" else f"is {status}"
+        out.write(
+            f"note: run {_safe(run_id)} {why}: these rows were written at journal entry "
+            f"{behind[0]} of {behind[1]}, so they may miss up to the last "
+            f"{ROW_LAG:g} s of its calls' changes; resuming it rewrites them from the "
+            "journal\n"
+        )
     origin = min((call.received for call in calls if call.received is not None), default=0.0)
     out.write(f"{'call':<8} {'tool':<24} {'status':<9} {'started':>9} {'ran':>9}  why\n")
     for call in calls:

@@ -1,9 +1,11 @@
 """Durable runs: journal a run as it goes, and resume it by replaying the journal.
 
 A run is event sourced (PROTOCOL §10). `DurableRun` sits between the engine and the
-store: every scheduler event is committed to the run's journal, with the call rows it
-changed, before the engine carries out the event's actions; every message the outer loop
-appends itself (input, solution, plan) is committed as it is appended.
+store: every scheduler event is committed to the run's journal before the engine carries
+out the event's actions; every message the outer loop appends itself (input, solution,
+plan) is committed as it is appended. The `calls` rows are a view of the journal that
+may trail it by `ROW_LAG` (see `DurableRun.commit`): exact at every checkpoint a reader
+depends on (a decision or deferral, a tick's end, the run's end, a resume).
 
 To resume, the journal is replayed into a fresh scheduler without carrying out any
 action: the log, every call's state and the tick's position come back exactly as they
@@ -25,6 +27,7 @@ no protocol and no agent.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -68,6 +71,7 @@ from .._core._scheduler_io import (
     NoteMessage,
     NoteReady,
     NoteSettled,
+    NoteTickEnded,
     OpenTick,
     ReceiveCall,
     ReportFault,
@@ -83,6 +87,7 @@ from ._store import CALL_COLUMNS, RunWriter
 __all__ = [
     "CUT_OFF",
     "INTERRUPTED",
+    "ROW_LAG",
     "UNCHECKED",
     "DurableLoop",
     "DurableRun",
@@ -105,6 +110,11 @@ INTERRUPTED = {
     "message": "interrupted: the process running this call stopped before it finished",
 }
 CUT_OFF = "the model's answer was cut off by a crash"
+# How long (seconds of trio time) a change to a call's row may wait before it is written
+# when no checkpoint comes first. The journal is the record and is never late; the rows
+# are what `tickloop runs|trace` and the timeline show of a live or crashed run, so they
+# may be this much behind it, and are exact at every checkpoint (DurableRun.commit).
+ROW_LAG = 0.25
 UNCHECKED = (
     "the process stopped before the model's answer was checked; its output, if any, was not used"
 )
@@ -306,13 +316,22 @@ class DurableRun:
         self.decisions: dict[str, Decision] = {}
         self.resumed = False
         self._pending: list[tuple[float, str, str]] = []
+        # Rows changed since they were last written, one entry per call however often it
+        # changed: most calls arrive, start and end between two row writes.
         self._dirty: dict[str, _Row] = {}
-        # Stored rows whose only change since their last write is settling: most calls'
-        # last write, which then rewrites four columns instead of all of them.
+        # Stored rows whose only change since their last write is settling, which then
+        # rewrites four columns instead of all of them.
         self._settled: dict[str, _Row] = {}
+        # Trio time of the oldest row change not written yet (None: the rows are current
+        # up to the journal's last commit), and whether an entry a reader of rows depends
+        # on is waiting: either makes a commit write the rows.
+        self._dirty_since: float | None = None
+        self._checkpoint = False
+        self._rewrite = False  # a resume's first row write replaces all the run's rows
         self._wakeup: trio.Event | None = None
         self._added = self._committed = 0  # entries recorded / committed by this process
         self._marks: dict[str, int] = {}
+        self._rows_seq = writer.seq  # the journal entry the stored rows reflect
         self.wall0 = time.time()
         self.trio0 = trio.current_time()
         self._clock = trio.lowlevel.current_clock()  # read per event: no lookup of the run
@@ -356,8 +375,8 @@ class DurableRun:
         pending.append((at, kind, dumps_entry(body)))
         self._added += 1
 
-    def commit(self, call_id: str | None = None) -> None:
-        """Commit every entry recorded so far, with the call rows they changed.
+    def commit(self, call_id: str | None = None, *, rows: bool = False) -> None:
+        """Commit every entry recorded so far, and the call rows when they are due.
 
         With `call_id`, only when the entry that started (or asked about) that call is
         not committed yet: calls that start together share one commit.
@@ -368,33 +387,60 @@ class DurableRun:
         is not committed, so losing uncommitted entries in a crash is the same as
         crashing a moment earlier; and one transaction per batch instead of one per
         event keeps durability cheap.
+
+        The rows changed since their last write go in the same transaction when a reader
+        of rows depends on it (`_checkpoint`: a decision or deferral, a tick's end, a
+        resume), when `rows` is true (the run's end), or when the oldest change is
+        `ROW_LAG` old; otherwise they wait, coalesced per call. A crash may so leave the
+        rows up to `ROW_LAG` behind the journal; a resume rewrites them from it.
         """
         if call_id is not None:
             mark = self._marks.pop(call_id, None)
             if mark is not None and mark <= self._committed:
                 return
-        if not self._pending:
+        since = self._dirty_since
+        due = since is not None and (
+            rows or self._checkpoint or self._clock.current_time() >= since + ROW_LAG
+        )
+        # The stored rows_seq lags the journal while rows wait, or after entries that
+        # changed no row were committed without it: the run's end brings it level.
+        stale = rows and self._rows_seq != self.writer.seq + len(self._pending)
+        if not self._pending and not due and not stale:
             return
         self._committed = self._added
         entries, self._pending = self._pending, []
-        rows, self._dirty = self._dirty, {}
-        settled, self._settled = self._settled, {}
+        dirty: dict[str, _Row] = {}
+        settled: dict[str, _Row] = {}
+        if due:
+            dirty, self._dirty = self._dirty, {}
+            settled, self._settled = self._settled, {}
+        current = since is None or due  # no row change waits after this commit
         run_id = self.writer.run_id
-        new = [row.values(run_id) for row in rows.values() if not row.stored]
-        changed = [row.changes(run_id) for row in rows.values() if row.stored]
+        new = [row.values(run_id) for row in dirty.values() if not row.stored]
+        changed = [row.changes(run_id) for row in dirty.values() if row.stored]
         try:
             self.writer.append(
-                entries, new, changed, [row.settled(run_id) for row in settled.values()]
+                entries,
+                new,
+                changed,
+                [row.settled(run_id) for row in settled.values()],
+                rows_current=current,
+                rewrite=due and self._rewrite,
             )
         except BaseException:
             # Kept, so no later commit can store what followed them without them: the
             # journal stays a prefix of what happened, as after a crash at this moment.
             self._pending = entries + self._pending
-            self._dirty = {**rows, **self._dirty}
+            self._dirty = {**dirty, **self._dirty}
             self._settled = {**settled, **self._settled}
             raise
-        for row in rows.values():
+        for row in dirty.values():
             row.stored = True
+        if due:
+            self._dirty_since = None
+            self._checkpoint = self._rewrite = False
+        if current:
+            self._rows_seq = self.writer.seq
 
     @asynccontextmanager
     async def flushing(self) -> AsyncIterator[None]:
@@ -408,14 +454,19 @@ class DurableRun:
                     finally:
                         nursery.cancel_scope.cancel()
         finally:
-            self.commit()
+            self.commit(rows=True)  # the run's end (or pause, or failure): rows exact
 
     async def _flush_soon(self) -> None:
+        """Commit at the next scheduling batch after an entry, and write the waiting rows
+        once the oldest change is `ROW_LAG` old even if nothing else is recorded (a run
+        whose calls all take minutes still shows them running)."""
         while True:
             self._wakeup = trio.Event()
             if self._pending:
                 self._wakeup.set()
-            await self._wakeup.wait()
+            since = self._dirty_since
+            with trio.move_on_at(math.inf if since is None else since + ROW_LAG):
+                await self._wakeup.wait()
             self.commit()
 
     def verdict(self, iteration: int, output: Any, *, unresolved: bool = False) -> None:
@@ -473,12 +524,17 @@ class DurableRun:
                     else:
                         dirty[call_id] = row
                         settled.pop(call_id, None)
+                    if self._dirty_since is None:
+                        self._dirty_since = self._clock.current_time()
 
     def _on_message(self, action: NoteMessage, event: Event, at: float) -> None:
         message = action.message
         path, call = message.get("_path"), message.get("_call")
         if isinstance(path, str) and isinstance(call, dict) and "_id" in call:
             self.written.add(_term(path), call["_id"])
+
+    def _on_tick_ended(self, action: NoteTickEnded, event: Event, at: float) -> None:
+        self._checkpoint = True  # a pause, or what the next request is made from
 
     def _on_ask(self, action: AskApproval, event: Event, at: float) -> _Row:
         row = self.rows[action.pending.id]
@@ -531,6 +587,7 @@ class DurableRun:
         row = self.rows.get(action.id)
         if row is None:
             return None
+        self._checkpoint = True  # `decide` and the inbox read a deferral from its row
         row.decided = at
         row.decision = dumps_entry(self.redact.shared(decision_to_dict(action.decision)))
         if self.asking is not None and self.asking.id == action.id:
@@ -617,15 +674,22 @@ class DurableRun:
     def replay(self, journal: list[tuple[int, float, str, Any]], loop: DurableLoop) -> None:
         """Rebuild the log and the scheduler from the journal; no action is carried out."""
         scheduler = loop.engine.scheduler
-        for seq, at, kind, body in journal:
-            try:
-                self._replay_entry(scheduler, loop, seq, at, kind, body)
-            except (ValueError, KeyError, TypeError, AttributeError) as error:
-                raise StoreError(
-                    f"{self.writer.store.path}: the store is damaged: journal entry {seq} of "
-                    f"run {self.writer.run_id!r} cannot be read ({type(error).__name__}: "
-                    f"{error})"
-                ) from None
+        try:
+            for seq, at, kind, body in journal:
+                try:
+                    self._replay_entry(scheduler, loop, seq, at, kind, body)
+                except (ValueError, KeyError, TypeError, AttributeError) as error:
+                    raise StoreError(
+                        f"{self.writer.store.path}: the store is damaged: journal entry {seq} "
+                        f"of run {self.writer.run_id!r} cannot be read "
+                        f"({type(error).__name__}: {error})"
+                    ) from None
+        except BaseException:
+            # Rows of a journal prefix must never be written as the run's (the run's end
+            # commits whatever rows wait): the stored ones stay as they were.
+            self._dirty, self._settled = {}, {}
+            self._dirty_since, self._checkpoint = None, False
+            raise
         # Times of calls that ran in an earlier process, on this process's trio clock.
         for call_id, record in scheduler.records.items():
             row = self.rows.get(call_id)
@@ -633,8 +697,12 @@ class DurableRun:
                 record.started = row.started - self.wall0 + self.trio0
                 if row.finished is not None and call_id not in self.running:
                     record.finished = row.finished - self.wall0 + self.trio0
-        self._dirty.clear()  # the stored rows already say all this
+        # The stored rows may trail the journal (a crash within ROW_LAG of a change):
+        # the resume's first commit replaces them all with the replay's.
+        self._dirty = dict(self.rows)
         self._settled.clear()
+        self._dirty_since = self._clock.current_time()
+        self._checkpoint = self._rewrite = True
         self.sink.remember(scheduler.records)
         self.resumed = True
 
@@ -708,6 +776,7 @@ _HANDLERS: dict[type, _Handler | None] = {
     NoteReady: DurableRun._on_ready,
     NoteDecided: DurableRun._on_decided,
     StartCall: DurableRun._on_start,
+    NoteTickEnded: DurableRun._on_tick_ended,
 }
 
 

@@ -8,9 +8,11 @@ pure function of its events. Each entry is committed before the engine acts on i
 
 Beside the journal, the store keeps what a reader without the agent's tools needs (the
 command line, the timeline): a `calls` row per call with its status and the time of each
-transition, and a `decisions` table for decisions made outside a running process. Both
-are written in the same transaction as the journal entry that changed them, so they
-never disagree with it.
+transition, and a `decisions` table for decisions made outside a running process. The
+rows are a view of the journal that may trail it by `ROW_LAG` (`_resume.py`), coalesced
+per call; they are exact at the checkpoints a reader depends on (a decision or deferral,
+a tick's end, the run's end, a resume), and `runs.rows_seq` says which journal entry
+they reflect, so a reader of a crashed run can tell how far behind they may be.
 
 The file is opened with the standard library's `sqlite3` in WAL mode with
 `synchronous=NORMAL`: a committed transaction survives the process being killed (not a
@@ -68,7 +70,8 @@ CREATE TABLE runs (
     protocol TEXT NOT NULL,
     owner    TEXT,                  -- host:pid of the process running it, while it runs
     output   TEXT,                  -- the final output (JSON) of a done run
-    error    TEXT                   -- why a failed run stopped
+    error    TEXT,                  -- why a failed run stopped
+    rows_seq INTEGER                -- the journal entry its calls rows reflect (NULL: all)
 );
 CREATE TABLE journal (
     run_id TEXT NOT NULL,
@@ -103,6 +106,11 @@ CREATE TABLE decisions (
 """
 
 _TABLES = frozenset({"tickloop_schema", "runs", "journal", "calls", "decisions"})
+# Added to `runs` after schema 1 was released, without a new version: an older tickloop
+# names its columns, so it reads and writes a store that has it (leaving it NULL, which
+# means its rows were written with every entry), and this one adds it to a store made
+# before it (ALTER TABLE ... ADD COLUMN only rewrites the table's definition).
+_ROWS_SEQ = "rows_seq"
 
 CALL_COLUMNS = (
     "call_id",
@@ -422,6 +430,7 @@ class SQLiteStore:
                 )
             if names:
                 self._check_version(connection, names)
+                self._add_rows_seq(connection)
             if connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=NORMAL")
@@ -454,6 +463,18 @@ class SQLiteStore:
         missing = _TABLES - names
         if missing:
             raise StoreError(f"{self.path}: the store lacks tables {', '.join(sorted(missing))}")
+
+    def _add_rows_seq(self, connection: sqlite3.Connection) -> None:
+        """Give a store made before `runs.rows_seq` that column (see `_ROWS_SEQ`)."""
+
+        def missing() -> bool:
+            columns = connection.execute("PRAGMA table_info(runs)").fetchall()
+            return all(column[1] != _ROWS_SEQ for column in columns)
+
+        if missing():
+            with self._write(connection):
+                if missing():  # another process may have added it meanwhile
+                    connection.execute(f"ALTER TABLE runs ADD COLUMN {_ROWS_SEQ} INTEGER")
 
     @contextmanager
     def _write(
@@ -537,6 +558,27 @@ class SQLiteStore:
             "SELECT seq, at, kind, body FROM journal WHERE run_id = ? ORDER BY seq", (run_id,)
         ).fetchall()
         return [(seq, at, kind, _loads(body, self.path)) for seq, at, kind, body in rows]
+
+    def rows_behind(self, run_id: str) -> tuple[int, int] | None:
+        """(the journal entry the run's `calls` rows reflect, the journal's last entry)
+        when entries follow that one, else None (the rows are exact).
+
+        A run's rows are brought level with its journal at every checkpoint (a decision,
+        a tick's end, the run's end, a resume); a run whose process died, or one running
+        now, may have its rows up to `ROW_LAG` seconds behind its journal. Entries that
+        changed no row count too, so this says the rows *may* be behind.
+        """
+        with self.connect() as connection:
+            self._run(connection, run_id)
+            row = connection.execute(
+                f"SELECT r.{_ROWS_SEQ}, (SELECT max(seq) FROM journal j WHERE j.run_id = "
+                "r.run_id) FROM runs r WHERE r.run_id = ?",
+                (run_id,),
+            ).fetchone()
+        rows_seq, last = row
+        if rows_seq is None or last is None or rows_seq >= last:
+            return None  # NULL: written by a tickloop that wrote rows with every entry
+        return rows_seq, last
 
     def pending(self, run_id: str) -> list[PendingDecision]:
         """The calls a paused run waits on, with any decision already recorded for them."""
@@ -673,6 +715,9 @@ class RunWriter:
         calls: Sequence[Sequence[Any]] = (),
         changed: Sequence[Sequence[Any]] = (),
         settled: Sequence[Sequence[Any]] = (),
+        *,
+        rows_current: bool = False,
+        rewrite: bool = False,
     ) -> None:
         """Commit journal entries (at, kind, JSON body) and call rows together.
 
@@ -680,18 +725,28 @@ class RunWriter:
         row of the same call; `changed` are rows this writer stored before, updated in
         place (CHANGING_COLUMNS, then the run and call ids); `settled` the same with
         SETTLED_COLUMNS only, for rows whose only change is the call's end.
+        `rows_current`: with these, the rows reflect the journal's last entry
+        (`runs.rows_seq`). `rewrite`: `calls` are all the run's rows (a resume's, rebuilt
+        from its journal); any other row of the run is deleted.
         """
         connection = self.connection
         seq = self.seq
         try:
             with self.store._write(connection, conflict=self._conflict):
                 self.insert(entries)
+                if rewrite:
+                    connection.execute("DELETE FROM calls WHERE run_id = ?", (self.run_id,))
                 if calls:
                     connection.executemany(_INSERT_CALL, calls)
                 if changed:
                     connection.executemany(_UPDATE_CALL, changed)
                 if settled:
                     connection.executemany(_SETTLE_CALL, settled)
+                if rows_current:
+                    connection.execute(
+                        f"UPDATE runs SET {_ROWS_SEQ} = ? WHERE run_id = ?",
+                        (self.seq, self.run_id),
+                    )
         except BaseException:  # nothing was written: the next append reuses these numbers
             self.seq = seq
             raise
@@ -709,9 +764,10 @@ class RunWriter:
         for at, kind, body in entries:
             self.seq += 1
             rows.append((self.run_id, self.seq, at, kind, body))
-        self.connection.executemany(
-            "INSERT INTO journal (run_id, seq, at, kind, body) VALUES (?, ?, ?, ?, ?)", rows
-        )
+        if rows:
+            self.connection.executemany(
+                "INSERT INTO journal (run_id, seq, at, kind, body) VALUES (?, ?, ?, ?, ?)", rows
+            )
 
     def release(self) -> None:
         """The run is over in this process: give back the connection."""
@@ -773,9 +829,9 @@ def create_run(
                 )
             now = time.time()
             connection.execute(
-                "INSERT INTO runs (run_id, status, created, updated, protocol, owner) "
-                "VALUES (?, 'running', ?, ?, ?, ?)",
-                (run_id, now, now, protocol, owner_label()),
+                f"INSERT INTO runs (run_id, status, created, updated, protocol, owner, "
+                f"{_ROWS_SEQ}) VALUES (?, 'running', ?, ?, ?, ?, ?)",
+                (run_id, now, now, protocol, owner_label(), len(entries)),
             )
             writer.insert(entries)
     except BaseException:
