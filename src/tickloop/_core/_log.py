@@ -114,6 +114,8 @@ def shape_fault(value: Any, limit: int) -> str | None:
     50,000 deep (or one that contains itself) is reported, not a RecursionError; it stops
     at the first fault. Leaves are not examined, so it costs little for flat values.
     """
+    if type(value) in _SCALARS:
+        return None
     if not isinstance(value, _CONTAINERS):
         return SURROGATE_FAULT if isinstance(value, str) and has_surrogate(value) else None
     stack: list[tuple[Any, int]] = [(value, 1)]
@@ -121,23 +123,31 @@ def shape_fault(value: Any, limit: int) -> str | None:
         node, depth = stack.pop()
         if depth > limit:
             return f"nests deeper than {limit} levels of arrays and objects"
+        # `text.isascii()` first: an ASCII string holds no surrogate, and it is one C call.
         if isinstance(node, dict):
             for key, item in node.items():
                 if not isinstance(key, str):
                     return f"has an object key that is not a string: {describe_key(key)}"
-                if has_surrogate(key):
+                if not key.isascii() and has_surrogate(key):
                     return f"has an object key that {SURROGATE_FAULT}"
+                if type(item) in _SCALARS:
+                    continue
                 if isinstance(item, _CONTAINERS):
                     stack.append((item, depth + 1))
-                elif isinstance(item, str) and has_surrogate(item):
+                elif isinstance(item, str) and not item.isascii() and has_surrogate(item):
                     return SURROGATE_FAULT
         else:
             for item in node:
+                if type(item) in _SCALARS:
+                    continue
                 if isinstance(item, _CONTAINERS):
                     stack.append((item, depth + 1))
-                elif isinstance(item, str) and has_surrogate(item):
+                elif isinstance(item, str) and not item.isascii() and has_surrogate(item):
                     return SURROGATE_FAULT
     return None
+
+
+_SCALARS: Final = frozenset({int, float, bool, type(None)})  # exact types: no text, no items
 
 
 def short_repr(value: Any, limit: int = 60) -> str:

@@ -4,7 +4,8 @@ every one has a value, the parameters they resolve to."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from ._call import Call, schema_message, structural
@@ -15,6 +16,7 @@ from ._plan_order import Slot
 __all__ = ["read", "resolve"]
 
 Lookup = Callable[[Term], tuple[bool, Any]]
+_NO_VALUES: Mapping[tuple[str | int, ...], Any] = MappingProxyType({})
 CouldBeWritten = Callable[[Term, Call], bool]
 
 
@@ -71,9 +73,12 @@ def resolve(
     schema (None when they pass). They become the call's record either way."""
     # Always a fresh copy, even without references: `††x` literals must be unescaped,
     # and the handler must not get (and could not change) the call's own dict.
-    params = substitute(call.params, {key: copy_json(value) for key, value in values.items()})
+    params = substitute(
+        call.params,
+        {key: copy_json(value) for key, value in values.items()} if values else _NO_VALUES,
+    )
     assert isinstance(params, dict)
-    for parameter, input_name in call.tool.bind.items():
+    for parameter, input_name in call.tool.bind.items() if call.tool.bind else ():
         # Bound values come from the run's input only; without one, the parameter is
         # left out and the schema decides (its default, or a "required" error).
         present, value = lookup(Term("input", (input_name,)))

@@ -43,6 +43,11 @@ class RunQueue:
         # fire-and-forget ones (PROTOCOL §4).
         self.writers = 0
 
+    @property
+    def startable(self) -> bool:
+        """Whether some tool has a queued call and a free slot (the run's limit aside)."""
+        return bool(self._heads)
+
     def push(self, call: Call) -> None:
         self.queued += 1
         name = call.tool.name

@@ -640,6 +640,14 @@ class ToolSet(Mapping[str, Tool]):
     def __len__(self) -> int:
         return len(self._tools)
 
+    # The dict's own lookups: Mapping's generic ones go through __getitem__ and a
+    # KeyError, and the scheduler asks for a tool several times per call.
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._tools.get(name, default)
+
     @property
     def may_require_approval(self) -> list[str]:
         return [name for name, item in self._tools.items() if item.may_require_approval]
