@@ -410,6 +410,11 @@ class ContextLog:
         terms = tuple(terms)
         if method not in METHODS:
             raise ValueError(f"unknown output method {method!r}; expected one of {METHODS}")
+        if len(terms) == 1:  # the common case: one place, checked where it is written
+            error = _check_in(self._views, terms[0], method, value)
+            if error is not None:
+                raise WriteError(error)
+            return [self._write_checked(terms[0], method, value, call, date)]
         error = self._check_in_order(terms, method, value)
         if error is not None:
             raise WriteError(error)
@@ -448,10 +453,18 @@ class ContextLog:
         call: dict[str, Any] | None,
         date: str | None,
     ) -> dict[str, Any]:
+        # The message and the view each get their own copy (a leaf is its own copy).
+        leaf = type(value) in _LEAVES
+        path = term.path
+        data = value if leaf else copy_json(value)
+        if len(path) == 1 and type(path[0]) is str:
+            data = {path[0]: data}
+        elif path:
+            data = _nest(path, data)
         message: dict[str, Any] = {
             "type": "data",
             "kind": term.kind,
-            "data": _nest(term.path, copy_json(value)),
+            "data": data,
             "_path": str(term),
             "_outputMethod": method,
         }
@@ -459,8 +472,13 @@ class ContextLog:
             message["_call"] = copy_json(call)
         if date is not None:
             message["_date"] = date
-        self._apply(term, method, copy_json(value))
-        self._record(term.kind, message)
+        _apply_in(self._views, term, method, value if leaf else copy_json(value))
+        self._messages.append(message)
+        by_kind = self._by_kind.get(term.kind)
+        if by_kind is None:
+            self._by_kind[term.kind] = [message]
+        else:
+            by_kind.append(message)
         return message
 
     def kinds(self) -> list[str]:
@@ -552,9 +570,11 @@ def _check_in(views: dict[str, Any], term: Term, method: str, value: Any) -> str
     A missing key on the way would be created as a dict, so below it only key steps can
     follow: an index step needs a list that already exists.
     """
-    error = _check_value(method, value)
-    if error is not None:
-        return f"{error} at {term}"
+    # A number, a boolean or null can be set or pushed anywhere: nothing to check in it.
+    if type(value) not in _SCALARS or (method != "set" and method != "push"):
+        error = _check_value(method, value)
+        if error is not None:
+            return f"{error} at {term}"
     present = term.kind in views
     current = views.get(term.kind)
     path = term.path
@@ -589,6 +609,8 @@ def _check_in(views: dict[str, Any], term: Term, method: str, value: Any) -> str
                 current = current[step]
             else:
                 present, current = False, None
+    if not present or method == "set":
+        return None
     error = _check_target(method, present, current)
     return None if error is None else f"{error} at {term}"
 
@@ -604,7 +626,7 @@ def _apply_in(views: dict[str, Any], term: Term, method: str, value: Any) -> Non
         views[kind] = {}
     parent = views[kind]
     last = len(path) - 1
-    for step in path[:last]:
+    for step in path[:last] if last else ():
         # `_check` passed, so a missing step is a key (or an index one past the end)
         # with a key step after it: it becomes a new dict.
         if isinstance(step, int):
@@ -614,6 +636,9 @@ def _apply_in(views: dict[str, Any], term: Term, method: str, value: Any) -> Non
             parent[step] = {}
         parent = parent[step]
     step = path[last]
+    if method == "set" and type(step) is str:  # the common case: a key, replaced
+        parent[step] = value
+        return
     if isinstance(step, int):
         if step < len(parent):
             parent[step] = _combine(method, True, parent[step], value)

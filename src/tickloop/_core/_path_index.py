@@ -37,26 +37,36 @@ class PathIndex:
     asked only when a plan reads or a person approves, and most plans never pay for them.
     """
 
-    __slots__ = ("_backlog", "_root")
+    __slots__ = ("_backlog_ids", "_backlog_terms", "_root", "size")
 
     def __init__(self, *, deferred: bool = False) -> None:
         self._root = _Node()
-        self._backlog: list[tuple[Term, str]] | None = [] if deferred else None
+        self._root.children = {}  # kinds: never pruned, so never None
+        # Not yet filed, as two lists: a tuple per entry would be an object per call.
+        self._backlog_terms: list[Term] | None = [] if deferred else None
+        self._backlog_ids: list[str] = []
+        self.size = 0  # entries held (filed or not): `if index.size` costs no call
 
     def __bool__(self) -> bool:
-        return bool(self._root.subtree or self._backlog)
+        return self.size > 0
 
     def add(self, term: Term, call_id: str) -> None:
-        backlog = self._backlog
+        self.size += 1
+        backlog = self._backlog_terms
         if backlog is not None:
-            backlog.append((term, call_id))
+            backlog.append(term)
+            self._backlog_ids.append(call_id)
             return
         self._file(term, call_id)
 
     def _file(self, term: Term, call_id: str) -> None:
         node = self._root
         node.subtree += 1
-        for step in (term.kind, *term.path) if term.path else (term.kind,):
+        children = node.children
+        assert children is not None  # the root always has its dict
+        node = children.get(term.kind) or children.setdefault(term.kind, _Node())
+        node.subtree += 1
+        for step in term.path:
             children = node.children
             if children is None:
                 children = node.children = {}
@@ -74,20 +84,32 @@ class PathIndex:
             entries[call_id] = entries.get(call_id, 0) + 1
 
     def _catch_up(self) -> None:
-        backlog = self._backlog
-        if backlog:
-            self._backlog = []
-            for term, call_id in backlog:
+        terms, ids = self._backlog_terms, self._backlog_ids
+        if terms:
+            self._backlog_terms, self._backlog_ids = [], []
+            for term, call_id in zip(terms, ids, strict=True):
                 self._file(term, call_id)
 
     def remove(self, term: Term, call_id: str) -> None:
-        if self._backlog:
+        if self._backlog_terms:
             self._catch_up()
-        node = self._root
-        path = [node]
-        for step in (term.kind, *term.path) if term.path else (term.kind,):
-            node = node.children[step]  # type: ignore[index]  # filed: the steps exist
-            path.append(node)
+        self.size -= 1
+        root = self._root
+        root.subtree -= 1
+        # Filed, so every step exists. The highest node left empty is pruned, and takes
+        # everything below it along.
+        empty_parent: _Node | None = None
+        empty_step: Step = ""
+        node = root.children[term.kind]  # type: ignore[index]
+        node.subtree -= 1
+        if not node.subtree:
+            empty_parent, empty_step = root, term.kind
+        for step in term.path:
+            parent = node
+            node = node.children[step]  # type: ignore[index]
+            node.subtree -= 1
+            if empty_parent is None and not node.subtree:
+                empty_parent, empty_step = parent, step
         entries = node.entries
         assert entries is not None
         count = entries[call_id] - 1
@@ -97,29 +119,24 @@ class PathIndex:
             node.entries = None
         else:
             del entries[call_id]
-        for visited in path:
-            visited.subtree -= 1
-        # Prune from the top: the first node left empty takes everything below it along.
-        steps = (term.kind, *term.path)
-        for depth in range(1, len(path)):
-            if not path[depth].subtree:
-                parent = path[depth - 1]
-                children = parent.children
-                assert children is not None
-                if len(children) == 1:
-                    parent.children = None
-                else:
-                    del children[steps[depth - 1]]
-                return
+        if empty_parent is not None:
+            children = empty_parent.children
+            assert children is not None
+            if len(children) == 1 and empty_parent is not root:
+                empty_parent.children = None
+            else:
+                del children[empty_step]
 
     def count_overlapping(self, term: Term) -> int:
-        if self._backlog:
+        if self._backlog_terms:
             self._catch_up()
-        node = self._root
-        if not node.subtree:
+        if not self.size:
             return 0
-        total = 0
-        for step in (term.kind, *term.path) if term.path else (term.kind,):
+        node = self._root.children.get(term.kind)  # type: ignore[union-attr]
+        if node is None:
+            return 0
+        total = sum(node.entries.values()) if node.entries else 0
+        for step in term.path:
             children = node.children
             child = None if children is None else children.get(step)
             if child is None:
@@ -130,26 +147,42 @@ class PathIndex:
         # `node` is the term's own node: everything below it overlaps too.
         return total - (sum(node.entries.values()) if node.entries else 0) + node.subtree
 
-    def ids_overlapping(self, term: Term) -> Set[str]:
+    def others_overlapping(self, term: Term, call_id: str) -> Set[str]:
+        """`ids_overlapping` without `call_id`: a writer's question about the others, which
+        for most writes are none (then no set is made)."""
+        found = self.ids_overlapping(term, call_id)
+        if call_id in found:
+            assert isinstance(found, set)  # a set made for this answer: ours to change
+            found.discard(call_id)
+        return found
+
+    def ids_overlapping(self, term: Term, _only: str | None = None) -> Set[str]:
         """The ids filed at a prefix of `term`, at `term` or below it (a set to read only:
-        an empty answer is shared)."""
-        if self._backlog:
+        an empty answer is shared). With `_only`, an answer of that id alone may be empty
+        (see `others_overlapping`)."""
+        if self._backlog_terms:
             self._catch_up()
-        node = self._root
-        if not node.subtree:  # an empty index, as most are for a plan without reads
+        if not self.size:  # an empty index, as most are for a plan without reads
             return _NOTHING
+        node = self._root.children.get(term.kind)  # type: ignore[union-attr]
+        if node is None:
+            return _NOTHING
+        entries = node.entries
         found: set[str] | None = None
-        for step in (term.kind, *term.path) if term.path else (term.kind,):
+        if entries and (len(entries) > 1 or _only not in entries):
+            found = set(entries)
+        for step in term.path:
             children = node.children
             child = None if children is None else children.get(step)
             if child is None:
                 return _NOTHING if found is None else found
             node = child
-            if node.entries:
+            entries = node.entries
+            if entries and (len(entries) > 1 or _only not in entries):
                 if found is None:
-                    found = set(node.entries)
+                    found = set(entries)
                 else:
-                    found.update(node.entries)
+                    found.update(entries)
         if node.children is None:
             return _NOTHING if found is None else found
         if found is None:
@@ -158,7 +191,7 @@ class PathIndex:
         while stack:
             below = stack.pop()
             if below.entries:
-                found.update(below.entries)
+                found.update(below.entries)  # `_only` too: the caller takes it out
             if below.children:
                 stack.extend(below.children.values())
         return found

@@ -78,7 +78,8 @@ class PlanOrder:
         self._blocking: dict[str, set[Slot]] = {}  # writer -> slots waiting for it to end
         self._held: dict[str, tuple[int, tuple[Term, ...]]] = {}  # id -> (seq, targets)
         self._held_on: dict[str, set[str]] = {}  # blocker -> held calls it holds back
-        self._recheck: set[str] = set()
+        # Holds whose blockers moved on: what `releasable` looks at (empty: nothing to do).
+        self.recheck: set[str] = set()
         self._legacy = False
 
     # -- the request ---------------------------------------------------------------------
@@ -143,7 +144,7 @@ class PlanOrder:
         if self._held_on:
             held = self._held_on.pop(reader, None)
             if held:
-                self._recheck |= held
+                self.recheck |= held
 
     def readers_after(self, seq: int, terms: Iterable[Term]) -> set[str]:
         """Waiting calls after `seq` that read a path overlapping `terms`."""
@@ -165,11 +166,11 @@ class PlanOrder:
                     woken.add(slot.reader)
                     held = self._held_on.pop(slot.reader, None)
                     if held:
-                        self._recheck |= held
+                        self.recheck |= held
         if self._held_on:
             held = self._held_on.pop(call_id, None)
             if held:
-                self._recheck |= held
+                self.recheck |= held
         if self._held:
             self._held.pop(call_id, None)
         return woken
@@ -188,10 +189,10 @@ class PlanOrder:
             return found
         readers = self._readers
         for term in targets:
-            for writer in self._writers.ids_overlapping(term):
-                if writer != call_id and self._seq_of(writer) < seq:
+            for writer in self._writers.others_overlapping(term, call_id):
+                if self._seq_of(writer) < seq:
                     found.add(writer)
-            if not readers:
+            if not readers.size:
                 continue
             for reader in readers.ids_overlapping(term):
                 if reader == call_id or self._seq_of(reader) >= seq:
@@ -225,19 +226,14 @@ class PlanOrder:
         seq, targets = self._held[call_id]
         return self.blockers(call_id, seq, targets)
 
-    @property
-    def recheck_due(self) -> bool:
-        """Whether `releasable` has anything to look at (holds whose blockers moved on)."""
-        return bool(self._recheck)
-
     def releasable(self) -> list[str]:
         """Held writes that may apply now, in plan order; the rest stay held.
 
         Only holds whose blockers moved on are looked at again (event-driven).
         """
-        if not self._recheck:  # the common case, once per input: nothing moved
+        if not self.recheck:  # the common case, once per input: nothing moved
             return []
-        recheck, self._recheck = self._recheck, set()
+        recheck, self.recheck = self.recheck, set()
         ready = []
         for call_id in sorted(recheck & self._held.keys(), key=self._seq_of):
             seq, targets = self._held[call_id]
@@ -259,7 +255,7 @@ class PlanOrder:
     def capture(self, seq: int, targets: Iterable[Term]) -> None:
         """Before a write by the call at `seq`: earlier readers of an overlapping path whose
         value is final keep it, so the write does not change what they read (PROTOCOL §4)."""
-        if not self._readers:
+        if not self._readers.size:
             return
         for term in targets:
             for reader in self._readers.ids_overlapping(term):

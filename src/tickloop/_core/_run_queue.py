@@ -21,11 +21,12 @@ class RunQueue:
     """Which calls wait for a slot (`queued`), which run (`running`), and who goes next."""
 
     __slots__ = (
-        "_heads",
         "_in_heads",
+        "_limits",
         "_queues",
         "_tool_running",
         "_tools",
+        "heads",
         "queued",
         "running",
         "writers",
@@ -33,8 +34,10 @@ class RunQueue:
 
     def __init__(self, tools: ToolSet) -> None:
         self._tools = tools
+        self._limits: dict[str, int | None] = {}  # each tool's max_concurrency, once read
         self._queues: dict[str, deque[Call]] = {}
-        self._heads: list[tuple[int, str]] = []  # (seq, tool) of tools able to start one
+        # (seq, tool) of tools able to start one: empty when none can start
+        self.heads: list[tuple[int, str]] = []
         self._in_heads: set[str] = set()
         self._tool_running: dict[str, int] = {}
         self.queued = 0
@@ -42,11 +45,6 @@ class RunQueue:
         # Running calls that write something: a tick waits for these, not for
         # fire-and-forget ones (PROTOCOL §4).
         self.writers = 0
-
-    @property
-    def startable(self) -> bool:
-        """Whether some tool has a queued call and a free slot (the run's limit aside)."""
-        return bool(self._heads)
 
     def push(self, call: Call) -> None:
         self.queued += 1
@@ -60,7 +58,7 @@ class RunQueue:
 
     def start(self, limit: int | None) -> Iterator[Call]:
         """Take the calls that may start now, oldest first; each counts as running."""
-        heads = self._heads
+        heads = self.heads
         while heads and (limit is None or len(self.running) < limit):
             _, name = heapq.heappop(heads)
             self._in_heads.discard(name)
@@ -89,8 +87,10 @@ class RunQueue:
         queue = self._queues.get(name)
         if not queue:
             return
-        limit = self._tools[name].max_concurrency
+        limit = self._limits.get(name, -1)
+        if limit == -1:
+            limit = self._limits[name] = self._tools[name].max_concurrency
         if limit is not None and self._tool_running.get(name, 0) >= limit:
             return
-        heapq.heappush(self._heads, (queue[0].seq, name))
+        heapq.heappush(self.heads, (queue[0].seq, name))
         self._in_heads.add(name)

@@ -359,7 +359,7 @@ class Scheduler:
                 for call in batch:
                     if call.status == S.WAITING:
                         self._examine(call)
-            if plan.recheck_due:
+            if plan.recheck:
                 released = plan.releasable()
                 for call_id in released:  # in plan order (PROTOCOL §4)
                     self._apply_held(self._calls[call_id])
@@ -367,7 +367,7 @@ class Scheduler:
                     continue
             if approvals.waiting and approvals.asking is None:
                 self._ask_next_approval()
-            if queue.startable:
+            if queue.heads:
                 self._start_queued_calls()
             if dirty:
                 continue
@@ -436,6 +436,9 @@ class Scheduler:
             )
             self._settle(call, S.INVALID, structural(message))
             return
+        # The parameters as written are never read again (an edit starts from the record,
+        # a replacement is checked anew): the call keeps the resolved ones, one dict less.
+        call.params = params
         if error is not None:
             self._settle(call, S.INVALID, error)
             return
@@ -580,7 +583,7 @@ class Scheduler:
             if self.notes:
                 self._actions.append(NoteMessage(message))
             self._written.add(term, call.id)
-            if self._waiters:
+            if self._waiters.size:
                 self._dirty.update(self._waiters.ids_overlapping(term))
         for term in untaken:  # an if/else plan: readers of the untaken branch are skipped
             self._skip_sources.add(term, call.id)
@@ -589,7 +592,8 @@ class Scheduler:
 
     def _settle(self, call: Call, status: CallStatus, error: dict[str, Any] | None) -> None:
         """Give a call its final status and wake everything its end can affect."""
-        self._stop_waiting(call)
+        if call.id in self._waiting:
+            self._stop_waiting(call)
         move(call, status, self._event)
         call.record.error = error
         if error is not None:
@@ -605,7 +609,7 @@ class Scheduler:
                     self._skip_sources.add(term, call.id)
             for term in call.writes:
                 self._writers.remove(term, call.id)
-                if self._waiters:
+                if self._waiters.size:
                     self._dirty.update(self._waiters.ids_overlapping(term))
         woken = self._plan.ended(call.id)
         if woken:
