@@ -97,13 +97,15 @@ class SchedulerDriver:
         self.log = log
         self.run_id = run_id
         # With no observer and no journal, nobody reads the scheduler's facts (`Note...`):
-        # it is spared making them, several per call.
+        # it is spared making them, several per call. An observer may say it has no use
+        # for them (`wants_notes` False: an `EventSink` without listeners).
         self.scheduler = Scheduler(
             tools,
             log,
             max_concurrency=max_concurrency,
             run_id=run_id,
-            notes=on_action is not None or journal is not None,
+            notes=journal is not None
+            or (on_action is not None and getattr(on_action, "wants_notes", True)),
         )
         self._approve = approve
         self._on_action = on_action

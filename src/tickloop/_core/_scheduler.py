@@ -567,18 +567,19 @@ class Scheduler:
     def _write(
         self, call: Call, value: Any, written: tuple[Term, ...], untaken: tuple[Term, ...]
     ) -> None:
-        try:
-            if written:
+        messages: list[dict[str, Any]] = []
+        if written:  # a fire-and-forget call's result is not written anywhere
+            try:
                 # Earlier readers keep what the calls before them left (PROTOCOL §4).
                 self._plan.capture(call.seq, written)
-            # A fan-out is written whole or not at all: every term is checked as the
-            # earlier ones leave the views before the first is written (PROTOCOL §4).
-            messages = self.log.write_many(
-                written, call.method, value, call=call.wire, date=self._date or None
-            )
-        except WriteError as problem:  # nothing written, no reader woken
-            self._settle(call, S.FAILED, {"type": "runtime", "message": str(problem)})
-            return
+                # A fan-out is written whole or not at all: every term is checked as the
+                # earlier ones leave the views before the first is written (PROTOCOL §4).
+                messages = self.log.write_many(
+                    written, call.method, value, call=call.wire, date=self._date or None
+                )
+            except WriteError as problem:  # nothing written, no reader woken
+                self._settle(call, S.FAILED, {"type": "runtime", "message": str(problem)})
+                return
         for term, message in zip(written, messages, strict=True):
             if self.notes:
                 self._actions.append(NoteMessage(message))
