@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterator
 
 from ._call import Call
 from ._tools import ToolSet
@@ -56,9 +55,10 @@ class RunQueue:
         if len(queue) == 1:
             self._offer_head(name)
 
-    def start(self, limit: int | None) -> Iterator[Call]:
+    def start(self, limit: int | None) -> list[Call]:
         """Take the calls that may start now, oldest first; each counts as running."""
         heads = self.heads
+        started: list[Call] = []
         while heads and (limit is None or len(self.running) < limit):
             _, name = heapq.heappop(heads)
             self._in_heads.discard(name)
@@ -68,8 +68,9 @@ class RunQueue:
             self.running.add(call.id)
             if not call.fire_and_forget:
                 self.writers += 1
-            yield call
+            started.append(call)
             self._offer_head(name)
+        return started
 
     def finish(self, call: Call) -> None:
         """A running call ended: its slot goes to the next queued call of its tool."""

@@ -222,7 +222,14 @@ class Tool:
     def is_async(self) -> bool:
         return self._signature is not None and self._signature.is_async
 
-    def prepare(self, params: dict[str, Any], context: CallContext) -> tuple[Any, dict[str, Any]]:
+    @property
+    def takes_context(self) -> bool:
+        """Whether the handler has a `CallContext` parameter (else none need be made)."""
+        return self._signature is not None and self._signature.context_parameter is not None
+
+    def prepare(
+        self, params: dict[str, Any], context: CallContext | None
+    ) -> tuple[Any, dict[str, Any]]:
         """Turn checked JSON parameters into the handler and its keyword arguments.
 
         pydantic converts the values to the annotated types; jsonschema has already
@@ -369,7 +376,7 @@ class _HandlerSignature:
             except Exception:
                 self.output_schema = None  # a return type pydantic cannot describe: unchecked
 
-    def arguments(self, params: dict[str, Any], context: CallContext) -> dict[str, Any]:
+    def arguments(self, params: dict[str, Any], context: CallContext | None) -> dict[str, Any]:
         converted = self.model.model_validate(params)
         arguments = {name: getattr(converted, name) for name in self.fields}
         if self.context_parameter is not None:

@@ -171,7 +171,11 @@ class Engine(SchedulerDriver):
         if self._journal is not None:
             self._journal.commit(action.id)  # the call's start is stored before it can act
         tool = self.tools[action.tool]
-        context = CallContext(action.id, tool.name, action.call, self.log.view, self.run_id)
+        context = (
+            CallContext(action.id, tool.name, action.call, self.log.view, self.run_id)
+            if tool.takes_context
+            else None  # most handlers take none: not made for every call
+        )
         value, branch, error = await run_handler(tool, action.params, context, self._threads)
         assert self._clock is not None  # set with the nursery this task runs in
         self.scheduler.records[action.id].finished = self._clock.current_time()
@@ -179,7 +183,10 @@ class Engine(SchedulerDriver):
 
 
 async def run_handler(
-    tool: Tool, params: dict[str, Any], context: CallContext, threads: trio.CapacityLimiter
+    tool: Tool,
+    params: dict[str, Any],
+    context: CallContext | None,
+    threads: trio.CapacityLimiter,
 ) -> tuple[Any, str | None, dict[str, Any] | None]:
     """Run one call's handler on trio: (value, branch, error), as `FinishCall` takes them.
 
