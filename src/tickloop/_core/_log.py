@@ -461,11 +461,15 @@ class ContextLog:
             data = {path[0]: data}
         elif path:
             data = _nest(path, data)
+        text = str(term)
+        given = None if call is None else call.get("_outputPath")
+        if type(given) is str and given == text:
+            text = given  # the call's own text, kept once rather than twice per write
         message: dict[str, Any] = {
             "type": "data",
             "kind": term.kind,
             "data": data,
-            "_path": str(term),
+            "_path": text,
             "_outputMethod": method,
         }
         if call is not None:
