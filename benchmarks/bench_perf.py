@@ -171,11 +171,16 @@ def growth(sizes: Sizes, shapes: tuple[str, ...] = SHAPES) -> list[Row]:
         small, large = plan(shape, sizes.small), plan(shape, sizes.large)
         run_plan(plan(shape, 50))
         per_small, per_large = [], []
-        for i in range(max(sizes.repeat, sizes.large_repeat)):
-            # As many small runs as fit the large one's calls, best taken: the same work.
-            if i < sizes.large_repeat:
-                per_large.append(timed(lambda large=large: run_plan(large)) / sizes.large)
-            per_small.append(timed(lambda small=small: run_plan(small)) / sizes.small)
+        runs = max(1, sizes.large // sizes.small)
+        for _ in range(sizes.large_repeat):
+            # One sample of each is the same work, interleaved: one large run, and as many
+            # small runs as make its calls. (The best of more samples of one side than of
+            # the other would favour that side on a busy machine.)
+            per_large.append(timed(lambda large=large: run_plan(large)) / sizes.large)
+            per_small.append(
+                timed(lambda small=small, runs=runs: [run_plan(small) for _ in range(runs)])
+                / (sizes.small * runs)
+            )
         ratio = best(per_large) / best(per_small)
         rows.append(Row(
             f"2. {shape}: per call at {sizes.large:,} / at {sizes.small:,}",
@@ -415,12 +420,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="also write the rows to this file")
     p.add_argument("--small", type=int, help="the growth's small size (default 10,000)")
     p.add_argument("--large", type=int, help="the growth's large size (default 100,000)")
-    p.add_argument("--repeat", type=int, help="runs per figure, best taken (default 5)")
+    p.add_argument("--repeat", type=int,
+                   help="runs per figure, best taken (default 5; the growth's samples: 2)")
     args = p.parse_args(argv)
     sizes = TINY if args.tiny else Sizes()
     for name in ("small", "large", "repeat"):
         if getattr(args, name) is not None:
             setattr(sizes, name, getattr(args, name))
+    if args.repeat is not None:
+        sizes.large_repeat = args.repeat
     rows = measure(sizes, [x for x in args.only.split(",") if x] or None)
     if args.tiny:
         for row in rows:

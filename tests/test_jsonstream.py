@@ -425,7 +425,14 @@ def test_each_call_is_parsed_once_on_its_own_slice(monkeypatch: pytest.MonkeyPat
         parsed.append(s)
         return real_loads(s, *args, **kwargs)
 
+    real_decode = _jsonstream._decode_refusing_duplicates
+
+    def counting_decode(s: str) -> Any:
+        parsed.append(s)
+        return real_decode(s)
+
     monkeypatch.setattr(_jsonstream.json, "loads", counting_loads)
+    monkeypatch.setattr(_jsonstream, "_decode_refusing_duplicates", counting_decode)
     emitted, _, _ = run(list(text))
     assert emitted == calls
     for call in calls:

@@ -619,6 +619,8 @@ def strip_strict_nulls(call: Any, tools: ToolSet) -> Any:
         return call
     name = call.get("_tool")
     tool = tools.get(name) if isinstance(name, str) else None
+    if not _holds_null(call) and (tool is None or not json_text_parameters(tool)):
+        return call  # nothing to strip or parse: the common case, once per call of a plan
     if tool is None:
         return {key: value for key, value in call.items() if value is not None}
     definitions = tool.parameters.get("$defs", {})
@@ -638,6 +640,19 @@ def strip_strict_nulls(call: Any, tools: ToolSet) -> Any:
         elif value is not None:
             cleaned[key] = value
     return cleaned
+
+
+def _holds_null(value: Any) -> bool:
+    """Whether a null is anywhere in `value` (a walk with its own stack)."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        for item in node.values() if isinstance(node, dict) else node:
+            if item is None:
+                return True
+            if isinstance(item, dict | list):
+                stack.append(item)
+    return False
 
 
 def strip_strict_output_nulls(output: Any, schema: dict[str, Any] | None) -> Any:

@@ -77,15 +77,16 @@ def new_call(
     The wire is copied: the `_id` the call gets is written into the copy.
     """
     auto_id = f"c{iteration}.{index}"
+    if auto_id in calls:
+        auto_id = _free_id(auto_id, calls)
     if isinstance(wire, dict):
         wire = dict(wire)
         given = wire.get("_id")
-        explicit = isinstance(given, str) and given
-        wanted = given if explicit else _free_id(auto_id, calls)
+        wanted = given if isinstance(given, str) and given else auto_id
         wire["_id"] = wanted
     else:
-        given, wanted = None, _free_id(auto_id, calls)
-    record_id = wanted if wanted not in calls else _free_id(auto_id, calls)
+        given, wanted = None, auto_id
+    record_id = wanted if wanted not in calls else auto_id
     tool_name = wire.get("_tool") if isinstance(wire, dict) else None
     record = CallRecord(
         id=record_id,
@@ -150,12 +151,12 @@ def check_call(tools: ToolSet, call: Call, wire: Any) -> None:
         elif key not in META_KEYS:
             unknown.append(key)
     tool_name = wire.get("_tool")
-    if not isinstance(tool_name, str) or tool_name not in tools:
+    tool = tools.get(tool_name) if isinstance(tool_name, str) else None
+    if tool is None:
         known = ", ".join(tools) or "none"
         if tool_name is None:
             raise Structural(f"the call has no _tool; the tools are: {known}")
         raise Structural(f"unknown tool {tool_name!r}; the tools are: {known}")
-    tool = tools[tool_name]
     call.tool = tool
     if unknown:
         unknown.sort()
@@ -164,7 +165,8 @@ def check_call(tools: ToolSet, call: Call, wire: Any) -> None:
     if method not in METHODS:
         raise Structural(f"_outputMethod {method!r} is not one of: {', '.join(METHODS)}")
     call.method = method
-    if tool.is_latent:
+    latent = tool.is_latent
+    if latent:
         if "_output" not in wire:
             raise Structural(f"latent tool {tool.name!r} needs its result in _output")
         check_output(tool, wire["_output"], structural=True)
@@ -173,9 +175,10 @@ def check_call(tools: ToolSet, call: Call, wire: Any) -> None:
         raise Structural(f"_output is only for latent tools; {tool.name!r} runs its own handler")
     call.output = _output_expression(tool, wire)
     call.writes = () if call.output is None else call.output.terms
-    call.fire_and_forget = call.output is None and not tool.is_latent
-    for bound in tool.bind:
-        params.pop(bound, None)  # a bound parameter comes from the run's input only
+    call.fire_and_forget = call.output is None and not latent
+    if tool.bind:
+        for bound in tool.bind:
+            params.pop(bound, None)  # a bound parameter comes from the run's input only
     try:
         call.references = find_references(params)
     except ReferenceSyntaxError as error:
@@ -265,7 +268,10 @@ def _check_parameters_early(call: Call) -> None:
     optional object holding a reference fails at the object, above the reference).
     """
     validator = call.tool.parameter_validator
-    if call.references or call.tool.bind:
+    if not call.references and not call.tool.bind:
+        if validator.certainly_valid(call.params):
+            return
+    else:
         # The fast path first: valid around the unknowns (the references, the bound
         # parameters) means there is nothing to report yet.
         known = call.params

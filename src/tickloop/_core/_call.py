@@ -87,10 +87,12 @@ class Call:
         self.method = "set"
         self.latent_output: Any = None
         self.preapproved = False
-        self.tool_waits: set[str] = set()
+        # Earlier calls of a `depends_on` tool it waits for; None until there is one.
+        self.tool_waits: set[str] | None = None
         self.watching: tuple[Term, ...] = ()
         self.fire_and_forget = False
-        self.held: tuple[Any, list[Term], list[Term]] | None = None  # value, targets, untaken
+        # value, targets, untaken
+        self.held: tuple[Any, tuple[Term, ...], tuple[Term, ...]] | None = None
 
     def expressions(self) -> Iterator[tuple[Reference | None, Expression]]:
         """Every expression the call waits on: its parameters', then its tool's depends_on."""

@@ -96,7 +96,17 @@ class SchedulerDriver:
         self.tools = tools
         self.log = log
         self.run_id = run_id
-        self.scheduler = Scheduler(tools, log, max_concurrency=max_concurrency, run_id=run_id)
+        # With no observer and no journal, nobody reads the scheduler's facts (`Note...`):
+        # it is spared making them, several per call. An observer may say it has no use
+        # for them (`wants_notes` False: an `EventSink` without listeners).
+        self.scheduler = Scheduler(
+            tools,
+            log,
+            max_concurrency=max_concurrency,
+            run_id=run_id,
+            notes=journal is not None
+            or (on_action is not None and getattr(on_action, "wants_notes", True)),
+        )
         self._approve = approve
         self._on_action = on_action
         # Durable runs: commits each event (with what it changed) before its actions run.
@@ -144,14 +154,16 @@ class SchedulerDriver:
         actions = self.scheduler.handle(event)
         if self._journal is not None:
             self._journal.record(event, actions)
+        on_action = self._on_action
         for action in actions:
-            if self._on_action is not None:
-                self._on_action(action)
-            if isinstance(action, StartCall):
+            if on_action is not None:
+                on_action(action)
+            # Exact types (no action type is subclassed): cheaper than isinstance.
+            if type(action) is StartCall:
                 self._start(action)
-            elif isinstance(action, AskApproval):
+            elif type(action) is AskApproval:
                 self._request_approval(action.pending)
-            elif isinstance(action, NoteTickEnded):
+            elif type(action) is NoteTickEnded:
                 self._outcome = action
                 self._tick_ended(action)
 

@@ -66,6 +66,8 @@ _TERM_PATTERN = rf"{REF}(?P<kind>{_KIND_PATTERN})(?P<path>(?:\.{_KEY_PATTERN}|\[
 _BARE_TERM = rf"{REF}{_KIND_PATTERN}(?:\.{_KEY_PATTERN}|\[[0-9]+\])*"
 
 _TERM_RE = re.compile(_TERM_PATTERN)
+# One term of keys only (`†state.a.b`): its steps are the text between the dots.
+_KEYS_TERM_RE = re.compile(rf"{REF}({_KIND_PATTERN})((?:\.{_KEY_PATTERN})*)")
 _FAST_LIMIT = 4096  # longer texts go to the scanner, whose memory is bounded
 _STEP_RE = re.compile(rf"\.({_KEY_PATTERN})|\[([0-9]+)\]")
 _KIND_RE = re.compile(_KIND_PATTERN)
@@ -180,6 +182,26 @@ class Reference:
     source: str
 
 
+_new_object = object.__new__
+_set_field = object.__setattr__
+
+
+def _trusted_term(kind: str, path: tuple[Step, ...]) -> Term:
+    """A Term the grammar has already checked (a fast-path match): `Term(...)` would check
+    every step again with a regular expression, once per call of a plan."""
+    term = _new_object(Term)
+    _set_field(term, "kind", kind)
+    _set_field(term, "path", path)
+    return term
+
+
+def _trusted_expression(terms: tuple[Term, ...], op: str | None) -> Expression:
+    expression = _new_object(Expression)
+    _set_field(expression, "terms", terms)
+    _set_field(expression, "op", op)
+    return expression
+
+
 def _term_from_match(match: re.Match[str]) -> Term | None:
     """The term a fast-path match spells; None when a limit is passed, so that the scanner
     reports it with its position (a path too long, an index with too many digits)."""
@@ -196,7 +218,7 @@ def _term_from_match(match: re.Match[str]) -> Term | None:
             path.append(int(index))
         else:
             path.append(key)
-    return Term(match["kind"], tuple(path))
+    return _trusted_term(match["kind"], tuple(path))
 
 
 def _fast_parse(text: str) -> Expression | None:
@@ -208,10 +230,16 @@ def _fast_parse(text: str) -> Expression | None:
     """
     if len(text) > _FAST_LIMIT:
         return None
+    keys = _KEYS_TERM_RE.fullmatch(text)  # the commonest case: one term, keys only
+    if keys is not None:
+        kind, dotted = keys.group(1, 2)
+        path = tuple(dotted[1:].split(".")) if dotted else ()
+        if len(path) <= MAX_NESTING:
+            return _trusted_expression((_trusted_term(kind, path),), None)
     single = _TERM_RE.fullmatch(text)  # the common case: one term, no whitespace
     if single is not None:
         term = _term_from_match(single)
-        return None if term is None else Expression((term,))
+        return None if term is None else _trusted_expression((term,), None)
     if _OR_RE.fullmatch(text) is not None:
         op = "||"
     elif _AND_RE.fullmatch(text) is not None:
@@ -224,7 +252,7 @@ def _fast_parse(text: str) -> Expression | None:
         if term is None:
             return None
         terms.append(term)
-    return Expression(tuple(terms), op if len(terms) > 1 else None)
+    return _trusted_expression(tuple(terms), op if len(terms) > 1 else None)
 
 
 class _Scanner:
@@ -405,10 +433,19 @@ def _collect(value: object, location: tuple[Step, ...], found: list[Reference]) 
             found.append(Reference(location, expression, value))
     elif isinstance(value, dict):
         for key, item in value.items():
+            # A number, a boolean, null or a plain word holds no reference: passed over
+            # without a call (or a location) per parameter.
+            if type(item) in _NO_REFERENCE or (type(item) is str and item[:1] != REF):
+                continue
             _collect(item, (*location, key), found)
     elif isinstance(value, list):
         for index, item in enumerate(value):
+            if type(item) in _NO_REFERENCE or (type(item) is str and item[:1] != REF):
+                continue
             _collect(item, (*location, index), found)
+
+
+_NO_REFERENCE = frozenset({int, float, bool, type(None)})
 
 
 def substitute(params: object, values: Mapping[tuple[Step, ...], object]) -> object:
@@ -455,10 +492,21 @@ def _child(node: Any, step: Step) -> Any:
 def _unescape_all(value: object) -> object:
     if isinstance(value, str):
         return unescape(value)
+    # Numbers, booleans, null and strings without a dagger are kept without a call each.
     if isinstance(value, dict):
-        return {key: _unescape_all(item) for key, item in value.items()}
+        return {
+            key: item
+            if type(item) in _NO_REFERENCE or (type(item) is str and item[:1] != REF)
+            else _unescape_all(item)
+            for key, item in value.items()
+        }
     if isinstance(value, list):
-        return [_unescape_all(item) for item in value]
+        return [
+            item
+            if type(item) in _NO_REFERENCE or (type(item) is str and item[:1] != REF)
+            else _unescape_all(item)
+            for item in value
+        ]
     return value
 
 

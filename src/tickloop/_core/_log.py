@@ -114,6 +114,8 @@ def shape_fault(value: Any, limit: int) -> str | None:
     50,000 deep (or one that contains itself) is reported, not a RecursionError; it stops
     at the first fault. Leaves are not examined, so it costs little for flat values.
     """
+    if type(value) in _SCALARS:
+        return None
     if not isinstance(value, _CONTAINERS):
         return SURROGATE_FAULT if isinstance(value, str) and has_surrogate(value) else None
     stack: list[tuple[Any, int]] = [(value, 1)]
@@ -121,23 +123,31 @@ def shape_fault(value: Any, limit: int) -> str | None:
         node, depth = stack.pop()
         if depth > limit:
             return f"nests deeper than {limit} levels of arrays and objects"
+        # `text.isascii()` first: an ASCII string holds no surrogate, and it is one C call.
         if isinstance(node, dict):
             for key, item in node.items():
                 if not isinstance(key, str):
                     return f"has an object key that is not a string: {describe_key(key)}"
-                if has_surrogate(key):
+                if not key.isascii() and has_surrogate(key):
                     return f"has an object key that {SURROGATE_FAULT}"
+                if type(item) in _SCALARS:
+                    continue
                 if isinstance(item, _CONTAINERS):
                     stack.append((item, depth + 1))
-                elif isinstance(item, str) and has_surrogate(item):
+                elif isinstance(item, str) and not item.isascii() and has_surrogate(item):
                     return SURROGATE_FAULT
         else:
             for item in node:
+                if type(item) in _SCALARS:
+                    continue
                 if isinstance(item, _CONTAINERS):
                     stack.append((item, depth + 1))
-                elif isinstance(item, str) and has_surrogate(item):
+                elif isinstance(item, str) and not item.isascii() and has_surrogate(item):
                     return SURROGATE_FAULT
     return None
+
+
+_SCALARS: Final = frozenset({int, float, bool, type(None)})  # exact types: no text, no items
 
 
 def short_repr(value: Any, limit: int = 60) -> str:
@@ -400,6 +410,11 @@ class ContextLog:
         terms = tuple(terms)
         if method not in METHODS:
             raise ValueError(f"unknown output method {method!r}; expected one of {METHODS}")
+        if len(terms) == 1:  # the common case: one place, checked where it is written
+            error = _check_in(self._views, terms[0], method, value)
+            if error is not None:
+                raise WriteError(error)
+            return [self._write_checked(terms[0], method, value, call, date)]
         error = self._check_in_order(terms, method, value)
         if error is not None:
             raise WriteError(error)
@@ -438,19 +453,36 @@ class ContextLog:
         call: dict[str, Any] | None,
         date: str | None,
     ) -> dict[str, Any]:
+        # The message and the view each get their own copy (a leaf is its own copy).
+        leaf = type(value) in _LEAVES
+        path = term.path
+        data = value if leaf else copy_json(value)
+        if len(path) == 1 and type(path[0]) is str:
+            data = {path[0]: data}
+        elif path:
+            data = _nest(path, data)
+        text = str(term)
+        given = None if call is None else call.get("_outputPath")
+        if type(given) is str and given == text:
+            text = given  # the call's own text, kept once rather than twice per write
         message: dict[str, Any] = {
             "type": "data",
             "kind": term.kind,
-            "data": _nest(term.path, copy_json(value)),
-            "_path": str(term),
+            "data": data,
+            "_path": text,
             "_outputMethod": method,
         }
         if call is not None:
             message["_call"] = copy_json(call)
         if date is not None:
             message["_date"] = date
-        self._apply(term, method, copy_json(value))
-        self._record(term.kind, message)
+        _apply_in(self._views, term, method, value if leaf else copy_json(value))
+        self._messages.append(message)
+        by_kind = self._by_kind.get(term.kind)
+        if by_kind is None:
+            self._by_kind[term.kind] = [message]
+        else:
+            by_kind.append(message)
         return message
 
     def kinds(self) -> list[str]:
@@ -542,9 +574,11 @@ def _check_in(views: dict[str, Any], term: Term, method: str, value: Any) -> str
     A missing key on the way would be created as a dict, so below it only key steps can
     follow: an index step needs a list that already exists.
     """
-    error = _check_value(method, value)
-    if error is not None:
-        return f"{error} at {term}"
+    # A number, a boolean or null can be set or pushed anywhere: nothing to check in it.
+    if type(value) not in _SCALARS or (method != "set" and method != "push"):
+        error = _check_value(method, value)
+        if error is not None:
+            return f"{error} at {term}"
     present = term.kind in views
     current = views.get(term.kind)
     path = term.path
@@ -579,6 +613,8 @@ def _check_in(views: dict[str, Any], term: Term, method: str, value: Any) -> str
                 current = current[step]
             else:
                 present, current = False, None
+    if not present or method == "set":
+        return None
     error = _check_target(method, present, current)
     return None if error is None else f"{error} at {term}"
 
@@ -594,7 +630,7 @@ def _apply_in(views: dict[str, Any], term: Term, method: str, value: Any) -> Non
         views[kind] = {}
     parent = views[kind]
     last = len(path) - 1
-    for step in path[:last]:
+    for step in path[:last] if last else ():
         # `_check` passed, so a missing step is a key (or an index one past the end)
         # with a key step after it: it becomes a new dict.
         if isinstance(step, int):
@@ -604,6 +640,9 @@ def _apply_in(views: dict[str, Any], term: Term, method: str, value: Any) -> Non
             parent[step] = {}
         parent = parent[step]
     step = path[last]
+    if method == "set" and type(step) is str:  # the common case: a key, replaced
+        parent[step] = value
+        return
     if isinstance(step, int):
         if step < len(parent):
             parent[step] = _combine(method, True, parent[step], value)

@@ -3,18 +3,26 @@ paths to waiting calls, never by rescanning every pending call")."""
 
 from __future__ import annotations
 
-from ._expressions import Term
+from collections.abc import Set
+
+from ._expressions import Step, Term
 
 __all__ = ["PathIndex"]
 
+_NOTHING: frozenset[str] = frozenset()
+
 
 class _Node:
+    """One step of the trie. Its dicts are made only when first needed: most nodes are
+    leaves (no children) or inner steps (no entries), and a plan of 100,000 calls makes a
+    node per call in several indexes."""
+
     __slots__ = ("children", "entries", "subtree")
 
     def __init__(self) -> None:
-        self.children: dict[str | int, _Node] = {}
-        self.entries: dict[str, int] = {}
-        self.subtree = 0
+        self.children: dict[Step, _Node] | None = None
+        self.entries: dict[str, int] | None = None
+        self.subtree = 0  # entries here and below: a subtree of 0 holds nothing
 
 
 class PathIndex:
@@ -22,67 +30,168 @@ class PathIndex:
 
     Overlap is what matters for both questions the scheduler asks: a write at `state.a`
     makes `state.a.b` present and `state.a.b` makes `state.a` present.
+
+    Removing the last entry under a node prunes it, so an index whose entries come and go
+    (the calls not yet ended) stays as small as what it holds. A `deferred` index files
+    its entries in the trie only when it is first asked something: several indexes are
+    asked only when a plan reads or a person approves, and most plans never pay for them.
     """
 
-    def __init__(self) -> None:
+    __slots__ = ("_backlog_ids", "_backlog_terms", "_root", "size")
+
+    def __init__(self, *, deferred: bool = False) -> None:
         self._root = _Node()
+        self._root.children = {}  # kinds: never pruned, so never None
+        # Not yet filed, as two lists: a tuple per entry would be an object per call.
+        self._backlog_terms: list[Term] | None = [] if deferred else None
+        self._backlog_ids: list[str] = []
+        self.size = 0  # entries held (filed or not): `if index.size` costs no call
+
+    def __bool__(self) -> bool:
+        return self.size > 0
 
     def add(self, term: Term, call_id: str) -> None:
+        self.size += 1
+        backlog = self._backlog_terms
+        if backlog is not None:
+            backlog.append(term)
+            self._backlog_ids.append(call_id)
+            return
+        self._file(term, call_id)
+
+    def _file(self, term: Term, call_id: str) -> None:
         node = self._root
         node.subtree += 1
-        for step in (term.kind, *term.path):
-            # Looked up before made: `setdefault(step, _Node())` would build a node per step.
-            child = node.children.get(step)
+        children = node.children
+        assert children is not None  # the root always has its dict
+        node = children.get(term.kind) or children.setdefault(term.kind, _Node())
+        node.subtree += 1
+        for step in term.path:
+            children = node.children
+            if children is None:
+                children = node.children = {}
+                child = None
+            else:
+                child = children.get(step)
             if child is None:
-                child = node.children[step] = _Node()
+                child = children[step] = _Node()
             node = child
             node.subtree += 1
         entries = node.entries
-        entries[call_id] = entries.get(call_id, 0) + 1
+        if entries is None:
+            node.entries = {call_id: 1}
+        else:
+            entries[call_id] = entries.get(call_id, 0) + 1
+
+    def _catch_up(self) -> None:
+        terms, ids = self._backlog_terms, self._backlog_ids
+        if terms:
+            self._backlog_terms, self._backlog_ids = [], []
+            for term, call_id in zip(terms, ids, strict=True):
+                self._file(term, call_id)
 
     def remove(self, term: Term, call_id: str) -> None:
-        node = self._root
-        path = [node]
-        for step in (term.kind, *term.path):
-            node = node.children[step]
-            path.append(node)
-        count = node.entries[call_id] - 1
+        if self._backlog_terms:
+            self._catch_up()
+        self.size -= 1
+        root = self._root
+        root.subtree -= 1
+        # Filed, so every step exists. The highest node left empty is pruned, and takes
+        # everything below it along.
+        empty_parent: _Node | None = None
+        empty_step: Step = ""
+        node = root.children[term.kind]  # type: ignore[index]
+        node.subtree -= 1
+        if not node.subtree:
+            empty_parent, empty_step = root, term.kind
+        for step in term.path:
+            parent = node
+            node = node.children[step]  # type: ignore[index]
+            node.subtree -= 1
+            if empty_parent is None and not node.subtree:
+                empty_parent, empty_step = parent, step
+        entries = node.entries
+        assert entries is not None
+        count = entries[call_id] - 1
         if count:
-            node.entries[call_id] = count
+            entries[call_id] = count
+        elif len(entries) == 1:
+            node.entries = None
         else:
-            del node.entries[call_id]
-        for visited in path:
-            visited.subtree -= 1
+            del entries[call_id]
+        if empty_parent is not None:
+            children = empty_parent.children
+            assert children is not None
+            if len(children) == 1 and empty_parent is not root:
+                empty_parent.children = None
+            else:
+                del children[empty_step]
 
     def count_overlapping(self, term: Term) -> int:
-        node = self._root
-        if not node.subtree:
+        if self._backlog_terms:
+            self._catch_up()
+        if not self.size:
             return 0
-        total = 0
-        for step in (term.kind, *term.path):
-            child = node.children.get(step)
-            if child is None or child.subtree == 0:
+        node = self._root.children.get(term.kind)  # type: ignore[union-attr]
+        if node is None:
+            return 0
+        total = sum(node.entries.values()) if node.entries else 0
+        for step in term.path:
+            children = node.children
+            child = None if children is None else children.get(step)
+            if child is None:
                 return total
             node = child
-            total += sum(node.entries.values())
+            if node.entries:
+                total += sum(node.entries.values())
         # `node` is the term's own node: everything below it overlaps too.
-        return total - sum(node.entries.values()) + node.subtree
+        return total - (sum(node.entries.values()) if node.entries else 0) + node.subtree
 
-    def ids_overlapping(self, term: Term) -> set[str]:
-        found: set[str] = set()
-        node = self._root
-        if not node.subtree:  # an empty index, as most are for a plan without reads
-            return found
-        for step in (term.kind, *term.path):
-            child = node.children.get(step)
-            if child is None or child.subtree == 0:
-                return found
+    def others_overlapping(self, term: Term, call_id: str) -> Set[str]:
+        """`ids_overlapping` without `call_id`: a writer's question about the others, which
+        for most writes are none (then no set is made)."""
+        found = self.ids_overlapping(term, call_id)
+        if call_id in found:
+            assert isinstance(found, set)  # a set made for this answer: ours to change
+            found.discard(call_id)
+        return found
+
+    def ids_overlapping(self, term: Term, _only: str | None = None) -> Set[str]:
+        """The ids filed at a prefix of `term`, at `term` or below it (a set to read only:
+        an empty answer is shared). With `_only`, an answer of that id alone may be empty
+        (see `others_overlapping`)."""
+        if self._backlog_terms:
+            self._catch_up()
+        if not self.size:  # an empty index, as most are for a plan without reads
+            return _NOTHING
+        node = self._root.children.get(term.kind)  # type: ignore[union-attr]
+        if node is None:
+            return _NOTHING
+        entries = node.entries
+        found: set[str] | None = None
+        if entries and (len(entries) > 1 or _only not in entries):
+            found = set(entries)
+        for step in term.path:
+            children = node.children
+            child = None if children is None else children.get(step)
+            if child is None:
+                return _NOTHING if found is None else found
             node = child
-            found.update(node.entries)
+            entries = node.entries
+            if entries and (len(entries) > 1 or _only not in entries):
+                if found is None:
+                    found = set(entries)
+                else:
+                    found.update(entries)
+        if node.children is None:
+            return _NOTHING if found is None else found
+        if found is None:
+            found = set()
         stack = list(node.children.values())
         while stack:
             below = stack.pop()
-            if below.subtree:
-                found.update(below.entries)
+            if below.entries:
+                found.update(below.entries)  # `_only` too: the caller takes it out
+            if below.children:
                 stack.extend(below.children.values())
         return found

@@ -70,13 +70,16 @@ class PlanOrder:
         self._writers = writers
         self._seq_of = seq_of
         self._lookup = lookup
-        self._planned = PathIndex()  # this request's calls by output term, ended or not
+        # This request's calls by output term, ended or not: asked only by a read of a path
+        # that is absent and has no earlier writer left.
+        self._planned = PathIndex(deferred=True)
         self._slots: dict[str, tuple[Slot, ...]] = {}
         self._readers = PathIndex()  # waiting calls by the terms they read
         self._blocking: dict[str, set[Slot]] = {}  # writer -> slots waiting for it to end
         self._held: dict[str, tuple[int, tuple[Term, ...]]] = {}  # id -> (seq, targets)
         self._held_on: dict[str, set[str]] = {}  # blocker -> held calls it holds back
-        self._recheck: set[str] = set()
+        # Holds whose blockers moved on: what `releasable` looks at (empty: nothing to do).
+        self.recheck: set[str] = set()
         self._legacy = False
 
     # -- the request ---------------------------------------------------------------------
@@ -85,7 +88,7 @@ class PlanOrder:
         """A new request: only its own calls are "earlier" (earlier requests' writes are
         applied). `plan_order=False` replays a tick journaled before plan order existed:
         every read is live (as a forward reference) and nothing is held."""
-        self._planned = PathIndex()
+        self._planned = PathIndex(deferred=True)
         self._legacy = not plan_order
 
     def plan(self, call_id: str, terms: Iterable[Term]) -> None:
@@ -130,13 +133,18 @@ class PlanOrder:
 
     def unwatch(self, reader: str) -> None:
         """The call stopped waiting (ready, or settled): it reads nothing more."""
-        for slot in self._slots.pop(reader, ()):
-            for writer in slot.pending:
-                waiting = self._blocking.get(writer)
-                if waiting is not None:
-                    waiting.discard(slot)
-            self._readers.remove(slot.term, reader)
-        self._recheck |= self._held_on.pop(reader, set())
+        slots = self._slots.pop(reader, None)
+        if slots:
+            for slot in slots:
+                for writer in slot.pending:
+                    waiting = self._blocking.get(writer)
+                    if waiting is not None:
+                        waiting.discard(slot)
+                self._readers.remove(slot.term, reader)
+        if self._held_on:
+            held = self._held_on.pop(reader, None)
+            if held:
+                self.recheck |= held
 
     def readers_after(self, seq: int, terms: Iterable[Term]) -> set[str]:
         """Waiting calls after `seq` that read a path overlapping `terms`."""
@@ -145,16 +153,26 @@ class PlanOrder:
             found.update(r for r in self._readers.ids_overlapping(term) if self._seq_of(r) > seq)
         return found
 
-    def ended(self, call_id: str) -> set[str]:
-        """A call ended (any final status): the readers whose slots it settled."""
-        woken: set[str] = set()
-        for slot in self._blocking.pop(call_id, ()):
-            slot.pending.discard(call_id)
-            if not slot.pending:
-                woken.add(slot.reader)
-                self._recheck |= self._held_on.pop(slot.reader, set())
-        self._recheck |= self._held_on.pop(call_id, set())
-        self._held.pop(call_id, None)
+    def ended(self, call_id: str) -> set[str] | None:
+        """A call ended (any final status): the readers whose slots it settled (None for
+        none, the common case)."""
+        woken: set[str] | None = None
+        blocking = self._blocking.pop(call_id, None) if self._blocking else None
+        if blocking:
+            woken = set()
+            for slot in blocking:
+                slot.pending.discard(call_id)
+                if not slot.pending:
+                    woken.add(slot.reader)
+                    held = self._held_on.pop(slot.reader, None)
+                    if held:
+                        self.recheck |= held
+        if self._held_on:
+            held = self._held_on.pop(call_id, None)
+            if held:
+                self.recheck |= held
+        if self._held:
+            self._held.pop(call_id, None)
         return woken
 
     # -- writers -------------------------------------------------------------------------
@@ -166,18 +184,23 @@ class PlanOrder:
         whose term overlapping the write still waits for its own earlier writers. A call
         that waits on this write through a forward reference never holds it back.
         """
-        if self._legacy:
-            return set()
         found: set[str] = set()
+        if self._legacy:
+            return found
+        readers = self._readers
         for term in targets:
-            for writer in self._writers.ids_overlapping(term):
-                if writer != call_id and self._seq_of(writer) < seq:
+            for writer in self._writers.others_overlapping(term, call_id):
+                if self._seq_of(writer) < seq:
                     found.add(writer)
-            for reader in self._readers.ids_overlapping(term):
+            if not readers.size:
+                continue
+            for reader in readers.ids_overlapping(term):
                 if reader == call_id or self._seq_of(reader) >= seq:
                     continue
                 if any(slot.pending and slot.term.overlaps(term) for slot in self._slots[reader]):
                     found.add(reader)
+        if not found:
+            return found
         return {other for other in found if not self._reads_forward(other, targets)}
 
     def _reads_forward(self, reader: str, targets: tuple[Term, ...]) -> bool:
@@ -208,9 +231,9 @@ class PlanOrder:
 
         Only holds whose blockers moved on are looked at again (event-driven).
         """
-        if not self._recheck:  # the common case, once per input: nothing moved
+        if not self.recheck:  # the common case, once per input: nothing moved
             return []
-        recheck, self._recheck = self._recheck, set()
+        recheck, self.recheck = self.recheck, set()
         ready = []
         for call_id in sorted(recheck & self._held.keys(), key=self._seq_of):
             seq, targets = self._held[call_id]
@@ -232,6 +255,8 @@ class PlanOrder:
     def capture(self, seq: int, targets: Iterable[Term]) -> None:
         """Before a write by the call at `seq`: earlier readers of an overlapping path whose
         value is final keep it, so the write does not change what they read (PROTOCOL §4)."""
+        if not self._readers.size:
+            return
         for term in targets:
             for reader in self._readers.ids_overlapping(term):
                 if self._seq_of(reader) >= seq:

@@ -4,17 +4,19 @@ every one has a value, the parameters they resolve to."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from ._call import Call, schema_message, structural
-from ._expressions import Expression, Term, substitute
+from ._expressions import REF, Expression, Term, substitute
 from ._log import copy_json
 from ._plan_order import Slot
 
 __all__ = ["read", "resolve"]
 
 Lookup = Callable[[Term], tuple[bool, Any]]
+_NO_VALUES: Mapping[tuple[str | int, ...], Any] = MappingProxyType({})
 CouldBeWritten = Callable[[Term, Call], bool]
 
 
@@ -69,11 +71,18 @@ def resolve(
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """A ready call's resolved parameters, and the structural error when they fail its
     schema (None when they pass). They become the call's record either way."""
-    # Always a fresh copy, even without references: `††x` literals must be unescaped,
-    # and the handler must not get (and could not change) the call's own dict.
-    params = substitute(call.params, {key: copy_json(value) for key, value in values.items()})
+    if not values and not call.tool.bind and _plain(call.params):
+        # Nothing to resolve, unescape or bind, and nothing nested to share: the checked
+        # parameters (already the record's) are the resolved ones, and were validated.
+        return call.params, None
+    # Otherwise a fresh copy, even without references: `††x` literals must be unescaped,
+    # and nothing nested in it may be shared with the call as written.
+    params = substitute(
+        call.params,
+        {key: copy_json(value) for key, value in values.items()} if values else _NO_VALUES,
+    )
     assert isinstance(params, dict)
-    for parameter, input_name in call.tool.bind.items():
+    for parameter, input_name in call.tool.bind.items() if call.tool.bind else ():
         # Bound values come from the run's input only; without one, the parameter is
         # left out and the schema decides (its default, or a "required" error).
         present, value = lookup(Term("input", (input_name,)))
@@ -88,3 +97,17 @@ def resolve(
             message = schema_message(call.tool, errors, "resolved parameters")
             return params, structural(message)
     return params, None
+
+
+_SCALARS = frozenset({int, float, bool, type(None)})
+
+
+def _plain(params: dict[str, Any]) -> bool:
+    """Whether every parameter is a number, a boolean, null or a string without a dagger
+    (no reference, no escaped literal), so that resolving it changes nothing."""
+    for value in params.values():
+        kind = type(value)
+        if kind in _SCALARS or (kind is str and value[:1] != REF):
+            continue
+        return False
+    return True

@@ -18,7 +18,7 @@ __all__ = ["check_output", "targets"]
 def check_output(tool: Tool, value: Any, *, structural: bool) -> None:
     """Raise `Structural` (a latent `_output`, checked on arrival) or `OutputMismatch` (a
     returned or responded value) when `value` fails the tool's output schema."""
-    if tool.output_validator is None:
+    if tool.output_validator is None or tool.output_validator.certainly_valid(value):
         return
     fault = Structural if structural else OutputMismatch
     try:
@@ -31,16 +31,16 @@ def check_output(tool: Tool, value: Any, *, structural: bool) -> None:
         raise fault(schema_message(tool, errors, "output"))
 
 
-def targets(call: Call, branch: str | None) -> tuple[list[Term], list[Term]]:
+def targets(call: Call, branch: str | None) -> tuple[tuple[Term, ...], tuple[Term, ...]]:
     """The terms the result is written to, and the untaken branches (whose readers skip)."""
     output = call.output
     if output is None:
-        return [], []
-    terms = list(output.terms)
+        return (), ()
+    terms = output.terms
     if branch is None:
         if output.op == "||":
             return terms[:1], terms[1:]
-        return terms, []
+        return terms, ()
     if output.op != "||":
         raise OutputMismatch(
             f"the activity chose branch {branch!r}, but the output path {str(output)!r} "
@@ -63,4 +63,4 @@ def targets(call: Call, branch: str | None) -> tuple[list[Term], list[Term]]:
         raise OutputMismatch(
             f"the activity chose branch {short_repr(branch)}, which is not one of {choices}"
         )
-    return [chosen], [term for term in terms if term != chosen]
+    return (chosen,), tuple(term for term in terms if term != chosen)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterator
 
 from ._call import Call
 from ._tools import ToolSet
@@ -21,11 +20,12 @@ class RunQueue:
     """Which calls wait for a slot (`queued`), which run (`running`), and who goes next."""
 
     __slots__ = (
-        "_heads",
         "_in_heads",
+        "_limits",
         "_queues",
         "_tool_running",
         "_tools",
+        "heads",
         "queued",
         "running",
         "writers",
@@ -33,8 +33,10 @@ class RunQueue:
 
     def __init__(self, tools: ToolSet) -> None:
         self._tools = tools
+        self._limits: dict[str, int | None] = {}  # each tool's max_concurrency, once read
         self._queues: dict[str, deque[Call]] = {}
-        self._heads: list[tuple[int, str]] = []  # (seq, tool) of tools able to start one
+        # (seq, tool) of tools able to start one: empty when none can start
+        self.heads: list[tuple[int, str]] = []
         self._in_heads: set[str] = set()
         self._tool_running: dict[str, int] = {}
         self.queued = 0
@@ -53,9 +55,10 @@ class RunQueue:
         if len(queue) == 1:
             self._offer_head(name)
 
-    def start(self, limit: int | None) -> Iterator[Call]:
+    def start(self, limit: int | None) -> list[Call]:
         """Take the calls that may start now, oldest first; each counts as running."""
-        heads = self._heads
+        heads = self.heads
+        started: list[Call] = []
         while heads and (limit is None or len(self.running) < limit):
             _, name = heapq.heappop(heads)
             self._in_heads.discard(name)
@@ -65,8 +68,9 @@ class RunQueue:
             self.running.add(call.id)
             if not call.fire_and_forget:
                 self.writers += 1
-            yield call
+            started.append(call)
             self._offer_head(name)
+        return started
 
     def finish(self, call: Call) -> None:
         """A running call ended: its slot goes to the next queued call of its tool."""
@@ -84,8 +88,10 @@ class RunQueue:
         queue = self._queues.get(name)
         if not queue:
             return
-        limit = self._tools[name].max_concurrency
+        limit = self._limits.get(name, -1)
+        if limit == -1:
+            limit = self._limits[name] = self._tools[name].max_concurrency
         if limit is not None and self._tool_running.get(name, 0) >= limit:
             return
-        heapq.heappush(self._heads, (queue[0].seq, name))
+        heapq.heappush(self.heads, (queue[0].seq, name))
         self._in_heads.add(name)

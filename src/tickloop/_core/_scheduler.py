@@ -95,12 +95,19 @@ class Scheduler:
         *,
         max_concurrency: int | None = None,
         run_id: str | None = None,
+        notes: bool = True,
     ) -> None:
         self.tools = tools
+        # With `notes=False` the facts (`NoteAccepted`, `NoteReady`, `NoteDecided`,
+        # `NoteMessage`, `NoteSettled`) are not returned: for a driver that has no observer
+        # and no journal to hand them to. The work to do (`StartCall`, `AskApproval`) and
+        # `NoteTickEnded` are returned either way, in the same order.
+        self.notes = notes
         self.log = log
         self.max_concurrency = max_concurrency
         self.run_id = run_id  # only shown to the hook (PendingCall.run_id)
-        self._written = PathIndex()  # who wrote each path: PendingCall.waits_on
+        # Who wrote each path, for PendingCall.waits_on: asked only when a call needs approval.
+        self._written = PathIndex(deferred=True)
         self.records: dict[str, CallRecord] = {}
         self._calls: dict[str, Call] = {}
         self._seq = 0
@@ -245,7 +252,8 @@ class Scheduler:
             self._tick_active = True
         else:
             raise usage_error(event, f"{describe(call_id, call.status)} is not awaiting a decision")
-        self._emit(NoteDecided(call_id, decision))
+        if self.notes:
+            self._emit(NoteDecided(call_id, decision))
         if isinstance(decision, Approve):
             self._enqueue(call)
         elif isinstance(decision, Deny):
@@ -280,12 +288,20 @@ class Scheduler:
     # -- accepting and waiting -------------------------------------------------------------
 
     def _accept(self, call: Call) -> None:
-        for term in call.writes:
-            self._writers.add(term, call.id)
-        self._plan.plan(call.id, call.writes)
-        self._wait_for_earlier_tools(call)
-        self._request_by_tool.setdefault(call.tool.name, []).append(call)
-        self._emit(NoteAccepted(call.id, call.tool.name, call.wire))
+        tool = call.tool
+        if call.writes:
+            for term in call.writes:
+                self._writers.add(term, call.id)
+            self._plan.plan(call.id, call.writes)
+        if tool.dependency_tools:
+            self._wait_for_earlier_tools(call)
+        earlier = self._request_by_tool.get(tool.name)
+        if earlier is None:
+            self._request_by_tool[tool.name] = [call]
+        else:
+            earlier.append(call)
+        if self.notes:
+            self._actions.append(NoteAccepted(call.id, tool.name, call.wire))
         self._start_waiting(call)
 
     def _wait_for_earlier_tools(self, call: Call) -> None:
@@ -294,15 +310,18 @@ class Scheduler:
                 # Only calls that arrived before this one count (a replacement keeps the
                 # place of the call it replaces, and later calls may have arrived since).
                 if earlier.status not in FINAL_STATUSES and earlier.seq < call.seq:
-                    call.tool_waits.add(earlier.id)
+                    waits = call.tool_waits
+                    if waits is None:
+                        waits = call.tool_waits = set()
+                    waits.add(earlier.id)
                     self._tool_dependents.setdefault(earlier.id, set()).add(call.id)
 
     def _start_waiting(self, call: Call) -> None:
         self._waiting[call.id] = call
         if not call.references and not call.tool.dependency_references:
-            # Most calls read nothing: nothing to file, only to examine once.
+            # Most calls read nothing: nothing to file (no slot: `PlanOrder.slots` of a call
+            # it never watched is empty), only to examine once.
             call.watching = ()
-            self._plan.watch(call.id, call.seq, ())
             self._dirty.add(call.id)
             return
         watching = tuple(term for _, expression in call.expressions() for term in expression.terms)
@@ -315,36 +334,48 @@ class Scheduler:
     def _stop_waiting(self, call: Call) -> None:
         if self._waiting.pop(call.id, None) is None:
             return
-        for term in call.watching:
-            self._waiters.remove(term, call.id)
-        call.watching = ()
+        if call.watching:
+            for term in call.watching:
+                self._waiters.remove(term, call.id)
+            call.watching = ()
         self._plan.unwatch(call.id)
 
     def _settle_everything_possible(self) -> None:
-        """Re-examine affected calls until nothing changes, then start what can start."""
+        """Re-examine affected calls until nothing changes, then start what can start.
+
+        Runs after every input, so each step is guarded by the cheap test that says it
+        has nothing to do (the same test the step would make first).
+        """
+        dirty, plan, approvals, queue = self._dirty, self._plan, self._approvals, self._run_queue
         while True:
-            while self._dirty:
-                if len(self._dirty) == 1:  # the common case: the call that just arrived
-                    batch = [self._calls[self._dirty.pop()]]
-                else:
-                    batch = sorted((self._calls[i] for i in self._dirty), key=_by_seq)
-                    self._dirty.clear()
+            while dirty:
+                if len(dirty) == 1:  # the common case: the call that just arrived
+                    call = self._calls[dirty.pop()]
+                    if call.status == S.WAITING:
+                        self._examine(call)
+                    continue
+                batch = sorted((self._calls[i] for i in dirty), key=_by_seq)
+                dirty.clear()
                 for call in batch:
                     if call.status == S.WAITING:
                         self._examine(call)
-            released = self._plan.releasable()
-            for call_id in released:  # in plan order (PROTOCOL §4)
-                self._apply_held(self._calls[call_id])
-            if released:
+            if plan.recheck:
+                released = plan.releasable()
+                for call_id in released:  # in plan order (PROTOCOL §4)
+                    self._apply_held(self._calls[call_id])
+                if released:
+                    continue
+            if approvals.waiting and approvals.asking is None:
+                self._ask_next_approval()
+            if queue.heads:
+                self._start_queued_calls()
+            if dirty:
                 continue
-            self._ask_next_approval()
-            self._start_queued_calls()
-            if self._dirty:
-                continue
-            if self._settle_deadlocks():
+            if not self._stream_open and self._waiting and self._settle_deadlocks():
                 continue
             break
-        self._end_tick_if_done()
+        if self._tick_active and not self._stream_open:
+            self._end_tick_if_done()
 
     # -- reading in plan order -------------------------------------------------------------
 
@@ -405,11 +436,20 @@ class Scheduler:
             )
             self._settle(call, S.INVALID, structural(message))
             return
+        # The parameters as written are never read again (an edit starts from the record,
+        # a replacement is checked anew): the call keeps the resolved ones, one dict less.
+        call.params = params
         if error is not None:
             self._settle(call, S.INVALID, error)
             return
-        self._emit(NoteReady(call.id, params))
-        if not call.preapproved and call.tool.needs_approval(params):
+        if self.notes:
+            self._actions.append(NoteReady(call.id, params))
+        tool = call.tool
+        if (
+            not call.preapproved
+            and tool.requires_approval is not False
+            and (tool.needs_approval(params))
+        ):
             move(call, S.APPROVING, self._event)
             self._approvals.waiting.append(call)
         else:
@@ -486,9 +526,10 @@ class Scheduler:
         self._run_queue.push(call)
 
     def _start_queued_calls(self) -> None:
+        actions = self._actions
         for call in self._run_queue.start(self.max_concurrency):
             move(call, S.RUNNING, self._event)
-            self._emit(StartCall(call.id, call.tool.name, call.record.params, call.wire))
+            actions.append(StartCall(call.id, call.tool.name, call.record.params, call.wire))
 
     # -- finishing -------------------------------------------------------------------------
 
@@ -502,18 +543,18 @@ class Scheduler:
         earlier call must precede is held, and applied in plan order (PROTOCOL §4).
         """
         try:
-            if not checked:
+            if not checked and call.tool.output_validator is not None:
                 check_output(call.tool, value, structural=False)
             written, untaken = targets(call, branch)
         except OutputMismatch as problem:  # nothing written, no reader woken
             self._settle(call, S.FAILED, {"type": "runtime", "message": str(problem)})
             return
         if written:
-            blockers = self._plan.blockers(call.id, call.seq, tuple(written))
+            blockers = self._plan.blockers(call.id, call.seq, written)
             if blockers:
                 move(call, S.HELD, self._event)
                 call.held = (value, written, untaken)
-                self._plan.hold(call.id, call.seq, tuple(written), blockers)
+                self._plan.hold(call.id, call.seq, written, blockers)
                 return
         self._write(call, value, written, untaken)
 
@@ -523,23 +564,28 @@ class Scheduler:
         call.held = None
         self._write(call, value, written, untaken)
 
-    def _write(self, call: Call, value: Any, written: list[Term], untaken: list[Term]) -> None:
-        try:
-            if written:
+    def _write(
+        self, call: Call, value: Any, written: tuple[Term, ...], untaken: tuple[Term, ...]
+    ) -> None:
+        messages: list[dict[str, Any]] = []
+        if written:  # a fire-and-forget call's result is not written anywhere
+            try:
                 # Earlier readers keep what the calls before them left (PROTOCOL §4).
                 self._plan.capture(call.seq, written)
-            # A fan-out is written whole or not at all: every term is checked as the
-            # earlier ones leave the views before the first is written (PROTOCOL §4).
-            messages = self.log.write_many(
-                written, call.method, value, call=call.wire, date=self._date or None
-            )
-        except WriteError as problem:  # nothing written, no reader woken
-            self._settle(call, S.FAILED, {"type": "runtime", "message": str(problem)})
-            return
+                # A fan-out is written whole or not at all: every term is checked as the
+                # earlier ones leave the views before the first is written (PROTOCOL §4).
+                messages = self.log.write_many(
+                    written, call.method, value, call=call.wire, date=self._date or None
+                )
+            except WriteError as problem:  # nothing written, no reader woken
+                self._settle(call, S.FAILED, {"type": "runtime", "message": str(problem)})
+                return
         for term, message in zip(written, messages, strict=True):
-            self._emit(NoteMessage(message))
+            if self.notes:
+                self._actions.append(NoteMessage(message))
             self._written.add(term, call.id)
-            self._dirty.update(self._waiters.ids_overlapping(term))
+            if self._waiters.size:
+                self._dirty.update(self._waiters.ids_overlapping(term))
         for term in untaken:  # an if/else plan: readers of the untaken branch are skipped
             self._skip_sources.add(term, call.id)
         call.record.output = value
@@ -547,26 +593,34 @@ class Scheduler:
 
     def _settle(self, call: Call, status: CallStatus, error: dict[str, Any] | None) -> None:
         """Give a call its final status and wake everything its end can affect."""
-        self._stop_waiting(call)
+        if call.id in self._waiting:
+            self._stop_waiting(call)
         move(call, status, self._event)
         call.record.error = error
         if error is not None:
             self._errors.append(error_message(call.wire, error))
-        self._emit(NoteSettled(call.id, status, error))
-        if status in ERROR_STATUSES:
+        if self.notes:
+            self._actions.append(NoteSettled(call.id, status, error))
+        if call.writes:
+            if status in ERROR_STATUSES:
+                for term in call.writes:
+                    self._lost_writers.add(term, call.id)
+            elif status == S.SKIPPED:
+                for term in call.writes:
+                    self._skip_sources.add(term, call.id)
             for term in call.writes:
-                self._lost_writers.add(term, call.id)
-        elif status == S.SKIPPED:
-            for term in call.writes:
-                self._skip_sources.add(term, call.id)
-        for term in call.writes:
-            self._writers.remove(term, call.id)
-            self._dirty.update(self._waiters.ids_overlapping(term))
-        self._dirty.update(self._plan.ended(call.id))
-        for dependent in self._tool_dependents.pop(call.id, ()):
-            waiter = self._calls[dependent]
-            waiter.tool_waits.discard(call.id)
-            self._dirty.add(dependent)
+                self._writers.remove(term, call.id)
+                if self._waiters.size:
+                    self._dirty.update(self._waiters.ids_overlapping(term))
+        woken = self._plan.ended(call.id)
+        if woken:
+            self._dirty.update(woken)
+        if self._tool_dependents:
+            for dependent in self._tool_dependents.pop(call.id, ()):
+                waits = self._calls[dependent].tool_waits
+                if waits is not None:
+                    waits.discard(call.id)
+                self._dirty.add(dependent)
 
     def _report_invalid(
         self, call: Call, message: str, details: dict[str, Any], *, wire: Any
@@ -576,7 +630,8 @@ class Scheduler:
         error = structural(message, **details)
         call.record.error = error
         self._errors.append(error_message(wire, error))
-        self._emit(NoteSettled(call.record.id, S.INVALID, error))
+        if self.notes:
+            self._emit(NoteSettled(call.record.id, S.INVALID, error))
 
     # -- deadlocks and the end of a tick ---------------------------------------------------
 
@@ -623,7 +678,7 @@ class Scheduler:
 
     def _blockers(self, call: Call) -> Iterable[str]:
         """The unfinished calls this waiting call waits on (deferred ones included)."""
-        yield from sorted(call.tool_waits, key=self._seq_of)
+        yield from sorted(call.tool_waits or (), key=self._seq_of)
         for slot in self._plan.slots(call.id):
             if slot.pending:  # earlier writers, in plan order (PROTOCOL §3)
                 yield from sorted(slot.pending, key=self._seq_of)
@@ -668,7 +723,8 @@ class Scheduler:
         errors, self._errors = self._errors, []
         for message in errors:
             self.log.append(message)
-            self._emit(NoteMessage(message))
+            if self.notes:
+                self._emit(NoteMessage(message))
         return errors
 
     def _emit(self, action: Action) -> None:

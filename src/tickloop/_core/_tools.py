@@ -221,7 +221,14 @@ class Tool:
     def is_async(self) -> bool:
         return self._signature is not None and self._signature.is_async
 
-    def prepare(self, params: dict[str, Any], context: CallContext) -> tuple[Any, dict[str, Any]]:
+    @property
+    def takes_context(self) -> bool:
+        """Whether the handler has a `CallContext` parameter (else none need be made)."""
+        return self._signature is not None and self._signature.context_parameter is not None
+
+    def prepare(
+        self, params: dict[str, Any], context: CallContext | None
+    ) -> tuple[Any, dict[str, Any]]:
         """Turn checked JSON parameters into the handler and its keyword arguments.
 
         pydantic converts the values to the annotated types; jsonschema has already
@@ -368,7 +375,7 @@ class _HandlerSignature:
             except Exception:
                 self.output_schema = None  # a return type pydantic cannot describe: unchecked
 
-    def arguments(self, params: dict[str, Any], context: CallContext) -> dict[str, Any]:
+    def arguments(self, params: dict[str, Any], context: CallContext | None) -> dict[str, Any]:
         converted = self.model.model_validate(params)
         arguments = {name: getattr(converted, name) for name in self.fields}
         if self.context_parameter is not None:
@@ -640,6 +647,14 @@ class ToolSet(Mapping[str, Tool]):
 
     def __len__(self) -> int:
         return len(self._tools)
+
+    # The dict's own lookups: Mapping's generic ones go through __getitem__ and a
+    # KeyError, and the scheduler asks for a tool several times per call.
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._tools.get(name, default)
 
     @property
     def may_require_approval(self) -> list[str]:

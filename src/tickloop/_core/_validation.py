@@ -115,7 +115,10 @@ def _compile_node(schema: Any, lenient: bool) -> FastCheck | None:
         return None
     keys = set(schema) - _ANNOTATIONS
     checks: list[FastCheck] = []
-    if "type" in schema:
+    object_keys = {"properties", "required", "additionalProperties"} & keys
+    # `"type": "object"` with object keywords is one check: the object check tests the type.
+    typed_object = schema.get("type") == "object" and bool(object_keys)
+    if "type" in schema and not typed_object:
         keys.discard("type")
         names = [schema["type"]] if isinstance(schema["type"], str) else schema["type"]
         if not isinstance(names, list) or not names or any(name not in _TYPES for name in names):
@@ -125,6 +128,7 @@ def _compile_node(schema: Any, lenient: bool) -> FastCheck | None:
             checks.append(type_checks[0])
         else:
             checks.append(lambda value: any(check(value) for check in type_checks))
+    keys.discard("type")
     if "anyOf" in schema:
         keys.discard("anyOf")
         options = schema["anyOf"]
@@ -143,10 +147,9 @@ def _compile_node(schema: Any, lenient: bool) -> FastCheck | None:
         checks.append(
             lambda value: not isinstance(value, list) or all(item_check(item) for item in value)
         )
-    object_keys = {"properties", "required", "additionalProperties"} & keys
     if object_keys:
         keys -= object_keys
-        object_check = _compile_object(schema, lenient)
+        object_check = _compile_object(schema, lenient, typed_object)
         if object_check is None:
             return None
         checks.append(object_check)
@@ -156,11 +159,16 @@ def _compile_node(schema: Any, lenient: bool) -> FastCheck | None:
         return _always
     if len(checks) == 1:
         return checks[0]
+    if len(checks) == 2:
+        first, second = checks
+        return lambda value: first(value) and second(value)
     all_checks = tuple(checks)
     return lambda value: all(check(value) for check in all_checks)
 
 
-def _compile_object(schema: dict[str, Any], lenient: bool) -> FastCheck | None:
+def _compile_object(
+    schema: dict[str, Any], lenient: bool, must_be_object: bool
+) -> FastCheck | None:
     properties = schema.get("properties", {})
     required = schema.get("required", [])
     additional = schema.get("additionalProperties", True)
@@ -168,12 +176,12 @@ def _compile_object(schema: dict[str, Any], lenient: bool) -> FastCheck | None:
         return None
     if not all(isinstance(name, str) for name in required):
         return None
-    compiled: dict[str, FastCheck] = {}
+    compiled: dict[str, FastCheck | None] = {}  # None: any value (annotations only)
     for name, subschema in properties.items():
         check = _compile(subschema, lenient)
         if check is None:
             return None
-        compiled[name] = check
+        compiled[name] = None if check is _always else check
     if isinstance(additional, bool):
         extra: FastCheck | bool = additional
     else:
@@ -185,14 +193,14 @@ def _compile_object(schema: dict[str, Any], lenient: bool) -> FastCheck | None:
 
     def check_object(value: Any) -> bool:
         if not isinstance(value, dict):
-            return True  # these keywords only constrain objects
+            return not must_be_object  # else these keywords only constrain objects
         for name in names:
             if name not in value:
                 return False
         for key, item in value.items():
-            check = compiled.get(key)
-            if check is not None:
-                if not check(item):
+            if key in compiled:
+                check = compiled[key]
+                if check is not None and not check(item):
                     return False
             elif extra is False:
                 return False
@@ -231,6 +239,10 @@ class SchemaValidator:
         False means "not sure": the caller must then ask jsonschema.
         """
         return self._lenient is not None and self._lenient(instance)
+
+    def certainly_valid(self, instance: Any) -> bool:
+        """True only when the fast check says `instance` is valid; False is "not sure"."""
+        return self._fast is not None and self._fast(instance)
 
     def iter_errors(self, instance: Any) -> Iterator[jsonschema.ValidationError]:
         if self._fast is not None and self._fast(instance):

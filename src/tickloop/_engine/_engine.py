@@ -85,6 +85,7 @@ class Engine(SchedulerDriver):
             run_id=run_id,
         )
         self._nursery: trio.Nursery | None = None
+        self._clock: trio.abc.Clock | None = None  # the run's, read twice per call
         self._tick_done: trio.Event | None = None
         # Worker threads of sync handlers: as many as calls may run (PROTOCOL §2: a
         # max_concurrency of None means no limit, for sync tools too).
@@ -98,6 +99,7 @@ class Engine(SchedulerDriver):
             with unwrap_single():
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery  # stays open while calls run: they may start others
+                    self._clock = trio.lowlevel.current_clock()
                     yield self
         finally:
             self._nursery = None
@@ -152,8 +154,11 @@ class Engine(SchedulerDriver):
         self._nursery.start_soon(function, *args)
 
     def _start(self, action: StartCall) -> None:
-        self.records[action.id].started = trio.current_time()
-        self._spawn(self._run, action)
+        nursery, clock = self._nursery, self._clock
+        if nursery is None or clock is None:
+            raise RuntimeError("the engine runs calls only inside `async with engine.session()`")
+        self.scheduler.records[action.id].started = clock.current_time()
+        nursery.start_soon(self._run, action)
 
     async def _ask(self, pending: PendingCall) -> None:
         assert self._approve is not None  # configuration was checked
@@ -166,14 +171,22 @@ class Engine(SchedulerDriver):
         if self._journal is not None:
             self._journal.commit(action.id)  # the call's start is stored before it can act
         tool = self.tools[action.tool]
-        context = CallContext(action.id, tool.name, action.call, self.log.view, self.run_id)
+        context = (
+            CallContext(action.id, tool.name, action.call, self.log.view, self.run_id)
+            if tool.takes_context
+            else None  # most handlers take none: not made for every call
+        )
         value, branch, error = await run_handler(tool, action.params, context, self._threads)
-        self.records[action.id].finished = trio.current_time()
+        assert self._clock is not None  # set with the nursery this task runs in
+        self.scheduler.records[action.id].finished = self._clock.current_time()
         self.feed(FinishCall(action.id, value, branch, error, self._date()))
 
 
 async def run_handler(
-    tool: Tool, params: dict[str, Any], context: CallContext, threads: trio.CapacityLimiter
+    tool: Tool,
+    params: dict[str, Any],
+    context: CallContext | None,
+    threads: trio.CapacityLimiter,
 ) -> tuple[Any, str | None, dict[str, Any] | None]:
     """Run one call's handler on trio: (value, branch, error), as `FinishCall` takes them.
 
@@ -207,7 +220,18 @@ async def run_handler(
         # timed-out thread of an earlier call may still hold).
         thread = None if tool.is_async else await _ThreadToken.take(threads)
         try:
-            if timeout is None:  # no cancel scope: it is a measurable cost per call
+            if thread is None and timeout is None and host_loop() is None:
+                # The common case, awaited here: no cancel scope and no frames of
+                # `_invoke` and `_await_tool` (each a measurable cost per call).
+                awaitable = handler(**arguments)
+                try:
+                    value = await awaitable
+                except (TypeError, RuntimeError) as problem:
+                    foreign = _wrong_framework(problem, None, tool.name)
+                    if foreign is None:
+                        raise
+                    raise foreign from None
+            elif timeout is None:  # no cancel scope: it is a measurable cost per call
                 value = await _invoke(handler, arguments, thread, tool.name)
             else:
                 with trio.fail_after(timeout):
@@ -279,21 +303,28 @@ async def _await_tool(awaitable: Any, name: str) -> Any:
             return await _drive_on_either(awaitable.__await__(), loop)
         return await awaitable
     except (TypeError, RuntimeError) as problem:
-        text = str(problem)
-        if loop is None and (
-            "unrecognized yield message" in text or "no running event loop" in text
-        ):
-            raise RuntimeError(
-                f"tool {name!r} awaits asyncio code, but this run is driven by trio: "
-                "run the agent with `await agent.run_asyncio(...)` from asyncio, or use "
-                "trio/anyio libraries in the tool"
-            ) from None
-        if loop is not None and "bad yield" in text:
-            raise RuntimeError(
-                f"tool {name!r} awaits trio code after asyncio code; one tool must keep to "
-                "one framework: use asyncio (or anyio) libraries throughout it"
-            ) from None
-        raise
+        foreign = _wrong_framework(problem, loop, name)
+        if foreign is None:
+            raise
+        raise foreign from None
+
+
+def _wrong_framework(problem: Exception, loop: Any, name: str) -> RuntimeError | None:
+    """The error that names the fix when a tool awaited another framework's code than the
+    one driving the run (`problem` is what awaiting it raised), else None."""
+    text = str(problem)
+    if loop is None and ("unrecognized yield message" in text or "no running event loop" in text):
+        return RuntimeError(
+            f"tool {name!r} awaits asyncio code, but this run is driven by trio: "
+            "run the agent with `await agent.run_asyncio(...)` from asyncio, or use "
+            "trio/anyio libraries in the tool"
+        )
+    if loop is not None and "bad yield" in text:
+        return RuntimeError(
+            f"tool {name!r} awaits trio code after asyncio code; one tool must keep to "
+            "one framework: use asyncio (or anyio) libraries throughout it"
+        )
+    return None
 
 
 def _is_asyncio_yield(message: Any) -> bool:

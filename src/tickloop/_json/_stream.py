@@ -98,6 +98,25 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return value
 
 
+# One decoder for every call and solution: `json.loads(text, object_pairs_hook=...)` would
+# build a new JSONDecoder each time (a cost per call of a long plan), and the decoder keeps
+# no state between texts.
+_decode_refusing_duplicates = json.JSONDecoder(object_pairs_hook=unique_keys).decode
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+# A call that lies whole in the chunk at hand is read by the C decoder in one step
+# (`_scan`, at a call's opening brace), not character by character. Strict as the
+# automaton: NaN and Infinity, which `json` would accept, are refused, and any refusal
+# sends the text back to the automaton, which finds the fault and says where.
+_decode_call_at = json.JSONDecoder(
+    object_pairs_hook=unique_keys, parse_constant=_refuse_constant
+).raw_decode
+
+
 def _cut(text: str, limit: int = 60) -> str:
     """A key for an error message: quoted, and at most `limit` characters of it."""
     return repr(text if len(text) <= limit else text[:limit] + "...")
@@ -283,6 +302,19 @@ class SolutionStream:
                 depth = len(stack)
                 if self._calls_open and depth == 2:
                     self._item_start = pos
+                    if c == "{":
+                        try:
+                            value, end = _decode_call_at(chunk, i)
+                        except (ValueError, RecursionError):
+                            pass  # cut by the chunk's end, or not JSON: read it as below
+                        else:
+                            # What the automaton would have ended in: the call emitted,
+                            # a ',' or ']' of the calls array expected next.
+                            self._mode = _AFTER
+                            out.append(value)
+                            self._emitted += 1
+                            i = end
+                            continue
                 if c == '"':
                     self._lex = _LEX_STRING
                     self._is_key = False
@@ -437,7 +469,7 @@ class SolutionStream:
 
     def _emit(self, start: int, end: int, out: list[Any]) -> bool:
         try:
-            value = json.loads(self._slice(start, end), object_pairs_hook=unique_keys)
+            value = _decode_refusing_duplicates(self._slice(start, end))
         except json.JSONDecodeError as exc:
             self._fail(start + exc.pos, exc.msg)
             return False
@@ -479,9 +511,7 @@ class SolutionStream:
             return StreamOutcome(None, self._error, n)
         if mode == _DONE:
             try:
-                solution = json.loads(
-                    self._slice(self._obj_start, self._obj_end), object_pairs_hook=unique_keys
-                )
+                solution = _decode_refusing_duplicates(self._slice(self._obj_start, self._obj_end))
             except json.JSONDecodeError as exc:
                 error = f"invalid JSON at character {self._obj_start + exc.pos}: {exc.msg}"
                 return StreamOutcome(None, error, n)

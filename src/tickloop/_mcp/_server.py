@@ -366,8 +366,11 @@ class MCPTool(Tool):
             "annotations": self.annotations,
         }
 
-    def prepare(self, params: dict[str, Any], context: CallContext) -> tuple[Any, dict[str, Any]]:
+    def prepare(
+        self, params: dict[str, Any], context: CallContext | None
+    ) -> tuple[Any, dict[str, Any]]:
         # The parameters were checked against the server's schema; they go as they are.
+        # `_call` takes the context, so the engine always makes one for these tools.
         return self._call, {"params": params, "context": context}
 
     async def _call(self, params: dict, context: CallContext) -> Any:

@@ -310,6 +310,12 @@ class EventSink:
         self._started: dict[str, float] = {}
         self.listener_errors = 0
 
+    @property
+    def wants_notes(self) -> bool:
+        """Whether the scheduler's facts (`Note...` actions) can become events here: not
+        without a listener, so a driver handing actions to this sink may skip making them."""
+        return bool(self.listeners)
+
     def __call__(self, item: Any) -> None:
         if not self.listeners:
             return

@@ -1,0 +1,231 @@
+"""The per-call fast paths of issue 15 answer exactly what the general paths answer.
+
+Each exists only for speed, so each is checked against the slower way it replaces:
+
+* `PathIndex` (pruned on removal, `deferred` filing) against a plain list of its entries;
+* a scheduler that makes no `Note...` actions (`notes=False`, for a driver with no
+  observer and no journal) against one that does: the same work actions, in the same
+  order, the same records and the same log, whatever order the calls finish in;
+* `SolutionStream` reading a whole call in one step (a chunk that holds it all) against
+  the character automaton (one character per chunk): the same calls, the same outcome,
+  for solutions and for text that is not quite JSON (NaN, duplicate keys, cut off).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tickloop as tl
+from tickloop._core._expressions import Term
+from tickloop._core._log import ContextLog
+from tickloop._core._path_index import PathIndex
+from tickloop._core._scheduler import Scheduler
+from tickloop._core._scheduler_io import (
+    AskApproval,
+    CloseStream,
+    Decide,
+    FinishCall,
+    NoteAccepted,
+    NoteDecided,
+    NoteMessage,
+    NoteReady,
+    NoteSettled,
+    OpenTick,
+    ReceiveCall,
+    StartCall,
+)
+from tickloop._core._tools import ToolSet
+from tickloop._json._stream import SolutionStream
+
+# -- PathIndex ----------------------------------------------------------------------------
+
+_steps = st.sampled_from(["a", "b", 0, 1])
+_terms = st.builds(
+    lambda kind, path: Term(kind, tuple(path)),
+    st.sampled_from(["state", "k"]),
+    st.lists(_steps, max_size=3),
+)
+_ids = st.sampled_from(["c1", "c2", "c3"])
+
+
+def _naive_overlapping(entries: list[tuple[Term, str]], term: Term) -> set[str]:
+    return {call_id for filed, call_id in entries if filed.overlaps(term)}
+
+
+@settings(max_examples=300)
+@given(
+    deferred=st.booleans(),
+    operations=st.lists(
+        st.tuples(st.sampled_from(["add", "remove", "ask"]), _terms, _ids), max_size=40
+    ),
+)
+def test_a_path_index_answers_as_a_scan_of_its_entries(
+    deferred: bool, operations: list[tuple[str, Term, str]]
+) -> None:
+    index = PathIndex(deferred=deferred)
+    entries: list[tuple[Term, str]] = []
+    for operation, term, call_id in operations:
+        if operation == "add":
+            index.add(term, call_id)
+            entries.append((term, call_id))
+        elif operation == "remove" and (term, call_id) in entries:
+            index.remove(term, call_id)
+            entries.remove((term, call_id))
+        expected = _naive_overlapping(entries, term)
+        assert set(index.ids_overlapping(term)) == expected
+        assert set(index.others_overlapping(term, call_id)) == expected - {call_id}
+        overlapping = [filed for filed, _ in entries if filed.overlaps(term)]
+        assert index.count_overlapping(term) == len(overlapping)
+        assert index.size == len(entries)
+        assert bool(index) == bool(entries)
+
+
+def test_removing_the_last_entry_under_a_path_prunes_it() -> None:
+    index = PathIndex()
+    terms = [Term("state", (f"r{i}", "x")) for i in range(100)]
+    for term in terms:
+        index.add(term, "c")
+    for term in terms:
+        index.remove(term, "c")
+    root = index._root
+    assert root.subtree == 0 and not root.children  # nothing is kept for what left
+
+
+# -- the scheduler with and without its facts ---------------------------------------------
+
+
+@tl.tool
+async def put(value: Any = None) -> Any:
+    return value
+
+
+@tl.tool(requires_approval=lambda params: params.get("value") == "ask")
+async def asked(value: Any = None) -> Any:
+    return value
+
+
+_TOOLS = ToolSet([put, asked])
+_PATHS = ["a", "a.x", "b", "list"]
+_NOTES = (NoteAccepted, NoteReady, NoteDecided, NoteMessage, NoteSettled)
+
+
+@st.composite
+def _plans(draw: st.DrawFn) -> list[dict[str, Any]]:
+    calls: list[dict[str, Any]] = []
+    for index in range(draw(st.integers(1, 8))):
+        value: Any = draw(st.sampled_from([0, "s", {"k": 1}, [1], "ask"]))
+        if draw(st.integers(0, 2)) == 0:
+            value = f"†state.{draw(st.sampled_from(_PATHS))}"
+        call: dict[str, Any] = {
+            "_tool": draw(st.sampled_from(["put", "put", "asked"])),
+            "value": value,
+        }
+        if draw(st.booleans()):
+            call["_id"] = f"k{index}"
+        if draw(st.integers(0, 4)) > 0:
+            call["_outputPath"] = f"†state.{draw(st.sampled_from(_PATHS))}"
+            call["_outputMethod"] = draw(st.sampled_from(["set", "merge", "push"]))
+        if draw(st.integers(0, 9)) == 0:
+            call["_bogus"] = 1  # now and then a call that fails its arrival checks
+        calls.append(call)
+    return calls
+
+
+def _as_data(records: dict[str, Any]) -> dict[str, Any]:
+    return {call_id: dataclasses.asdict(record) for call_id, record in records.items()}
+
+
+def _work(actions: list[Any]) -> list[Any]:
+    return [action for action in actions if not isinstance(action, _NOTES)]
+
+
+@settings(max_examples=200)
+@given(calls=_plans(), order=st.randoms(use_true_random=False), failing=st.sets(_ids))
+def test_a_scheduler_without_notes_does_the_same_work(
+    calls: list[dict[str, Any]], order: random.Random, failing: set[str]
+) -> None:
+    with_notes = Scheduler(_TOOLS, ContextLog(), notes=True)
+    without = Scheduler(_TOOLS, ContextLog(), notes=False)
+    running: list[StartCall] = []
+    asking: list[AskApproval] = []
+
+    def feed(event: Any) -> None:
+        noted = with_notes.handle(event)
+        bare = without.handle(event)
+        assert _work(noted) == bare
+        running.extend(action for action in bare if isinstance(action, StartCall))
+        asking.extend(action for action in bare if isinstance(action, AskApproval))
+
+    feed(OpenTick(1, "d"))
+    for call in calls:
+        feed(ReceiveCall(call, "d"))
+    feed(CloseStream("d"))
+    while running or asking:
+        # Finish the running calls, and answer the questions, in a random order.
+        if asking and (not running or order.random() < 0.3):
+            question = asking.pop(order.randrange(len(asking)))
+            feed(Decide(question.pending.id, tl.Approve(), "d"))
+            continue
+        started = running.pop(order.randrange(len(running)))
+        if started.id in failing:
+            feed(FinishCall(started.id, error={"type": "runtime", "message": "no"}, date="d"))
+        else:
+            feed(FinishCall(started.id, started.params.get("value"), date="d"))
+    assert _as_data(with_notes.records) == _as_data(without.records)
+    assert with_notes.log.messages == without.log.messages
+    assert not with_notes.tick_active and not without.tick_active
+
+
+# -- the solution stream, whole chunks against single characters --------------------------
+
+_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.text('ab"\\{}', max_size=3)),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.sampled_from("xyz"), kids),
+    max_leaves=6,
+)
+
+
+def _mangle(text: str, how: str, at: int) -> str:
+    """Make a solution text not quite JSON, the ways a model gets it wrong."""
+    cut = at % (len(text) + 1)
+    if how == "cut":
+        return text[:cut]
+    if how == "nan":
+        return text.replace("null", "NaN", 1)
+    if how == "duplicate":
+        return text.replace('{"_tool"', '{"x": 1, "x": 2, "_tool"', 1)
+    if how == "junk":
+        return text[:cut] + "@" + text[cut:]
+    return text
+
+
+@settings(max_examples=300)
+@given(
+    calls=st.lists(
+        st.builds(
+            lambda params: {"_tool": "t", **params}, st.dictionaries(st.sampled_from("ij"), _values)
+        ),
+        max_size=5,
+    ),
+    how=st.sampled_from(["none", "cut", "nan", "duplicate", "junk"]),
+    at=st.integers(0, 10_000),
+    indent=st.sampled_from([None, 1]),
+)
+def test_a_whole_chunk_is_read_as_the_automaton_reads_it(
+    calls: list[dict[str, Any]], how: str, at: int, indent: int | None
+) -> None:
+    text = _mangle(json.dumps({"calls": calls, "output": None}, indent=indent), how, at)
+    whole = SolutionStream()
+    emitted_whole = whole.feed(text)
+    by_char = SolutionStream()
+    emitted_by_char = [call for char in text for call in by_char.feed(char)]
+    assert emitted_whole == emitted_by_char
+    assert whole.close() == by_char.close()
+    if how == "none":
+        assert emitted_whole == calls
