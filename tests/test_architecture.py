@@ -3,11 +3,13 @@
 `lint-imports` keeps the layers; it does not see a cycle inside one package, or one
 closed by an import inside a function or under `TYPE_CHECKING`. This test does: it builds
 the whole import graph with grimp (every import statement, wherever it sits) and fails
-naming each cycle among tickloop's modules.
+naming each cycle among tickloop's modules. It also keeps every class readable in one
+sitting: none over 600 lines (issue 11).
 """
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import textwrap
@@ -40,6 +42,35 @@ def import_cycles(package: str) -> list[list[str]]:
 def test_no_import_cycle_among_tickloop_modules() -> None:
     cycles = import_cycles("tickloop")
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+MAX_CLASS_LINES = 600
+SOURCE = Path(__file__).resolve().parents[1] / "src" / "tickloop"
+
+
+def long_classes(root: Path, limit: int) -> list[str]:
+    """`file:line Class (N lines)` for every class of more than `limit` lines under root."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > limit:
+                    found.append(
+                        f"{path.relative_to(root)}:{node.lineno} {node.name} ({lines} lines)"
+                    )
+    return found
+
+
+def test_no_class_is_over_600_lines() -> None:
+    assert long_classes(SOURCE, MAX_CLASS_LINES) == []
+
+
+def test_the_class_length_check_counts_every_line_of_a_class(tmp_path: Path) -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(600))
+    (tmp_path / "big.py").write_text(f"class Big:\n{body}\n\nclass Small:\n    y = 1\n")
+    assert long_classes(tmp_path, 600) == ["big.py:1 Big (601 lines)"]
+    assert long_classes(tmp_path, 601) == []
 
 
 def test_the_check_sees_function_level_and_type_checking_imports(

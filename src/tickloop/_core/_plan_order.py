@@ -24,9 +24,10 @@ applied. Pure bookkeeping: no I/O, clock or randomness.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ._call import Call
 from ._expressions import Term
 from ._log import copy_json
 from ._path_index import PathIndex
@@ -146,12 +147,28 @@ class PlanOrder:
             if held:
                 self.recheck |= held
 
-    def readers_after(self, seq: int, terms: Iterable[Term]) -> set[str]:
-        """Waiting calls after `seq` that read a path overlapping `terms`."""
+    def replan(
+        self,
+        call_id: str,
+        seq: int,
+        old: tuple[Term, ...],
+        new: tuple[Term, ...],
+        calls: Mapping[str, Call],
+    ) -> list[str]:
+        """A call that keeps its place in the plan now writes `new` instead of `old` (a
+        replacement, PROTOCOL §3): the waiting calls after it that read either are filed
+        anew, since which earlier calls they wait on may have changed. They come back in
+        plan order, to be examined again."""
+        self.unplan(call_id, old)
+        self.plan(call_id, new)
         found: set[str] = set()
-        for term in terms:
+        for term in (*old, *new):
             found.update(r for r in self._readers.ids_overlapping(term) if self._seq_of(r) > seq)
-        return found
+        readers = sorted(found, key=self._seq_of)
+        for reader in readers:
+            self.unwatch(reader)
+            self.watch(reader, calls[reader].seq, calls[reader].watching)
+        return readers
 
     def ended(self, call_id: str) -> set[str] | None:
         """A call ended (any final status): the readers whose slots it settled (None for

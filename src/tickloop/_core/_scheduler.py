@@ -11,7 +11,8 @@ The pieces beside it: `_scheduler_io` (the inputs and actions), `_status` (the s
 call and the table of moves between them), `_call` (one call's record and working state),
 `_arrival` (the checks a call gets as it arrives), `_results` (the checks of its result),
 `_run_queue` (concurrency slots), `_approvals` (one question at a time), `_settling`
-(cycles), `_plan_order` and `_path_index` (who reads and writes what, in plan order).
+(dead references, cycles), `_plan_order` and `_path_index` (who reads and writes what, in
+plan order).
 
 Invariants kept throughout:
 
@@ -25,7 +26,7 @@ Invariants kept throughout:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from ._approvals import ApprovalQueue, hook_fault, pending_call
@@ -72,7 +73,7 @@ from ._scheduler_io import (
     ReportFault,
     StartCall,
 )
-from ._settling import cycles, describe_cycle, unresolved
+from ._settling import awaits_fire_and_forget, deadlocks, unresolved
 from ._status import ERROR_STATUSES, FINAL_STATUSES, CallStatus, describe, move, usage_error
 from ._tools import ToolSet
 
@@ -503,15 +504,9 @@ class Scheduler:
             self._writers.add(term, call.id)
         # The replacement keeps the call's place in the plan (PROTOCOL §3): later readers
         # of what it wrote, or now writes, look again at which earlier calls they wait on.
-        self._plan.unplan(call.id, old_writes)
-        self._plan.plan(call.id, call.writes)
-        for reader_id in sorted(
-            self._plan.readers_after(call.seq, (*old_writes, *call.writes)), key=self._seq_of
-        ):
-            reader = self._calls[reader_id]
-            self._plan.unwatch(reader_id)
-            self._plan.watch(reader_id, reader.seq, reader.watching)
-            self._dirty.add(reader_id)
+        self._dirty.update(
+            self._plan.replan(call.id, call.seq, old_writes, call.writes, self._calls)
+        )
         self._wait_for_earlier_tools(call)
         move(call, S.WAITING, self._event)
         self._start_waiting(call)
@@ -648,62 +643,23 @@ class Scheduler:
             or self._awaited_fire_and_forget()
         ):
             return False
-        edges = [(call.id, list(self._blockers(call))) for call in self._waiting.values()]
-        for call_id in self._plan.held:
-            held_blockers = sorted(self._plan.held_blockers(call_id), key=self._seq_of)
-            edges.append((call_id, held_blockers))
-        graph, found = cycles(edges, self._seq_of)
-        settled = False
-        for component in found:
-            on_hold = [call_id for call_id in component if self._plan.is_held(call_id)]
-            if on_hold:
-                # The cycle runs through a forward reference (only those point to later
-                # calls): plan order cannot hold here, so the earliest held write applies
-                # now rather than wait forever (PROTOCOL §4, "forward references aside").
-                self._plan.release(on_hold[0])
-                self._apply_held(self._calls[on_hold[0]])
+        found = deadlocks(self._waiting.values(), self._plan, self._writers, self.log, self._seq_of)
+        for deadlock in found:
+            if deadlock.held is not None:
+                self._plan.release(deadlock.held)
+                self._apply_held(self._calls[deadlock.held])
                 return True
-            cycle = describe_cycle(graph, component)
-            for call_id in component:
+            message = f"cycle: {deadlock.cycle} (each call waits on what the next one writes)"
+            for call_id in deadlock.calls:
                 self._settle(
-                    self._calls[call_id],
-                    S.INVALID,
-                    structural(
-                        f"cycle: {cycle} (each call waits on what the next one writes)",
-                        cycle=cycle,
-                    ),
+                    self._calls[call_id], S.INVALID, structural(message, cycle=deadlock.cycle)
                 )
-            settled = True
-        return settled
-
-    def _blockers(self, call: Call) -> Iterable[str]:
-        """The unfinished calls this waiting call waits on (deferred ones included)."""
-        yield from sorted(call.tool_waits or (), key=self._seq_of)
-        for slot in self._plan.slots(call.id):
-            if slot.pending:  # earlier writers, in plan order (PROTOCOL §3)
-                yield from sorted(slot.pending, key=self._seq_of)
-                continue
-            if not slot.forward or self.log.lookup(slot.term)[0]:
-                continue
-            for writer in sorted(self._writers.ids_overlapping(slot.term), key=self._seq_of):
-                if writer != call.id:
-                    yield writer
+        return bool(found)
 
     def _awaited_fire_and_forget(self) -> bool:
-        """Whether a running fire-and-forget call has a waiting call waiting for it.
-
-        Only a `depends_on` tool name waits for a call that writes nothing, and only for
-        calls of its own request (`_tool_dependents` maps each unfinished call to the
-        calls that wait for it that way). A tick never ends while one of its calls waits
-        like this, so a fire-and-forget call an earlier tick left running never counts
-        here: the tick does not wait for it (PROTOCOL §4).
-        """
-        running = self._run_queue.running
-        for call_id, dependents in self._tool_dependents.items():
-            if call_id in running and self._calls[call_id].fire_and_forget:
-                if any(dependent in self._waiting for dependent in dependents):
-                    return True
-        return False
+        return awaits_fire_and_forget(
+            self._tool_dependents, self._run_queue.running, self._calls, self._waiting
+        )
 
     def _end_tick_if_done(self) -> None:
         if not self._tick_active or self._stream_open:

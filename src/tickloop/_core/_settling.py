@@ -7,14 +7,96 @@ most runs never load it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ._call import Call
 from ._expressions import Expression, Reference, Term, format_location
+from ._log import ContextLog
 from ._path_index import PathIndex
+from ._plan_order import PlanOrder
 
-__all__ = ["cycles", "describe_cycle", "unresolved"]
+__all__ = [
+    "Deadlock",
+    "awaits_fire_and_forget",
+    "cycles",
+    "deadlocks",
+    "describe_cycle",
+    "unresolved",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Deadlock:
+    """Calls that wait on each other, in arrival order. When the cycle runs through a held
+    write (`held`, the earliest), that write is applied rather than the calls settled: only
+    forward references point to later calls, and plan order cannot hold there (PROTOCOL
+    §4, "forward references aside"). Otherwise every call of it is invalid (`cycle`)."""
+
+    calls: list[str]
+    held: str | None
+    cycle: str
+
+
+def deadlocks(
+    waiting: Iterable[Call],
+    plan: PlanOrder,
+    writers: PathIndex,
+    log: ContextLog,
+    seq_of: Callable[[str], int],
+) -> list[Deadlock]:
+    """The wait-for cycles among the waiting calls and the held writes, earliest first.
+
+    Only meaningful once nothing in flight can unblock a waiting call: the caller checks
+    that; this only reads, so asking changes nothing."""
+    edges = [(call.id, list(_blockers(call, plan, writers, log, seq_of))) for call in waiting]
+    for call_id in plan.held:
+        edges.append((call_id, sorted(plan.held_blockers(call_id), key=seq_of)))
+    graph, found = cycles(edges, seq_of)
+    found_deadlocks = []
+    for component in found:
+        held = next((call_id for call_id in component if plan.is_held(call_id)), None)
+        cycle = "" if held is not None else describe_cycle(graph, component)
+        found_deadlocks.append(Deadlock(component, held, cycle))
+    return found_deadlocks
+
+
+def _blockers(
+    call: Call, plan: PlanOrder, writers: PathIndex, log: ContextLog, seq_of: Callable[[str], int]
+) -> Iterator[str]:
+    """The unfinished calls this waiting call waits on (deferred ones included)."""
+    yield from sorted(call.tool_waits or (), key=seq_of)
+    for slot in plan.slots(call.id):
+        if slot.pending:  # earlier writers, in plan order (PROTOCOL §3)
+            yield from sorted(slot.pending, key=seq_of)
+            continue
+        if not slot.forward or log.lookup(slot.term)[0]:
+            continue
+        for writer in sorted(writers.ids_overlapping(slot.term), key=seq_of):
+            if writer != call.id:
+                yield writer
+
+
+def awaits_fire_and_forget(
+    tool_dependents: Mapping[str, Collection[str]],
+    running: Collection[str],
+    calls: Mapping[str, Call],
+    waiting: Collection[str],
+) -> bool:
+    """Whether a running fire-and-forget call has a waiting call waiting for it.
+
+    Only a `depends_on` tool name waits for a call that writes nothing, and only for calls
+    of its own request (`tool_dependents` maps each unfinished call to the calls that wait
+    for it that way). A tick never ends while one of its calls waits like this, so a
+    fire-and-forget call an earlier tick left running never counts here: the tick does not
+    wait for it (PROTOCOL §4).
+    """
+    for call_id, dependents in tool_dependents.items():
+        if call_id in running and calls[call_id].fire_and_forget:
+            if any(dependent in waiting for dependent in dependents):
+                return True
+    return False
 
 
 def cycles(
