@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Set
 
 from ._expressions import Step, Term
+from ._few import count_add, count_ids, count_remove, count_total
 
 __all__ = ["PathIndex"]
 
@@ -15,13 +16,14 @@ _NOTHING: frozenset[str] = frozenset()
 class _Node:
     """One step of the trie. Its dicts are made only when first needed: most nodes are
     leaves (no children) or inner steps (no entries), and a plan of 100,000 calls makes a
-    node per call in several indexes."""
+    node per call in several indexes. `entries` is a counted holder of `_few`: most leaves
+    hold one id once, kept bare."""
 
     __slots__ = ("children", "entries", "subtree")
 
     def __init__(self) -> None:
         self.children: dict[Step, _Node] | None = None
-        self.entries: dict[str, int] | None = None
+        self.entries: str | dict[str, int] | None = None
         self.subtree = 0  # entries here and below: a subtree of 0 holds nothing
 
 
@@ -77,11 +79,7 @@ class PathIndex:
                 child = children[step] = _Node()
             node = child
             node.subtree += 1
-        entries = node.entries
-        if entries is None:
-            node.entries = {call_id: 1}
-        else:
-            entries[call_id] = entries.get(call_id, 0) + 1
+        node.entries = count_add(node.entries, call_id)
 
     def _catch_up(self) -> None:
         terms, ids = self._backlog_terms, self._backlog_ids
@@ -110,15 +108,7 @@ class PathIndex:
             node.subtree -= 1
             if empty_parent is None and not node.subtree:
                 empty_parent, empty_step = parent, step
-        entries = node.entries
-        assert entries is not None
-        count = entries[call_id] - 1
-        if count:
-            entries[call_id] = count
-        elif len(entries) == 1:
-            node.entries = None
-        else:
-            del entries[call_id]
+        node.entries = count_remove(node.entries, call_id)
         if empty_parent is not None:
             children = empty_parent.children
             assert children is not None
@@ -135,7 +125,7 @@ class PathIndex:
         node = self._root.children.get(term.kind)  # type: ignore[union-attr]
         if node is None:
             return 0
-        total = sum(node.entries.values()) if node.entries else 0
+        total = count_total(node.entries)
         for step in term.path:
             children = node.children
             child = None if children is None else children.get(step)
@@ -143,9 +133,9 @@ class PathIndex:
                 return total
             node = child
             if node.entries:
-                total += sum(node.entries.values())
+                total += count_total(node.entries)
         # `node` is the term's own node: everything below it overlaps too.
-        return total - (sum(node.entries.values()) if node.entries else 0) + node.subtree
+        return total - count_total(node.entries) + node.subtree
 
     def others_overlapping(self, term: Term, call_id: str) -> Set[str]:
         """`ids_overlapping` without `call_id`: a writer's question about the others, which
@@ -169,8 +159,12 @@ class PathIndex:
             return _NOTHING
         entries = node.entries
         found: set[str] | None = None
-        if entries and (len(entries) > 1 or _only not in entries):
-            found = set(entries)
+        if (
+            entries
+            and entries != _only
+            and (type(entries) is str or len(entries) > 1 or _only not in entries)
+        ):
+            found = set(count_ids(entries))
         for step in term.path:
             children = node.children
             child = None if children is None else children.get(step)
@@ -178,11 +172,17 @@ class PathIndex:
                 return _NOTHING if found is None else found
             node = child
             entries = node.entries
-            if entries and (len(entries) > 1 or _only not in entries):
-                if found is None:
-                    found = set(entries)
-                else:
-                    found.update(entries)
+            if entries and entries != _only:
+                if type(entries) is str:
+                    if found is None:
+                        found = {entries}
+                    else:
+                        found.add(entries)
+                elif len(entries) > 1 or _only not in entries:
+                    if found is None:
+                        found = set(entries)
+                    else:
+                        found.update(entries)
         if node.children is None:
             return _NOTHING if found is None else found
         if found is None:
@@ -190,8 +190,12 @@ class PathIndex:
         stack = list(node.children.values())
         while stack:
             below = stack.pop()
-            if below.entries:
-                found.update(below.entries)  # `_only` too: the caller takes it out
+            entries = below.entries
+            if entries:  # `_only` too: the caller takes it out
+                if type(entries) is str:
+                    found.add(entries)
+                else:
+                    found.update(entries)
             if below.children:
                 stack.extend(below.children.values())
         return found

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from . import _few
 from ._approvals import ApprovalQueue, hook_fault, pending_call
 from ._arrival import (
     check_call,
@@ -681,7 +682,7 @@ class Scheduler:
         yield from sorted(call.tool_waits or (), key=self._seq_of)
         for slot in self._plan.slots(call.id):
             if slot.pending:  # earlier writers, in plan order (PROTOCOL §3)
-                yield from sorted(slot.pending, key=self._seq_of)
+                yield from sorted(_few.members(slot.pending), key=self._seq_of)
                 continue
             if not slot.forward or self.log.lookup(slot.term)[0]:
                 continue
