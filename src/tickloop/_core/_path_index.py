@@ -4,8 +4,10 @@ paths to waiting calls, never by rescanning every pending call")."""
 from __future__ import annotations
 
 from collections.abc import Set
+from typing import Any
 
 from ._expressions import Step, Term
+from ._few import count_add, count_ids, count_remove, count_total
 
 __all__ = ["PathIndex"]
 
@@ -15,14 +17,23 @@ _NOTHING: frozenset[str] = frozenset()
 class _Node:
     """One step of the trie. Its dicts are made only when first needed: most nodes are
     leaves (no children) or inner steps (no entries), and a plan of 100,000 calls makes a
-    node per call in several indexes."""
+    node per call in several indexes. `entries` is a counted holder of `_few`: most leaves
+    hold one id once, kept bare."""
 
     __slots__ = ("children", "entries", "subtree")
 
     def __init__(self) -> None:
-        self.children: dict[Step, _Node] | None = None
-        self.entries: dict[str, int] | None = None
+        self.children: dict[Step, Any] | None = None  # a _Node, or a bare leaf (an id)
+        self.entries: str | dict[str, int] | None = None
         self.subtree = 0  # entries here and below: a subtree of 0 holds nothing
+
+
+def _leaf(call_id: str) -> _Node:
+    """A bare leaf made a node, to file a second entry at it or a path below it."""
+    node = _Node()
+    node.entries = call_id
+    node.subtree = 1
+    return node
 
 
 class PathIndex:
@@ -60,28 +71,32 @@ class PathIndex:
         self._file(term, call_id)
 
     def _file(self, term: Term, call_id: str) -> None:
-        node = self._root
-        node.subtree += 1
-        children = node.children
-        assert children is not None  # the root always has its dict
-        node = children.get(term.kind) or children.setdefault(term.kind, _Node())
-        node.subtree += 1
-        for step in term.path:
+        root = self._root
+        root.subtree += 1
+        # A leaf holding one id once is kept as the bare id in its parent's children: most
+        # paths have one call filed under them, and a node each would cost it 56 bytes.
+        step: Step
+        node, step, path, at = root, term.kind, term.path, 0
+        while True:
             children = node.children
             if children is None:
                 children = node.children = {}
-                child = None
-            else:
-                child = children.get(step)
+            child = children.get(step)
+            if at == len(path):  # `step` is the term's own
+                if child is None:
+                    children[step] = call_id
+                    return
+                if type(child) is str:
+                    child = children[step] = _leaf(child)
+                child.subtree += 1
+                child.entries = count_add(child.entries, call_id)
+                return
             if child is None:
                 child = children[step] = _Node()
-            node = child
-            node.subtree += 1
-        entries = node.entries
-        if entries is None:
-            node.entries = {call_id: 1}
-        else:
-            entries[call_id] = entries.get(call_id, 0) + 1
+            elif type(child) is str:
+                child = children[step] = _leaf(child)
+            child.subtree += 1
+            node, step, at = child, path[at], at + 1
 
     def _catch_up(self) -> None:
         terms, ids = self._backlog_terms, self._backlog_ids
@@ -100,25 +115,22 @@ class PathIndex:
         # everything below it along.
         empty_parent: _Node | None = None
         empty_step: Step = ""
-        node = root.children[term.kind]  # type: ignore[index]
-        node.subtree -= 1
-        if not node.subtree:
-            empty_parent, empty_step = root, term.kind
-        for step in term.path:
-            parent = node
-            node = node.children[step]  # type: ignore[index]
+        step: Step
+        parent, step, path, at = root, term.kind, term.path, 0
+        while True:
+            node = parent.children[step]  # type: ignore[index]
+            if type(node) is str:  # a bare leaf: the term's own, holding this id once
+                assert node == call_id and at == len(path)
+                if empty_parent is None:
+                    empty_parent, empty_step = parent, step
+                break
             node.subtree -= 1
             if empty_parent is None and not node.subtree:
                 empty_parent, empty_step = parent, step
-        entries = node.entries
-        assert entries is not None
-        count = entries[call_id] - 1
-        if count:
-            entries[call_id] = count
-        elif len(entries) == 1:
-            node.entries = None
-        else:
-            del entries[call_id]
+            if at == len(path):
+                node.entries = count_remove(node.entries, call_id)
+                break
+            parent, step, at = node, path[at], at + 1
         if empty_parent is not None:
             children = empty_parent.children
             assert children is not None
@@ -135,17 +147,21 @@ class PathIndex:
         node = self._root.children.get(term.kind)  # type: ignore[union-attr]
         if node is None:
             return 0
-        total = sum(node.entries.values()) if node.entries else 0
+        if type(node) is str:  # a bare leaf: one id at the kind itself
+            return 1
+        total = count_total(node.entries)
         for step in term.path:
             children = node.children
             child = None if children is None else children.get(step)
             if child is None:
                 return total
+            if type(child) is str:  # a bare leaf, at a prefix of the term or at the term
+                return total + 1
             node = child
             if node.entries:
-                total += sum(node.entries.values())
+                total += count_total(node.entries)
         # `node` is the term's own node: everything below it overlaps too.
-        return total - (sum(node.entries.values()) if node.entries else 0) + node.subtree
+        return total - count_total(node.entries) + node.subtree
 
     def others_overlapping(self, term: Term, call_id: str) -> Set[str]:
         """`ids_overlapping` without `call_id`: a writer's question about the others, which
@@ -167,22 +183,41 @@ class PathIndex:
         node = self._root.children.get(term.kind)  # type: ignore[union-attr]
         if node is None:
             return _NOTHING
+        if type(node) is str:  # a bare leaf: one id at the kind itself
+            return _NOTHING if node == _only else {node}
         entries = node.entries
         found: set[str] | None = None
-        if entries and (len(entries) > 1 or _only not in entries):
-            found = set(entries)
+        if (
+            entries
+            and entries != _only
+            and (type(entries) is str or len(entries) > 1 or _only not in entries)
+        ):
+            found = set(count_ids(entries))
         for step in term.path:
             children = node.children
             child = None if children is None else children.get(step)
             if child is None:
                 return _NOTHING if found is None else found
+            if type(child) is str:  # a bare leaf: nothing below it
+                if child != _only:
+                    if found is None:
+                        found = {child}
+                    else:
+                        found.add(child)
+                return _NOTHING if found is None else found
             node = child
             entries = node.entries
-            if entries and (len(entries) > 1 or _only not in entries):
-                if found is None:
-                    found = set(entries)
-                else:
-                    found.update(entries)
+            if entries and entries != _only:
+                if type(entries) is str:
+                    if found is None:
+                        found = {entries}
+                    else:
+                        found.add(entries)
+                elif len(entries) > 1 or _only not in entries:
+                    if found is None:
+                        found = set(entries)
+                    else:
+                        found.update(entries)
         if node.children is None:
             return _NOTHING if found is None else found
         if found is None:
@@ -190,8 +225,15 @@ class PathIndex:
         stack = list(node.children.values())
         while stack:
             below = stack.pop()
-            if below.entries:
-                found.update(below.entries)  # `_only` too: the caller takes it out
+            if type(below) is str:  # a bare leaf
+                found.add(below)
+                continue
+            entries = below.entries
+            if entries:  # `_only` too: the caller takes it out
+                if type(entries) is str:
+                    found.add(entries)
+                else:
+                    found.update(entries)
             if below.children:
                 stack.extend(below.children.values())
         return found

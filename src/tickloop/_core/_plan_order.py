@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from . import _few
 from ._call import Call
 from ._expressions import Term
 from ._log import copy_json
@@ -40,10 +41,12 @@ class Slot:
 
     __slots__ = ("captured", "forward", "pending", "present", "reader", "term", "value")
 
-    def __init__(self, reader: str, term: Term, pending: set[str], forward: bool) -> None:
+    def __init__(self, reader: str, term: Term, pending: Any, forward: bool) -> None:
         self.reader = reader
         self.term = term
-        self.pending = pending  # earlier writers of an overlapping path, not ended
+        # Earlier writers of an overlapping path, not ended: a `_few` holder (None, one
+        # id, or a set), since in a chain every call waits on exactly one.
+        self.pending = pending
         self.forward = forward  # absent, and no earlier call writes it
         self.captured = False  # value kept before a later write changed the path
         self.present = False
@@ -76,7 +79,8 @@ class PlanOrder:
         self._planned = PathIndex(deferred=True)
         self._slots: dict[str, tuple[Slot, ...]] = {}
         self._readers = PathIndex()  # waiting calls by the terms they read
-        self._blocking: dict[str, set[Slot]] = {}  # writer -> slots waiting for it to end
+        # writer -> slots waiting for it to end, a `_few` holder (mostly one slot)
+        self._blocking: dict[str, Any] = {}
         self._held: dict[str, tuple[int, tuple[Term, ...]]] = {}  # id -> (seq, targets)
         self._held_on: dict[str, set[str]] = {}  # blocker -> held calls it holds back
         # Holds whose blockers moved on: what `releasable` looks at (empty: nothing to do).
@@ -108,13 +112,12 @@ class PlanOrder:
         slots = []
         for term in terms:
             if self._legacy:
-                slot = Slot(reader, term, set(), True)
+                slot = Slot(reader, term, None, True)
             else:
-                pending = {
-                    writer
-                    for writer in self._writers.ids_overlapping(term)
-                    if writer != reader and self._seq_of(writer) < seq
-                }
+                pending = None
+                for writer in self._writers.ids_overlapping(term):
+                    if writer != reader and self._seq_of(writer) < seq:
+                        pending = _few.add(pending, writer)
                 forward = False
                 if not pending and not self._lookup(term)[0]:
                     forward = not any(
@@ -122,8 +125,10 @@ class PlanOrder:
                         for writer in self._planned.ids_overlapping(term)
                     )
                 slot = Slot(reader, term, pending, forward)
-                for writer in pending:
-                    self._blocking.setdefault(writer, set()).add(slot)
+                if pending is not None:
+                    blocking = self._blocking
+                    for writer in _few.members(pending):
+                        blocking[writer] = _few.add(blocking.get(writer), slot)
             self._readers.add(term, reader)
             slots.append(slot)
         watched = self._slots[reader] = tuple(slots)
@@ -137,10 +142,14 @@ class PlanOrder:
         slots = self._slots.pop(reader, None)
         if slots:
             for slot in slots:
-                for writer in slot.pending:
+                for writer in _few.members(slot.pending):
                     waiting = self._blocking.get(writer)
                     if waiting is not None:
-                        waiting.discard(slot)
+                        waiting = _few.discard(waiting, slot)
+                        if waiting is None:
+                            del self._blocking[writer]
+                        else:
+                            self._blocking[writer] = waiting
                 self._readers.remove(slot.term, reader)
         if self._held_on:
             held = self._held_on.pop(reader, None)
@@ -177,9 +186,9 @@ class PlanOrder:
         blocking = self._blocking.pop(call_id, None) if self._blocking else None
         if blocking:
             woken = set()
-            for slot in blocking:
-                slot.pending.discard(call_id)
-                if not slot.pending:
+            for slot in _few.members(blocking):
+                slot.pending = _few.discard(slot.pending, call_id)
+                if slot.pending is None:
                     woken.add(slot.reader)
                     held = self._held_on.pop(slot.reader, None)
                     if held:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import _few
 from ._call import Call
 from ._expressions import Expression, Reference, Term, format_location
 from ._log import ContextLog
@@ -69,7 +70,7 @@ def _blockers(
     yield from sorted(call.tool_waits or (), key=seq_of)
     for slot in plan.slots(call.id):
         if slot.pending:  # earlier writers, in plan order (PROTOCOL §3)
-            yield from sorted(slot.pending, key=seq_of)
+            yield from sorted(_few.members(slot.pending), key=seq_of)
             continue
         if not slot.forward or log.lookup(slot.term)[0]:
             continue
