@@ -69,7 +69,7 @@ def _quick_init(cls: type[_Frozen]) -> type[_Frozen]:
     assert not hasattr(cls, "__post_init__")
     body = "".join(f"    _s_{name}(self, {name})\n" for name in names)
     source = f"def __init__(self, {', '.join(params)}):\n{body}"
-    exec(source, namespace)  # noqa: S102 - built from the class's own field names
+    exec(source, namespace)  # built from the class's own field names
     init = namespace["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__doc__ = cls.__init__.__doc__

@@ -367,6 +367,14 @@ class _HandlerSignature:
             ) from error
         self.parameters_schema.pop("title", None)
         self.fields = tuple(fields)
+        # Every parameter a bare `str`/`int`/`float`/`bool`: a value of exactly that type is
+        # what pydantic would hand back itself (the same object), so a call giving every
+        # parameter that way skips the model (`arguments`). Anything else, a missing
+        # parameter (its default), a bool for an int, an extra key, takes pydantic's path.
+        plain = {name: spec[0] for name, spec in fields.items()}
+        self.plain: dict[str, type] | None = (
+            plain if all(kind in _PLAIN_TYPES for kind in plain.values()) else None
+        )
         returned = hints.get("return", signature.return_annotation)
         self.output_schema: dict[str, Any] | None = None
         if returned not in _NO_OUTPUT_ANNOTATIONS and not _may_return_branch(returned):
@@ -376,11 +384,24 @@ class _HandlerSignature:
                 self.output_schema = None  # a return type pydantic cannot describe: unchecked
 
     def arguments(self, params: dict[str, Any], context: CallContext | None) -> dict[str, Any]:
+        plain = self.plain
+        if plain is not None and len(params) == len(plain):
+            for name, value in params.items():
+                if plain.get(name) is not type(value):
+                    break
+            else:  # pydantic would return these very objects (tests/test_fast_paths.py)
+                arguments = dict(params)
+                if self.context_parameter is not None:
+                    arguments[self.context_parameter] = context
+                return arguments
         converted = self.model.model_validate(params)
         arguments = {name: getattr(converted, name) for name in self.fields}
         if self.context_parameter is not None:
             arguments[self.context_parameter] = context
         return arguments
+
+
+_PLAIN_TYPES = frozenset({str, int, float, bool})
 
 
 def _may_return_branch(annotation: Any) -> bool:
