@@ -235,7 +235,7 @@ def test_a_whole_chunk_is_read_as_the_automaton_reads_it(
         assert emitted_whole == calls
 
 
-_PLAIN_KINDS = [str, int, float, bool]
+_PLAIN_KINDS: list[Any] = [str, int, float, bool, Any]
 _JSON_SCALARS = st.one_of(
     st.none(),
     st.booleans(),
@@ -248,17 +248,25 @@ _JSON_SCALARS = st.one_of(
 @settings(max_examples=300, deadline=None)
 @given(
     kinds=st.lists(st.sampled_from(_PLAIN_KINDS), min_size=0, max_size=4),
-    values=st.lists(_JSON_SCALARS, min_size=0, max_size=5),
+    values=st.lists(
+        _JSON_SCALARS
+        | st.lists(_JSON_SCALARS, max_size=2)
+        | st.dictionaries(st.text(max_size=2), _JSON_SCALARS, max_size=2),
+        min_size=0,
+        max_size=5,
+    ),
     defaults=st.booleans(),
 )
 def test_plain_parameters_are_passed_as_pydantic_would_pass_them(
     kinds: list[type], values: list[Any], defaults: bool
 ) -> None:
     names = [f"p{i}" for i in range(len(kinds))]
-    namespace: dict[str, Any] = {kind.__name__: kind for kind in _PLAIN_KINDS}
+    namespace: dict[str, Any] = {"str": str, "int": int, "float": float, "bool": bool, "Any": Any}
     tail = "=None" if defaults else ""
     pairs = zip(names, kinds, strict=True)
-    signature = ", ".join(f"{name}: {kind.__name__}{tail}" for name, kind in pairs)
+    signature = ", ".join(
+        f"{name}: {'Any' if kind is Any else kind.__name__}{tail}" for name, kind in pairs
+    )
     exec(f"async def handler({signature}):\n    return None", namespace)
     tool = tl.tool(namespace["handler"])
     signature_of = tool._signature

@@ -367,12 +367,13 @@ class _HandlerSignature:
             ) from error
         self.parameters_schema.pop("title", None)
         self.fields = tuple(fields)
-        # Every parameter a bare `str`/`int`/`float`/`bool`: a value of exactly that type is
-        # what pydantic would hand back itself (the same object), so a call giving every
-        # parameter that way skips the model (`arguments`). Anything else, a missing
+        # Every parameter a bare `str`/`int`/`float`/`bool` or `Any` (or unannotated): a
+        # value of exactly that type (any value for `Any`) is what pydantic would hand back
+        # itself, the same object, so a call giving every parameter that way skips the
+        # model (`arguments`). Anything else, a missing
         # parameter (its default), a bool for an int, an extra key, takes pydantic's path.
         plain = {name: spec[0] for name, spec in fields.items()}
-        self.plain: dict[str, type] | None = (
+        self.plain: dict[str, Any] | None = (
             plain if all(kind in _PLAIN_TYPES for kind in plain.values()) else None
         )
         returned = hints.get("return", signature.return_annotation)
@@ -387,7 +388,8 @@ class _HandlerSignature:
         plain = self.plain
         if plain is not None and len(params) == len(plain):
             for name, value in params.items():
-                if plain.get(name) is not type(value):
+                kind = plain.get(name)
+                if kind is not type(value) and kind is not Any:  # None: not a parameter
                     break
             else:  # pydantic would return these very objects (tests/test_fast_paths.py)
                 arguments = dict(params)
@@ -401,7 +403,7 @@ class _HandlerSignature:
         return arguments
 
 
-_PLAIN_TYPES = frozenset({str, int, float, bool})
+_PLAIN_TYPES = frozenset({str, int, float, bool, Any})
 
 
 def _may_return_branch(annotation: Any) -> bool:
