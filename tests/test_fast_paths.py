@@ -8,7 +8,11 @@ Each exists only for speed, so each is checked against the slower way it replace
   order, the same records and the same log, whatever order the calls finish in;
 * `SolutionStream` reading a whole call in one step (a chunk that holds it all) against
   the character automaton (one character per chunk): the same calls, the same outcome,
-  for solutions and for text that is not quite JSON (NaN, duplicate keys, cut off).
+  for solutions and for text that is not quite JSON (NaN, duplicate keys, cut off);
+* a handler whose parameters are all `str`/`int`/`float`/`bool` given values of exactly
+  those types, passed without pydantic, against pydantic's conversion of the same values;
+* the scheduler's per-call inputs and actions built by their quicker `__init__` against
+  the dataclass's own: the same fields, defaults, equality, and still frozen.
 """
 
 from __future__ import annotations
@@ -229,3 +233,108 @@ def test_a_whole_chunk_is_read_as_the_automaton_reads_it(
     assert whole.close() == by_char.close()
     if how == "none":
         assert emitted_whole == calls
+
+
+_PLAIN_KINDS: list[Any] = [str, int, float, bool, Any]
+_JSON_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kinds=st.lists(st.sampled_from(_PLAIN_KINDS), min_size=0, max_size=4),
+    values=st.lists(
+        _JSON_SCALARS
+        | st.lists(_JSON_SCALARS, max_size=2)
+        | st.dictionaries(st.text(max_size=2), _JSON_SCALARS, max_size=2),
+        min_size=0,
+        max_size=5,
+    ),
+    defaults=st.booleans(),
+)
+def test_plain_parameters_are_passed_as_pydantic_would_pass_them(
+    kinds: list[type], values: list[Any], defaults: bool
+) -> None:
+    names = [f"p{i}" for i in range(len(kinds))]
+    namespace: dict[str, Any] = {"str": str, "int": int, "float": float, "bool": bool, "Any": Any}
+    tail = "=None" if defaults else ""
+    pairs = zip(names, kinds, strict=True)
+    signature = ", ".join(
+        f"{name}: {'Any' if kind is Any else kind.__name__}{tail}" for name, kind in pairs
+    )
+    exec(f"async def handler({signature}):\n    return None", namespace)
+    tool = tl.tool(namespace["handler"])
+    signature_of = tool._signature
+    assert signature_of is not None and signature_of.plain is not None  # the fast path's case
+    keys = [*names, "extra"]
+    params = {keys[i % len(keys)]: value for i, value in enumerate(values)}
+
+    def general() -> Any:
+        try:
+            converted = signature_of.model.model_validate(params)
+        except Exception as problem:
+            return ("raised", type(problem))
+        return {name: getattr(converted, name) for name in signature_of.fields}
+
+    def fast() -> Any:
+        try:
+            return signature_of.arguments(params, None)
+        except Exception as problem:
+            return ("raised", type(problem))
+
+    expected, got = general(), fast()
+    if isinstance(expected, dict) and isinstance(got, dict):
+        assert got.keys() == expected.keys()
+        for name in expected:  # the very objects (a NaN is not equal to itself)
+            assert got[name] is expected[name] or got[name] == expected[name]
+            assert type(got[name]) is type(expected[name])
+    else:
+        assert got == expected
+
+
+_EVENTS = [FinishCall, StartCall, ReceiveCall]
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), kind=st.sampled_from(_EVENTS))
+def test_quick_inits_build_what_the_dataclass_builds(data: st.DataObject, kind: type) -> None:
+    fields = dataclasses.fields(kind)
+    # The reference: a plain dataclass of the same fields, with the generated `__init__`.
+    reference = dataclasses.make_dataclass(
+        kind.__name__,
+        [(f.name, f.type, dataclasses.field(default=f.default)) for f in fields],
+        frozen=True,
+        slots=True,
+    )
+    given_count = data.draw(
+        st.integers(
+            min_value=sum(f.default is dataclasses.MISSING for f in fields),
+            max_value=len(fields),
+        )
+    )
+    arguments = [data.draw(_JSON_SCALARS) for _ in range(given_count)]
+    by_name = data.draw(st.booleans())
+    if by_name:
+        keywords = {f.name: value for f, value in zip(fields, arguments, strict=False)}
+        made, expected = kind(**keywords), reference(**keywords)
+    else:
+        made, expected = kind(*arguments), reference(*arguments)
+    assert repr(made).split("(", 1)[1] == repr(expected).split("(", 1)[1]
+    assert made == kind(*[getattr(made, f.name) for f in fields]) or repr(made).count("nan")
+    try:
+        setattr(made, fields[0].name, "x")
+    except dataclasses.FrozenInstanceError:
+        pass
+    else:
+        raise AssertionError(f"{kind.__name__} is no longer frozen")
+    try:
+        kind(*arguments, *[None] * (len(fields) - given_count + 1))
+    except TypeError:
+        pass  # too many arguments is refused, as the dataclass's own __init__ refuses it
+    else:
+        raise AssertionError("an extra argument was taken")

@@ -16,8 +16,8 @@ The durable journal stores inputs under the names they had before these ones
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, TypeVar
 
 from ._decisions import Decision, PendingCall
 
@@ -42,6 +42,41 @@ __all__ = [
 ]
 
 
+_Frozen = TypeVar("_Frozen")
+
+
+def _quick_init(cls: type[_Frozen]) -> type[_Frozen]:
+    """Give a frozen, slotted dataclass made once or more per call a cheaper `__init__`.
+
+    The generated one sets each field through `object.__setattr__` looked up per field
+    (about 0.8 us for five fields); this one stores through the slots' own descriptors
+    (about 0.35 us). The class stays frozen (assignment still raises), with the same
+    fields, defaults, equality and hash: only construction is cheaper.
+    """
+    specs = fields(cls)  # type: ignore[arg-type]
+    names = [spec.name for spec in specs]
+    params: list[str] = []
+    namespace: dict[str, Any] = {}
+    for spec in specs:
+        # Only plain defaults: a factory or __post_init__ would need the dataclass's own.
+        assert spec.default_factory is MISSING and spec.init
+        if spec.default is MISSING:
+            params.append(spec.name)
+        else:
+            namespace[f"_d_{spec.name}"] = spec.default
+            params.append(f"{spec.name}=_d_{spec.name}")
+        namespace[f"_s_{spec.name}"] = cls.__dict__[spec.name].__set__
+    assert not hasattr(cls, "__post_init__")
+    body = "".join(f"    _s_{name}(self, {name})\n" for name in names)
+    source = f"def __init__(self, {', '.join(params)}):\n{body}"
+    exec(source, namespace)  # built from the class's own field names
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__doc__ = cls.__init__.__doc__
+    setattr(cls, "__init__", init)  # noqa: B010 - mypy refuses assigning to a method
+    return cls
+
+
 # --------------------------------------------------------------------------------------
 # Inputs (the driver tells the scheduler)
 
@@ -57,6 +92,7 @@ class OpenTick:
     plan_order: bool = True
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class ReceiveCall:
     """One call, as the model wrote it (any JSON value: the scheduler checks it)."""
@@ -90,6 +126,7 @@ class Decide:
     date: str = ""
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class FinishCall:
     """A started call returned (`value`, maybe on `branch`) or failed (`error`)."""
@@ -145,6 +182,7 @@ class NoteDecided:
     decision: Decision
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class StartCall:
     """Run this explicit call's handler with these (resolved, checked) parameters; answer

@@ -367,6 +367,15 @@ class _HandlerSignature:
             ) from error
         self.parameters_schema.pop("title", None)
         self.fields = tuple(fields)
+        # Every parameter a bare `str`/`int`/`float`/`bool` or `Any` (or unannotated): a
+        # value of exactly that type (any value for `Any`) is what pydantic would hand back
+        # itself, the same object, so a call giving every parameter that way skips the
+        # model (`arguments`). Anything else, a missing
+        # parameter (its default), a bool for an int, an extra key, takes pydantic's path.
+        plain = {name: spec[0] for name, spec in fields.items()}
+        self.plain: dict[str, Any] | None = (
+            plain if all(kind in _PLAIN_TYPES for kind in plain.values()) else None
+        )
         returned = hints.get("return", signature.return_annotation)
         self.output_schema: dict[str, Any] | None = None
         if returned not in _NO_OUTPUT_ANNOTATIONS and not _may_return_branch(returned):
@@ -376,11 +385,25 @@ class _HandlerSignature:
                 self.output_schema = None  # a return type pydantic cannot describe: unchecked
 
     def arguments(self, params: dict[str, Any], context: CallContext | None) -> dict[str, Any]:
+        plain = self.plain
+        if plain is not None and len(params) == len(plain):
+            for name, value in params.items():
+                kind = plain.get(name)
+                if kind is not type(value) and kind is not Any:  # None: not a parameter
+                    break
+            else:  # pydantic would return these very objects (tests/test_fast_paths.py)
+                arguments = dict(params)
+                if self.context_parameter is not None:
+                    arguments[self.context_parameter] = context
+                return arguments
         converted = self.model.model_validate(params)
         arguments = {name: getattr(converted, name) for name in self.fields}
         if self.context_parameter is not None:
             arguments[self.context_parameter] = context
         return arguments
+
+
+_PLAIN_TYPES = frozenset({str, int, float, bool, Any})
 
 
 def _may_return_branch(annotation: Any) -> bool:

@@ -35,21 +35,21 @@ from ._host import host_loop, run_on_host
 __all__ = ["Engine", "Journal", "check_configuration", "run_handler", "utc_now"]
 
 
-_second: list[Any] = [None, ""]  # the last whole second formatted, and its text
+_second: list[Any] = [None, ""]  # the last whole second, and its text up to the '.'
 
 
-def utc_now() -> str:
+def utc_now(_clock: Callable[[], int] = time.time_ns) -> str:
     """ISO-8601 UTC with a `Z` and microseconds, the `_date` of every engine write.
 
     Every event of every call carries one, so the date and time of the current second
-    are formatted once and only the microseconds per call.
+    are formatted once and only the microseconds per call (from integer nanoseconds: no
+    float arithmetic per call).
     """
-    now = time.time()
-    second = int(now)
+    second, micro = divmod(_clock() // 1000, 1_000_000)
     if second != _second[0]:
-        stamp = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-        _second[0], _second[1] = second, stamp
-    return f"{_second[1]}.{int((now - second) * 1_000_000):06d}Z"
+        _second[1] = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+        _second[0] = second
+    return f"{_second[1]}{micro:06d}Z"
 
 
 class Engine(SchedulerDriver):
