@@ -479,9 +479,10 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
 
         parts.append("\n### Per-call cost and growth (issue 15), same run\n")
         parts.append(
-            "`python -m benchmarks.bench_perf` (run here by `python -m benchmarks`): every "
-            "figure is a ratio of two measurements taken side by side in this process, best "
-            "of several interleaved runs.\n"
+            "`python -m benchmarks.bench_perf` (run here by `python -m benchmarks` in a "
+            "process of its own, as bench_engine is): every figure is a ratio of two "
+            "measurements taken side by side in that process, best of several interleaved "
+            "runs.\n"
         )
         parts.append(table([Row(**row) for row in results["perf"]]))
 
