@@ -18,7 +18,7 @@ import argparse
 import subprocess
 import sys
 
-from .bench_perf import Row, table
+from .bench_perf import Row, exit_status, table
 
 TARGET = 1.5
 STATEMENTS = {
@@ -74,10 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     rows = measure(args.repeat)
     print(table(rows))
-    missed = [row.name for row in rows if row.ok is False]
-    for name in missed:
-        print(f"MISSED: {name}", file=sys.stderr)
-    return 1 if missed else 0
+    return exit_status(rows)
 
 
 if __name__ == "__main__":

@@ -437,6 +437,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as out:
             json.dump([row.__dict__ for row in rows], out, indent=1)
+    return exit_status(rows)
+
+
+def exit_status(rows: list[Row]) -> int:
+    """1 when any target was missed, each named on stderr; a benchmark's exit code."""
     missed = [row.name for row in rows if row.ok is False]
     for name in missed:
         print(f"MISSED: {name}", file=sys.stderr)
