@@ -23,6 +23,7 @@ __all__ = [
     "MAX_NESTING",
     "REF",
     "RESERVED_OUTPUT_KINDS",
+    "SCALARS",
     "Expression",
     "Reference",
     "Step",
@@ -435,17 +436,19 @@ def _collect(value: object, location: tuple[Step, ...], found: list[Reference]) 
         for key, item in value.items():
             # A number, a boolean, null or a plain word holds no reference: passed over
             # without a call (or a location) per parameter.
-            if type(item) in _NO_REFERENCE or (type(item) is str and item[:1] != REF):
+            if type(item) in SCALARS or (type(item) is str and item[:1] != REF):
                 continue
             _collect(item, (*location, key), found)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            if type(item) in _NO_REFERENCE or (type(item) is str and item[:1] != REF):
+            if type(item) in SCALARS or (type(item) is str and item[:1] != REF):
                 continue
             _collect(item, (*location, index), found)
 
 
-_NO_REFERENCE = frozenset({int, float, bool, type(None)})
+# Exact types of the JSON values that hold no text and no items: no reference, nothing to
+# copy, check or unescape in them (the log and the reader ask the same question).
+SCALARS = frozenset({int, float, bool, type(None)})
 
 
 def substitute(params: object, values: Mapping[tuple[Step, ...], object]) -> object:
@@ -496,14 +499,14 @@ def _unescape_all(value: object) -> object:
     if isinstance(value, dict):
         return {
             key: item
-            if type(item) in _NO_REFERENCE or (type(item) is str and item[:1] != REF)
+            if type(item) in SCALARS or (type(item) is str and item[:1] != REF)
             else _unescape_all(item)
             for key, item in value.items()
         }
     if isinstance(value, list):
         return [
             item
-            if type(item) in _NO_REFERENCE or (type(item) is str and item[:1] != REF)
+            if type(item) in SCALARS or (type(item) is str and item[:1] != REF)
             else _unescape_all(item)
             for item in value
         ]

@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, Final
 
-from ._expressions import Step, Term, parse_term
+from ._expressions import SCALARS, Step, Term, parse_term
 
 __all__ = [
     "MAX_VALUE_DEPTH",
@@ -114,7 +114,7 @@ def shape_fault(value: Any, limit: int) -> str | None:
     50,000 deep (or one that contains itself) is reported, not a RecursionError; it stops
     at the first fault. Leaves are not examined, so it costs little for flat values.
     """
-    if type(value) in _SCALARS:
+    if type(value) in SCALARS:
         return None
     if not isinstance(value, _CONTAINERS):
         return SURROGATE_FAULT if isinstance(value, str) and has_surrogate(value) else None
@@ -130,7 +130,7 @@ def shape_fault(value: Any, limit: int) -> str | None:
                     return f"has an object key that is not a string: {describe_key(key)}"
                 if not key.isascii() and has_surrogate(key):
                     return f"has an object key that {SURROGATE_FAULT}"
-                if type(item) in _SCALARS:
+                if type(item) in SCALARS:
                     continue
                 if isinstance(item, _CONTAINERS):
                     stack.append((item, depth + 1))
@@ -138,16 +138,13 @@ def shape_fault(value: Any, limit: int) -> str | None:
                     return SURROGATE_FAULT
         else:
             for item in node:
-                if type(item) in _SCALARS:
+                if type(item) in SCALARS:
                     continue
                 if isinstance(item, _CONTAINERS):
                     stack.append((item, depth + 1))
                 elif isinstance(item, str) and not item.isascii() and has_surrogate(item):
                     return SURROGATE_FAULT
     return None
-
-
-_SCALARS: Final = frozenset({int, float, bool, type(None)})  # exact types: no text, no items
 
 
 def short_repr(value: Any, limit: int = 60) -> str:
@@ -575,7 +572,7 @@ def _check_in(views: dict[str, Any], term: Term, method: str, value: Any) -> str
     follow: an index step needs a list that already exists.
     """
     # A number, a boolean or null can be set or pushed anywhere: nothing to check in it.
-    if type(value) not in _SCALARS or (method != "set" and method != "push"):
+    if type(value) not in SCALARS or (method != "set" and method != "push"):
         error = _check_value(method, value)
         if error is not None:
             return f"{error} at {term}"

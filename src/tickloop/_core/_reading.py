@@ -9,7 +9,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ._call import Call, schema_message, structural
-from ._expressions import REF, Expression, Term, substitute
+from ._expressions import REF, SCALARS, Expression, Term, substitute
 from ._log import copy_json
 from ._plan_order import Slot
 
@@ -82,7 +82,7 @@ def resolve(
         {key: copy_json(value) for key, value in values.items()} if values else _NO_VALUES,
     )
     assert isinstance(params, dict)
-    for parameter, input_name in call.tool.bind.items() if call.tool.bind else ():
+    for parameter, input_name in call.tool.bind.items():
         # Bound values come from the run's input only; without one, the parameter is
         # left out and the schema decides (its default, or a "required" error).
         present, value = lookup(Term("input", (input_name,)))
@@ -99,15 +99,12 @@ def resolve(
     return params, None
 
 
-_SCALARS = frozenset({int, float, bool, type(None)})
-
-
 def _plain(params: dict[str, Any]) -> bool:
     """Whether every parameter is a number, a boolean, null or a string without a dagger
     (no reference, no escaped literal), so that resolving it changes nothing."""
     for value in params.values():
         kind = type(value)
-        if kind in _SCALARS or (kind is str and value[:1] != REF):
+        if kind in SCALARS or (kind is str and value[:1] != REF):
             continue
         return False
     return True

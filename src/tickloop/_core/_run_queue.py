@@ -21,7 +21,6 @@ class RunQueue:
 
     __slots__ = (
         "_in_heads",
-        "_limits",
         "_queues",
         "_tool_running",
         "_tools",
@@ -33,7 +32,6 @@ class RunQueue:
 
     def __init__(self, tools: ToolSet) -> None:
         self._tools = tools
-        self._limits: dict[str, int | None] = {}  # each tool's max_concurrency, once read
         self._queues: dict[str, deque[Call]] = {}
         # (seq, tool) of tools able to start one: empty when none can start
         self.heads: list[tuple[int, str]] = []
@@ -88,9 +86,7 @@ class RunQueue:
         queue = self._queues.get(name)
         if not queue:
             return
-        limit = self._limits.get(name, -1)
-        if limit == -1:
-            limit = self._limits[name] = self._tools[name].max_concurrency
+        limit = self._tools[name].max_concurrency
         if limit is not None and self._tool_running.get(name, 0) >= limit:
             return
         heapq.heappush(self.heads, (queue[0].seq, name))

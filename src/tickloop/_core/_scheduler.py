@@ -445,12 +445,7 @@ class Scheduler:
             return
         if self.notes:
             self._actions.append(NoteReady(call.id, params))
-        tool = call.tool
-        if (
-            not call.preapproved
-            and tool.requires_approval is not False
-            and (tool.needs_approval(params))
-        ):
+        if not call.preapproved and call.tool.needs_approval(params):
             move(call, S.APPROVING, self._event)
             self._approvals.waiting.append(call)
         else:
