@@ -395,11 +395,16 @@ def parse_expression(text: str) -> Expression:
 
 
 def parse_term(text: str) -> Term:
-    """Parse exactly one term, e.g. the branch a `Branch(term, value)` names."""
-    expression = _fast_parse(text)
+    """Parse exactly one term, e.g. the branch a `Branch(term, value)` names, or the path
+    a data message was written at (the cached `parse_expression`: its call's `_outputPath`
+    was parsed when the call arrived)."""
+    try:
+        expression: Expression | None = parse_expression(text)
+    except ValueError:
+        expression = None
     if expression is not None and expression.op is None:
         return expression.terms[0]
-    return _Scanner(text).single_term()
+    return _Scanner(text).single_term()  # the error about a single term, or the term
 
 
 def is_reference(value: object) -> bool:

@@ -71,7 +71,13 @@ def has_surrogate(text: str) -> bool:
     """Whether a string holds a lone surrogate: JSON's `"\\ud800"` decodes to one, and
     `os.listdir` gives them for names that are not UTF-8. Nothing can encode it as UTF-8
     (the store, the next HTTP request), so it is refused where it enters."""
-    return not text.isascii() and _SURROGATE.search(text) is not None
+    if text.isascii():
+        return False
+    try:  # UTF-8 refuses exactly the lone surrogates, and encoding beats a regex scan
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _clean(text: str) -> str:

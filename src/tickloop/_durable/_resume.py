@@ -56,7 +56,7 @@ from .._core._expressions import (
     parse_expression,
     parse_term,
 )
-from .._core._log import ContextLog
+from .._core._log import ContextLog, has_surrogate
 from .._core._path_index import PathIndex as _PathIndex
 from .._core._scheduler_io import (
     Action,
@@ -203,13 +203,7 @@ def dumps_entry(value: Any) -> str:
     as its `\\u` escape: SQLite stores UTF-8, which has no form for it."""
     try:
         text = "".join(_ENCODE(value, 0))
-        if text.isascii():
-            return text
-        try:
-            text.encode()  # the cheapest test for a lone surrogate in a long text
-        except UnicodeEncodeError:
-            return "".join(_ENCODE_ASCII(value, 0))
-        return text
+        return "".join(_ENCODE_ASCII(value, 0)) if has_surrogate(text) else text
     except (TypeError, ValueError, RecursionError) as error:
         raise StoreError(f"a value of this run cannot be stored as JSON: {error}") from error
 
@@ -331,7 +325,6 @@ class DurableRun:
         self._wakeup: trio.Event | None = None
         self._added = self._committed = 0  # entries recorded / committed by this process
         self._marks: dict[str, int] = {}
-        self._rows_seq = writer.seq  # the journal entry the stored rows reflect
         self.wall0 = time.time()
         self.trio0 = trio.current_time()
         self._clock = trio.lowlevel.current_clock()  # read per event: no lookup of the run
@@ -402,10 +395,7 @@ class DurableRun:
         due = since is not None and (
             rows or self._checkpoint or self._clock.current_time() >= since + ROW_LAG
         )
-        # The stored rows_seq lags the journal while rows wait, or after entries that
-        # changed no row were committed without it: the run's end brings it level.
-        stale = rows and self._rows_seq != self.writer.seq + len(self._pending)
-        if not self._pending and not due and not stale:
+        if not self._pending and not due:
             return
         self._committed = self._added
         entries, self._pending = self._pending, []
@@ -439,8 +429,6 @@ class DurableRun:
         if due:
             self._dirty_since = None
             self._checkpoint = self._rewrite = False
-        if current:
-            self._rows_seq = self.writer.seq
 
     @asynccontextmanager
     async def flushing(self) -> AsyncIterator[None]:
@@ -531,7 +519,7 @@ class DurableRun:
         message = action.message
         path, call = message.get("_path"), message.get("_call")
         if isinstance(path, str) and isinstance(call, dict) and "_id" in call:
-            self.written.add(_term(path), call["_id"])
+            self.written.add(parse_term(path), call["_id"])
 
     def _on_tick_ended(self, action: NoteTickEnded, event: Event, at: float) -> None:
         self._checkpoint = True  # a pause, or what the next request is made from
@@ -778,16 +766,6 @@ _HANDLERS: dict[type, _Handler | None] = {
     StartCall: DurableRun._on_start,
     NoteTickEnded: DurableRun._on_tick_ended,
 }
-
-
-def _term(path: str) -> Term:
-    """The term a write's path names: the cached `parse_expression` (the scheduler parsed
-    the same `_outputPath` when the call arrived) instead of parsing it again."""
-    try:
-        expression = parse_expression(path)
-    except ValueError:
-        return parse_term(path)  # raises the same error, about a single term
-    return expression.terms[0] if expression.op is None else parse_term(path)
 
 
 _ON_SETTLED = _HANDLERS[NoteSettled]
