@@ -31,13 +31,11 @@ from ._loop import AgentConfig, LoopProtocol, RunResult
 from ._output import OutputSpec
 from ._prompt import DEFAULT_CONTEXT_BUDGET, solution_schema
 from ._session import RunSession
-from ._solution import SOLUTION, StreamRestarted, _SolutionLoop
+from ._solution import SOLUTION
 from ._text_stream import open_stream
 from ._turns import TOOLS
 
-# `StreamRestarted` and `_SolutionLoop` are named here too for the Temporal workflow,
-# which imports them from this module.
-__all__ = ["Agent", "RunResult", "StreamRestarted", "_SolutionLoop"]
+__all__ = ["Agent", "RunResult"]
 
 PROTOCOLS: dict[str, LoopProtocol] = {protocol.name: protocol for protocol in (SOLUTION, TOOLS)}
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")

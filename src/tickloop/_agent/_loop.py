@@ -18,8 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import trio
-
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._log import ContextLog
 from .._core._scheduler import CallRecord
@@ -228,7 +226,8 @@ class OuterLoop:
 
     def _emit(self, kind: type[RunEvent], **fields: Any) -> None:
         if self.events.listeners:
-            self.events.emit(kind(run_id=self.events.run_id, time=trio.current_time(), **fields))
+            events = self.events  # stamped on the sink's clock: trio's, or a workflow's
+            events.emit(kind(run_id=events.run_id, time=events.clock(), **fields))
 
     def _on_retry(self, iteration: int, attempt: int, delay: float, error: Exception) -> None:
         self._emit(

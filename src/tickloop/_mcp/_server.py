@@ -168,14 +168,14 @@ class MCPServer(ToolSource):
             tools, instructions = self._shared_tools, self._shared_instructions
 
             async def shared() -> OpenedSource:
-                return self._opened(tools, instructions)
+                return self.opened(tools, instructions)
 
             yield shared
             return
         async with self._connect() as listing:
 
             async def own() -> OpenedSource:
-                return self._opened(*await listing())
+                return self.opened(*await listing())
 
             yield own
 
@@ -198,10 +198,8 @@ class MCPServer(ToolSource):
         )
 
     def opened(self, tools: list[Tool], instructions: str | None) -> OpenedSource:
-        """What this server gives a run that has `tools` and `instructions` listed."""
-        return self._opened(tools, instructions)
-
-    def _opened(self, tools: list[Tool], instructions: str | None) -> OpenedSource:
+        """What this server gives a run that has `tools` and `instructions` listed (here,
+        or by a Temporal activity)."""
         text = None
         if self.include_instructions and instructions and instructions.strip():
             text = f"## Instructions from the MCP server {self.label}\n{instructions.strip()}"

@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
     from .._core._driver import SchedulerDriver
     from .._core._scheduler_io import Decide, FinishCall, Flush, NoteTickEnded, StartCall
     from .._core._status import FINAL_STATUSES, CallStatus
+    from .._core._tools import Tool
     from .._durable._resume import INTERRUPTED
     from .._engine._run import initial_log
     from .._engine._sources import merge_opened
@@ -318,9 +319,6 @@ class _WorkflowSolutionLoop(_SolutionLoop):
         self.host = host
         super().__init__(host.config, log, host.sink, None)
 
-    def _emit(self, kind: type[RunEvent], **fields: Any) -> None:
-        self.host.emit(kind, **fields)
-
     def _make_engine(self, on_action: Callable[[Any], None], durable: Any) -> Any:
         return WorkflowEngine(self.host, self.log, on_action)
 
@@ -332,9 +330,9 @@ class _WorkflowTurnLoop(_TurnLoop):
     def __init__(self, host: AgentWorkflow, log: Any) -> None:
         self.host = host
         super().__init__(host.config, log, host.sink, None, None)
-
-    def _emit(self, kind: type[RunEvent], **fields: Any) -> None:
-        self.host.emit(kind, **fields)
+        # The worker's agent does not know the run's MCP tools: each request names them,
+        # and they are the run's, fixed once listed.
+        self._listed_specs = [asdict(spec) for spec in self.specs] if host.sources else None
 
     def _make_engine(self, on_action: Callable[[Any], None], durable: Any) -> Any:
         return WorkflowEngine(self.host, self.log, on_action)
@@ -346,8 +344,8 @@ class _WorkflowTurnLoop(_TurnLoop):
             "conversation": request.conversation,
             "iteration": request.iteration,
         }
-        if self.host.sources:  # the worker's agent does not know the run's MCP tools
-            data["tools"] = [asdict(spec) for spec in request.tools]
+        if self._listed_specs is not None:
+            data["tools"] = self._listed_specs
         problem = too_big(data, f"the request of iteration {request.iteration}")
         if problem is not None:  # the run ends with its log, never a stuck workflow
             raise ExecuteError(problem, self.log.messages)
@@ -505,8 +503,8 @@ class AgentWorkflow:
         opened = []
         for server, source in zip(self.sources, listed["sources"], strict=True):
             assert isinstance(server, MCPServer)
-            tools = [server.tool_from_spec(spec) for spec in source["tools"]]
-            opened.append(server.opened(list(tools), source["instructions"]))
+            tools: list[Tool] = [server.tool_from_spec(spec) for spec in source["tools"]]
+            opened.append(server.opened(tools, source["instructions"]))
         bound = agent._config_with(self.config, merge_opened(list(agent.tools.values()), opened))
         unknown = sorted(set(self.options.get("tool_task_queues") or {}) - set(bound.tools))
         if unknown:
@@ -519,8 +517,8 @@ class AgentWorkflow:
     # -- events -----------------------------------------------------------------------------
 
     def emit(self, kind: type[RunEvent], **fields: Any) -> None:
-        """An event of the loop's own (a request, the run), stamped with workflow time."""
-        self.sink.emit(kind(run_id=self.sink.run_id, time=workflow.time(), **fields))
+        """An event of the run's own (its start and end), stamped with workflow time."""
+        self.sink.emit(kind(run_id=self.sink.run_id, time=self.sink.clock(), **fields))
 
     def _keep_event(self, event: RunEvent) -> None:
         """Keep `event` for the clients, with the worker that ran what it is about."""
