@@ -55,7 +55,7 @@ from .._errors import ConfigurationError, ExecuteError, MaxIterationsError, Resu
 from .._mcp._server import MCPServer
 from .._models._base import Usage
 from .._observe._events import EventSink, Redactor, RunEnded, RunEvent, event_from_dict
-from ._activities import activity_names, make_activities, mcp_call_activity
+from ._activities import activity_names, make_activities, mcp_call_activity, unknown_routes
 from ._devserver import dev_server
 from ._mcp_host import HOST
 from ._workflow import (
@@ -190,12 +190,9 @@ async def start(
             )
     # A route for a tool the agent does not have would be ignored: a typo said now. The
     # tools of MCP servers are known once a run lists them: the workflow checks those.
-    unknown = sorted(set(routes) - set(agent.tools))
-    if unknown and not agent.tool_sources:
-        raise ConfigurationError(
-            f"tool_task_queues names {', '.join(map(repr, unknown))}, which agent "
-            f"{name!r} has no tool of (its tools: {', '.join(agent.tools) or 'none'})"
-        )
+    problem = None if agent.tool_sources else unknown_routes(routes, agent.tools, name)
+    if problem is not None:
+        raise problem
     try:
         input = pydantic_core.to_jsonable_python(input)
     except pydantic_core.PydanticSerializationError as error:

@@ -18,7 +18,7 @@ import concurrent.futures
 import contextlib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import asdict
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -34,6 +34,7 @@ from .._core._decisions import PendingCall, decision_to_dict
 from .._core._tools import CallContext
 from .._engine._asking import ask
 from .._engine._engine import run_handler
+from .._errors import ConfigurationError
 from .._json._stream import SolutionStream
 from .._mcp._server import MCPServer
 from .._models._base import (
@@ -58,6 +59,7 @@ __all__ = [
     "make_activities",
     "mcp_call_activity",
     "too_big",
+    "unknown_routes",
 ]
 
 DELTA_SIGNAL = "tickloop.delta"  # the model activity's closed calls, to its own workflow
@@ -74,6 +76,20 @@ def activity_names(agent_name: str) -> dict[str, str]:
         "tool": f"{agent_name}.tool.",
         "list_tools": f"{agent_name}.list_tools",  # an agent with MCP servers
     }
+
+
+def unknown_routes(
+    routes: Iterable[str], tools: Collection[str], agent_name: str
+) -> ConfigurationError | None:
+    """The error for `tool_task_queues` routes naming no tool of the agent (a typo would be
+    ignored otherwise), or None when every route names one."""
+    unknown = sorted(set(routes) - set(tools))
+    if not unknown:
+        return None
+    return ConfigurationError(
+        f"tool_task_queues names {', '.join(map(repr, unknown))}, which agent "
+        f"{agent_name!r} has no tool of (its tools: {', '.join(tools) or 'none'})"
+    )
 
 
 def too_big(value: Any, what: str, limit: int = PAYLOAD_LIMIT) -> str | None:

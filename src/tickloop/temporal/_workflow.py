@@ -55,7 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from .._durable._resume import INTERRUPTED
     from .._engine._run import initial_log
     from .._engine._sources import merge_opened
-    from .._errors import ConfigurationError, ExecuteError, TickloopError, _RunStopped
+    from .._errors import ExecuteError, TickloopError, _RunStopped
     from .._mcp._server import MCPServer, MCPTool
     from .._models._base import (
         ModelError,
@@ -74,7 +74,7 @@ with workflow.unsafe.imports_passed_through():
         RunEvent,
         RunStarted,
     )
-    from ._activities import DELTA_SIGNAL, activity_names, too_big
+    from ._activities import DELTA_SIGNAL, activity_names, too_big, unknown_routes
 
 __all__ = [
     "AGENTS",
@@ -506,12 +506,11 @@ class AgentWorkflow:
             tools: list[Tool] = [server.tool_from_spec(spec) for spec in source["tools"]]
             opened.append(server.opened(tools, source["instructions"]))
         bound = agent._config_with(self.config, merge_opened(list(agent.tools.values()), opened))
-        unknown = sorted(set(self.options.get("tool_task_queues") or {}) - set(bound.tools))
-        if unknown:
-            raise ConfigurationError(
-                f"tool_task_queues names {', '.join(map(repr, unknown))}, which agent "
-                f"{agent.name!r} has no tool of (its tools: {', '.join(bound.tools)})"
-            )
+        problem = unknown_routes(
+            self.options.get("tool_task_queues") or {}, bound.tools, str(agent.name)
+        )
+        if problem is not None:
+            raise problem
         return bound
 
     # -- events -----------------------------------------------------------------------------
