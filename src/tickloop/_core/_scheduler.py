@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._approvals import ApprovalQueue, hook_fault, pending_call
+from ._approvals import ApprovalQueue, hook_fault, pending_call, waited_on
 from ._arrival import (
     check_call,
     check_edit,
@@ -444,7 +444,8 @@ class Scheduler:
             self._settle(call, S.INVALID, error)
             return
         if self.notes:
-            self._actions.append(NoteReady(call.id, params))
+            waits = waited_on(call, self._written, self._request_by_tool, self._seq_of)
+            self._actions.append(NoteReady(call.id, params, waits))
         if not call.preapproved and call.tool.needs_approval(params):
             move(call, S.APPROVING, self._event)
             self._approvals.waiting.append(call)

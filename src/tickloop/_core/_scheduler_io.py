@@ -16,7 +16,7 @@ The durable journal stores inputs under the names they had before these ones
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, TypeVar
 
 from ._decisions import Decision, PendingCall
@@ -163,10 +163,12 @@ class NoteAccepted:
 
 @dataclass(frozen=True, slots=True)
 class NoteReady:
-    """A call's inputs exist: these are its resolved, checked parameters."""
+    """A call's inputs exist: these are its resolved, checked parameters. `waits_on`: the
+    calls whose writes (or end, for a tool's `depends_on`) it waited on, in arrival order."""
 
     id: str
     params: dict[str, Any]
+    waits_on: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

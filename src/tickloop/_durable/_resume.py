@@ -291,10 +291,13 @@ class DurableRun:
         self.rows: dict[str, _Row] = {}
         self.wires: dict[str, Any] = {}
         self.ready_params: dict[str, Any] = {}  # so a start need not serialise them again
-        self.written = _PathIndex()  # which call wrote which path: dependency arrows
-        self.declared = _PathIndex()  # which call said it would write which path
-        # (call id, `_outputPath`) of the calls accepted since `declared` was last read:
-        # it is only read for a call settled without being ready, so it is built then.
+        # Which call wrote, or said it would write, which path: the arrows of a call
+        # settled without being ready (its writer was denied...). A ready call's arrows
+        # come from the scheduler (`NoteReady.waits_on`), so these are only read for such
+        # a call, and built then from the (path, call id) pairs recorded since.
+        self.written = _PathIndex()
+        self.declared = _PathIndex()
+        self._unwritten: list[tuple[str, str]] = []
         self._undeclared: list[tuple[str, str]] = []
         self.by_tool: dict[tuple[int, str], list[str]] = {}
         self.running: dict[str, StartCall] = {}  # started, not finished
@@ -519,7 +522,7 @@ class DurableRun:
         message = action.message
         path, call = message.get("_path"), message.get("_call")
         if isinstance(path, str) and isinstance(call, dict) and "_id" in call:
-            self.written.add(parse_term(path), call["_id"])
+            self._unwritten.append((path, call["_id"]))
 
     def _on_tick_ended(self, action: NoteTickEnded, event: Event, at: float) -> None:
         self._checkpoint = True  # a pause, or what the next request is made from
@@ -553,7 +556,7 @@ class DurableRun:
         if row.deps is None and action.status in ("invalid", "skipped"):
             # Settled without ever being ready (its writer was denied, failed...): the
             # timeline still draws what it waited on.
-            found = self._dependencies(action.id, row, declared=True)
+            found = self._dependencies(action.id, row)
             if found:
                 row.deps = dumps_entry(found)
         self.running.pop(action.id, None)
@@ -567,8 +570,11 @@ class DurableRun:
         row.status, row.ready = CallStatus.QUEUED, at
         row.params = dumps_entry(self.redact.shared(action.params))
         self.ready_params[action.id] = action.params
-        found = self._dependencies(action.id, row)
-        row.deps = dumps_entry(found) if found else "[]"
+        # The scheduler says whom it waited on; its wire is needed no longer (a Replace
+        # brings a new one before the call is ready again).
+        self.wires.pop(action.id, None)
+        waits = action.waits_on
+        row.deps = dumps_entry(waits) if waits else "[]"
         return row
 
     def _on_decided(self, action: NoteDecided, event: Event, at: float) -> _Row | None:
@@ -607,6 +613,13 @@ class DurableRun:
         self.rows[call_id] = row
         return row
 
+    def _written(self) -> _PathIndex:
+        """Which call wrote which path, every write so far."""
+        for path, call_id in self._unwritten:
+            self.written.add(parse_term(path), call_id)
+        self._unwritten.clear()
+        return self.written
+
     def _declared(self) -> _PathIndex:
         """Which call said it would write which path, every call accepted so far."""
         for call_id, path in self._undeclared:
@@ -618,8 +631,10 @@ class DurableRun:
         self._undeclared.clear()
         return self.declared
 
-    def _dependencies(self, call_id: str, row: _Row, declared: bool = False) -> list[str]:
-        """The calls whose writes (or, for tool dependencies, whose end) it waited on."""
+    def _dependencies(self, call_id: str, row: _Row) -> list[str]:
+        """What a call settled without being ready waited on: the calls that wrote what
+        it reads, or said they would (and ended without writing), and, for a tool's
+        `depends_on`, the earlier calls of that tool."""
         found: set[str] = set()
         wire = self.wires.pop(call_id, None)  # needed no longer (a Replace brings a new one)
         terms: list[Term] = []
@@ -645,11 +660,10 @@ class DurableRun:
                 for earlier in self.by_tool.get((row.iteration, name), ()):
                     if self.rows[earlier].seq < row.seq:
                         found.add(earlier)
-        written = self.written
-        promised = self._declared() if declared and terms else None
-        for term in terms:
-            found.update(written.ids_overlapping(term))
-            if promised is not None:  # a writer that ended without writing (denied...) too
+        if terms:
+            written, promised = self._written(), self._declared()
+            for term in terms:
+                found.update(written.ids_overlapping(term))
                 found.update(promised.ids_overlapping(term))
         found.discard(call_id)
         if len(found) < 2:
