@@ -345,14 +345,10 @@ class DurableRun:
     def record(self, event: Event, actions: list[Action]) -> None:
         """The engine's journal hook: called after the scheduler, before any action."""
         at = self.now()
-        self._track(event, actions, at)
+        # A call started (or asked about) by this event may act once this entry, the
+        # next one recorded, is committed (`commit(call_id)`); `_track` marks it so.
+        self._track(event, actions, at, self._added + 1)
         self._add(at, "event", event_to_dict(event))
-        marks, added = self._marks, self._added
-        for action in actions:  # what must be stored before this call may act
-            if isinstance(action, StartCall):
-                marks[action.id] = added
-            elif isinstance(action, AskApproval):
-                marks[action.pending.id] = added
 
     def journal_messages(self, messages: Sequence[dict[str, Any]]) -> None:
         at = self.now()
@@ -483,13 +479,17 @@ class DurableRun:
         elif kind == "plan":
             self.plan_due = False
 
-    def _track(self, event: Event, actions: list[Action], at: float) -> None:
-        """Follow the run's state; changed call rows are kept for the next commit."""
+    def _track(self, event: Event, actions: list[Action], at: float, mark: int = 0) -> None:
+        """Follow the run's state; changed call rows are kept for the next commit.
+
+        `mark`: the number of the entry recording this event, which a call it starts or
+        asks about must see committed first (0 on replay: those entries are committed).
+        """
         if isinstance(event, FinishCall):
             # Not running any more, even while its write is held (PROTOCOL §4): the
             # journaled result is replayed and applied in plan order, never run again.
             self.running.pop(event.call_id, None)
-        elif isinstance(event, ReceiveCall | ReportFault):
+        elif isinstance(event, (ReceiveCall, ReportFault)):
             call = event.call
             handed = call.get("_id") if isinstance(call, dict) else None
             self.handed.add(handed if isinstance(handed, str) else None)
@@ -506,17 +506,26 @@ class DurableRun:
         for action in actions:
             kind = type(action)
             handler = handlers[kind] if kind in handlers else _handler(kind)
-            if handler is not None:
-                row = handler(self, action, event, at)
-                if row is not None:
-                    call_id = row.call_id
-                    if handler is _ON_SETTLED and row.stored and call_id not in dirty:
-                        settled[call_id] = row
-                    else:
-                        dirty[call_id] = row
-                        settled.pop(call_id, None)
-                    if self._dirty_since is None:
-                        self._dirty_since = self._clock.current_time()
+            if handler is None:
+                continue
+            if mark:
+                if handler is _ON_START:
+                    self._marks[action.id] = mark
+                elif handler is _ON_ASK:
+                    self._marks[action.pending.id] = mark
+            row = handler(self, action, event, at)
+            if row is None:
+                continue
+            call_id = row.call_id
+            if row.stored and handler is _ON_SETTLED and call_id not in dirty:
+                settled[call_id] = row
+            else:
+                dirty[call_id] = row
+                if settled:
+                    settled.pop(call_id, None)
+        # None exactly while no row change waits (`commit` clears both together).
+        if self._dirty_since is None and (dirty or settled):
+            self._dirty_since = self._clock.current_time()
 
     def _on_message(self, action: NoteMessage, event: Event, at: float) -> None:
         message = action.message
@@ -783,6 +792,8 @@ _HANDLERS: dict[type, _Handler | None] = {
 
 
 _ON_SETTLED = _HANDLERS[NoteSettled]
+_ON_START = _HANDLERS[StartCall]
+_ON_ASK = _HANDLERS[AskApproval]
 
 
 def _handler(kind: type) -> _Handler | None:
