@@ -327,7 +327,10 @@ class DurableRun:
         self._rewrite = False  # a resume's first row write replaces all the run's rows
         self._wakeup: trio.Event | None = None
         self._added = self._committed = 0  # entries recorded / committed by this process
+        # Call id -> the entry that must be committed before it acts; `_mark` is the
+        # entry of the event being followed (0 on replay: all committed already).
         self._marks: dict[str, int] = {}
+        self._mark = 0
         self.wall0 = time.time()
         self.trio0 = trio.current_time()
         self._clock = trio.lowlevel.current_clock()  # read per event: no lookup of the run
@@ -485,6 +488,7 @@ class DurableRun:
         `mark`: the number of the entry recording this event, which a call it starts or
         asks about must see committed first (0 on replay: those entries are committed).
         """
+        self._mark = mark
         if isinstance(event, FinishCall):
             # Not running any more, even while its write is held (PROTOCOL §4): the
             # journaled result is replayed and applied in plan order, never run again.
@@ -508,11 +512,6 @@ class DurableRun:
             handler = handlers[kind] if kind in handlers else _handler(kind)
             if handler is None:
                 continue
-            if mark:
-                if handler is _ON_START:
-                    self._marks[action.id] = mark
-                elif handler is _ON_ASK:
-                    self._marks[action.pending.id] = mark
             row = handler(self, action, event, at)
             if row is None:
                 continue
@@ -537,6 +536,8 @@ class DurableRun:
         self._checkpoint = True  # a pause, or what the next request is made from
 
     def _on_ask(self, action: AskApproval, event: Event, at: float) -> _Row:
+        if self._mark:
+            self._marks[action.pending.id] = self._mark
         row = self.rows[action.pending.id]
         row.status, row.asked = CallStatus.APPROVING, at
         self.asking = action.pending
@@ -608,6 +609,8 @@ class DurableRun:
         return row
 
     def _on_start(self, action: StartCall, event: Event, at: float) -> _Row | None:
+        if self._mark:
+            self._marks[action.id] = self._mark
         row = self.rows.get(action.id)
         if row is None:
             return None
@@ -792,8 +795,6 @@ _HANDLERS: dict[type, _Handler | None] = {
 
 
 _ON_SETTLED = _HANDLERS[NoteSettled]
-_ON_START = _HANDLERS[StartCall]
-_ON_ASK = _HANDLERS[AskApproval]
 
 
 def _handler(kind: type) -> _Handler | None:
