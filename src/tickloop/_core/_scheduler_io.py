@@ -16,7 +16,8 @@ The durable journal stores inputs under the names they had before these ones
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields
+from collections.abc import Sequence
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, TypeVar
 
 from ._decisions import Decision, PendingCall
@@ -164,11 +165,12 @@ class NoteAccepted:
 @dataclass(frozen=True, slots=True)
 class NoteReady:
     """A call's inputs exist: these are its resolved, checked parameters. `waits_on`: the
-    calls whose writes (or end, for a tool's `depends_on`) it waited on, in arrival order."""
+    calls whose writes (or end, for a tool's `depends_on`) it waited on, in arrival order,
+    from a scheduler made with `arrows=True` (empty otherwise)."""
 
     id: str
     params: dict[str, Any]
-    waits_on: list[str] = field(default_factory=list)
+    waits_on: Sequence[str] = ()
 
 
 @dataclass(frozen=True, slots=True)
