@@ -721,8 +721,9 @@ def _checked_decision(call_id: str, value: Any) -> Decision:
 class RunWriter:
     """Appends one run's journal; one instance per process that runs the run.
 
-    `seq` is the journal's primary key with the run id, so a second process writing the
-    same run at the same time fails on its first entry instead of interleaving.
+    `seq` numbers the run's entries; a commit whose numbers the journal already holds is
+    refused (`insert`), so a second process writing the same run at the same time fails
+    on its first commit instead of interleaving.
     """
 
     def __init__(self, store: SQLiteStore, connection: sqlite3.Connection, run_id: str) -> None:
