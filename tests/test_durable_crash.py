@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 import tickloop as tl
 
@@ -332,3 +333,87 @@ def test_a_question_left_unanswered_by_a_crash_is_asked_again(
     assert result.status == "done" and result.state == {"n": 5, "p": "paid"}
     assert hookchild.asked == ["c1.1"]
     assert _counts(tmp_path) == Counter({"fetch:5": 1, "pay:5": 1})
+
+
+def test_the_entry_that_starts_or_asks_about_a_call_is_committed_before_it_may_act(
+    tmp_path: Path,
+) -> None:
+    """Write-ahead, at the seam the engine uses: `commit(call_id)` before a handler runs
+    or the hook is asked commits the event that started (or asked about) that call,
+    even when the entries before it are committed already; and a call started by an
+    entry already committed adds no commit of its own (calls that start together share
+    one)."""
+    from tickloop._core._log import ContextLog
+    from tickloop._core._scheduler import Scheduler
+    from tickloop._core._scheduler_io import (
+        AskApproval,
+        CloseStream,
+        Event,
+        FinishCall,
+        OpenTick,
+        ReceiveCall,
+        StartCall,
+    )
+    from tickloop._core._tools import ToolSet
+    from tickloop._durable._resume import DurableRun
+    from tickloop._durable._store import create_run
+    from tickloop._observe._events import EventSink, Redactor
+
+    @tl.tool
+    def step(n: int) -> int:
+        return n
+
+    @tl.tool(requires_approval=True)
+    def pay(n: int) -> int:
+        return n
+
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    tools = ToolSet([step, pay])
+    commits: list[int] = []
+
+    async def main() -> None:
+        writer = create_run(store, "r", "solution")
+        append = writer.append
+        writer.append = lambda entries, *rest, **options: (  # type: ignore[method-assign]
+            commits.append(len(entries)),
+            append(entries, *rest, **options),
+        )[1]
+        redact = Redactor()
+        durable = DurableRun(writer, tools, redact, EventSink("r", redact))
+        scheduler = Scheduler(tools, ContextLog([]), arrows=True)
+
+        def feed(event: Event) -> list[Any]:
+            actions = scheduler.handle(event)
+            durable.record(event, actions)
+            return actions
+
+        def last_event() -> str:
+            events = [body["type"] for _, _, kind, body in store.journal("r") if kind == "event"]
+            return events[-1]
+
+        feed(OpenTick(1))
+        durable.commit()
+        actions = feed(ReceiveCall({"_tool": "step", "n": 1, "_outputPath": "†state.a"}))
+        [start] = [a for a in actions if isinstance(a, StartCall)]
+        durable.commit(start.id)
+        assert last_event() == "CallReceived"
+        for n in (2, 3):  # two readers of a: both start when c1.0 finishes
+            feed(ReceiveCall({"_tool": "step", "n": "†state.a", "_outputPath": f"†state.r{n}"}))
+        durable.commit()
+        actions = feed(FinishCall(start.id, value=1))
+        starts = [a.id for a in actions if isinstance(a, StartCall)]
+        assert starts == ["c1.1", "c1.2"]
+        before = len(commits)
+        durable.commit(starts[0])
+        assert last_event() == "CallFinished" and len(commits) == before + 1
+        durable.commit(starts[1])
+        assert len(commits) == before + 1
+        actions = feed(ReceiveCall({"_tool": "pay", "n": 5, "_outputPath": "†state.p"}))
+        [ask] = [a for a in actions if isinstance(a, AskApproval)]
+        durable.commit(ask.pending.id)
+        assert last_event() == "CallReceived"
+        feed(CloseStream())
+        durable.commit(rows=True)
+
+    trio.run(main)
+    store.close()

@@ -606,12 +606,20 @@ def _prefix_agent(store: Any, ran: list[str], asked: list[str]) -> tl.Agent:
 
 def _cut(source: Path, target: Path, keep: int) -> None:
     """A copy of the store whose run lost every journal entry after `keep`: a process
-    killed that moment earlier (the calls rows, unused by a resume, are left as they were)."""
+    killed that moment earlier (the calls rows, unused by a resume, are left as they were).
+
+    The prefix is written one row per entry, as a store made before journal rows held a
+    commit's entries (`batch`): any entry may end it, and that format must resume too."""
+    journal = _journal(source, "p")
     original, copy = sqlite3.connect(source), sqlite3.connect(target)
     try:
         original.backup(copy)
         with copy:  # one transaction
-            copy.execute("DELETE FROM journal WHERE run_id = 'p' AND seq > ?", (keep,))
+            copy.execute("DELETE FROM journal WHERE run_id = 'p'")
+            copy.executemany(
+                "INSERT INTO journal (run_id, seq, at, kind, body) VALUES ('p', ?, ?, ?, ?)",
+                [(seq, at, kind, json.dumps(body)) for seq, at, kind, body in journal[:keep]],
+            )
             copy.execute("UPDATE runs SET status = 'failed', owner = NULL WHERE run_id = 'p'")
     finally:
         original.close()

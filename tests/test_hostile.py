@@ -356,6 +356,31 @@ def test_a_journal_entry_of_the_wrong_shape_is_a_store_error(tmp_path: Path) -> 
         agent.resume("r1", decisions={"p": tl.Approve()})
 
 
+@pytest.mark.parametrize(
+    "body",
+    ['{"type": "Flush"}', "[1, 2]", '[[1.0, "event"]]', '[[1.0, "batch", []]]', '[["x", 1, {}]]'],
+)
+def test_a_journal_row_of_entries_of_the_wrong_shape_is_a_store_error(
+    tmp_path: Path, body: str
+) -> None:
+    """A row holding a commit's entries (`batch`) that is not a list of [at, kind, body]:
+    damage, named as such, from a resume and from `journal`."""
+    agent, store, path = _paused_store(tmp_path)
+    store.close()
+    with sqlite3.connect(path) as connection:
+        (batches,) = connection.execute(
+            "SELECT count(*) FROM journal WHERE kind = 'batch'"
+        ).fetchone()
+        assert batches > 0
+        connection.execute("UPDATE journal SET body = ? WHERE kind = 'batch'", (body,))
+    fresh = tl.SQLiteStore(path)
+    with pytest.raises(tl.StoreError, match="damaged"):
+        fresh.journal("r1")
+    agent.store = fresh
+    with pytest.raises(tl.StoreError, match="damaged"):
+        agent.resume("r1", decisions={"p": tl.Approve()})
+
+
 def test_resume_force_takes_over_a_run_whose_process_id_was_reused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -155,6 +155,38 @@ def test_a_finished_call_writes_then_starts_its_readers_in_the_same_handle() -> 
     assert isinstance(actions[2], NoteReady) and actions[2].params == {"x": 41}
 
 
+def test_a_ready_call_names_the_calls_it_waited_on_as_it_became_ready() -> None:
+    """`NoteReady.waits_on` (what the store's rows and the timeline draw as arrows): the
+    writers of what it reads and the earlier calls of a tool it depends on, in arrival
+    order, and not a call that writes the same path after it read. Only a scheduler made
+    with `arrows=True` (a driver with a journal) works them out."""
+    plain = opened()
+    actions = receive(plain, call(1, "†state.a"), call("†state.a"))
+    actions += plain.handle(FinishCall("c1.0", value=1))
+    assert [a.waits_on for a in actions if isinstance(a, NoteReady)] == [(), ()]
+    scheduler = Scheduler(ToolSet(TOOLS), ContextLog([]), arrows=True)
+    scheduler.handle(OpenTick(1))
+    first = receive(
+        scheduler,
+        call(1, "†state.a"),  # c1.0
+        call(2, "†state.b"),  # c1.1
+        call("†state.a", "†state.r"),  # c1.2 reads a
+        call("†state.b", "†state.a"),  # c1.3 reads b, then writes a again (after c1.2)
+        call(0, tool="login"),  # c1.4
+        call(0, tool="fetch"),  # c1.5 depends on login
+    )
+    readies = {a.id: list(a.waits_on) for a in first if isinstance(a, NoteReady)}
+    assert readies == {"c1.0": [], "c1.1": [], "c1.4": []}
+    actions = scheduler.handle(FinishCall("c1.1", value=2))
+    actions += scheduler.handle(FinishCall("c1.0", value=1))
+    actions += scheduler.handle(FinishCall("c1.4", value=0))
+    readies = {a.id: list(a.waits_on) for a in actions if isinstance(a, NoteReady)}
+    assert readies == {"c1.3": ["c1.1"], "c1.2": ["c1.0"], "c1.5": ["c1.4"]}
+    actions = scheduler.handle(FinishCall("c1.2", value=1))
+    actions += scheduler.handle(FinishCall("c1.3", value=2))
+    assert not any(isinstance(a, NoteReady) for a in actions)
+
+
 def test_an_or_reference_does_not_fall_back_before_the_stream_closes() -> None:
     scheduler = opened(state={"b": "fallback"})
     assert starts(receive(scheduler, call("†state.a || †state.b"))) == []

@@ -405,3 +405,84 @@ def test_a_failed_run_is_recorded_and_can_be_resumed(tmp_path: Path) -> None:
     assert (result.status, result.output, result.state) == ("done", 7, {"t": 7})
     assert ran == [7]  # the finished call did not run again
     assert len(fixed.model.requests) == 1  # only iteration 2 was asked
+
+
+def _paused(db: Path) -> tl.Agent:
+    @tl.tool(requires_approval=True)
+    def pay(cents: int) -> int:
+        return cents
+
+    plan = [
+        {"_tool": "add", "a": 1, "b": 2, "_outputPath": "†state.c"},
+        {"_tool": "pay", "cents": "†state.c", "_id": "p", "_outputPath": "†state.p"},
+    ]
+    model = tl.ScriptedModel([{"calls": plan, "output": None}, {"calls": [], "output": "†state.p"}])
+    return tl.Agent(model, tools=[add, pay], store=db, approve=lambda call: tl.Defer())
+
+
+def test_a_commits_entries_share_one_journal_row_and_read_back_numbered(tmp_path: Path) -> None:
+    """A row per commit, not per entry (most of the journal's SQL): `journal` gives every
+    entry back with its own number, in order, and `rows_behind` counts entries."""
+    db = tmp_path / "runs.db"
+    assert _paused(db).run({}, run_id="r").status == "paused"
+    with tl.SQLiteStore(db) as store:
+        journal = store.journal("r")
+        assert store.rows_behind("r") is None
+    assert [seq for seq, *_ in journal] == list(range(1, len(journal) + 1))
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute("SELECT seq, kind FROM journal ORDER BY seq").fetchall()
+    assert len(rows) < len(journal) and rows[-1][0] == len(journal)
+    assert any(kind == "batch" for _, kind in rows)
+
+
+def test_a_journal_written_one_row_per_entry_still_reads_and_resumes(tmp_path: Path) -> None:
+    """A store written before a commit's entries shared a row: one row per entry, each
+    body its own JSON. It reads the same, shows in `tickloop trace`, and resumes, the new
+    entries numbered after the old ones."""
+    db = tmp_path / "runs.db"
+    agent = _paused(db)
+    assert agent.run({}, run_id="r").status == "paused"
+    with tl.SQLiteStore(db) as store:
+        journal = store.journal("r")
+    with sqlite3.connect(db) as connection:  # the old writer's form
+        connection.execute("DELETE FROM journal")
+        connection.executemany(
+            "INSERT INTO journal (run_id, seq, at, kind, body) VALUES ('r', ?, ?, ?, ?)",
+            [(seq, at, kind, json.dumps(body)) for seq, at, kind, body in journal],
+        )
+    with tl.SQLiteStore(db) as store:
+        assert store.journal("r") == journal
+        assert [call.status for call in store.calls("r")] == ["done", "deferred"]
+    assert main(["trace", "r", "--store", str(db)]) == 0
+    result = agent.resume("r", decisions={"p": tl.Approve()})
+    assert (result.status, result.output) == ("done", 3)
+    with tl.SQLiteStore(db) as store:
+        after = store.journal("r")
+    assert after[: len(journal)] == journal
+    assert [seq for seq, *_ in after] == list(range(1, len(after) + 1))
+
+
+def test_a_second_writer_of_a_run_is_refused_even_where_rows_hold_several_entries(
+    tmp_path: Path,
+) -> None:
+    """Two writers continuing one journal (never allowed; this is the last guard): the
+    second fails on its first commit, whether its entries start where the first's row
+    does or inside it, and writes nothing."""
+    from tickloop._durable._store import RunWriter
+
+    db = tmp_path / "runs.db"
+    assert _paused(db).run({}, run_id="r").status == "paused"
+    store = tl.SQLiteStore(db)
+    end = len(store.journal("r"))
+    entry = (1.0, "note", '{"note":"x"}')
+    first = RunWriter(store, store.acquire(), "r")
+    first.seq = end
+    first.append([entry, entry, entry])  # one row, numbered end+1..end+3, keyed end+3
+    for start in (end, end + 1):
+        second = RunWriter(store, store.acquire(), "r")
+        second.seq = start
+        with pytest.raises(tl.StoreError, match="only one process may run a run"):
+            second.append([entry])
+        assert second.seq == start
+    assert len(store.journal("r")) == end + 3
+    store.close()

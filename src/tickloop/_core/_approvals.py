@@ -13,7 +13,7 @@ from ._log import copy_json
 from ._path_index import PathIndex
 from ._status import CallStatus
 
-__all__ = ["ApprovalQueue", "hook_fault", "pending_call"]
+__all__ = ["ApprovalQueue", "hook_fault", "pending_call", "waited_on"]
 
 _log = logging.getLogger("tickloop")
 
@@ -72,6 +72,29 @@ def pending_call(
         schema=call.tool.parameters,
         output_schema=call.tool.output,
     )
+
+
+def waited_on(
+    call: Call,
+    written: PathIndex,
+    by_tool: dict[str, list[Call]],
+    seq_of: Callable[[str], int],
+) -> list[str]:
+    """The calls `call` waited on, in arrival order: those that wrote what its parameters
+    or its tool's `depends_on` read, and the earlier calls of its request to a tool it
+    depends on. Asked when it becomes ready (`NoteReady.waits_on`), so a later write of
+    the same path is not counted; the scheduler knows this already, so an observer that
+    draws the arrows (the store's rows) need not keep an index of writes of its own."""
+    found: set[str] = set()
+    for _, expression in call.expressions():
+        for term in expression.terms:
+            found.update(written.ids_overlapping(term))
+    for name in call.tool.dependency_tools:
+        for earlier in by_tool.get(name, ()):
+            if earlier.seq < call.seq:
+                found.add(earlier.id)
+    found.discard(call.id)
+    return sorted(found, key=seq_of) if len(found) > 1 else list(found)
 
 
 def hook_fault(call: Call, changed: bool, detail: str) -> dict[str, Any]:

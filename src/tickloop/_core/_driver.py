@@ -106,6 +106,7 @@ class SchedulerDriver:
             run_id=run_id,
             notes=journal is not None
             or (on_action is not None and getattr(on_action, "wants_notes", True)),
+            arrows=journal is not None,  # the store's rows draw whom each call waited on
         )
         self._approve = approve
         self._on_action = on_action

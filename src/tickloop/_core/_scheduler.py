@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._approvals import ApprovalQueue, hook_fault, pending_call
+from ._approvals import ApprovalQueue, hook_fault, pending_call, waited_on
 from ._arrival import (
     check_call,
     check_edit,
@@ -97,6 +97,7 @@ class Scheduler:
         max_concurrency: int | None = None,
         run_id: str | None = None,
         notes: bool = True,
+        arrows: bool = False,
     ) -> None:
         self.tools = tools
         # With `notes=False` the facts (`NoteAccepted`, `NoteReady`, `NoteDecided`,
@@ -104,6 +105,7 @@ class Scheduler:
         # and no journal to hand them to. The work to do (`StartCall`, `AskApproval`) and
         # `NoteTickEnded` are returned either way, in the same order.
         self.notes = notes
+        self.arrows = arrows  # fill `NoteReady.waits_on`: only the store's rows read it
         self.log = log
         self.max_concurrency = max_concurrency
         self.run_id = run_id  # only shown to the hook (PendingCall.run_id)
@@ -444,7 +446,10 @@ class Scheduler:
             self._settle(call, S.INVALID, error)
             return
         if self.notes:
-            self._actions.append(NoteReady(call.id, params))
+            waits = self.arrows and waited_on(
+                call, self._written, self._request_by_tool, self._seq_of
+            )
+            self._actions.append(NoteReady(call.id, params, waits or ()))
         if not call.preapproved and call.tool.needs_approval(params):
             move(call, S.APPROVING, self._event)
             self._approvals.waiting.append(call)

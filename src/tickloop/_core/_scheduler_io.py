@@ -16,6 +16,7 @@ The durable journal stores inputs under the names they had before these ones
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, TypeVar
 
@@ -163,10 +164,13 @@ class NoteAccepted:
 
 @dataclass(frozen=True, slots=True)
 class NoteReady:
-    """A call's inputs exist: these are its resolved, checked parameters."""
+    """A call's inputs exist: these are its resolved, checked parameters. `waits_on`: the
+    calls whose writes (or end, for a tool's `depends_on`) it waited on, in arrival order,
+    from a scheduler made with `arrows=True` (empty otherwise)."""
 
     id: str
     params: dict[str, Any]
+    waits_on: Sequence[str] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -291,10 +291,13 @@ class DurableRun:
         self.rows: dict[str, _Row] = {}
         self.wires: dict[str, Any] = {}
         self.ready_params: dict[str, Any] = {}  # so a start need not serialise them again
-        self.written = _PathIndex()  # which call wrote which path: dependency arrows
-        self.declared = _PathIndex()  # which call said it would write which path
-        # (call id, `_outputPath`) of the calls accepted since `declared` was last read:
-        # it is only read for a call settled without being ready, so it is built then.
+        # Which call wrote, or said it would write, which path: the arrows of a call
+        # settled without being ready (its writer was denied...). A ready call's arrows
+        # come from the scheduler (`NoteReady.waits_on`), so these are only read for such
+        # a call, and built then from the (path, call id) pairs recorded since.
+        self.written = _PathIndex()
+        self.declared = _PathIndex()
+        self._unwritten: list[tuple[str, str]] = []
         self._undeclared: list[tuple[str, str]] = []
         self.by_tool: dict[tuple[int, str], list[str]] = {}
         self.running: dict[str, StartCall] = {}  # started, not finished
@@ -324,7 +327,10 @@ class DurableRun:
         self._rewrite = False  # a resume's first row write replaces all the run's rows
         self._wakeup: trio.Event | None = None
         self._added = self._committed = 0  # entries recorded / committed by this process
+        # Call id -> the entry that must be committed before it acts; `_mark` is the
+        # entry of the event being followed (0 on replay: all committed already).
         self._marks: dict[str, int] = {}
+        self._mark = 0
         self.wall0 = time.time()
         self.trio0 = trio.current_time()
         self._clock = trio.lowlevel.current_clock()  # read per event: no lookup of the run
@@ -342,14 +348,10 @@ class DurableRun:
     def record(self, event: Event, actions: list[Action]) -> None:
         """The engine's journal hook: called after the scheduler, before any action."""
         at = self.now()
-        self._track(event, actions, at)
+        # A call started (or asked about) by this event may act once this entry, the
+        # next one recorded, is committed (`commit(call_id)`); `_track` marks it so.
+        self._track(event, actions, at, self._added + 1)
         self._add(at, "event", event_to_dict(event))
-        marks, added = self._marks, self._added
-        for action in actions:  # what must be stored before this call may act
-            if isinstance(action, StartCall):
-                marks[action.id] = added
-            elif isinstance(action, AskApproval):
-                marks[action.pending.id] = added
 
     def journal_messages(self, messages: Sequence[dict[str, Any]]) -> None:
         at = self.now()
@@ -480,13 +482,18 @@ class DurableRun:
         elif kind == "plan":
             self.plan_due = False
 
-    def _track(self, event: Event, actions: list[Action], at: float) -> None:
-        """Follow the run's state; changed call rows are kept for the next commit."""
+    def _track(self, event: Event, actions: list[Action], at: float, mark: int = 0) -> None:
+        """Follow the run's state; changed call rows are kept for the next commit.
+
+        `mark`: the number of the entry recording this event, which a call it starts or
+        asks about must see committed first (0 on replay: those entries are committed).
+        """
+        self._mark = mark
         if isinstance(event, FinishCall):
             # Not running any more, even while its write is held (PROTOCOL §4): the
             # journaled result is replayed and applied in plan order, never run again.
             self.running.pop(event.call_id, None)
-        elif isinstance(event, ReceiveCall | ReportFault):
+        elif isinstance(event, (ReceiveCall, ReportFault)):
             call = event.call
             handed = call.get("_id") if isinstance(call, dict) else None
             self.handed.add(handed if isinstance(handed, str) else None)
@@ -503,28 +510,34 @@ class DurableRun:
         for action in actions:
             kind = type(action)
             handler = handlers[kind] if kind in handlers else _handler(kind)
-            if handler is not None:
-                row = handler(self, action, event, at)
-                if row is not None:
-                    call_id = row.call_id
-                    if handler is _ON_SETTLED and row.stored and call_id not in dirty:
-                        settled[call_id] = row
-                    else:
-                        dirty[call_id] = row
-                        settled.pop(call_id, None)
-                    if self._dirty_since is None:
-                        self._dirty_since = self._clock.current_time()
+            if handler is None:
+                continue
+            row = handler(self, action, event, at)
+            if row is None:
+                continue
+            call_id = row.call_id
+            if row.stored and handler is _ON_SETTLED and call_id not in dirty:
+                settled[call_id] = row
+            else:
+                dirty[call_id] = row
+                if settled:
+                    settled.pop(call_id, None)
+        # None exactly while no row change waits (`commit` clears both together).
+        if self._dirty_since is None and (dirty or settled):
+            self._dirty_since = self._clock.current_time()
 
     def _on_message(self, action: NoteMessage, event: Event, at: float) -> None:
         message = action.message
         path, call = message.get("_path"), message.get("_call")
         if isinstance(path, str) and isinstance(call, dict) and "_id" in call:
-            self.written.add(parse_term(path), call["_id"])
+            self._unwritten.append((path, call["_id"]))
 
     def _on_tick_ended(self, action: NoteTickEnded, event: Event, at: float) -> None:
         self._checkpoint = True  # a pause, or what the next request is made from
 
     def _on_ask(self, action: AskApproval, event: Event, at: float) -> _Row:
+        if self._mark:
+            self._marks[action.pending.id] = self._mark
         row = self.rows[action.pending.id]
         row.status, row.asked = CallStatus.APPROVING, at
         self.asking = action.pending
@@ -553,7 +566,7 @@ class DurableRun:
         if row.deps is None and action.status in ("invalid", "skipped"):
             # Settled without ever being ready (its writer was denied, failed...): the
             # timeline still draws what it waited on.
-            found = self._dependencies(action.id, row, declared=True)
+            found = self._dependencies(action.id, row)
             if found:
                 row.deps = dumps_entry(found)
         self.running.pop(action.id, None)
@@ -567,8 +580,11 @@ class DurableRun:
         row.status, row.ready = CallStatus.QUEUED, at
         row.params = dumps_entry(self.redact.shared(action.params))
         self.ready_params[action.id] = action.params
-        found = self._dependencies(action.id, row)
-        row.deps = dumps_entry(found) if found else "[]"
+        # The scheduler says whom it waited on; its wire is needed no longer (a Replace
+        # brings a new one before the call is ready again).
+        self.wires.pop(action.id, None)
+        waits = action.waits_on
+        row.deps = dumps_entry(waits) if waits else "[]"
         return row
 
     def _on_decided(self, action: NoteDecided, event: Event, at: float) -> _Row | None:
@@ -593,6 +609,8 @@ class DurableRun:
         return row
 
     def _on_start(self, action: StartCall, event: Event, at: float) -> _Row | None:
+        if self._mark:
+            self._marks[action.id] = self._mark
         row = self.rows.get(action.id)
         if row is None:
             return None
@@ -607,6 +625,13 @@ class DurableRun:
         self.rows[call_id] = row
         return row
 
+    def _written(self) -> _PathIndex:
+        """Which call wrote which path, every write so far."""
+        for path, call_id in self._unwritten:
+            self.written.add(parse_term(path), call_id)
+        self._unwritten.clear()
+        return self.written
+
     def _declared(self) -> _PathIndex:
         """Which call said it would write which path, every call accepted so far."""
         for call_id, path in self._undeclared:
@@ -618,8 +643,10 @@ class DurableRun:
         self._undeclared.clear()
         return self.declared
 
-    def _dependencies(self, call_id: str, row: _Row, declared: bool = False) -> list[str]:
-        """The calls whose writes (or, for tool dependencies, whose end) it waited on."""
+    def _dependencies(self, call_id: str, row: _Row) -> list[str]:
+        """What a call settled without being ready waited on: the calls that wrote what
+        it reads, or said they would (and ended without writing), and, for a tool's
+        `depends_on`, the earlier calls of that tool."""
         found: set[str] = set()
         wire = self.wires.pop(call_id, None)  # needed no longer (a Replace brings a new one)
         terms: list[Term] = []
@@ -645,11 +672,10 @@ class DurableRun:
                 for earlier in self.by_tool.get((row.iteration, name), ()):
                     if self.rows[earlier].seq < row.seq:
                         found.add(earlier)
-        written = self.written
-        promised = self._declared() if declared and terms else None
-        for term in terms:
-            found.update(written.ids_overlapping(term))
-            if promised is not None:  # a writer that ended without writing (denied...) too
+        if terms:
+            written, promised = self._written(), self._declared()
+            for term in terms:
+                found.update(written.ids_overlapping(term))
                 found.update(promised.ids_overlapping(term))
         found.discard(call_id)
         if len(found) < 2:

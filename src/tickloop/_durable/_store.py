@@ -105,6 +105,11 @@ CREATE TABLE decisions (
 );
 """
 
+# A journal row holding several entries, one commit's (`RunWriter.insert`). A store
+# written before it has one row per entry, which is read as it always was.
+BATCH = "batch"
+_KINDS = {"event": '"event"', "message": '"message"', "note": '"note"'}
+
 _TABLES = frozenset({"tickloop_schema", "runs", "journal", "calls", "decisions"})
 # Added to `runs` after schema 1 was released, without a new version: an older tickloop
 # names its columns, so it reads and writes a store that has it (leaving it NULL, which
@@ -557,7 +562,24 @@ class SQLiteStore:
         rows = connection.execute(
             "SELECT seq, at, kind, body FROM journal WHERE run_id = ? ORDER BY seq", (run_id,)
         ).fetchall()
-        return [(seq, at, kind, _loads(body, self.path)) for seq, at, kind, body in rows]
+        journal: list[tuple[int, float, str, Any]] = []
+        for seq, at, kind, body in rows:
+            if kind != BATCH:
+                journal.append((seq, at, kind, _loads(body, self.path)))
+                continue
+            entries = _loads(body, self.path)
+            try:
+                start = seq - len(entries) + 1
+                for number, (entry_at, entry_kind, entry) in enumerate(entries, start):
+                    if not isinstance(entry_kind, str) or entry_kind == BATCH:
+                        raise TypeError(f"an entry of kind {entry_kind!r}")
+                    journal.append((number, float(entry_at), entry_kind, entry))
+            except (TypeError, ValueError) as error:
+                raise StoreError(
+                    f"{self.path}: the store is damaged: journal entry {seq} of run "
+                    f"{run_id!r} is not a list of entries ({error})"
+                ) from None
+        return journal
 
     def rows_behind(self, run_id: str) -> tuple[int, int] | None:
         """(the journal entry the run's `calls` rows reflect, the journal's last entry)
@@ -699,8 +721,9 @@ def _checked_decision(call_id: str, value: Any) -> Decision:
 class RunWriter:
     """Appends one run's journal; one instance per process that runs the run.
 
-    `seq` is the journal's primary key with the run id, so a second process writing the
-    same run at the same time fails on its first entry instead of interleaving.
+    `seq` numbers the run's entries; a commit whose numbers the journal already holds is
+    refused (`insert`), so a second process writing the same run at the same time fails
+    on its first commit instead of interleaving.
     """
 
     def __init__(self, store: SQLiteStore, connection: sqlite3.Connection, run_id: str) -> None:
@@ -759,15 +782,32 @@ class RunWriter:
         )
 
     def insert(self, entries: Sequence[tuple[float, str, str]]) -> None:
-        """Insert journal entries inside the caller's transaction."""
-        rows = []
-        for at, kind, body in entries:
-            self.seq += 1
-            rows.append((self.run_id, self.seq, at, kind, body))
-        if rows:
-            self.connection.executemany(
-                "INSERT INTO journal (run_id, seq, at, kind, body) VALUES (?, ?, ?, ?, ?)", rows
-            )
+        """Insert journal entries inside the caller's transaction.
+
+        Several entries go in one row of kind `batch` (a JSON array of `[at, kind,
+        body]`), keyed by the last entry's number: a row per commit instead of per entry
+        (most of the journal's SQL). `_journal` numbers them back. A row is refused when
+        the journal already has an entry this one numbers (another process writes the
+        run), as a row per entry was by its key.
+        """
+        count = len(entries)
+        if not count:
+            return
+        first, self.seq = self.seq + 1, self.seq + count
+        connection = self.connection
+        if connection.execute(
+            "SELECT 1 FROM journal WHERE run_id = ? AND seq >= ? LIMIT 1", (self.run_id, first)
+        ).fetchone():
+            raise sqlite3.IntegrityError(f"journal entry {first} exists already")
+        if count == 1:
+            ((at, kind, body),) = entries
+        else:
+            at, kind = entries[-1][0], BATCH
+            body = "[" + ",".join(f"[{t!r},{_KINDS[k]},{b}]" for t, k, b in entries) + "]"
+        connection.execute(
+            "INSERT INTO journal (run_id, seq, at, kind, body) VALUES (?, ?, ?, ?, ?)",
+            (self.run_id, self.seq, at, kind, body),
+        )
 
     def release(self) -> None:
         """The run is over in this process: give back the connection."""

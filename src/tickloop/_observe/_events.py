@@ -101,13 +101,16 @@ class Redactor:
             result = dict(value) if copy else value
             secret = self._secret
             for key, item in value.items():
-                if isinstance(key, str) and (secret[key] if key in secret else self.is_secret(key)):
+                hidden = secret.get(key)  # one lookup for a name seen before (most are)
+                if hidden is None:
+                    hidden = isinstance(key, str) and self.is_secret(key)
+                if hidden:
                     new = REDACTED
-                elif isinstance(item, dict | list):
-                    new = self._redact(item, copy)
+                elif isinstance(item, (dict, list)):  # a tuple: faster than `dict | list`
+                    new = self._redact(item, copy)  # a copy when `copy`: never `item`
                 else:
-                    new = item  # a leaf is never copied: no call per leaf
-                if new is not item or copy:
+                    continue  # a leaf is kept as it is (`result` holds it): no call per leaf
+                if new is not item:
                     if result is value:
                         result = dict(value)
                     result[key] = new
