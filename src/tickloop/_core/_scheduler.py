@@ -318,13 +318,18 @@ class Scheduler:
                     self._tool_dependents.setdefault(earlier.id, set()).add(call.id)
 
     def _start_waiting(self, call: Call) -> None:
-        self._waiting[call.id] = call
         if not call.references and not call.tool.dependency_references:
             # Most calls read nothing: nothing to file (no slot: `PlanOrder.slots` of a call
-            # it never watched is empty), only to examine once.
+            # it never watched is empty), only to examine once; a new one, the only call to
+            # examine, is ready now, as the settle loop would find next.
             call.watching = ()
+            if not call.tool_waits and not self._dirty and type(self._event) is ReceiveCall:
+                self._on_ready(call, {})
+                return
+            self._waiting[call.id] = call
             self._dirty.add(call.id)
             return
+        self._waiting[call.id] = call
         watching = tuple(term for _, expression in call.expressions() for term in expression.terms)
         call.watching = watching
         for term in watching:
