@@ -130,7 +130,7 @@ class Scheduler:
         self._tool_dependents: dict[str, set[str]] = {}
         self._approvals = ApprovalQueue()
         self._deferred: dict[str, Call] = {}
-        self._run_queue = RunQueue(tools)
+        self._run_queue = RunQueue()
         # Plan order (PROTOCOL §3, §4): what each waiting call's terms read, held writes.
         self._plan = PlanOrder(self._writers, self._seq_of, log.lookup)
         self._handlers: dict[type, Callable[[Any], None]] = {
