@@ -238,16 +238,17 @@ async def run_handler(
                     value = await _invoke(handler, arguments, thread, tool.name)
             if isinstance(value, Branch):
                 branch, value = value.term, value.value
-            try:
-                value = tool.dump_output(value)
-            except Exception as problem:
-                error = {"type": "runtime", "message": _conversion_fault(problem)}
-            else:
-                fault = _not_json(value)
-                if fault is not None:
-                    error = {"type": "runtime", "message": f"the result is not JSON: {fault}"}
-            if error is not None:
-                value = branch = None
+            if not _surely_json(value):  # else `dump_output` and `_not_json` change nothing
+                try:
+                    value = tool.dump_output(value)
+                except Exception as problem:
+                    error = {"type": "runtime", "message": _conversion_fault(problem)}
+                else:
+                    fault = _not_json(value)
+                    if fault is not None:
+                        error = {"type": "runtime", "message": f"the result is not JSON: {fault}"}
+                if error is not None:
+                    value = branch = None
         except trio.TooSlowError as problem:
             message = (
                 f"TimeoutError: {tool.name} ran over {_seconds(timeout)}"
@@ -422,6 +423,15 @@ _SURELY_SHORT = 1 << 2000
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TOO_DEEP = f"it nests more than {MAX_RESULT_DEPTH} levels deep"
 _PYDANTIC_TOO_DEEP = "Maximum serialization depth exceeded"  # pydantic-core's message
+
+
+def _surely_json(value: Any) -> bool:
+    """A result that is JSON as it is, the common no-op or count: None, a bool, a small
+    int, an ASCII string (`tests/test_fast_paths.py` checks the conversion agrees)."""
+    kind = type(value)
+    if kind is int:
+        return -_SURELY_SHORT < value < _SURELY_SHORT
+    return value is None or kind is bool or (kind is str and value.isascii())
 
 
 def _conversion_fault(problem: Exception) -> str:
