@@ -562,7 +562,6 @@ class Scheduler:
     def _write(
         self, call: Call, value: Any, written: tuple[Term, ...], untaken: tuple[Term, ...]
     ) -> None:
-        messages: list[dict[str, Any]] = []
         if written:  # a fire-and-forget call's result is not written anywhere
             try:
                 # Earlier readers keep what the calls before them left (PROTOCOL §4).
@@ -575,12 +574,12 @@ class Scheduler:
             except WriteError as problem:  # nothing written, no reader woken
                 self._settle(call, S.FAILED, {"type": "runtime", "message": str(problem)})
                 return
-        for term, message in zip(written, messages, strict=True):
-            if self.notes:
-                self._actions.append(NoteMessage(message))
-            self._written.add(term, call.id)
-            if self._waiters.size:
-                self._dirty.update(self._waiters.ids_overlapping(term))
+            for term, message in zip(written, messages, strict=True):
+                if self.notes:
+                    self._actions.append(NoteMessage(message))
+                self._written.add(term, call.id)
+                if self._waiters.size:
+                    self._dirty.update(self._waiters.ids_overlapping(term))
         for term in untaken:  # an if/else plan: readers of the untaken branch are skipped
             self._skip_sources.add(term, call.id)
         call.record.output = value

@@ -158,7 +158,8 @@ class Engine(SchedulerDriver):
         if nursery is None or clock is None:
             raise RuntimeError("the engine runs calls only inside `async with engine.session()`")
         self.scheduler.records[action.id].started = clock.current_time()
-        nursery.start_soon(self._run, action)
+        # Named as trio would name it, without trio working the name out for every call.
+        nursery.start_soon(self._run, action, name=_RUN_TASK_NAME)
 
     async def _ask(self, pending: PendingCall) -> None:
         assert self._approve is not None  # configuration was checked
@@ -180,6 +181,9 @@ class Engine(SchedulerDriver):
         assert self._clock is not None  # set with the nursery this task runs in
         self.scheduler.records[action.id].finished = self._clock.current_time()
         self.feed(FinishCall(action.id, value, branch, error, self._date()))
+
+
+_RUN_TASK_NAME = f"{Engine._run.__module__}.{Engine._run.__qualname__}"
 
 
 async def run_handler(

@@ -20,7 +20,7 @@ import json
 import logging
 import re
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,9 +114,9 @@ def _refuse_constant(name: str) -> Any:
 # automaton: NaN and Infinity, which `json` would accept, are refused, and any refusal
 # sends the text back to the automaton, which finds the fault and says where. The
 # scanner itself, not `raw_decode` around it: it raises StopIteration where no value is.
-_decode_call_at = json.JSONDecoder(
+_decode_call_at: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder(
     object_pairs_hook=unique_keys, parse_constant=_refuse_constant
-).scan_once
+).scan_once  # type: ignore[attr-defined]  # set by JSONDecoder.__init__, not in typeshed
 
 
 def _cut(text: str, limit: int = 60) -> str:
