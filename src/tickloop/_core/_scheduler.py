@@ -89,6 +89,8 @@ def _by_seq(call: Call) -> int:
 class Scheduler:
     """Decides, for one run, what every call does next. See the module docstring."""
 
+    _arrival: type | None = ReceiveCall  # its new calls may be ready on arrival; None: tests
+
     def __init__(
         self,
         tools: ToolSet,
@@ -319,11 +321,10 @@ class Scheduler:
 
     def _start_waiting(self, call: Call) -> None:
         if not call.references and not call.tool.dependency_references:
-            # Most calls read nothing: nothing to file (no slot: `PlanOrder.slots` of a call
-            # it never watched is empty), only to examine once; a new one, the only call to
-            # examine, is ready now, as the settle loop would find next.
+            # Most calls read nothing: nothing to file, only to examine once; a new one, the
+            # only call to examine, is ready now, as the settle loop would find it next.
             call.watching = ()
-            if not call.tool_waits and not self._dirty and type(self._event) is ReceiveCall:
+            if not call.tool_waits and not self._dirty and type(self._event) is self._arrival:
                 self._on_ready(call, {})
                 return
             self._waiting[call.id] = call

@@ -35,7 +35,8 @@ from ._host import host_loop, run_on_host
 __all__ = ["Engine", "Journal", "check_configuration", "run_handler", "utc_now"]
 
 
-_second: list[Any] = [None, ""]  # the last whole second, and its text up to the '.'
+# The current second: its first microsecond, the next second's, and its text up to the '.'.
+_second: list[Any] = [0, 0, ""]
 
 
 def utc_now(_clock: Callable[[], int] = time.time_ns) -> str:
@@ -43,13 +44,15 @@ def utc_now(_clock: Callable[[], int] = time.time_ns) -> str:
 
     Every event of every call carries one, so the date and time of the current second
     are formatted once and only the microseconds per call (from integer nanoseconds: no
-    float arithmetic per call).
+    float arithmetic per call; zero-padded as the tail of a seven-digit number).
     """
-    second, micro = divmod(_clock() // 1000, 1_000_000)
-    if second != _second[0]:
-        _second[1] = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
-        _second[0] = second
-    return f"{_second[1]}{micro:06d}Z"
+    micro = _clock() // 1000
+    current = _second
+    if not current[0] <= micro < current[1]:
+        second = micro // 1_000_000
+        current[0], current[1] = second * 1_000_000, second * 1_000_000 + 1_000_000
+        current[2] = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+    return current[2] + str(micro - current[0] + 1_000_000)[1:] + "Z"
 
 
 class Engine(SchedulerDriver):
