@@ -81,27 +81,23 @@ def new_call(
     auto_id = f"c{iteration}.{index}"
     if auto_id in calls:
         auto_id = _free_id(auto_id, calls)
+    # A dict's parameters are filed by `check_call` (or `record_parameters` when the call
+    # fails first): not built twice for every call that arrives.
     if isinstance(wire, dict):
         wire = dict(wire)
         given = wire.get("_id")
         wanted = given if isinstance(given, str) and given else auto_id
         wire["_id"] = wanted
+        tool_name = wire.get("_tool")
+        params, shown = UNCHECKED, wire
     else:
-        given, wanted = None, auto_id
+        given, wanted, tool_name = None, auto_id, None
+        params, shown = wire, {"_id": wanted}
     record_id = wanted if wanted not in calls else auto_id
-    tool_name = wire.get("_tool") if isinstance(wire, dict) else None
-    record = CallRecord(
-        id=record_id,
-        tool=tool_name if isinstance(tool_name, str) else None,
-        status=CallStatus.WAITING,
-        # A dict's parameters are filed by `check_call` (or `record_parameters` when the
-        # call fails first): not built twice for every call that arrives.
-        params=UNCHECKED if isinstance(wire, dict) else wire,
-        call=wire,
-        iteration=iteration,
-    )
+    tool = tool_name if isinstance(tool_name, str) else None
+    record = CallRecord(record_id, tool, CallStatus.WAITING, params, wire, iteration)
     call = Call(record_id, seq, iteration, record)
-    call.wire = wire if isinstance(wire, dict) else {"_id": wanted}
+    call.wire = shown
     return call, given, wanted
 
 
