@@ -28,6 +28,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tickloop as tl
+from tickloop._agent import _prompt
 from tickloop._core import _arrival
 from tickloop._core._expressions import Term, find_references
 from tickloop._core._log import ContextLog, shape_fault
@@ -516,3 +517,19 @@ def test_a_run_without_listeners_does_what_a_listened_run_does(
 
 def _text(message: Any) -> str:
     return json.dumps(message, sort_keys=True, ensure_ascii=False)
+
+
+def _naive_holds_null(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, dict):
+        return any(_naive_holds_null(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_naive_holds_null(item) for item in value)
+    return False
+
+
+@settings(max_examples=500)
+@given(call=st.dictionaries(st.sampled_from(["_tool", "a", "b"]), _values))
+def test_a_call_holds_a_null_where_a_full_walk_finds_one(call: dict[str, Any]) -> None:
+    assert _prompt._holds_null(call) == _naive_holds_null(call)
