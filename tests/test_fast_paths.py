@@ -154,6 +154,26 @@ def _work(actions: list[Any]) -> list[Any]:
     return [action for action in actions if not isinstance(action, _NOTES)]
 
 
+def _answer_one(
+    running: list[StartCall],
+    asking: list[AskApproval],
+    order: random.Random,
+    feed: Any,
+    failing: set[str] | None = None,
+) -> None:
+    """Finish one running call (failing it when its id is in `failing`) or answer one
+    question: which, at random."""
+    if asking and (not running or order.random() < 0.3):
+        question = asking.pop(order.randrange(len(asking)))
+        feed(Decide(question.pending.id, tl.Approve(), "d"))
+        return
+    started = running.pop(order.randrange(len(running)))
+    if failing and started.id in failing:
+        feed(FinishCall(started.id, error={"type": "runtime", "message": "no"}, date="d"))
+    else:
+        feed(FinishCall(started.id, started.params.get("value"), date="d"))
+
+
 @settings(max_examples=200)
 @given(calls=_plans(), order=st.randoms(use_true_random=False), failing=st.sets(_ids))
 def test_a_scheduler_without_notes_does_the_same_work(
@@ -176,16 +196,7 @@ def test_a_scheduler_without_notes_does_the_same_work(
         feed(ReceiveCall(call, "d"))
     feed(CloseStream("d"))
     while running or asking:
-        # Finish the running calls, and answer the questions, in a random order.
-        if asking and (not running or order.random() < 0.3):
-            question = asking.pop(order.randrange(len(asking)))
-            feed(Decide(question.pending.id, tl.Approve(), "d"))
-            continue
-        started = running.pop(order.randrange(len(running)))
-        if started.id in failing:
-            feed(FinishCall(started.id, error={"type": "runtime", "message": "no"}, date="d"))
-        else:
-            feed(FinishCall(started.id, started.params.get("value"), date="d"))
+        _answer_one(running, asking, order, feed, failing)
     assert _as_data(with_notes.records) == _as_data(without.records)
     assert with_notes.log.messages == without.log.messages
     assert not with_notes.tick_active and not without.tick_active
@@ -424,12 +435,7 @@ def test_the_arrival_fast_paths_do_what_the_general_path_does(
 
     def finish_some() -> None:
         while running or asking:
-            if asking and (not running or order.random() < 0.3):
-                question = asking.pop(order.randrange(len(asking)))
-                feed(Decide(question.pending.id, tl.Approve(), "d"))
-                continue
-            started = running.pop(order.randrange(len(running)))
-            feed(FinishCall(started.id, started.params.get("value"), date="d"))
+            _answer_one(running, asking, order, feed)
             if order.random() < 0.5:
                 return  # the next call arrives while others still run
 
