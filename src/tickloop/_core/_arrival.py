@@ -188,7 +188,9 @@ def check_call(tools: ToolSet, call: Call, wire: Any) -> None:
         ) from error
     call.params = params
     call.record.params = params
-    _check_parameters_early(call)
+    # The common call, checked here: nothing unknown, and certainly valid as it is.
+    if call.references or tool.bind or not tool.parameter_validator.certainly_valid(params):
+        _check_parameters_early(call)
 
 
 def _plain_call(wire: dict[Any, Any]) -> bool:
