@@ -48,6 +48,7 @@ from tickloop._core._scheduler_io import (
     ReceiveCall,
     StartCall,
 )
+from tickloop._core._status import CallStatus, Statuses
 from tickloop._core._tools import ToolSet
 from tickloop._engine import _engine
 from tickloop._json._stream import SolutionStream
@@ -539,3 +540,9 @@ def _naive_holds_null(value: Any) -> bool:
 @given(call=st.dictionaries(st.sampled_from(["_tool", "a", "b"]), _values))
 def test_a_call_holds_a_null_where_a_full_walk_finds_one(call: dict[str, Any]) -> None:
     assert _prompt._holds_null(call) == _naive_holds_null(call)
+
+
+def test_the_plain_statuses_are_the_enum_members() -> None:
+    plain = {name: value for name, value in vars(Statuses).items() if name.isupper()}
+    assert plain == CallStatus.__members__
+    assert all(plain[name] is member for name, member in CallStatus.__members__.items())

@@ -74,12 +74,20 @@ from ._scheduler_io import (
     StartCall,
 )
 from ._settling import awaits_fire_and_forget, deadlocks, unresolved
-from ._status import ERROR_STATUSES, FINAL_STATUSES, CallStatus, describe, move, usage_error
+from ._status import (
+    ERROR_STATUSES,
+    FINAL_STATUSES,
+    CallStatus,
+    Statuses,
+    describe,
+    move,
+    usage_error,
+)
 from ._tools import ToolSet
 
 __all__ = ["CallRecord", "Scheduler"]
 
-S = CallStatus
+S = Statuses
 
 
 def _by_seq(call: Call) -> int:
