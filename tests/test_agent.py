@@ -525,7 +525,7 @@ def test_a_failure_of_tickloop_on_a_call_is_not_blamed_on_the_model_client(
 ) -> None:
     from tickloop._engine._engine import Engine
 
-    def broken(self: Engine, call: object) -> None:
+    def broken(self: Engine, call: object, date: str | None = None) -> None:
         raise RuntimeError("boom")
 
     monkeypatch.setattr(Engine, "receive", broken)

@@ -20,14 +20,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+from datetime import UTC, datetime
 from typing import Any
+from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tickloop as tl
-from tickloop._core._expressions import Term
-from tickloop._core._log import ContextLog
+from tickloop._agent import _prompt
+from tickloop._core import _arrival
+from tickloop._core._expressions import Term, find_references
+from tickloop._core._log import ContextLog, shape_fault
 from tickloop._core._path_index import PathIndex
 from tickloop._core._scheduler import Scheduler
 from tickloop._core._scheduler_io import (
@@ -44,7 +48,9 @@ from tickloop._core._scheduler_io import (
     ReceiveCall,
     StartCall,
 )
+from tickloop._core._status import CallStatus, Statuses
 from tickloop._core._tools import ToolSet
+from tickloop._engine import _engine
 from tickloop._json._stream import SolutionStream
 
 # -- PathIndex ----------------------------------------------------------------------------
@@ -149,6 +155,26 @@ def _work(actions: list[Any]) -> list[Any]:
     return [action for action in actions if not isinstance(action, _NOTES)]
 
 
+def _answer_one(
+    running: list[StartCall],
+    asking: list[AskApproval],
+    order: random.Random,
+    feed: Any,
+    failing: set[str] | None = None,
+) -> None:
+    """Finish one running call (failing it when its id is in `failing`) or answer one
+    question: which, at random."""
+    if asking and (not running or order.random() < 0.3):
+        question = asking.pop(order.randrange(len(asking)))
+        feed(Decide(question.pending.id, tl.Approve(), "d"))
+        return
+    started = running.pop(order.randrange(len(running)))
+    if failing and started.id in failing:
+        feed(FinishCall(started.id, error={"type": "runtime", "message": "no"}, date="d"))
+    else:
+        feed(FinishCall(started.id, started.params.get("value"), date="d"))
+
+
 @settings(max_examples=200)
 @given(calls=_plans(), order=st.randoms(use_true_random=False), failing=st.sets(_ids))
 def test_a_scheduler_without_notes_does_the_same_work(
@@ -171,16 +197,7 @@ def test_a_scheduler_without_notes_does_the_same_work(
         feed(ReceiveCall(call, "d"))
     feed(CloseStream("d"))
     while running or asking:
-        # Finish the running calls, and answer the questions, in a random order.
-        if asking and (not running or order.random() < 0.3):
-            question = asking.pop(order.randrange(len(asking)))
-            feed(Decide(question.pending.id, tl.Approve(), "d"))
-            continue
-        started = running.pop(order.randrange(len(running)))
-        if started.id in failing:
-            feed(FinishCall(started.id, error={"type": "runtime", "message": "no"}, date="d"))
-        else:
-            feed(FinishCall(started.id, started.params.get("value"), date="d"))
+        _answer_one(running, asking, order, feed, failing)
     assert _as_data(with_notes.records) == _as_data(without.records)
     assert with_notes.log.messages == without.log.messages
     assert not with_notes.tick_active and not without.tick_active
@@ -338,3 +355,194 @@ def test_quick_inits_build_what_the_dataclass_builds(data: st.DataObject, kind: 
         pass  # too many arguments is refused, as the dataclass's own __init__ refuses it
     else:
         raise AssertionError("an extra argument was taken")
+
+
+# -- arrival: a plain call, and a call ready as it arrives, against the general path -------
+
+
+@tl.tool(max_concurrency=1)
+async def one_at_a_time(value: Any = None) -> Any:
+    return value
+
+
+_ARRIVAL_TOOLS = ToolSet([put, asked, one_at_a_time])
+# Values a plain call may hold, and the ones that take it off the fast path: references, an
+# escaped dagger, a lone surrogate, text that is not ASCII, nesting.
+_SOUND_VALUES = [0, -1.5, None, True, "s", "ask", "é", "††lit", "†state.a", "†state.b"]
+_DEEP: list[Any] = []
+for _ in range(300):
+    _DEEP = [_DEEP]
+_NESTED = [{"k": 1}, [1], [[[]]], {"k": "†state.a"}, ["†state.b"], ["\ud800"], _DEEP]
+_ARRIVAL_VALUES = st.sampled_from([*_SOUND_VALUES, *_NESTED, "\ud800"])
+
+
+@st.composite
+def _arrivals(draw: st.DrawFn) -> list[Any]:
+    calls: list[Any] = []
+    for index in range(draw(st.integers(1, 8))):
+        # A call whose `_id` is at fault is echoed as it came: main fails to log one with a
+        # key that is not a string or a lone surrogate (a bug of its own, not of these paths).
+        odd_id = draw(st.integers(0, 5)) == 0
+        call: dict[Any, Any] = {
+            "_tool": draw(st.sampled_from(["put", "put", "asked", "one_at_a_time"])),
+            "value": draw(st.sampled_from(_SOUND_VALUES) if odd_id else _ARRIVAL_VALUES),
+        }
+        if odd_id:
+            call["_id"] = draw(st.sampled_from(["", 7, "k0"]))
+        elif draw(st.booleans()):
+            call["_id"] = f"k{index}"
+        if draw(st.integers(0, 2)) == 0:
+            paths = ["†state.a", "†state.b", 3] + ([] if odd_id else ["\ud800"])
+            call["_outputPath"] = draw(st.sampled_from(paths))
+        extra = draw(st.integers(0, 12))
+        if extra == 0 and not odd_id:
+            call[1] = 2  # a key that is not a string
+        elif extra == 1:
+            call["ключ"] = "é"  # a parameter whose name is not ASCII
+        elif extra == 2:
+            reasons = ["why", "pourquoi é"] + ([] if odd_id else ["\udfff"])
+            call["_reasoningForCall"] = draw(st.sampled_from(reasons))
+        elif extra == 3:
+            call["_bogus"] = 1
+        calls.append(call if draw(st.integers(0, 15)) else [call])  # now and then not an object
+    return calls
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    calls=_arrivals(),
+    order=st.randoms(use_true_random=False),
+    limit=st.sampled_from([None, 1, 2]),
+    close_first=st.booleans(),
+)
+def test_the_arrival_fast_paths_do_what_the_general_path_does(
+    calls: list[Any], order: random.Random, limit: int | None, close_first: bool
+) -> None:
+    """A plain call skips the shape walk and the reference search (`_plain_call`), and a
+    new call that reads nothing is made ready as it arrives (`Scheduler._arrival`): the
+    same actions in the same order, the same records, log and errors as without them."""
+    fast = Scheduler(_ARRIVAL_TOOLS, ContextLog(), max_concurrency=limit)
+    general = Scheduler(_ARRIVAL_TOOLS, ContextLog(), max_concurrency=limit)
+    general._arrival = None
+    running: list[StartCall] = []
+    asking: list[AskApproval] = []
+
+    def feed(event: Any) -> None:
+        actions = fast.handle(event)
+        with mock.patch.object(_arrival, "_plain_call", lambda wire: False):
+            assert general.handle(event) == actions
+        running.extend(action for action in actions if isinstance(action, StartCall))
+        asking.extend(action for action in actions if isinstance(action, AskApproval))
+
+    def finish_some() -> None:
+        while running or asking:
+            _answer_one(running, asking, order, feed)
+            if order.random() < 0.5:
+                return  # the next call arrives while others still run
+
+    feed(OpenTick(1, "d"))
+    for call in calls:
+        feed(ReceiveCall(call, "d"))
+        if not close_first:
+            finish_some()
+    feed(CloseStream("d"))
+    while running or asking:
+        finish_some()
+    assert _as_data(fast.records) == _as_data(general.records)
+    assert fast.log.messages == general.log.messages
+    assert not fast.tick_active and not general.tick_active
+
+
+@settings(max_examples=500)
+@given(wire=st.dictionaries(st.text(max_size=3) | st.integers(), _ARRIVAL_VALUES, max_size=4))
+def test_a_plain_call_has_the_shape_and_no_reference(wire: dict[Any, Any]) -> None:
+    if _arrival._plain_call(wire):
+        assert shape_fault(wire, _arrival.CALL_DEPTH) is None
+        params = {key: value for key, value in wire.items() if not key.startswith("_")}
+        assert find_references(params) == ()
+
+
+# -- results that are JSON as they are, and the date of every event -----------------------
+
+
+@settings(max_examples=500)
+@given(value=_JSON_SCALARS | st.integers() | st.builds(object) | st.just(10**700))
+def test_a_result_surely_json_is_what_conversion_would_leave(value: Any) -> None:
+    if _engine._surely_json(value):
+        assert put.dump_output(value) is value
+        assert _engine._not_json(value) is None
+
+
+@settings(max_examples=500)
+@given(nanoseconds=st.integers(min_value=-(10**18), max_value=4 * 10**18))
+def test_the_date_of_an_event_is_the_clock_in_iso_8601(nanoseconds: int) -> None:
+    micro = nanoseconds // 1000
+    moment = datetime.fromtimestamp(micro // 10**6, UTC)
+    expected = moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{micro % 10**6:06d}Z"
+    assert _engine.utc_now(lambda: nanoseconds) == expected
+    assert _engine.utc_now(lambda: nanoseconds) == expected  # cached, the same
+
+
+# -- an agent run nobody listens to -------------------------------------------------------
+
+
+def _without_times(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_times(v) for k, v in value.items() if k not in _TIMES}
+    if isinstance(value, list):
+        return [_without_times(item) for item in value]
+    return value
+
+
+_TIMES = {"_date", "started", "finished"}
+
+
+@settings(max_examples=30, deadline=None)
+@given(calls=_plans())
+def test_a_run_without_listeners_does_what_a_listened_run_does(
+    calls: list[dict[str, Any]],
+) -> None:
+    """Without a listener the engine hands the scheduler's actions to nobody, and the
+    scheduler makes no facts for them: the same records and log as a run that is watched."""
+
+    def run(on_event: Any) -> tl.RunResult:
+        model = tl.ScriptedModel([{"calls": calls, "output": None}, {"calls": [], "output": 1}])
+        agent = tl.Agent(model, tools=[put, asked], approve=lambda pending: tl.Approve())
+        return agent.run(on_event=on_event)
+
+    events: list[Any] = []
+    quiet, watched = run(None), run(events.append)
+    assert events  # the watched run was watched
+    assert quiet.output == watched.output == 1
+    assert _without_times(_as_data(quiet.records)) == _without_times(_as_data(watched.records))
+    # In any order: trio shuffles each batch of ready tasks, so a call may finish before
+    # or after the solution is logged, watched or not.
+    assert sorted(map(_text, _without_times(quiet.messages))) == sorted(
+        map(_text, _without_times(watched.messages))
+    )
+
+
+def _text(message: Any) -> str:
+    return json.dumps(message, sort_keys=True, ensure_ascii=False)
+
+
+def _naive_holds_null(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, dict):
+        return any(_naive_holds_null(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_naive_holds_null(item) for item in value)
+    return False
+
+
+@settings(max_examples=500)
+@given(call=st.dictionaries(st.sampled_from(["_tool", "a", "b"]), _values))
+def test_a_call_holds_a_null_where_a_full_walk_finds_one(call: dict[str, Any]) -> None:
+    assert _prompt._holds_null(call) == _naive_holds_null(call)
+
+
+def test_the_plain_statuses_are_the_enum_members() -> None:
+    plain = {name: value for name, value in vars(Statuses).items() if name.isupper()}
+    assert plain == CallStatus.__members__
+    assert all(plain[name] is member for name, member in CallStatus.__members__.items())

@@ -154,9 +154,11 @@ class OuterLoop:
         )
         self.durable = durable
         self.paused = False  # a tick ended with deferred calls: the run pauses
-        self.engine = self._make_engine(self._on_action, durable)
+        self.engine = self._make_engine(self._action_listener(), durable)
 
-    def _make_engine(self, on_action: Callable[[Any], None], durable: DurableRun | None) -> Any:
+    def _make_engine(
+        self, on_action: Callable[[Any], None] | None, durable: DurableRun | None
+    ) -> Any:
         """The driver the loop runs its ticks on: trio's engine here, a workflow's elsewhere."""
         config = self.config
         return Engine(
@@ -169,9 +171,15 @@ class OuterLoop:
             run_id=self.events.run_id or None,
         )
 
-    def _on_action(self, action: Any) -> None:
-        """Each scheduler action the engine carries out: to the run's events."""
-        self.events(action)
+    def _action_listener(self) -> Callable[[Any], None] | None:
+        """What the engine hands each scheduler action it carries out: the run's events.
+
+        The sink itself, not a method forwarding to it: it says (`wants_notes`) whether it
+        turns the scheduler's facts into events, so a run nobody listens to is spared
+        making them, several per call; and a sink without listeners takes nothing at all.
+        A loop that reads the actions itself overrides it.
+        """
+        return self.events if self.events.listeners else None
 
     async def run(self) -> RunResult:
         self._before_session()

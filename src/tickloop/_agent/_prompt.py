@@ -644,15 +644,23 @@ def strip_strict_nulls(call: Any, tools: ToolSet) -> Any:
 
 def _holds_null(value: Any) -> bool:
     """Whether a null is anywhere in `value` (a walk with its own stack)."""
-    stack = [value]
-    while stack:
-        node = stack.pop()
+    stack = None
+    node = value
+    while True:
         for item in node.values() if isinstance(node, dict) else node:
             if item is None:
                 return True
-            if isinstance(item, dict | list):
-                stack.append(item)
-    return False
+            if type(item) not in _FLAT and isinstance(item, dict | list):
+                if stack is None:
+                    stack = [item]  # most calls are flat: no list for them
+                else:
+                    stack.append(item)
+        if not stack:
+            return False
+        node = stack.pop()
+
+
+_FLAT = frozenset({str, int, float, bool})  # holds no null and nothing to walk
 
 
 def strip_strict_output_nulls(output: Any, schema: dict[str, Any] | None) -> Any:

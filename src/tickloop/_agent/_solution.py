@@ -163,13 +163,16 @@ class _SolutionLoop(OuterLoop):
                 text.clear()
                 return
             text.append(item.text)
+            date = None  # the calls of one chunk arrive together, at one date
             for call in stream.feed(item.text):
                 seen += 1
                 if seen <= handed:
                     continue
                 handed = seen
                 try:
-                    self.engine.receive(strip_strict_nulls(call, config.tools))
+                    if date is None:
+                        date = self.engine.date()
+                    self.engine.receive(strip_strict_nulls(call, config.tools), date)
                 except Exception as error:  # tickloop's own fault, not the model client's
                     raise _CallNotTaken(error) from error
 

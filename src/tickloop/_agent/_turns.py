@@ -138,6 +138,9 @@ class _TurnLoop(OuterLoop):
         super().__init__(config, log, on_event, durable)
         self._check_log_format()
 
+    def _action_listener(self) -> Callable[[Any], None] | None:
+        return self._on_action  # it waits for `NoteSettled`, listened to or not
+
     def _on_action(self, action: Any) -> None:
         if isinstance(action, NoteSettled):
             self._settled.set()

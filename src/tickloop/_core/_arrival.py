@@ -24,7 +24,9 @@ from ._call import (
 )
 from ._expressions import (
     MAX_NESTING,
+    REF,
     RESERVED_OUTPUT_KINDS,
+    SCALARS,
     Expression,
     find_references,
     format_location,
@@ -39,7 +41,7 @@ from ._log import (
     short_repr,
 )
 from ._results import check_output
-from ._status import CallStatus
+from ._status import Statuses
 from ._tools import Tool, ToolSet
 from ._validation import UNKNOWN
 
@@ -79,27 +81,23 @@ def new_call(
     auto_id = f"c{iteration}.{index}"
     if auto_id in calls:
         auto_id = _free_id(auto_id, calls)
+    # A dict's parameters are filed by `check_call` (or `record_parameters` when the call
+    # fails first): not built twice for every call that arrives.
     if isinstance(wire, dict):
         wire = dict(wire)
         given = wire.get("_id")
         wanted = given if isinstance(given, str) and given else auto_id
         wire["_id"] = wanted
+        tool_name = wire.get("_tool")
+        params, shown = UNCHECKED, wire
     else:
-        given, wanted = None, auto_id
+        given, wanted, tool_name = None, auto_id, None
+        params, shown = wire, {"_id": wanted}
     record_id = wanted if wanted not in calls else auto_id
-    tool_name = wire.get("_tool") if isinstance(wire, dict) else None
-    record = CallRecord(
-        id=record_id,
-        tool=tool_name if isinstance(tool_name, str) else None,
-        status=CallStatus.WAITING,
-        # A dict's parameters are filed by `check_call` (or `record_parameters` when the
-        # call fails first): not built twice for every call that arrives.
-        params=UNCHECKED if isinstance(wire, dict) else wire,
-        call=wire,
-        iteration=iteration,
-    )
+    tool = tool_name if isinstance(tool_name, str) else None
+    record = CallRecord(record_id, tool, Statuses.WAITING, params, wire, iteration)
     call = Call(record_id, seq, iteration, record)
-    call.wire = wire if isinstance(wire, dict) else {"_id": wanted}
+    call.wire = shown
     return call, given, wanted
 
 
@@ -139,7 +137,9 @@ def check_id(call: Call, given: Any, wanted: str) -> None:
 
 def check_call(tools: ToolSet, call: Call, wire: Any) -> None:
     """Structural checks made at once, before a call may wait or run (PROTOCOL §7.1)."""
-    _check_shape(call, wire)
+    plain = type(wire) is dict and _plain_call(wire)
+    if not plain:  # a plain call passes the shape check and holds no reference
+        _check_shape(call, wire)
     if not isinstance(wire, dict):
         raise Structural(f"a call must be a JSON object, got {json_type(wire)}")
     # One pass over the keys: the parameters, and any meta key that is not one.
@@ -180,7 +180,7 @@ def check_call(tools: ToolSet, call: Call, wire: Any) -> None:
         for bound in tool.bind:
             params.pop(bound, None)  # a bound parameter comes from the run's input only
     try:
-        call.references = find_references(params)
+        call.references = () if plain else find_references(params)
     except ReferenceSyntaxError as error:
         location = format_location(getattr(error, "location", ()))
         raise Structural(
@@ -188,7 +188,31 @@ def check_call(tools: ToolSet, call: Call, wire: Any) -> None:
         ) from error
     call.params = params
     call.record.params = params
-    _check_parameters_early(call)
+    # The common call, checked here: nothing unknown, and certainly valid as it is.
+    if call.references or tool.bind or not tool.parameter_validator.certainly_valid(params):
+        _check_parameters_early(call)
+
+
+def _plain_call(wire: dict[Any, Any]) -> bool:
+    """Whether a call is flat: ASCII string keys, every value a number, a boolean, null
+    or a string, no string with a lone surrogate and no parameter starting with a dagger.
+
+    That is most calls of a plan, and it answers two walks at once: such a call passes
+    `_check_shape` and holds no reference (`tests/test_fast_paths.py` checks both).
+    """
+    for key, value in wire.items():
+        if type(key) is not str or not key.isascii():
+            return False
+        kind = type(value)
+        if kind is str:
+            # An ASCII string holds neither a dagger nor a surrogate: one C call.
+            if not value.isascii() and (
+                has_surrogate(value) or (value[:1] == REF and key[:1] != "_")
+            ):
+                return False
+        elif kind not in SCALARS:
+            return False
+    return True
 
 
 def _check_shape(call: Call, wire: Any) -> None:

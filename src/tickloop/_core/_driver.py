@@ -125,9 +125,17 @@ class SchedulerDriver:
         self._reset_tick()
         self.feed(OpenTick(iteration, self._date()))
 
-    def receive(self, call: Any) -> None:
-        """Hand one streamed call to the tick; it starts at once if it is ready."""
-        self.feed(ReceiveCall(call, self._date()))
+    def date(self) -> str:
+        """The driver's clock, as every event carries it."""
+        return self._date()
+
+    def receive(self, call: Any, date: str | None = None) -> None:
+        """Hand one streamed call to the tick; it starts at once if it is ready.
+
+        The calls of one chunk arrive together: a caller handing many may read `date()`
+        once and give it to each, instead of a clock read per call.
+        """
+        self.feed(ReceiveCall(call, self._date() if date is None else date))
 
     def report(self, error: dict[str, Any], call: Any = None) -> None:
         """A structural fault of the iteration (bad solution, bad output) for the errors."""

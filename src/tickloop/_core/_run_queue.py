@@ -11,7 +11,6 @@ import heapq
 from collections import deque
 
 from ._call import Call
-from ._tools import ToolSet
 
 __all__ = ["RunQueue"]
 
@@ -23,15 +22,13 @@ class RunQueue:
         "_in_heads",
         "_queues",
         "_tool_running",
-        "_tools",
         "heads",
         "queued",
         "running",
         "writers",
     )
 
-    def __init__(self, tools: ToolSet) -> None:
-        self._tools = tools
+    def __init__(self) -> None:
         self._queues: dict[str, deque[Call]] = {}
         # (seq, tool) of tools able to start one: empty when none can start
         self.heads: list[tuple[int, str]] = []
@@ -51,7 +48,7 @@ class RunQueue:
             queue = self._queues[name] = deque()
         queue.append(call)
         if len(queue) == 1:
-            self._offer_head(name)
+            self._offer_head(name, queue, call.tool.max_concurrency)
 
     def start(self, limit: int | None) -> list[Call]:
         """Take the calls that may start now, oldest first; each counts as running."""
@@ -67,7 +64,9 @@ class RunQueue:
             if not call.fire_and_forget:
                 self.writers += 1
             started.append(call)
-            self._offer_head(name)
+            queue = self._queues[name]
+            if queue:
+                self._offer_head(name, queue, call.tool.max_concurrency)
         return started
 
     def finish(self, call: Call) -> None:
@@ -77,16 +76,15 @@ class RunQueue:
             self.writers -= 1
         name = call.tool.name
         self._tool_running[name] -= 1
-        self._offer_head(name)
+        queue = self._queues.get(name)
+        if queue:
+            self._offer_head(name, queue, call.tool.max_concurrency)
 
-    def _offer_head(self, name: str) -> None:
-        """Put a tool's oldest queued call among the candidates, if the tool has a slot."""
+    def _offer_head(self, name: str, queue: deque[Call], limit: int | None) -> None:
+        """Put a tool's oldest queued call (`queue` is not empty) among the candidates,
+        if the tool has a slot (`limit`: its `max_concurrency`)."""
         if name in self._in_heads:
             return
-        queue = self._queues.get(name)
-        if not queue:
-            return
-        limit = self._tools[name].max_concurrency
         if limit is not None and self._tool_running.get(name, 0) >= limit:
             return
         heapq.heappush(self.heads, (queue[0].seq, name))

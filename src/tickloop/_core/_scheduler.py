@@ -74,12 +74,20 @@ from ._scheduler_io import (
     StartCall,
 )
 from ._settling import awaits_fire_and_forget, deadlocks, unresolved
-from ._status import ERROR_STATUSES, FINAL_STATUSES, CallStatus, describe, move, usage_error
+from ._status import (
+    ERROR_STATUSES,
+    FINAL_STATUSES,
+    CallStatus,
+    Statuses,
+    describe,
+    move,
+    usage_error,
+)
 from ._tools import ToolSet
 
 __all__ = ["CallRecord", "Scheduler"]
 
-S = CallStatus
+S = Statuses
 
 
 def _by_seq(call: Call) -> int:
@@ -88,6 +96,8 @@ def _by_seq(call: Call) -> int:
 
 class Scheduler:
     """Decides, for one run, what every call does next. See the module docstring."""
+
+    _arrival: type | None = ReceiveCall  # its new calls may be ready on arrival; None: tests
 
     def __init__(
         self,
@@ -132,7 +142,7 @@ class Scheduler:
         self._tool_dependents: dict[str, set[str]] = {}
         self._approvals = ApprovalQueue()
         self._deferred: dict[str, Call] = {}
-        self._run_queue = RunQueue(tools)
+        self._run_queue = RunQueue()
         # Plan order (PROTOCOL §3, §4): what each waiting call's terms read, held writes.
         self._plan = PlanOrder(self._writers, self._seq_of, log.lookup)
         self._handlers: dict[type, Callable[[Any], None]] = {
@@ -320,13 +330,17 @@ class Scheduler:
                     self._tool_dependents.setdefault(earlier.id, set()).add(call.id)
 
     def _start_waiting(self, call: Call) -> None:
-        self._waiting[call.id] = call
         if not call.references and not call.tool.dependency_references:
-            # Most calls read nothing: nothing to file (no slot: `PlanOrder.slots` of a call
-            # it never watched is empty), only to examine once.
+            # Most calls read nothing: nothing to file, only to examine once; a new one, the
+            # only call to examine, is ready now, as the settle loop would find it next.
             call.watching = ()
+            if not call.tool_waits and not self._dirty and type(self._event) is self._arrival:
+                self._on_ready(call, {})
+                return
+            self._waiting[call.id] = call
             self._dirty.add(call.id)
             return
+        self._waiting[call.id] = call
         watching = tuple(term for _, expression in call.expressions() for term in expression.terms)
         call.watching = watching
         for term in watching:
@@ -562,7 +576,6 @@ class Scheduler:
     def _write(
         self, call: Call, value: Any, written: tuple[Term, ...], untaken: tuple[Term, ...]
     ) -> None:
-        messages: list[dict[str, Any]] = []
         if written:  # a fire-and-forget call's result is not written anywhere
             try:
                 # Earlier readers keep what the calls before them left (PROTOCOL §4).
@@ -575,12 +588,12 @@ class Scheduler:
             except WriteError as problem:  # nothing written, no reader woken
                 self._settle(call, S.FAILED, {"type": "runtime", "message": str(problem)})
                 return
-        for term, message in zip(written, messages, strict=True):
-            if self.notes:
-                self._actions.append(NoteMessage(message))
-            self._written.add(term, call.id)
-            if self._waiters.size:
-                self._dirty.update(self._waiters.ids_overlapping(term))
+            for term, message in zip(written, messages, strict=True):
+                if self.notes:
+                    self._actions.append(NoteMessage(message))
+                self._written.add(term, call.id)
+                if self._waiters.size:
+                    self._dirty.update(self._waiters.ids_overlapping(term))
         for term in untaken:  # an if/else plan: readers of the untaken branch are skipped
             self._skip_sources.add(term, call.id)
         call.record.output = value

@@ -35,7 +35,8 @@ from ._host import host_loop, run_on_host
 __all__ = ["Engine", "Journal", "check_configuration", "run_handler", "utc_now"]
 
 
-_second: list[Any] = [None, ""]  # the last whole second, and its text up to the '.'
+# The current second: its first microsecond, the next second's, and its text up to the '.'.
+_second: list[Any] = [0, 0, ""]
 
 
 def utc_now(_clock: Callable[[], int] = time.time_ns) -> str:
@@ -43,13 +44,15 @@ def utc_now(_clock: Callable[[], int] = time.time_ns) -> str:
 
     Every event of every call carries one, so the date and time of the current second
     are formatted once and only the microseconds per call (from integer nanoseconds: no
-    float arithmetic per call).
+    float arithmetic per call; zero-padded as the tail of a seven-digit number).
     """
-    second, micro = divmod(_clock() // 1000, 1_000_000)
-    if second != _second[0]:
-        _second[1] = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
-        _second[0] = second
-    return f"{_second[1]}{micro:06d}Z"
+    micro = _clock() // 1000
+    current = _second
+    if not current[0] <= micro < current[1]:
+        second = micro // 1_000_000
+        current[0], current[1] = second * 1_000_000, second * 1_000_000 + 1_000_000
+        current[2] = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+    return current[2] + str(micro - current[0] + 1_000_000)[1:] + "Z"
 
 
 class Engine(SchedulerDriver):
@@ -158,7 +161,8 @@ class Engine(SchedulerDriver):
         if nursery is None or clock is None:
             raise RuntimeError("the engine runs calls only inside `async with engine.session()`")
         self.scheduler.records[action.id].started = clock.current_time()
-        nursery.start_soon(self._run, action)
+        # Named as trio would name it, without trio working the name out for every call.
+        nursery.start_soon(self._run, action, name=_RUN_TASK_NAME)
 
     async def _ask(self, pending: PendingCall) -> None:
         assert self._approve is not None  # configuration was checked
@@ -180,6 +184,9 @@ class Engine(SchedulerDriver):
         assert self._clock is not None  # set with the nursery this task runs in
         self.scheduler.records[action.id].finished = self._clock.current_time()
         self.feed(FinishCall(action.id, value, branch, error, self._date()))
+
+
+_RUN_TASK_NAME = f"{Engine._run.__module__}.{Engine._run.__qualname__}"
 
 
 async def run_handler(
@@ -238,16 +245,17 @@ async def run_handler(
                     value = await _invoke(handler, arguments, thread, tool.name)
             if isinstance(value, Branch):
                 branch, value = value.term, value.value
-            try:
-                value = tool.dump_output(value)
-            except Exception as problem:
-                error = {"type": "runtime", "message": _conversion_fault(problem)}
-            else:
-                fault = _not_json(value)
-                if fault is not None:
-                    error = {"type": "runtime", "message": f"the result is not JSON: {fault}"}
-            if error is not None:
-                value = branch = None
+            if not _surely_json(value):  # else `dump_output` and `_not_json` change nothing
+                try:
+                    value = tool.dump_output(value)
+                except Exception as problem:
+                    error = {"type": "runtime", "message": _conversion_fault(problem)}
+                else:
+                    fault = _not_json(value)
+                    if fault is not None:
+                        error = {"type": "runtime", "message": f"the result is not JSON: {fault}"}
+                if error is not None:
+                    value = branch = None
         except trio.TooSlowError as problem:
             message = (
                 f"TimeoutError: {tool.name} ran over {_seconds(timeout)}"
@@ -422,6 +430,15 @@ _SURELY_SHORT = 1 << 2000
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TOO_DEEP = f"it nests more than {MAX_RESULT_DEPTH} levels deep"
 _PYDANTIC_TOO_DEEP = "Maximum serialization depth exceeded"  # pydantic-core's message
+
+
+def _surely_json(value: Any) -> bool:
+    """A result that is JSON as it is, the common no-op or count: None, a bool, a small
+    int, an ASCII string (`tests/test_fast_paths.py` checks the conversion agrees)."""
+    kind = type(value)
+    if kind is int:
+        return -_SURELY_SHORT < value < _SURELY_SHORT
+    return value is None or kind is bool or (kind is str and value.isascii())
 
 
 def _conversion_fault(problem: Exception) -> str:

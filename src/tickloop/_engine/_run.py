@@ -116,14 +116,16 @@ async def _execute(
         engine.open_tick(1)
         now = trio.lowlevel.current_clock().current_time  # what trio.current_time() reads
         handed = now()
+        date = engine.date()  # the plan's calls arrive together: one date until a yield
         for call in calls:
-            engine.receive(call)
+            engine.receive(call, date)
             # Checking a call takes tens of microseconds; in a long plan, calls that are
             # already started should not wait for the rest to be checked. Yielding now and
             # then lets them run (on a virtual clock no time passes, so this never yields).
             if now() - handed >= _YIELD_EVERY:
                 await trio.lowlevel.checkpoint()
                 handed = now()
+                date = engine.date()
         engine.close_stream()
         await engine.wait_tick()
     return ExecutionResult(log, engine.records, engine.scheduler.deferred)

@@ -20,7 +20,7 @@ import json
 import logging
 import re
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,7 @@ _PRE_DIRTY = 4
 _STR_RUN = re.compile(r'[^"\\\x00-\x1f]*')
 _WS_RUN = re.compile(r"[ \t\n\r]*")
 _NUM_RUN = re.compile(r"[-+0-9.eE]*")
+_NEXT_ITEM = re.compile(r"[ \t\n\r]*,[ \t\n\r]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 _WS = frozenset(" \t\n\r")
 _SIMPLE_ESCAPES = frozenset('"\\/bfnrt')
@@ -111,10 +112,11 @@ def _refuse_constant(name: str) -> Any:
 # A call that lies whole in the chunk at hand is read by the C decoder in one step
 # (`_scan`, at a call's opening brace), not character by character. Strict as the
 # automaton: NaN and Infinity, which `json` would accept, are refused, and any refusal
-# sends the text back to the automaton, which finds the fault and says where.
-_decode_call_at = json.JSONDecoder(
+# sends the text back to the automaton, which finds the fault and says where. The
+# scanner itself, not `raw_decode` around it: it raises StopIteration where no value is.
+_decode_call_at: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder(
     object_pairs_hook=unique_keys, parse_constant=_refuse_constant
-).raw_decode
+).scan_once  # type: ignore[attr-defined]  # set by JSONDecoder.__init__, not in typeshed
 
 
 def _cut(text: str, limit: int = 60) -> str:
@@ -305,7 +307,7 @@ class SolutionStream:
                     if c == "{":
                         try:
                             value, end = _decode_call_at(chunk, i)
-                        except (ValueError, RecursionError):
+                        except (ValueError, RecursionError, StopIteration):
                             pass  # cut by the chunk's end, or not JSON: read it as below
                         else:
                             # What the automaton would have ended in: the call emitted,
@@ -314,6 +316,12 @@ class SolutionStream:
                             out.append(value)
                             self._emitted += 1
                             i = end
+                            # The ',' before the next call, read as the automaton would
+                            # (`_AFTER` then `_ARR_NEXT`), without a turn per character.
+                            m = _NEXT_ITEM.match(chunk, i)
+                            if m is not None:
+                                self._mode = _ARR_NEXT
+                                i = m.end()
                             continue
                 if c == '"':
                     self._lex = _LEX_STRING

@@ -319,7 +319,7 @@ class _WorkflowSolutionLoop(_SolutionLoop):
         self.host = host
         super().__init__(host.config, log, host.sink, None)
 
-    def _make_engine(self, on_action: Callable[[Any], None], durable: Any) -> Any:
+    def _make_engine(self, on_action: Callable[[Any], None] | None, durable: Any) -> Any:
         return WorkflowEngine(self.host, self.log, on_action)
 
     async def _request(self, request: Any, on_item: Callable[[Any], None]) -> None:
@@ -334,7 +334,7 @@ class _WorkflowTurnLoop(_TurnLoop):
         # and they are the run's, fixed once listed.
         self._listed_specs = [asdict(spec) for spec in self.specs] if host.sources else None
 
-    def _make_engine(self, on_action: Callable[[Any], None], durable: Any) -> Any:
+    def _make_engine(self, on_action: Callable[[Any], None] | None, durable: Any) -> Any:
         return WorkflowEngine(self.host, self.log, on_action)
 
     async def _ask(self, request: TurnRequest) -> TurnResponse:
