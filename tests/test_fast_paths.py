@@ -380,22 +380,20 @@ _ARRIVAL_VALUES = st.sampled_from([*_SOUND_VALUES, *_NESTED, "\ud800"])
 def _arrivals(draw: st.DrawFn) -> list[Any]:
     calls: list[Any] = []
     for index in range(draw(st.integers(1, 8))):
-        # A call whose `_id` is at fault is echoed as it came: main fails to log one with a
-        # key that is not a string or a lone surrogate (a bug of its own, not of these paths).
-        odd_id = draw(st.integers(0, 5)) == 0
+        odd_id = draw(st.integers(0, 5)) == 0  # a bad id, with a bad shape or not
         call: dict[Any, Any] = {
             "_tool": draw(st.sampled_from(["put", "put", "asked", "one_at_a_time"])),
-            "value": draw(st.sampled_from(_SOUND_VALUES) if odd_id else _ARRIVAL_VALUES),
+            "value": draw(_ARRIVAL_VALUES),
         }
         if odd_id:
             call["_id"] = draw(st.sampled_from(["", 7, "k0"]))
         elif draw(st.booleans()):
             call["_id"] = f"k{index}"
         if draw(st.integers(0, 2)) == 0:
-            paths = ["†state.a", "†state.b", 3] + ([] if odd_id else ["\ud800"])
+            paths = ["†state.a", "†state.b", 3, "\ud800"]
             call["_outputPath"] = draw(st.sampled_from(paths))
         extra = draw(st.integers(0, 12))
-        if extra == 0 and not odd_id:
+        if extra == 0:
             call[1] = 2  # a key that is not a string
         elif extra == 1:
             call["ключ"] = "é"  # a parameter whose name is not ASCII

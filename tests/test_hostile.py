@@ -145,6 +145,30 @@ def test_a_lone_surrogate_in_a_call_is_a_structural_error_on_arrival() -> None:
     json.dumps(result.errors, ensure_ascii=False).encode("utf-8")  # the log stays encodable
 
 
+@pytest.mark.parametrize(
+    ("odd", "said"),
+    [
+        ({"\udc80": 1}, "lone surrogate"),
+        ({3: 1}, "keys must be strings"),
+        ({"a": json.loads("[" * 70 + "]" * 70)}, "nests deeper"),
+    ],
+    ids=["surrogate-key", "int-key", "too-deep"],
+)
+def test_a_call_with_a_bad_id_and_a_bad_shape_is_refused_for_its_shape(
+    odd: dict[Any, Any], said: str
+) -> None:
+    # The id used to be checked first, and its error logged the call as it came: a run
+    # the model could end with a `"\ud800"` key and an empty `_id`.
+    result = tl.run_calls(
+        [{"_tool": "add", "_id": "", "b": 2, **odd}, {"_tool": "add", "a": 1, "b": 2}],
+        tools=[add],
+    )
+    assert statuses(result) == {"c1.0": "invalid", "c1.1": "done"}
+    assert result.errors[0]["data"]["error"]["type"] == "structural"
+    assert said in result.errors[0]["data"]["error"]["message"]
+    json.dumps(result.errors, ensure_ascii=False).encode("utf-8")  # the log stays encodable
+
+
 def test_a_lone_surrogate_in_the_models_json_is_a_structural_error() -> None:
     seen: list[str] = []
 

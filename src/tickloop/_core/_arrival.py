@@ -135,11 +135,20 @@ def check_id(call: Call, given: Any, wanted: str) -> None:
         )
 
 
-def check_call(tools: ToolSet, call: Call, wire: Any) -> None:
-    """Structural checks made at once, before a call may wait or run (PROTOCOL §7.1)."""
+def check_call(
+    tools: ToolSet, call: Call, wire: Any, given: Any = None, wanted: str | None = None
+) -> None:
+    """Structural checks made at once, before a call may wait or run (PROTOCOL §7.1).
+
+    The shape comes first, even before the id a new call gave (`given`, and the id it
+    gets, `wanted`): a call refused for any reason is recorded and logged, which only a
+    call of a sound shape (or the echo `_check_shape` makes of it) can be.
+    """
     plain = type(wire) is dict and _plain_call(wire)
     if not plain:  # a plain call passes the shape check and holds no reference
         _check_shape(call, wire)
+    if wanted is not None:
+        check_id(call, given, wanted)
     if not isinstance(wire, dict):
         raise Structural(f"a call must be a JSON object, got {json_type(wire)}")
     # One pass over the keys: the parameters, and any meta key that is not one.

@@ -33,7 +33,6 @@ from ._approvals import ApprovalQueue, hook_fault, pending_call, waited_on
 from ._arrival import (
     check_call,
     check_edit,
-    check_id,
     fault_message,
     new_call,
     record_parameters,
@@ -92,6 +91,15 @@ S = Statuses
 
 def _by_seq(call: Call) -> int:
     return call.seq
+
+
+def _too_deep_to_resolve(call: Call) -> dict[str, Any]:
+    # The call itself is shallow (checked on arrival), but what it read may be deep:
+    # a value hundreds deep, placed deep in the call, against a recursive schema.
+    return structural(
+        "resolved parameters nest too deeply to copy or check against the schema of "
+        f"{call.tool.name!r}; read a less deeply nested part of the state"
+    )
 
 
 class Scheduler:
@@ -244,8 +252,7 @@ class Scheduler:
         self._calls[record.id] = call
         self.records[record.id] = record
         try:
-            check_id(call, given, wanted)
-            check_call(self.tools, call, record.call)
+            check_call(self.tools, call, record.call, given, wanted)
         except Structural as fault:
             record_parameters(call)
             # `record.call` is the wire, or the form of it that can be shown (`_check_shape`).
@@ -445,13 +452,7 @@ class Scheduler:
         try:
             params, error = resolve(call, values, self.log.lookup)
         except RecursionError:
-            # The call itself is shallow (checked on arrival), but what it read may be deep:
-            # a value hundreds deep, placed deep in the call, against a recursive schema.
-            message = (
-                "resolved parameters nest too deeply to copy or check against the schema of "
-                f"{call.tool.name!r}; read a less deeply nested part of the state"
-            )
-            self._settle(call, S.INVALID, structural(message))
+            self._settle(call, S.INVALID, _too_deep_to_resolve(call))
             return
         # The parameters as written are never read again (an edit starts from the record,
         # a replacement is checked anew): the call keeps the resolved ones, one dict less.
