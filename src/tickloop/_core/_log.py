@@ -112,6 +112,14 @@ def copy_json(value: Any) -> Any:
 _LEAVES = frozenset({str, int, float, bool, type(None)})
 
 
+def _is_flat(value: dict[str, Any]) -> bool:
+    """Whether every value of the dict is a leaf: a copy of it would share everything."""
+    for item in value.values():
+        if type(item) not in _LEAVES:
+            return False
+    return True
+
+
 def shape_fault(value: Any, limit: int) -> str | None:
     """What keeps `value` from being a JSON value at most `limit` containers deep, or None.
 
@@ -409,19 +417,24 @@ class ContextLog:
         wrote), before anything is appended. When one cannot apply, WriteError is raised
         and neither the log nor any view has changed. The data messages, one per term,
         are returned in order.
+
+        `call` is the writer's wire call as the scheduler keeps it (its record's), which
+        nothing changes: when it holds no container, the messages hold it rather than a
+        copy each (a dict less per write, kept for the whole run). `write` copies it.
         """
         terms = tuple(terms)
+        copy_call = call is not None and not _is_flat(call)
         if method not in METHODS:
             raise ValueError(f"unknown output method {method!r}; expected one of {METHODS}")
         if len(terms) == 1:  # the common case: one place, checked where it is written
             error = _check_in(self._views, terms[0], method, value)
             if error is not None:
                 raise WriteError(error)
-            return [self._write_checked(terms[0], method, value, call, date)]
+            return [self._write_checked(terms[0], method, value, call, date, copy_call)]
         error = self._check_in_order(terms, method, value)
         if error is not None:
             raise WriteError(error)
-        return [self._write_checked(term, method, value, call, date) for term in terms]
+        return [self._write_checked(term, method, value, call, date, copy_call) for term in terms]
 
     def _check_in_order(self, terms: tuple[Term, ...], method: str, value: Any) -> str | None:
         """The first fault of writing `value` at `terms` one after another, or None.
@@ -455,6 +468,7 @@ class ContextLog:
         value: Any,
         call: dict[str, Any] | None,
         date: str | None,
+        copy_call: bool = True,
     ) -> dict[str, Any]:
         # The message and the view each get their own copy (a leaf is its own copy).
         leaf = type(value) in _LEAVES
@@ -476,7 +490,7 @@ class ContextLog:
             "_outputMethod": method,
         }
         if call is not None:
-            message["_call"] = copy_json(call)
+            message["_call"] = copy_json(call) if copy_call else call
         if date is not None:
             message["_date"] = date
         _apply_in(self._views, term, method, value if leaf else copy_json(value))

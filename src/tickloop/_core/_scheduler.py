@@ -334,7 +334,7 @@ class Scheduler:
             call.watching = ()
             self._dirty.add(call.id)
             return
-        watching = tuple(term for _, expression in call.expressions() for term in expression.terms)
+        watching = call.watched_terms()
         call.watching = watching
         for term in watching:
             self._waiters.add(term, call.id)
