@@ -62,12 +62,15 @@ class PlanOrder:
     """Slots of waiting calls and held writes of one scheduler; see the module docstring.
 
     `writers` is the scheduler's index of calls that have not ended, by output term (held
-    calls included); `seq_of` gives a call's arrival order; `lookup` reads the views.
+    calls included); `readers` its index of waiting calls by the terms they read, kept
+    here by `watch` and `unwatch`; `seq_of` gives a call's arrival order; `lookup` reads
+    the views.
     """
 
     def __init__(
         self,
         writers: PathIndex,
+        readers: PathIndex,
         seq_of: Callable[[str], int],
         lookup: Callable[[Term], tuple[bool, Any]],
     ) -> None:
@@ -78,7 +81,9 @@ class PlanOrder:
         # that is absent and has no earlier writer left.
         self._planned = PathIndex(deferred=True)
         self._slots: dict[str, tuple[Slot, ...]] = {}
-        self._readers = PathIndex()  # waiting calls by the terms they read
+        # Waiting calls by the terms they read: the scheduler's index, which only
+        # `watch` and `unwatch` change (one index, not a copy of it here).
+        self._readers = readers
         # writer -> slots waiting for it to end, a `_few` holder (mostly one slot)
         self._blocking: dict[str, Any] = {}
         self._held: dict[str, tuple[int, tuple[Term, ...]]] = {}  # id -> (seq, targets)

@@ -140,7 +140,7 @@ class Scheduler:
         self._deferred: dict[str, Call] = {}
         self._run_queue = RunQueue(tools)
         # Plan order (PROTOCOL §3, §4): what each waiting call's terms read, held writes.
-        self._plan = PlanOrder(self._writers, self._seq_of, log.lookup)
+        self._plan = PlanOrder(self._writers, self._waiters, self._seq_of, log.lookup)
         self._handlers: dict[type, Callable[[Any], None]] = {
             FinishCall: self._on_finished,
             ReceiveCall: self._on_received,
@@ -334,21 +334,15 @@ class Scheduler:
             call.watching = ()
             self._dirty.add(call.id)
             return
-        watching = call.watched_terms()
-        call.watching = watching
-        for term in watching:
-            self._waiters.add(term, call.id)
-        self._plan.watch(call.id, call.seq, watching)
+        call.watching = call.watched_terms()
+        self._plan.watch(call.id, call.seq, call.watching)  # files them in `_waiters` too
         self._dirty.add(call.id)
 
     def _stop_waiting(self, call: Call) -> None:
         if self._waiting.pop(call.id, None) is None:
             return
-        if call.watching:
-            for term in call.watching:
-                self._waiters.remove(term, call.id)
-            call.watching = ()
-        self._plan.unwatch(call.id)
+        call.watching = ()
+        self._plan.unwatch(call.id)  # and out of `_waiters`
 
     def _settle_everything_possible(self) -> None:
         """Re-examine affected calls until nothing changes, then start what can start.
