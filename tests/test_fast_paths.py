@@ -66,18 +66,28 @@ def _naive_overlapping(entries: list[tuple[Term, str]], term: Term) -> set[str]:
 @given(
     deferred=st.booleans(),
     operations=st.lists(
-        st.tuples(st.sampled_from(["add", "remove", "ask"]), _terms, _ids), max_size=40
+        st.tuples(st.sampled_from(["add", "spell", "spell2", "remove", "ask"]), _terms, _ids),
+        max_size=40,
     ),
 )
 def test_a_path_index_answers_as_a_scan_of_its_entries(
     deferred: bool, operations: list[tuple[str, Term, str]]
 ) -> None:
+    """Entries added as terms or as the text of an expression (kept as text until a
+    deferred index is asked) answer alike."""
     index = PathIndex(deferred=deferred)
     entries: list[tuple[Term, str]] = []
+    other = Term("k", ("b",))
     for operation, term, call_id in operations:
         if operation == "add":
             index.add(term, call_id)
             entries.append((term, call_id))
+        elif operation == "spell":
+            index.add_spelled(str(term), call_id, 1)
+            entries.append((term, call_id))
+        elif operation == "spell2":  # a fan-out's text: both terms filed
+            index.add_spelled(f"{term} && {other}", call_id, 2)
+            entries += [(term, call_id), (other, call_id)]
         elif operation == "remove" and (term, call_id) in entries:
             index.remove(term, call_id)
             entries.remove((term, call_id))

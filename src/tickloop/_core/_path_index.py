@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Set
 from typing import Any
 
-from ._expressions import Step, Term
+from ._expressions import Step, Term, parse_expression
 from ._few import count_add, count_ids, count_remove, count_total
 
 __all__ = ["PathIndex"]
@@ -53,8 +53,9 @@ class PathIndex:
     def __init__(self, *, deferred: bool = False) -> None:
         self._root = _Node()
         self._root.children = {}  # kinds: never pruned, so never None
-        # Not yet filed, as two lists: a tuple per entry would be an object per call.
-        self._backlog_terms: list[Term] | None = [] if deferred else None
+        # Not yet filed, as two lists: a tuple per entry would be an object per call. An
+        # entry is a term, or the text of an expression, each of whose terms is filed.
+        self._backlog_terms: list[Term | str] | None = [] if deferred else None
         self._backlog_ids: list[str] = []
         self.size = 0  # entries held (filed or not): `if index.size` costs no call
 
@@ -69,6 +70,22 @@ class PathIndex:
             self._backlog_ids.append(call_id)
             return
         self._file(term, call_id)
+
+    def add_spelled(self, text: str, call_id: str, count: int) -> None:
+        """`add` each of the `count` terms of the expression `text` spells.
+
+        A deferred index keeps the text until it is asked: the text is kept anyway (by
+        the call, or its data message), and the parsed terms would be objects kept per
+        call for a question most runs never ask.
+        """
+        backlog = self._backlog_terms
+        if backlog is None:
+            for term in parse_expression(text).terms:
+                self.add(term, call_id)
+            return
+        self.size += count
+        backlog.append(text)
+        self._backlog_ids.append(call_id)
 
     def _file(self, term: Term, call_id: str) -> None:
         root = self._root
@@ -102,8 +119,12 @@ class PathIndex:
         terms, ids = self._backlog_terms, self._backlog_ids
         if terms:
             self._backlog_terms, self._backlog_ids = [], []
-            for term, call_id in zip(terms, ids, strict=True):
-                self._file(term, call_id)
+            for entry, call_id in zip(terms, ids, strict=True):
+                if isinstance(entry, str):
+                    for term in parse_expression(entry).terms:
+                        self._file(term, call_id)
+                else:
+                    self._file(entry, call_id)
 
     def remove(self, term: Term, call_id: str) -> None:
         if self._backlog_terms:

@@ -101,8 +101,12 @@ class PlanOrder:
         self._planned = PathIndex(deferred=True)
         self._legacy = not plan_order
 
-    def plan(self, call_id: str, terms: Iterable[Term]) -> None:
-        """A call of this request will (or may) write these terms."""
+    def plan(self, call_id: str, terms: tuple[Term, ...], spelled: str | None = None) -> None:
+        """A call of this request will (or may) write these terms; `spelled` is the text
+        they were parsed from, if any, kept instead of them until the index is asked."""
+        if spelled is not None:
+            self._planned.add_spelled(spelled, call_id, len(terms))
+            return
         for term in terms:
             self._planned.add(term, call_id)
 

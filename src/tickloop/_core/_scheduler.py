@@ -300,7 +300,7 @@ class Scheduler:
         if call.writes:
             for term in call.writes:
                 self._writers.add(term, call.id)
-            self._plan.plan(call.id, call.writes)
+            self._plan.plan(call.id, call.writes, call.wire.get("_outputPath"))
         if tool.dependency_tools:
             self._wait_for_earlier_tools(call)
         earlier = self._request_by_tool.get(tool.name)
@@ -577,7 +577,7 @@ class Scheduler:
         for term, message in zip(written, messages, strict=True):
             if self.notes:
                 self._actions.append(NoteMessage(message))
-            self._written.add(term, call.id)
+            self._written.add_spelled(message["_path"], call.id, 1)  # text, not the Term
             if self._waiters.size:
                 self._dirty.update(self._waiters.ids_overlapping(term))
         for term in untaken:  # an if/else plan: readers of the untaken branch are skipped
