@@ -445,6 +445,22 @@ def find_references(params: object) -> tuple[Reference, ...]:
     return tuple(found)
 
 
+_LOCATIONS: dict[tuple[Step, ...], tuple[Step, ...]] = {}
+_MAX_LOCATIONS = 4096
+
+
+def _shared(location: tuple[Step, ...]) -> tuple[Step, ...]:
+    """The one tuple kept for a reference's location: the same few (`("x",)`,
+    `("items", 0)`) recur in every call of a tool, and each waiting call keeps its own.
+    Bounded: past the bound a location is kept as it is."""
+    shared = _LOCATIONS.get(location)
+    if shared is None:
+        if len(_LOCATIONS) < _MAX_LOCATIONS:
+            _LOCATIONS[location] = location
+        return location
+    return shared
+
+
 def _collect(value: object, location: tuple[Step, ...], found: list[Reference]) -> None:
     if isinstance(value, str):
         if is_reference(value):
@@ -453,7 +469,7 @@ def _collect(value: object, location: tuple[Step, ...], found: list[Reference]) 
             except ReferenceSyntaxError as error:
                 error.location = location  # type: ignore[attr-defined]
                 raise
-            found.append(Reference(location, expression, value))
+            found.append(Reference(_shared(location), expression, value))
     elif isinstance(value, dict):
         for key, item in value.items():
             # A number, a boolean, null or a plain word holds no reference: passed over
