@@ -12,7 +12,9 @@ Each exists only for speed, so each is checked against the slower way it replace
 * a handler whose parameters are all `str`/`int`/`float`/`bool` given values of exactly
   those types, passed without pydantic, against pydantic's conversion of the same values;
 * the scheduler's per-call inputs and actions built by their quicker `__init__` against
-  the dataclass's own: the same fields, defaults, equality, and still frozen.
+  the dataclass's own: the same fields, defaults, equality, and still frozen;
+* the private copy a written call's record and messages share (`private_copy`) against
+  `copy_json`, the copy per message it replaces.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from hypothesis import strategies as st
 
 import tickloop as tl
 from tickloop._core._expressions import Term
-from tickloop._core._log import ContextLog
+from tickloop._core._log import ContextLog, copy_json, is_flat, private_copy
 from tickloop._core._path_index import PathIndex
 from tickloop._core._scheduler import Scheduler
 from tickloop._core._scheduler_io import (
@@ -348,3 +350,47 @@ def test_quick_inits_build_what_the_dataclass_builds(data: st.DataObject, kind: 
         pass  # too many arguments is refused, as the dataclass's own __init__ refuses it
     else:
         raise AssertionError("an extra argument was taken")
+
+
+# -- a written call's private copy against copy_json ------------------------------------------
+
+_TUPLED = st.recursive(
+    _JSON_SCALARS | st.text(max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=2), inner, max_size=3)
+        | st.tuples(inner, inner)
+    ),
+    max_leaves=12,
+)
+
+
+def _containers(value: Any) -> list[Any]:
+    found = [value] if isinstance(value, dict | list | tuple) else []
+    items = value.values() if isinstance(value, dict) else value
+    if isinstance(value, dict | list | tuple):
+        for item in items:
+            found += _containers(item)
+    return found
+
+
+def _holds_tuple(value: Any) -> bool:
+    return any(type(container) is tuple for container in _containers(value))
+
+
+@settings(max_examples=300)
+@given(value=st.dictionaries(st.text(max_size=3), _TUPLED, max_size=4))
+def test_a_private_copy_is_copy_json_sharing_nothing_or_none_for_a_tuple(
+    value: dict[str, Any],
+) -> None:
+    """What a written call's record and messages hold instead of a copy per message: the
+    same value `copy_json` gives, sharing no container with the call as sent; a call
+    holding a tuple (which `copy_json` shows as a list) keeps the copy per message."""
+    copied = private_copy(value)
+    if _holds_tuple(value):
+        assert copied is None
+        return
+    assert copied == copy_json(value) == value
+    assert is_flat(value) == all(not isinstance(item, dict | list) for item in value.values())
+    originals = {id(container) for container in _containers(value)}
+    assert not any(id(container) in originals for container in _containers(copied))

@@ -112,12 +112,38 @@ def copy_json(value: Any) -> Any:
 _LEAVES = frozenset({str, int, float, bool, type(None)})
 
 
-def _is_flat(value: dict[str, Any]) -> bool:
+def is_flat(value: dict[str, Any]) -> bool:
     """Whether every value of the dict is a leaf: a copy of it would share everything."""
     for item in value.values():
         if type(item) not in _LEAVES:
             return False
     return True
+
+
+def private_copy(value: Any) -> Any:
+    """`copy_json(value)` when that is the same value of the same types (dicts, lists and
+    leaves only), sharing no container with `value`; None when it holds anything else (a
+    tuple, which `copy_json` would make a list). Only for values of bounded depth."""
+    kind = type(value)
+    if kind is dict:
+        copied: dict[Any, Any] = {}
+        for key, item in value.items():
+            if type(item) not in _LEAVES:
+                item = private_copy(item)
+                if item is None:
+                    return None
+            copied[key] = item
+        return copied
+    if kind is list:
+        items = []
+        for item in value:
+            if type(item) not in _LEAVES:
+                item = private_copy(item)
+                if item is None:
+                    return None
+            items.append(item)
+        return items
+    return value if kind in _LEAVES else None
 
 
 def shape_fault(value: Any, limit: int) -> str | None:
@@ -409,6 +435,7 @@ class ContextLog:
         *,
         call: dict[str, Any] | None = None,
         date: str | None = None,
+        share_call: bool = False,
     ) -> list[dict[str, Any]]:
         """Write the same value at every term, in order: a fan-out (PROTOCOL §4).
 
@@ -418,12 +445,12 @@ class ContextLog:
         and neither the log nor any view has changed. The data messages, one per term,
         are returned in order.
 
-        `call` is the writer's wire call as the scheduler keeps it (its record's), which
-        nothing changes: when it holds no container, the messages hold it rather than a
-        copy each (a dict less per write, kept for the whole run). `write` copies it.
+        With `share_call` the messages hold `call` itself rather than a copy each: the
+        caller's promise that nothing changes it and it shares no container with anyone
+        (the scheduler's own copy of a wire call, which the call's record shows).
         """
         terms = tuple(terms)
-        copy_call = call is not None and not _is_flat(call)
+        copy_call = call is not None and not share_call
         if method not in METHODS:
             raise ValueError(f"unknown output method {method!r}; expected one of {METHODS}")
         if len(terms) == 1:  # the common case: one place, checked where it is written

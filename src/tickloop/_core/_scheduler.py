@@ -52,7 +52,7 @@ from ._log import ContextLog, WriteError, copy_json
 from ._path_index import PathIndex
 from ._plan_order import PlanOrder
 from ._reading import read, resolve
-from ._results import check_output, targets
+from ._results import check_output, targets, write_result
 from ._run_queue import RunQueue
 from ._scheduler_io import (
     Action,
@@ -568,9 +568,7 @@ class Scheduler:
                 self._plan.capture(call.seq, written)
                 # A fan-out is written whole or not at all: every term is checked as the
                 # earlier ones leave the views before the first is written (PROTOCOL §4).
-                messages = self.log.write_many(
-                    written, call.method, value, call=call.wire, date=self._date or None
-                )
+                messages = write_result(self.log, call, written, value, self._date or None)
             except WriteError as problem:  # nothing written, no reader woken
                 self._settle(call, S.FAILED, {"type": "runtime", "message": str(problem)})
                 return
