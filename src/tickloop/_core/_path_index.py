@@ -24,7 +24,7 @@ class _Node:
 
     def __init__(self) -> None:
         self.children: dict[Step, Any] | None = None  # a _Node, or a bare leaf (an id)
-        self.entries: str | dict[str, int] | None = None
+        self.entries: str | tuple[str, ...] | dict[str, int] | None = None
         self.subtree = 0  # entries here and below: a subtree of 0 holds nothing
 
 
