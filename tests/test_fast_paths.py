@@ -23,7 +23,9 @@ import dataclasses
 import json
 import random
 from typing import Any
+from unittest.mock import patch
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -95,6 +97,7 @@ def test_a_path_index_answers_as_a_scan_of_its_entries(
             entries.remove((term, call_id))
         expected = _naive_overlapping(entries, term)
         assert set(index.ids_overlapping(term)) == expected
+        assert set(index.ids_at(term)) == {call_id for filed, call_id in entries if filed == term}
         assert set(index.others_overlapping(term, call_id)) == expected - {call_id}
         overlapping = [filed for filed, _ in entries if filed.overlaps(term)]
         assert index.count_overlapping(term) == len(overlapping)
@@ -137,7 +140,10 @@ def _plans(draw: st.DrawFn) -> list[dict[str, Any]]:
     for index in range(draw(st.integers(1, 8))):
         value: Any = draw(st.sampled_from([0, "s", {"k": 1}, [1], "ask"]))
         if draw(st.integers(0, 2)) == 0:
-            value = f"†state.{draw(st.sampled_from(_PATHS))}"
+            first, second = (f"†state.{draw(st.sampled_from(_PATHS))}" for _ in range(2))
+            value = draw(st.sampled_from([first, f"{first} || {second}", f"{second} && {first}"]))
+            if draw(st.booleans()):  # two references, the first term of each shared
+                value = [value, first]
         call: dict[str, Any] = {
             "_tool": draw(st.sampled_from(["put", "put", "asked"])),
             "value": value,
@@ -161,20 +167,33 @@ def _work(actions: list[Any]) -> list[Any]:
     return [action for action in actions if not isinstance(action, _NOTES)]
 
 
+def _unshared(*_: Any) -> None:
+    """`share_parsed` that shares nothing: every call keeps its own parses."""
+
+
+@pytest.mark.parametrize("variant", ["notes", "sharing"])
 @settings(max_examples=200)
 @given(calls=_plans(), order=st.randoms(use_true_random=False), failing=st.sets(_ids))
 def test_a_scheduler_without_notes_does_the_same_work(
-    calls: list[dict[str, Any]], order: random.Random, failing: set[str]
+    variant: str, calls: list[dict[str, Any]], order: random.Random, failing: set[str]
 ) -> None:
+    """`notes`: a scheduler that makes no facts does the same work as one that does.
+    `sharing`: one whose calls share equal parsed expressions (`_sharing`) does exactly
+    what one does whose calls each keep their own."""
     with_notes = Scheduler(_TOOLS, ContextLog(), notes=True)
-    without = Scheduler(_TOOLS, ContextLog(), notes=False)
+    without = Scheduler(_TOOLS, ContextLog(), notes=variant == "sharing")
     running: list[StartCall] = []
     asking: list[AskApproval] = []
 
     def feed(event: Any) -> None:
         noted = with_notes.handle(event)
-        bare = without.handle(event)
-        assert _work(noted) == bare
+        if variant == "notes":
+            bare = without.handle(event)
+            assert _work(noted) == bare
+        else:
+            with patch("tickloop._core._scheduler.share_parsed", _unshared):
+                bare = without.handle(event)
+            assert noted == bare
         running.extend(action for action in bare if isinstance(action, StartCall))
         asking.extend(action for action in bare if isinstance(action, AskApproval))
 

@@ -1,6 +1,6 @@
 """The one-or-many holders of `_few` (kept bare while they hold one member and a tuple
-while they hold a few, to keep a waiting call's bookkeeping small) behave exactly as the plain set and counter they replace,
-whatever the sequence of additions and removals."""
+while they hold a few, to keep a waiting call's bookkeeping small) behave exactly as the
+plain set and counter they replace, whatever the sequence of additions and removals."""
 
 from __future__ import annotations
 

@@ -573,8 +573,8 @@ def test_a_reader_of_a_failed_replacement_names_the_tool_the_writer_ran_as() -> 
     assert scheduler.records["c1.0"].tool == "nope"
     reader = scheduler.records["c1.1"]
     assert reader.status == "invalid" and reader.error is not None
-    assert "call c1.0 (pay), which should have written it, ended invalid" in (
-        reader.error["message"]
+    assert (
+        "call c1.0 (pay), which should have written it, ended invalid" in (reader.error["message"])
     )
 
 

@@ -3,7 +3,7 @@ paths to waiting calls, never by rescanning every pending call")."""
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Collection, Set
 from typing import Any
 
 from ._expressions import Step, Term, parse_expression
@@ -183,6 +183,22 @@ class PathIndex:
                 total += count_total(node.entries)
         # `node` is the term's own node: everything below it overlaps too.
         return total - count_total(node.entries) + node.subtree
+
+    def ids_at(self, term: Term) -> Collection[str]:
+        """The ids filed exactly at `term` (not at a prefix of it, nor below it)."""
+        if self._backlog_terms:
+            self._catch_up()
+        node: Any = self._root.children.get(term.kind)  # type: ignore[union-attr]
+        for step in term.path:
+            if node is None or type(node) is str:  # nothing, or a bare leaf above the term
+                return _NOTHING
+            children = node.children
+            node = None if children is None else children.get(step)
+        if node is None:
+            return _NOTHING
+        if type(node) is str:  # a bare leaf: one id at the term
+            return (node,)
+        return count_ids(node.entries)
 
     def others_overlapping(self, term: Term, call_id: str) -> Set[str]:
         """`ids_overlapping` without `call_id`: a writer's question about the others, which

@@ -74,6 +74,7 @@ from ._scheduler_io import (
     StartCall,
 )
 from ._settling import LostWriters, awaits_fire_and_forget, deadlocks, unresolved
+from ._sharing import share_parsed
 from ._status import (
     ERROR_STATUSES,
     CallStatus,
@@ -296,6 +297,7 @@ class Scheduler:
 
     def _accept(self, call: Call) -> None:
         tool = call.tool
+        share_parsed(call, self._calls, self._writers, self._waiters)
         self._calls[call.id] = call
         if call.writes:
             for term in call.writes:
