@@ -39,7 +39,7 @@ __all__ = ["PlanOrder", "Slot"]
 class Slot:
     """One term a waiting call reads, and where its value comes from (PROTOCOL §3)."""
 
-    __slots__ = ("captured", "forward", "pending", "present", "reader", "term", "value")
+    __slots__ = ("forward", "kept", "pending", "reader", "term")
 
     def __init__(self, reader: str, term: Term, pending: Any, forward: bool) -> None:
         self.reader = reader
@@ -48,9 +48,9 @@ class Slot:
         # id, or a set), since in a chain every call waits on exactly one.
         self.pending = pending
         self.forward = forward  # absent, and no earlier call writes it
-        self.captured = False  # value kept before a later write changed the path
-        self.present = False
-        self.value: Any = None
+        # (present, value) kept before a later write changed the path; None until then
+        # (rare: one slot rather than three in every slot of every waiting call)
+        self.kept: tuple[bool, Any] | None = None
 
     @property
     def final(self) -> bool:
@@ -297,8 +297,7 @@ class PlanOrder:
                 if self._seq_of(reader) >= seq:
                     continue
                 for slot in self._slots[reader]:
-                    if slot.captured or not slot.final or not slot.term.overlaps(term):
+                    if slot.kept is not None or not slot.final or not slot.term.overlaps(term):
                         continue
                     present, value = self._lookup(slot.term)
-                    slot.present, slot.value = present, copy_json(value) if present else None
-                    slot.captured = True
+                    slot.kept = (present, copy_json(value) if present else None)
