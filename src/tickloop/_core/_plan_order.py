@@ -80,7 +80,9 @@ class PlanOrder:
         # This request's calls by output term, ended or not: asked only by a read of a path
         # that is absent and has no earlier writer left.
         self._planned = PathIndex(deferred=True)
-        self._slots: dict[str, tuple[Slot, ...]] = {}
+        # reader -> its slots: the Slot itself when it reads one term (most do), so a
+        # waiting call keeps no tuple for it
+        self._slots: dict[str, Slot | tuple[Slot, ...]] = {}
         # Waiting calls by the terms they read: the scheduler's index, which only
         # `watch` and `unwatch` change (one index, not a copy of it here).
         self._readers = readers
@@ -140,17 +142,19 @@ class PlanOrder:
                         blocking[writer] = _few.add(blocking.get(writer), slot)
             self._readers.add(term, reader)
             slots.append(slot)
-        watched = self._slots[reader] = tuple(slots)
+        watched = tuple(slots)
+        self._slots[reader] = watched[0] if len(watched) == 1 else watched
         return watched
 
     def slots(self, reader: str) -> tuple[Slot, ...]:
-        return self._slots.get(reader, ())
+        slots = self._slots.get(reader, ())
+        return (slots,) if isinstance(slots, Slot) else slots
 
     def unwatch(self, reader: str) -> None:
         """The call stopped waiting (ready, or settled): it reads nothing more."""
-        slots = self._slots.pop(reader, None)
-        if slots:
-            for slot in slots:
+        kept = self._slots.pop(reader, None)
+        if kept:
+            for slot in (kept,) if isinstance(kept, Slot) else kept:
                 for writer in _few.members(slot.pending):
                     waiting = self._blocking.get(writer)
                     if waiting is not None:
@@ -232,7 +236,7 @@ class PlanOrder:
             for reader in readers.ids_overlapping(term):
                 if reader == call_id or self._seq_of(reader) >= seq:
                     continue
-                if any(slot.pending and slot.term.overlaps(term) for slot in self._slots[reader]):
+                if any(slot.pending and slot.term.overlaps(term) for slot in self.slots(reader)):
                     found.add(reader)
         if not found:
             return found
@@ -241,7 +245,7 @@ class PlanOrder:
     def _reads_forward(self, reader: str, targets: tuple[Term, ...]) -> bool:
         return any(
             slot.forward and any(slot.term.overlaps(term) for term in targets)
-            for slot in self._slots.get(reader, ())
+            for slot in self.slots(reader)
         )
 
     def hold(self, call_id: str, seq: int, targets: tuple[Term, ...], blockers: set[str]) -> None:
@@ -296,7 +300,7 @@ class PlanOrder:
             for reader in self._readers.ids_overlapping(term):
                 if self._seq_of(reader) >= seq:
                     continue
-                for slot in self._slots[reader]:
+                for slot in self.slots(reader):
                     if slot.kept is not None or not slot.final or not slot.term.overlaps(term):
                         continue
                     present, value = self._lookup(slot.term)
