@@ -736,6 +736,27 @@ def test_a_resolved_value_is_a_copy_the_handler_cannot_use_to_change_the_state()
     assert result.state == {"items": [1]}
 
 
+def test_changing_the_plan_after_the_run_changes_neither_a_written_call_record_nor_log() -> None:
+    """A call's record and the `_call` of what it wrote show the call as it was sent:
+    the caller's own lists and dicts are not held by either (the two are one private
+    copy, kept once for the whole run)."""
+    plan = [
+        {"_tool": "wait", "value": {"tags": ["a"]}, "_outputPath": "†state.x && †audit.x"},
+        {"_tool": "wait", "value": ["†state.x", 2], "_outputPath": "†state.y"},
+        {"_tool": "wait", "value": 3, "_outputPath": "†state.z"},
+    ]
+    sent = json.loads(json.dumps(plan))
+    result = run(plan, tools=TOOLS)
+    plan[0]["value"]["tags"].append("changed")
+    plan[1]["value"].append("changed")
+    for index, call_id in enumerate(("c1.0", "c1.1", "c1.2")):
+        record = result.records[call_id]
+        assert record.call == {**sent[index], "_id": call_id}
+        for message in writes_by(result, call_id):
+            assert message["_call"] == record.call
+    assert len(writes_by(result, "c1.0")) == 2 and result.state["y"] == [{"tags": ["a"]}, 2]
+
+
 # -- output paths ------------------------------------------------------------------------------
 
 

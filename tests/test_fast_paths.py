@@ -12,7 +12,9 @@ Each exists only for speed, so each is checked against the slower way it replace
 * a handler whose parameters are all `str`/`int`/`float`/`bool` given values of exactly
   those types, passed without pydantic, against pydantic's conversion of the same values;
 * the scheduler's per-call inputs and actions built by their quicker `__init__` against
-  the dataclass's own: the same fields, defaults, equality, and still frozen.
+  the dataclass's own: the same fields, defaults, equality, and still frozen;
+* the private copy a written call's record and messages share (`private_copy`) against
+  `copy_json`, the copy per message it replaces.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import random
 from datetime import UTC, datetime
 from typing import Any
 from unittest import mock
+from unittest.mock import patch
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +35,7 @@ import tickloop as tl
 from tickloop._agent import _prompt
 from tickloop._core import _arrival
 from tickloop._core._expressions import Term, find_references
-from tickloop._core._log import ContextLog, shape_fault
+from tickloop._core._log import ContextLog, copy_json, is_flat, private_copy, shape_fault
 from tickloop._core._path_index import PathIndex
 from tickloop._core._scheduler import Scheduler
 from tickloop._core._scheduler_io import (
@@ -72,23 +76,34 @@ def _naive_overlapping(entries: list[tuple[Term, str]], term: Term) -> set[str]:
 @given(
     deferred=st.booleans(),
     operations=st.lists(
-        st.tuples(st.sampled_from(["add", "remove", "ask"]), _terms, _ids), max_size=40
+        st.tuples(st.sampled_from(["add", "spell", "spell2", "remove", "ask"]), _terms, _ids),
+        max_size=40,
     ),
 )
 def test_a_path_index_answers_as_a_scan_of_its_entries(
     deferred: bool, operations: list[tuple[str, Term, str]]
 ) -> None:
+    """Entries added as terms or as the text of an expression (kept as text until a
+    deferred index is asked) answer alike."""
     index = PathIndex(deferred=deferred)
     entries: list[tuple[Term, str]] = []
+    other = Term("k", ("b",))
     for operation, term, call_id in operations:
         if operation == "add":
             index.add(term, call_id)
             entries.append((term, call_id))
+        elif operation == "spell":
+            index.add_spelled(str(term), call_id, 1)
+            entries.append((term, call_id))
+        elif operation == "spell2":  # a fan-out's text: both terms filed
+            index.add_spelled(f"{term} && {other}", call_id, 2)
+            entries += [(term, call_id), (other, call_id)]
         elif operation == "remove" and (term, call_id) in entries:
             index.remove(term, call_id)
             entries.remove((term, call_id))
         expected = _naive_overlapping(entries, term)
         assert set(index.ids_overlapping(term)) == expected
+        assert set(index.ids_at(term)) == {call_id for filed, call_id in entries if filed == term}
         assert set(index.others_overlapping(term, call_id)) == expected - {call_id}
         overlapping = [filed for filed, _ in entries if filed.overlaps(term)]
         assert index.count_overlapping(term) == len(overlapping)
@@ -131,7 +146,10 @@ def _plans(draw: st.DrawFn) -> list[dict[str, Any]]:
     for index in range(draw(st.integers(1, 8))):
         value: Any = draw(st.sampled_from([0, "s", {"k": 1}, [1], "ask"]))
         if draw(st.integers(0, 2)) == 0:
-            value = f"†state.{draw(st.sampled_from(_PATHS))}"
+            first, second = (f"†state.{draw(st.sampled_from(_PATHS))}" for _ in range(2))
+            value = draw(st.sampled_from([first, f"{first} || {second}", f"{second} && {first}"]))
+            if draw(st.booleans()):  # two references, the first term of each shared
+                value = [value, first]
         call: dict[str, Any] = {
             "_tool": draw(st.sampled_from(["put", "put", "asked"])),
             "value": value,
@@ -175,20 +193,33 @@ def _answer_one(
         feed(FinishCall(started.id, started.params.get("value"), date="d"))
 
 
+def _unshared(*_: Any) -> None:
+    """`share_parsed` that shares nothing: every call keeps its own parses."""
+
+
+@pytest.mark.parametrize("variant", ["notes", "sharing"])
 @settings(max_examples=200)
 @given(calls=_plans(), order=st.randoms(use_true_random=False), failing=st.sets(_ids))
 def test_a_scheduler_without_notes_does_the_same_work(
-    calls: list[dict[str, Any]], order: random.Random, failing: set[str]
+    variant: str, calls: list[dict[str, Any]], order: random.Random, failing: set[str]
 ) -> None:
+    """`notes`: a scheduler that makes no facts does the same work as one that does.
+    `sharing`: one whose calls share equal parsed expressions (`_sharing`) does exactly
+    what one does whose calls each keep their own."""
     with_notes = Scheduler(_TOOLS, ContextLog(), notes=True)
-    without = Scheduler(_TOOLS, ContextLog(), notes=False)
+    without = Scheduler(_TOOLS, ContextLog(), notes=variant == "sharing")
     running: list[StartCall] = []
     asking: list[AskApproval] = []
 
     def feed(event: Any) -> None:
         noted = with_notes.handle(event)
-        bare = without.handle(event)
-        assert _work(noted) == bare
+        if variant == "notes":
+            bare = without.handle(event)
+            assert _work(noted) == bare
+        else:
+            with patch("tickloop._core._scheduler.share_parsed", _unshared):
+                bare = without.handle(event)
+            assert noted == bare
         running.extend(action for action in bare if isinstance(action, StartCall))
         asking.extend(action for action in bare if isinstance(action, AskApproval))
 
@@ -544,3 +575,47 @@ def test_the_plain_statuses_are_the_enum_members() -> None:
     plain = {name: value for name, value in vars(Statuses).items() if name.isupper()}
     assert plain == CallStatus.__members__
     assert all(plain[name] is member for name, member in CallStatus.__members__.items())
+
+
+# -- a written call's private copy against copy_json ------------------------------------------
+
+_TUPLED = st.recursive(
+    _JSON_SCALARS | st.text(max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=2), inner, max_size=3)
+        | st.tuples(inner, inner)
+    ),
+    max_leaves=12,
+)
+
+
+def _containers(value: Any) -> list[Any]:
+    found = [value] if isinstance(value, dict | list | tuple) else []
+    items = value.values() if isinstance(value, dict) else value
+    if isinstance(value, dict | list | tuple):
+        for item in items:
+            found += _containers(item)
+    return found
+
+
+def _holds_tuple(value: Any) -> bool:
+    return any(type(container) is tuple for container in _containers(value))
+
+
+@settings(max_examples=300)
+@given(value=st.dictionaries(st.text(max_size=3), _TUPLED, max_size=4))
+def test_a_private_copy_is_copy_json_sharing_nothing_or_none_for_a_tuple(
+    value: dict[str, Any],
+) -> None:
+    """What a written call's record and messages hold instead of a copy per message: the
+    same value `copy_json` gives, sharing no container with the call as sent; a call
+    holding a tuple (which `copy_json` shows as a list) keeps the copy per message."""
+    copied = private_copy(value)
+    if _holds_tuple(value):
+        assert copied is None
+        return
+    assert copied == copy_json(value) == value
+    assert is_flat(value) == all(not isinstance(item, dict | list) for item in value.values())
+    originals = {id(container) for container in _containers(value)}
+    assert not any(id(container) in originals for container in _containers(copied))

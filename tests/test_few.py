@@ -1,6 +1,6 @@
-"""The one-or-many holders of `_few` (kept bare while they hold one member, to keep a
-waiting call's bookkeeping small) behave exactly as the plain set and counter they replace,
-whatever the sequence of additions and removals."""
+"""The one-or-many holders of `_few` (kept bare while they hold one member and a tuple
+while they hold a few, to keep a waiting call's bookkeeping small) behave exactly as the
+plain set and counter they replace, whatever the sequence of additions and removals."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from tickloop._core import _few
 
-_OPS = st.lists(st.tuples(st.booleans(), st.sampled_from(["a", "b", "c", "d"])), max_size=60)
+# More members than a tuple holds (`_few.SMALL`), so every form a holder takes is met.
+_IDS = [chr(ord("a") + index) for index in range(_few.SMALL + 4)]
+_OPS = st.lists(st.tuples(st.booleans(), st.sampled_from(_IDS)), max_size=80)
 
 
 def _check_against_a_set(ops: list[tuple[bool, Any]]) -> None:
@@ -40,9 +42,9 @@ class _Slot:
     """Members compared by identity, like the scheduler's slots."""
 
 
-@given(st.lists(st.tuples(st.booleans(), st.integers(0, 3)), max_size=60))
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, len(_IDS) - 1)), max_size=80))
 def test_holder_of_objects_matches_a_set(ops: list[tuple[bool, int]]) -> None:
-    objects = [_Slot() for _ in range(4)]
+    objects = [_Slot() for _ in _IDS]
     _check_against_a_set([(adding, objects[index]) for adding, index in ops])
 
 

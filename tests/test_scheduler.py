@@ -308,7 +308,7 @@ def test_a_blocked_call_that_never_resolves_is_never_shown() -> None:
     receive(scheduler, call("†state.nowhere", tool="pay"))
     actions = scheduler.handle(CloseStream())
     assert asked(actions) == []
-    assert settled(actions) == {"c1.0": "invalid"}
+    assert settled(actions)["c1.0"] == "invalid"
 
 
 def test_respond_writes_the_value_without_starting_the_call() -> None:
@@ -569,6 +569,47 @@ def test_a_driver_mistake_names_the_input_the_call_and_its_status() -> None:
         scheduler.handle(OpenTick(2))
 
 
+def test_an_ended_call_keeps_its_status_and_driver_mistakes_about_it_name_it() -> None:
+    """An ended call leaves the scheduler's working state (a plan of 100,000 calls keeps
+    no parsed reference of the ones done), but a driver still gets its status and the
+    same errors about it, from its record."""
+    scheduler = opened()
+    receive(scheduler, call(1, "†state.a"), call("†state.a", "†state.b"), {"_tool": "nope"})
+    scheduler.handle(FinishCall("c1.0", value=1))
+    scheduler.handle(FinishCall("c1.1", value=2))
+    assert scheduler.status("c1.0") == CallStatus.DONE
+    assert scheduler.status("c1.2") == CallStatus.INVALID
+    assert scheduler.status("c9.9") is None
+    assert scheduler._calls == {}  # nothing of an ended call is kept but its record
+    with pytest.raises(SchedulerUsageError) as caught:
+        scheduler.handle(FinishCall("c1.0", value=1))
+    assert str(caught.value) == "FinishCall: call 'c1.0' (done) finished but was not running"
+    for call_id, status in (("c1.1", "done"), ("c1.2", "invalid")):
+        with pytest.raises(SchedulerUsageError) as caught:
+            scheduler.handle(Decide(call_id, tl.Approve()))
+        assert str(caught.value) == (
+            f"Decide: call {call_id!r} ({status}) is not awaiting a decision"
+        )
+    with pytest.raises(SchedulerUsageError, match=r"^Decide: decision for unknown call 'c9.9'"):
+        scheduler.handle(Decide("c9.9", tl.Approve()))
+
+
+def test_a_reader_of_a_failed_replacement_names_the_tool_the_writer_ran_as() -> None:
+    """The writer has ended (and left the working state); its reader's error still names
+    the tool it was called as, though its record names the replacement's tool."""
+    scheduler = opened()
+    receive(scheduler, call(1, "†state.a", tool="pay"), call("†state.a", "†state.b"))
+    actions = scheduler.handle(Decide("c1.0", tl.Replace({"_tool": "nope", "x": 1})))
+    scheduler.handle(CloseStream())
+    assert settled(actions)["c1.0"] == "invalid"
+    assert scheduler.records["c1.0"].tool == "nope"
+    reader = scheduler.records["c1.1"]
+    assert reader.status == "invalid" and reader.error is not None
+    assert (
+        "call c1.0 (pay), which should have written it, ended invalid" in (reader.error["message"])
+    )
+
+
 def test_every_status_move_the_scheduler_makes_is_in_the_transition_table() -> None:
     """Statuses are the strings stored before, and a final status never moves again."""
     assert {status.value for status in CallStatus} == {
@@ -807,7 +848,7 @@ def test_a_branch_string_that_is_not_one_of_the_terms_fails_the_call(
 def test_an_index_with_too_many_digits_is_a_structural_error(wire: dict[str, Any]) -> None:
     scheduler = opened()
     actions = receive(scheduler, wire)
-    assert settled(actions) == {"c1.0": "invalid"}
+    assert settled(actions)["c1.0"] == "invalid"
     error = scheduler.records["c1.0"].error
     assert error is not None and error["type"] == "structural"
     assert "index too large" in error["message"] and "at most 18" in error["message"]
@@ -835,7 +876,7 @@ def test_a_path_of_too_many_steps_is_a_structural_error_and_the_state_stays_rend
 def test_a_parameter_nested_too_deep_is_a_structural_error_naming_it(depth: int) -> None:
     scheduler = opened()
     actions = receive(scheduler, {"_tool": "work", "x": nested(depth), "_outputPath": "†state.a"})
-    assert settled(actions) == {"c1.0": "invalid"}
+    assert settled(actions)["c1.0"] == "invalid"
     record = scheduler.records["c1.0"]
     assert record.error == {
         "type": "structural",
@@ -923,7 +964,7 @@ def test_a_key_that_is_not_a_string_is_a_structural_error_naming_the_call(
 ) -> None:
     scheduler = opened()
     actions = receive(scheduler, wire)
-    assert settled(actions) == {"c1.0": "invalid"}
+    assert settled(actions)["c1.0"] == "invalid"
     record = scheduler.records["c1.0"]
     assert record.error is not None and record.error["message"] == message
     end = closed_tick(scheduler)
@@ -994,7 +1035,7 @@ def test_values_too_deep_for_the_schema_check_are_errors_of_the_call_not_crashes
         {"_tool": "tree", "x": 1, "_outputPath": "†state.u"},
         {"_tool": "work", "x": 1, "_outputPath": "†state.v"},
     )
-    assert settled(actions) == {"c1.0": "invalid"}
+    assert settled(actions)["c1.0"] == "invalid"
     error = scheduler.records["c1.0"].error
     assert error is not None and error["message"] == (
         "resolved parameters nest too deeply to copy or check against the schema of 'tree'; "
@@ -1015,7 +1056,7 @@ def test_values_too_deep_for_the_schema_check_are_errors_of_the_call_not_crashes
 def test_a_call_may_not_write_to_the_error_or_input_kinds(path: str) -> None:
     scheduler = opened()
     actions = receive(scheduler, call(1, path))
-    assert settled(actions) == {"c1.0": "invalid"}
+    assert settled(actions)["c1.0"] == "invalid"
     error = scheduler.records["c1.0"].error
     assert error is not None and error["type"] == "structural"
     kind = "error" if "error" in path else "input"

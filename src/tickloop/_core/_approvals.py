@@ -77,7 +77,7 @@ def pending_call(
 def waited_on(
     call: Call,
     written: PathIndex,
-    by_tool: dict[str, list[Call]],
+    by_tool: dict[str, list[str]],
     seq_of: Callable[[str], int],
 ) -> list[str]:
     """The calls `call` waited on, in arrival order: those that wrote what its parameters
@@ -90,9 +90,9 @@ def waited_on(
         for term in expression.terms:
             found.update(written.ids_overlapping(term))
     for name in call.tool.dependency_tools:
-        for earlier in by_tool.get(name, ()):
-            if earlier.seq < call.seq:
-                found.add(earlier.id)
+        for earlier in by_tool.get(name, ()):  # this request's calls to it, by id
+            if seq_of(earlier) < call.seq:
+                found.add(earlier)
     found.discard(call.id)
     return sorted(found, key=seq_of) if len(found) > 1 else list(found)
 

@@ -70,7 +70,7 @@ _META_LIST = ", ".join(sorted(META_KEYS))
 
 
 def new_call(
-    wire: Any, iteration: int, index: int, seq: int, calls: Mapping[str, Call]
+    wire: Any, iteration: int, index: int, seq: int, calls: Mapping[str, object]
 ) -> tuple[Call, Any, str]:
     """A call as it arrives, before any check: (call, the `_id` given, the id it wants).
 
@@ -112,7 +112,7 @@ def record_parameters(call: Call) -> None:
         record.params = parameters_of(wire) if isinstance(wire, dict) else wire
 
 
-def _free_id(auto_id: str, calls: Mapping[str, Call]) -> str:
+def _free_id(auto_id: str, calls: Mapping[str, object]) -> str:
     """An id no call has, for a call whose own id is taken: its record is never lost.
 
     The engine id is free unless an explicit `_id` happened to look like one; then a

@@ -94,6 +94,13 @@ class Call:
         # value, targets, untaken
         self.held: tuple[Any, tuple[Term, ...], tuple[Term, ...]] | None = None
 
+    def watched_terms(self) -> tuple[Term, ...]:
+        """Every term the call reads, in order. A call of one reference (the common case)
+        reads its expression's own tuple of terms: no tuple of its own while it waits."""
+        if len(self.references) == 1 and not self.tool.dependency_references:
+            return self.references[0].expression.terms
+        return tuple(term for _, expression in self.expressions() for term in expression.terms)
+
     def expressions(self) -> Iterator[tuple[Reference | None, Expression]]:
         """Every expression the call waits on: its parameters', then its tool's depends_on."""
         for reference in self.references:

@@ -203,6 +203,21 @@ def _trusted_expression(terms: tuple[Term, ...], op: str | None) -> Expression:
     return expression
 
 
+_KINDS: dict[str, str] = {"state": "state", "input": "input", "error": "error"}
+_MAX_KINDS = 1024
+
+
+def _new_kind(kind: str) -> str:
+    """A kind seen for the first time, kept to be shared by every later term of it.
+
+    A parsed kind is a new string each time, and kinds are few: without this each term of
+    a large plan would hold its own copy of "state". Bounded, so that a stream of made-up
+    kinds cannot grow it without end (past the bound a kind is simply not shared)."""
+    if len(_KINDS) < _MAX_KINDS:
+        _KINDS[kind] = kind
+    return kind
+
+
 def _term_from_match(match: re.Match[str]) -> Term | None:
     """The term a fast-path match spells; None when a limit is passed, so that the scanner
     reports it with its position (a path too long, an index with too many digits)."""
@@ -219,7 +234,8 @@ def _term_from_match(match: re.Match[str]) -> Term | None:
             path.append(int(index))
         else:
             path.append(key)
-    return _trusted_term(match["kind"], tuple(path))
+    kind = match["kind"]
+    return _trusted_term(_KINDS.get(kind) or _new_kind(kind), tuple(path))
 
 
 def _fast_parse(text: str) -> Expression | None:
@@ -236,6 +252,7 @@ def _fast_parse(text: str) -> Expression | None:
         kind, dotted = keys.group(1, 2)
         path = tuple(dotted[1:].split(".")) if dotted else ()
         if len(path) <= MAX_NESTING:
+            kind = _KINDS.get(kind) or _new_kind(kind)
             return _trusted_expression((_trusted_term(kind, path),), None)
     single = _TERM_RE.fullmatch(text)  # the common case: one term, no whitespace
     if single is not None:
@@ -428,6 +445,22 @@ def find_references(params: object) -> tuple[Reference, ...]:
     return tuple(found)
 
 
+_LOCATIONS: dict[tuple[Step, ...], tuple[Step, ...]] = {}
+_MAX_LOCATIONS = 4096
+
+
+def _shared(location: tuple[Step, ...]) -> tuple[Step, ...]:
+    """The one tuple kept for a reference's location: the same few (`("x",)`,
+    `("items", 0)`) recur in every call of a tool, and each waiting call keeps its own.
+    Bounded: past the bound a location is kept as it is."""
+    shared = _LOCATIONS.get(location)
+    if shared is None:
+        if len(_LOCATIONS) < _MAX_LOCATIONS:
+            _LOCATIONS[location] = location
+        return location
+    return shared
+
+
 def _collect(value: object, location: tuple[Step, ...], found: list[Reference]) -> None:
     if isinstance(value, str):
         if is_reference(value):
@@ -436,7 +469,7 @@ def _collect(value: object, location: tuple[Step, ...], found: list[Reference]) 
             except ReferenceSyntaxError as error:
                 error.location = location  # type: ignore[attr-defined]
                 raise
-            found.append(Reference(location, expression, value))
+            found.append(Reference(_shared(location), expression, value))
     elif isinstance(value, dict):
         for key, item in value.items():
             # A number, a boolean, null or a plain word holds no reference: passed over

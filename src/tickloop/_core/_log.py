@@ -112,6 +112,40 @@ def copy_json(value: Any) -> Any:
 _LEAVES = frozenset({str, int, float, bool, type(None)})
 
 
+def is_flat(value: dict[str, Any]) -> bool:
+    """Whether every value of the dict is a leaf: a copy of it would share everything."""
+    for item in value.values():
+        if type(item) not in _LEAVES:
+            return False
+    return True
+
+
+def private_copy(value: Any) -> Any:
+    """`copy_json(value)` when that is the same value of the same types (dicts, lists and
+    leaves only), sharing no container with `value`; None when it holds anything else (a
+    tuple, which `copy_json` would make a list). Only for values of bounded depth."""
+    kind = type(value)
+    if kind is dict:
+        copied: dict[Any, Any] = {}
+        for key, item in value.items():
+            if type(item) not in _LEAVES:
+                item = private_copy(item)
+                if item is None:
+                    return None
+            copied[key] = item
+        return copied
+    if kind is list:
+        items = []
+        for item in value:
+            if type(item) not in _LEAVES:
+                item = private_copy(item)
+                if item is None:
+                    return None
+            items.append(item)
+        return items
+    return value if kind in _LEAVES else None
+
+
 def shape_fault(value: Any, limit: int) -> str | None:
     """What keeps `value` from being a JSON value at most `limit` containers deep, or None.
 
@@ -401,6 +435,7 @@ class ContextLog:
         *,
         call: dict[str, Any] | None = None,
         date: str | None = None,
+        share_call: bool = False,
     ) -> list[dict[str, Any]]:
         """Write the same value at every term, in order: a fan-out (PROTOCOL §4).
 
@@ -409,19 +444,24 @@ class ContextLog:
         wrote), before anything is appended. When one cannot apply, WriteError is raised
         and neither the log nor any view has changed. The data messages, one per term,
         are returned in order.
+
+        With `share_call` the messages hold `call` itself rather than a copy each: the
+        caller's promise that nothing changes it and it shares no container with anyone
+        (the scheduler's own copy of a wire call, which the call's record shows).
         """
         terms = tuple(terms)
+        copy_call = call is not None and not share_call
         if method not in METHODS:
             raise ValueError(f"unknown output method {method!r}; expected one of {METHODS}")
         if len(terms) == 1:  # the common case: one place, checked where it is written
             error = _check_in(self._views, terms[0], method, value)
             if error is not None:
                 raise WriteError(error)
-            return [self._write_checked(terms[0], method, value, call, date)]
+            return [self._write_checked(terms[0], method, value, call, date, copy_call)]
         error = self._check_in_order(terms, method, value)
         if error is not None:
             raise WriteError(error)
-        return [self._write_checked(term, method, value, call, date) for term in terms]
+        return [self._write_checked(term, method, value, call, date, copy_call) for term in terms]
 
     def _check_in_order(self, terms: tuple[Term, ...], method: str, value: Any) -> str | None:
         """The first fault of writing `value` at `terms` one after another, or None.
@@ -455,6 +495,7 @@ class ContextLog:
         value: Any,
         call: dict[str, Any] | None,
         date: str | None,
+        copy_call: bool = True,
     ) -> dict[str, Any]:
         # The message and the view each get their own copy (a leaf is its own copy).
         leaf = type(value) in _LEAVES
@@ -476,7 +517,7 @@ class ContextLog:
             "_outputMethod": method,
         }
         if call is not None:
-            message["_call"] = copy_json(call)
+            message["_call"] = copy_json(call) if copy_call else call
         if date is not None:
             message["_date"] = date
         _apply_in(self._views, term, method, value if leaf else copy_json(value))

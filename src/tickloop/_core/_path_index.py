@@ -3,10 +3,10 @@ paths to waiting calls, never by rescanning every pending call")."""
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Collection, Set
 from typing import Any
 
-from ._expressions import Step, Term
+from ._expressions import Step, Term, parse_expression
 from ._few import count_add, count_ids, count_remove, count_total
 
 __all__ = ["PathIndex"]
@@ -24,7 +24,7 @@ class _Node:
 
     def __init__(self) -> None:
         self.children: dict[Step, Any] | None = None  # a _Node, or a bare leaf (an id)
-        self.entries: str | dict[str, int] | None = None
+        self.entries: str | tuple[str, ...] | dict[str, int] | None = None
         self.subtree = 0  # entries here and below: a subtree of 0 holds nothing
 
 
@@ -53,8 +53,9 @@ class PathIndex:
     def __init__(self, *, deferred: bool = False) -> None:
         self._root = _Node()
         self._root.children = {}  # kinds: never pruned, so never None
-        # Not yet filed, as two lists: a tuple per entry would be an object per call.
-        self._backlog_terms: list[Term] | None = [] if deferred else None
+        # Not yet filed, as two lists: a tuple per entry would be an object per call. An
+        # entry is a term, or the text of an expression, each of whose terms is filed.
+        self._backlog_terms: list[Term | str] | None = [] if deferred else None
         self._backlog_ids: list[str] = []
         self.size = 0  # entries held (filed or not): `if index.size` costs no call
 
@@ -69,6 +70,22 @@ class PathIndex:
             self._backlog_ids.append(call_id)
             return
         self._file(term, call_id)
+
+    def add_spelled(self, text: str, call_id: str, count: int) -> None:
+        """`add` each of the `count` terms of the expression `text` spells.
+
+        A deferred index keeps the text until it is asked: the text is kept anyway (by
+        the call, or its data message), and the parsed terms would be objects kept per
+        call for a question most runs never ask.
+        """
+        backlog = self._backlog_terms
+        if backlog is None:
+            for term in parse_expression(text).terms:
+                self.add(term, call_id)
+            return
+        self.size += count
+        backlog.append(text)
+        self._backlog_ids.append(call_id)
 
     def _file(self, term: Term, call_id: str) -> None:
         root = self._root
@@ -102,8 +119,12 @@ class PathIndex:
         terms, ids = self._backlog_terms, self._backlog_ids
         if terms:
             self._backlog_terms, self._backlog_ids = [], []
-            for term, call_id in zip(terms, ids, strict=True):
-                self._file(term, call_id)
+            for entry, call_id in zip(terms, ids, strict=True):
+                if isinstance(entry, str):
+                    for term in parse_expression(entry).terms:
+                        self._file(term, call_id)
+                else:
+                    self._file(entry, call_id)
 
     def remove(self, term: Term, call_id: str) -> None:
         if self._backlog_terms:
@@ -162,6 +183,22 @@ class PathIndex:
                 total += count_total(node.entries)
         # `node` is the term's own node: everything below it overlaps too.
         return total - count_total(node.entries) + node.subtree
+
+    def ids_at(self, term: Term) -> Collection[str]:
+        """The ids filed exactly at `term` (not at a prefix of it, nor below it)."""
+        if self._backlog_terms:
+            self._catch_up()
+        node: Any = self._root.children.get(term.kind)  # type: ignore[union-attr]
+        for step in term.path:
+            if node is None or type(node) is str:  # nothing, or a bare leaf above the term
+                return _NOTHING
+            children = node.children
+            node = None if children is None else children.get(step)
+        if node is None:
+            return _NOTHING
+        if type(node) is str:  # a bare leaf: one id at the term
+            return (node,)
+        return count_ids(node.entries)
 
     def others_overlapping(self, term: Term, call_id: str) -> Set[str]:
         """`ids_overlapping` without `call_id`: a writer's question about the others, which

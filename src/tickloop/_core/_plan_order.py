@@ -39,7 +39,7 @@ __all__ = ["PlanOrder", "Slot"]
 class Slot:
     """One term a waiting call reads, and where its value comes from (PROTOCOL §3)."""
 
-    __slots__ = ("captured", "forward", "pending", "present", "reader", "term", "value")
+    __slots__ = ("forward", "kept", "pending", "reader", "term")
 
     def __init__(self, reader: str, term: Term, pending: Any, forward: bool) -> None:
         self.reader = reader
@@ -48,9 +48,9 @@ class Slot:
         # id, or a set), since in a chain every call waits on exactly one.
         self.pending = pending
         self.forward = forward  # absent, and no earlier call writes it
-        self.captured = False  # value kept before a later write changed the path
-        self.present = False
-        self.value: Any = None
+        # (present, value) kept before a later write changed the path; None until then
+        # (rare: one slot rather than three in every slot of every waiting call)
+        self.kept: tuple[bool, Any] | None = None
 
     @property
     def final(self) -> bool:
@@ -62,12 +62,15 @@ class PlanOrder:
     """Slots of waiting calls and held writes of one scheduler; see the module docstring.
 
     `writers` is the scheduler's index of calls that have not ended, by output term (held
-    calls included); `seq_of` gives a call's arrival order; `lookup` reads the views.
+    calls included); `readers` its index of waiting calls by the terms they read, kept
+    here by `watch` and `unwatch`; `seq_of` gives a call's arrival order; `lookup` reads
+    the views.
     """
 
     def __init__(
         self,
         writers: PathIndex,
+        readers: PathIndex,
         seq_of: Callable[[str], int],
         lookup: Callable[[Term], tuple[bool, Any]],
     ) -> None:
@@ -77,8 +80,12 @@ class PlanOrder:
         # This request's calls by output term, ended or not: asked only by a read of a path
         # that is absent and has no earlier writer left.
         self._planned = PathIndex(deferred=True)
-        self._slots: dict[str, tuple[Slot, ...]] = {}
-        self._readers = PathIndex()  # waiting calls by the terms they read
+        # reader -> its slots: the Slot itself when it reads one term (most do), so a
+        # waiting call keeps no tuple for it
+        self._slots: dict[str, Slot | tuple[Slot, ...]] = {}
+        # Waiting calls by the terms they read: the scheduler's index, which only
+        # `watch` and `unwatch` change (one index, not a copy of it here).
+        self._readers = readers
         # writer -> slots waiting for it to end, a `_few` holder (mostly one slot)
         self._blocking: dict[str, Any] = {}
         self._held: dict[str, tuple[int, tuple[Term, ...]]] = {}  # id -> (seq, targets)
@@ -96,8 +103,12 @@ class PlanOrder:
         self._planned = PathIndex(deferred=True)
         self._legacy = not plan_order
 
-    def plan(self, call_id: str, terms: Iterable[Term]) -> None:
-        """A call of this request will (or may) write these terms."""
+    def plan(self, call_id: str, terms: tuple[Term, ...], spelled: str | None = None) -> None:
+        """A call of this request will (or may) write these terms; `spelled` is the text
+        they were parsed from, if any, kept instead of them until the index is asked."""
+        if spelled is not None:
+            self._planned.add_spelled(spelled, call_id, len(terms))
+            return
         for term in terms:
             self._planned.add(term, call_id)
 
@@ -131,17 +142,19 @@ class PlanOrder:
                         blocking[writer] = _few.add(blocking.get(writer), slot)
             self._readers.add(term, reader)
             slots.append(slot)
-        watched = self._slots[reader] = tuple(slots)
+        watched = tuple(slots)
+        self._slots[reader] = watched[0] if len(watched) == 1 else watched
         return watched
 
     def slots(self, reader: str) -> tuple[Slot, ...]:
-        return self._slots.get(reader, ())
+        slots = self._slots.get(reader, ())
+        return (slots,) if isinstance(slots, Slot) else slots
 
     def unwatch(self, reader: str) -> None:
         """The call stopped waiting (ready, or settled): it reads nothing more."""
-        slots = self._slots.pop(reader, None)
-        if slots:
-            for slot in slots:
+        kept = self._slots.pop(reader, None)
+        if kept:
+            for slot in (kept,) if isinstance(kept, Slot) else kept:
                 for writer in _few.members(slot.pending):
                     waiting = self._blocking.get(writer)
                     if waiting is not None:
@@ -223,7 +236,7 @@ class PlanOrder:
             for reader in readers.ids_overlapping(term):
                 if reader == call_id or self._seq_of(reader) >= seq:
                     continue
-                if any(slot.pending and slot.term.overlaps(term) for slot in self._slots[reader]):
+                if any(slot.pending and slot.term.overlaps(term) for slot in self.slots(reader)):
                     found.add(reader)
         if not found:
             return found
@@ -232,7 +245,7 @@ class PlanOrder:
     def _reads_forward(self, reader: str, targets: tuple[Term, ...]) -> bool:
         return any(
             slot.forward and any(slot.term.overlaps(term) for term in targets)
-            for slot in self._slots.get(reader, ())
+            for slot in self.slots(reader)
         )
 
     def hold(self, call_id: str, seq: int, targets: tuple[Term, ...], blockers: set[str]) -> None:
@@ -287,9 +300,8 @@ class PlanOrder:
             for reader in self._readers.ids_overlapping(term):
                 if self._seq_of(reader) >= seq:
                     continue
-                for slot in self._slots[reader]:
-                    if slot.captured or not slot.final or not slot.term.overlaps(term):
+                for slot in self.slots(reader):
+                    if slot.kept is not None or not slot.final or not slot.term.overlaps(term):
                         continue
                     present, value = self._lookup(slot.term)
-                    slot.present, slot.value = present, copy_json(value) if present else None
-                    slot.captured = True
+                    slot.kept = (present, copy_json(value) if present else None)

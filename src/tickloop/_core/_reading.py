@@ -55,8 +55,9 @@ def _look(
     while any call could still write it."""
     if slot.pending:
         return "wait", None
-    if slot.captured:
-        present, value = slot.present, slot.value
+    kept = slot.kept
+    if kept is not None:
+        present, value = kept
     else:
         present, value = lookup(slot.term)
     if present:

@@ -9,10 +9,10 @@ from typing import Any
 from .._errors import ReferenceSyntaxError
 from ._call import Call, OutputMismatch, Structural, schema_message, syntax
 from ._expressions import Term, parse_term
-from ._log import describe_key, short_repr
+from ._log import ContextLog, describe_key, is_flat, private_copy, short_repr
 from ._tools import Tool
 
-__all__ = ["check_output", "targets"]
+__all__ = ["check_output", "targets", "write_result"]
 
 
 def check_output(tool: Tool, value: Any, *, structural: bool) -> None:
@@ -29,6 +29,25 @@ def check_output(tool: Tool, value: Any, *, structural: bool) -> None:
         ) from None
     if errors:
         raise fault(schema_message(tool, errors, "output"))
+
+
+def write_result(
+    log: ContextLog, call: Call, written: tuple[Term, ...], value: Any, date: str | None
+) -> list[dict[str, Any]]:
+    """Write a call's result at `written`: its data messages, one per term.
+
+    Their `_call` is the call's own wire call, the very dict its record shows, rather than
+    a copy per message kept for the whole run: a flat one as it is (its leaves cannot
+    change), a nested one first made private (the caller's lists and dicts are not
+    shared). One that holds a tuple is copied per message, as `copy_json` shows it.
+    """
+    wire = call.wire
+    if not is_flat(wire):
+        private = private_copy(wire)
+        if private is None:
+            return log.write_many(written, call.method, value, call=wire, date=date)
+        call.wire = call.record.call = wire = private
+    return log.write_many(written, call.method, value, call=wire, date=date, share_call=True)
 
 
 def targets(call: Call, branch: str | None) -> tuple[tuple[Term, ...], tuple[Term, ...]]:

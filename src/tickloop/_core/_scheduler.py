@@ -51,7 +51,7 @@ from ._log import ContextLog, WriteError, copy_json
 from ._path_index import PathIndex
 from ._plan_order import PlanOrder
 from ._reading import read, resolve
-from ._results import check_output, targets
+from ._results import check_output, targets, write_result
 from ._run_queue import RunQueue
 from ._scheduler_io import (
     Action,
@@ -72,14 +72,15 @@ from ._scheduler_io import (
     ReportFault,
     StartCall,
 )
-from ._settling import awaits_fire_and_forget, deadlocks, unresolved
+from ._settling import LostWriters, awaits_fire_and_forget, deadlocks, unresolved
+from ._sharing import share_parsed
 from ._status import (
     ERROR_STATUSES,
-    FINAL_STATUSES,
     CallStatus,
     Statuses,
     describe,
     move,
+    not_awaiting_decision,
     usage_error,
 )
 from ._tools import ToolSet
@@ -130,7 +131,8 @@ class Scheduler:
         # Who wrote each path, for PendingCall.waits_on: asked only when a call needs approval.
         self._written = PathIndex(deferred=True)
         self.records: dict[str, CallRecord] = {}
-        self._calls: dict[str, Call] = {}
+        self._calls: dict[str, Call] = {}  # accepted, not ended (then: its record, its seq)
+        self._seqs: dict[str, int] = {}  # every call's arrival order
         self._seq = 0
         self._iteration = 0
         self._index = 0
@@ -143,16 +145,16 @@ class Scheduler:
         self._writers = PathIndex()
         self._waiters = PathIndex()
         self._skip_sources = PathIndex()
-        self._lost_writers = PathIndex()
+        self._lost_writers = LostWriters()
         self._waiting: dict[str, Call] = {}
         self._dirty: set[str] = set()
-        self._request_by_tool: dict[str, list[Call]] = {}
+        self._request_by_tool: dict[str, list[str]] = {}  # this request's call ids
         self._tool_dependents: dict[str, set[str]] = {}
         self._approvals = ApprovalQueue()
         self._deferred: dict[str, Call] = {}
         self._run_queue = RunQueue()
         # Plan order (PROTOCOL §3, §4): what each waiting call's terms read, held writes.
-        self._plan = PlanOrder(self._writers, self._seq_of, log.lookup)
+        self._plan = PlanOrder(self._writers, self._waiters, self._seq_of, log.lookup)
         self._handlers: dict[type, Callable[[Any], None]] = {
             FinishCall: self._on_finished,
             ReceiveCall: self._on_received,
@@ -202,8 +204,8 @@ class Scheduler:
         return [self._pending(call) for call in self._deferred.values()]
 
     def status(self, call_id: str) -> CallStatus | None:
-        call = self._calls.get(call_id)
-        return None if call is None else call.status
+        record = self.records.get(call_id)  # its status is always the call's (`move`)
+        return None if record is None else CallStatus(record.status)
 
     # -- inputs ----------------------------------------------------------------------------
 
@@ -230,7 +232,7 @@ class Scheduler:
         # nothing about what this request reads. The outer loops open a tick only once no
         # call is deferred, so no call of an earlier tick still waits to consult them.
         self._skip_sources = PathIndex()
-        self._lost_writers = PathIndex()
+        self._lost_writers = LostWriters()
         self._plan.open_request(plan_order=event.plan_order)
 
     def _on_stream_closed(self, event: CloseStream) -> None:
@@ -245,12 +247,12 @@ class Scheduler:
             raise usage_error(event, "a call arrived while no request stream is open")
         self._seq += 1
         call, given, wanted = new_call(
-            event.call, self._iteration, self._index, self._seq, self._calls
+            event.call, self._iteration, self._index, self._seq, self.records
         )
         self._index += 1
         record = call.record
-        self._calls[record.id] = call
         self.records[record.id] = record
+        self._seqs[record.id] = self._seq
         try:
             check_call(self.tools, call, record.call, given, wanted)
         except Structural as fault:
@@ -263,15 +265,13 @@ class Scheduler:
     def _on_decision(self, event: Decide) -> None:
         call_id, decision = event.call_id, event.decision
         call = self._calls.get(call_id)
-        if call is None:
-            raise usage_error(event, f"decision for {describe(call_id, None)}")
+        if call is None or (self._approvals.asking != call_id and call.status != S.DEFERRED):
+            raise usage_error(event, not_awaiting_decision(call_id, self.status(call_id)))
         if self._approvals.asking == call_id:
             self._approvals.asking = None
-        elif call.status == S.DEFERRED:
+        else:
             del self._deferred[call_id]
             self._tick_active = True
-        else:
-            raise usage_error(event, f"{describe(call_id, call.status)} is not awaiting a decision")
         if self.notes:
             self._emit(NoteDecided(call_id, decision))
         if isinstance(decision, Approve):
@@ -294,7 +294,7 @@ class Scheduler:
     def _on_finished(self, event: FinishCall) -> None:
         call = self._calls.get(event.call_id)
         if call is None or call.status != S.RUNNING:
-            status = None if call is None else call.status
+            status = self.status(event.call_id)
             raise usage_error(
                 event, f"{describe(event.call_id, status)} finished but was not running"
             )
@@ -309,27 +309,31 @@ class Scheduler:
 
     def _accept(self, call: Call) -> None:
         tool = call.tool
+        share_parsed(call, self._calls, self._writers, self._waiters)
+        self._calls[call.id] = call
         if call.writes:
             for term in call.writes:
                 self._writers.add(term, call.id)
-            self._plan.plan(call.id, call.writes)
+            self._plan.plan(call.id, call.writes, call.wire.get("_outputPath"))
         if tool.dependency_tools:
             self._wait_for_earlier_tools(call)
         earlier = self._request_by_tool.get(tool.name)
         if earlier is None:
-            self._request_by_tool[tool.name] = [call]
+            self._request_by_tool[tool.name] = [call.id]
         else:
-            earlier.append(call)
+            earlier.append(call.id)
         if self.notes:
             self._actions.append(NoteAccepted(call.id, tool.name, call.wire))
         self._start_waiting(call)
 
     def _wait_for_earlier_tools(self, call: Call) -> None:
         for dependency in call.tool.dependency_tools:
-            for earlier in self._request_by_tool.get(dependency, ()):
+            for earlier_id in self._request_by_tool.get(dependency, ()):
                 # Only calls that arrived before this one count (a replacement keeps the
-                # place of the call it replaces, and later calls may have arrived since).
-                if earlier.status not in FINAL_STATUSES and earlier.seq < call.seq:
+                # place of the call it replaces, and later calls may have arrived since);
+                # an ended call has left `_calls`.
+                earlier = self._calls.get(earlier_id)
+                if earlier is not None and earlier.seq < call.seq:
                     waits = call.tool_waits
                     if waits is None:
                         waits = call.tool_waits = set()
@@ -348,21 +352,15 @@ class Scheduler:
             self._dirty.add(call.id)
             return
         self._waiting[call.id] = call
-        watching = tuple(term for _, expression in call.expressions() for term in expression.terms)
-        call.watching = watching
-        for term in watching:
-            self._waiters.add(term, call.id)
-        self._plan.watch(call.id, call.seq, watching)
+        call.watching = call.watched_terms()
+        self._plan.watch(call.id, call.seq, call.watching)  # files them in `_waiters` too
         self._dirty.add(call.id)
 
     def _stop_waiting(self, call: Call) -> None:
         if self._waiting.pop(call.id, None) is None:
             return
-        if call.watching:
-            for term in call.watching:
-                self._waiters.remove(term, call.id)
-            call.watching = ()
-        self._plan.unwatch(call.id)
+        call.watching = ()
+        self._plan.unwatch(call.id)  # and out of `_waiters`
 
     def _settle_everything_possible(self) -> None:
         """Re-examine affected calls until nothing changes, then start what can start.
@@ -371,14 +369,15 @@ class Scheduler:
         has nothing to do (the same test the step would make first).
         """
         dirty, plan, approvals, queue = self._dirty, self._plan, self._approvals, self._run_queue
+        calls = self._calls
         while True:
             while dirty:
                 if len(dirty) == 1:  # the common case: the call that just arrived
-                    call = self._calls[dirty.pop()]
-                    if call.status == S.WAITING:
+                    call = calls.get(dirty.pop())  # None: it has ended since
+                    if call is not None and call.status == S.WAITING:
                         self._examine(call)
                     continue
-                batch = sorted((self._calls[i] for i in dirty), key=_by_seq)
+                batch = sorted((calls[i] for i in dirty if i in calls), key=_by_seq)
                 dirty.clear()
                 for call in batch:
                     if call.status == S.WAITING:
@@ -439,12 +438,12 @@ class Scheduler:
     ) -> None:
         self._stop_waiting(call)
         error = unresolved(
-            call, reference, expression, dead, self._lost_writers, self._skip_sources, self._calls
+            call, reference, expression, dead, self._lost_writers, self._skip_sources, self._seq_of
         )
         self._settle(call, S.SKIPPED if error is None else S.INVALID, error)
 
     def _seq_of(self, call_id: str) -> int:
-        return self._calls[call_id].seq
+        return self._seqs[call_id]
 
     # -- ready: resolve, check, approve ----------------------------------------------------
 
@@ -583,16 +582,14 @@ class Scheduler:
                 self._plan.capture(call.seq, written)
                 # A fan-out is written whole or not at all: every term is checked as the
                 # earlier ones leave the views before the first is written (PROTOCOL §4).
-                messages = self.log.write_many(
-                    written, call.method, value, call=call.wire, date=self._date or None
-                )
+                messages = write_result(self.log, call, written, value, self._date or None)
             except WriteError as problem:  # nothing written, no reader woken
                 self._settle(call, S.FAILED, {"type": "runtime", "message": str(problem)})
                 return
             for term, message in zip(written, messages, strict=True):
                 if self.notes:
                     self._actions.append(NoteMessage(message))
-                self._written.add(term, call.id)
+                self._written.add_spelled(message["_path"], call.id, 1)  # text, not the Term
                 if self._waiters.size:
                     self._dirty.update(self._waiters.ids_overlapping(term))
         for term in untaken:  # an if/else plan: readers of the untaken branch are skipped
@@ -612,8 +609,7 @@ class Scheduler:
             self._actions.append(NoteSettled(call.id, status, error))
         if call.writes:
             if status in ERROR_STATUSES:
-                for term in call.writes:
-                    self._lost_writers.add(term, call.id)
+                self._lost_writers.lose(call, status)
             elif status == S.SKIPPED:
                 for term in call.writes:
                     self._skip_sources.add(term, call.id)
@@ -626,10 +622,11 @@ class Scheduler:
             self._dirty.update(woken)
         if self._tool_dependents:
             for dependent in self._tool_dependents.pop(call.id, ()):
-                waits = self._calls[dependent].tool_waits
-                if waits is not None:
-                    waits.discard(call.id)
+                waiter = self._calls.get(dependent)  # None: it has ended too
+                if waiter is not None and waiter.tool_waits is not None:
+                    waiter.tool_waits.discard(call.id)
                 self._dirty.add(dependent)
+        del self._calls[call.id]  # ended: what a driver asks of it is in its record
 
     def _report_invalid(
         self, call: Call, message: str, details: dict[str, Any], *, wire: Any

@@ -20,6 +20,7 @@ from ._plan_order import PlanOrder
 
 __all__ = [
     "Deadlock",
+    "LostWriters",
     "awaits_fire_and_forget",
     "cycles",
     "deadlocks",
@@ -128,14 +129,31 @@ def describe_cycle(graph: Any, component: list[str]) -> str:
     return " -> ".join(ids)
 
 
+class LostWriters(PathIndex):
+    """The output terms of calls that ended in an error status without writing them, and
+    how each ended: the scheduler keeps no ended call, and the error of a reader names the
+    tool the writer ran as (a failed replacement's record names the replacement's)."""
+
+    __slots__ = ("ended",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ended: dict[str, tuple[str, str]] = {}  # call id -> (tool name, status)
+
+    def lose(self, call: Call, status: str) -> None:
+        for term in call.writes:
+            self.add(term, call.id)
+        self.ended[call.id] = (call.tool.name, status)
+
+
 def unresolved(
     call: Call,
     reference: Reference | None,
     expression: Expression,
     dead: list[Term],
-    lost_writers: PathIndex,
+    lost_writers: LostWriters,
     skip_sources: PathIndex,
-    calls: Mapping[str, Call],
+    seq_of: Callable[[str], int],
 ) -> dict[str, Any] | None:
     """Why a call's expression can never be read: None when every dead term was only
     skipped (an if/else plan: the call is skipped too), else the structural error, naming
@@ -145,9 +163,6 @@ def unresolved(
         if reference is not None
         else f"depends_on of tool {call.tool.name!r}"
     )
-
-    def seq_of(call_id: str) -> int:
-        return calls[call_id].seq
 
     lost: list[str] = []
     skipped_only = True
@@ -162,11 +177,8 @@ def unresolved(
         return None
     terms = " || ".join(str(term) for term in dead)
     if lost:
-        culprit = calls[lost[0]]
-        reason = (
-            f"call {culprit.id} ({culprit.tool.name}), which should have written it, "
-            f"ended {culprit.status}"
-        )
+        tool, status = lost_writers.ended[lost[0]]
+        reason = f"call {lost[0]} ({tool}), which should have written it, ended {status}"
     else:
         reason = "no call wrote it, and none will"
     return {

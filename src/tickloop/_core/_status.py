@@ -24,6 +24,7 @@ __all__ = [
     "Statuses",
     "describe",
     "move",
+    "not_awaiting_decision",
     "usage_error",
 ]
 
@@ -95,6 +96,13 @@ def usage_error(event: object, problem: str) -> SchedulerUsageError:
 def describe(call_id: str, status: str | None) -> str:
     """A call as a usage error names it: its id and its status, or that it is unknown."""
     return f"unknown call {call_id!r}" if status is None else f"call {call_id!r} ({status})"
+
+
+def not_awaiting_decision(call_id: str, status: str | None) -> str:
+    """A decision fed for a call no one is asking about (unknown, ended or not asked)."""
+    if status is None:
+        return f"decision for {describe(call_id, None)}"
+    return f"{describe(call_id, status)} is not awaiting a decision"
 
 
 def move(call: Any, new: CallStatus, event: object) -> None:
