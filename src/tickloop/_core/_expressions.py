@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from .._errors import ReferenceSyntaxError
 
@@ -203,19 +203,25 @@ def _trusted_expression(terms: tuple[Term, ...], op: str | None) -> Expression:
     return expression
 
 
+_Kept = TypeVar("_Kept", bound=Hashable)
+
+
+def _interned(table: dict[_Kept, _Kept], value: _Kept, bound: int) -> _Kept:
+    """The one object kept for values equal to `value`, so every holder shares it: a
+    parsed kind or a reference's location is a new object each time, though few differ
+    (each term of a large plan would hold its own "state"). Bounded, so that a stream of
+    made-up values cannot grow `table` without end: past the bound a value is kept as it
+    is, simply not shared."""
+    kept = table.get(value)
+    if kept is None:
+        if len(table) < bound:
+            table[value] = value
+        return value
+    return kept
+
+
 _KINDS: dict[str, str] = {"state": "state", "input": "input", "error": "error"}
 _MAX_KINDS = 1024
-
-
-def _new_kind(kind: str) -> str:
-    """A kind seen for the first time, kept to be shared by every later term of it.
-
-    A parsed kind is a new string each time, and kinds are few: without this each term of
-    a large plan would hold its own copy of "state". Bounded, so that a stream of made-up
-    kinds cannot grow it without end (past the bound a kind is simply not shared)."""
-    if len(_KINDS) < _MAX_KINDS:
-        _KINDS[kind] = kind
-    return kind
 
 
 def _term_from_match(match: re.Match[str]) -> Term | None:
@@ -234,8 +240,7 @@ def _term_from_match(match: re.Match[str]) -> Term | None:
             path.append(int(index))
         else:
             path.append(key)
-    kind = match["kind"]
-    return _trusted_term(_KINDS.get(kind) or _new_kind(kind), tuple(path))
+    return _trusted_term(_interned(_KINDS, match["kind"], _MAX_KINDS), tuple(path))
 
 
 def _fast_parse(text: str) -> Expression | None:
@@ -252,7 +257,7 @@ def _fast_parse(text: str) -> Expression | None:
         kind, dotted = keys.group(1, 2)
         path = tuple(dotted[1:].split(".")) if dotted else ()
         if len(path) <= MAX_NESTING:
-            kind = _KINDS.get(kind) or _new_kind(kind)
+            kind = _interned(_KINDS, kind, _MAX_KINDS)
             return _trusted_expression((_trusted_term(kind, path),), None)
     single = _TERM_RE.fullmatch(text)  # the common case: one term, no whitespace
     if single is not None:
@@ -445,20 +450,10 @@ def find_references(params: object) -> tuple[Reference, ...]:
     return tuple(found)
 
 
+# A reference's location: the same few (`("x",)`, `("items", 0)`) recur in every call of
+# a tool, and each waiting call keeps its own.
 _LOCATIONS: dict[tuple[Step, ...], tuple[Step, ...]] = {}
 _MAX_LOCATIONS = 4096
-
-
-def _shared(location: tuple[Step, ...]) -> tuple[Step, ...]:
-    """The one tuple kept for a reference's location: the same few (`("x",)`,
-    `("items", 0)`) recur in every call of a tool, and each waiting call keeps its own.
-    Bounded: past the bound a location is kept as it is."""
-    shared = _LOCATIONS.get(location)
-    if shared is None:
-        if len(_LOCATIONS) < _MAX_LOCATIONS:
-            _LOCATIONS[location] = location
-        return location
-    return shared
 
 
 def _collect(value: object, location: tuple[Step, ...], found: list[Reference]) -> None:
@@ -469,7 +464,9 @@ def _collect(value: object, location: tuple[Step, ...], found: list[Reference]) 
             except ReferenceSyntaxError as error:
                 error.location = location  # type: ignore[attr-defined]
                 raise
-            found.append(Reference(_shared(location), expression, value))
+            found.append(
+                Reference(_interned(_LOCATIONS, location, _MAX_LOCATIONS), expression, value)
+            )
     elif isinstance(value, dict):
         for key, item in value.items():
             # A number, a boolean, null or a plain word holds no reference: passed over
