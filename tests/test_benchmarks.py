@@ -171,6 +171,11 @@ def test_the_performance_benchmark_runs_at_a_tiny_size() -> None:
     rows = measure(TINY, ["overhead", "growth", "memory", "store", "loop"])
     assert len(rows) == 2 + 2 * len(SHAPES) + 1
     assert all(row.data for row in rows)
+    for row in rows[1 : 1 + len(SHAPES)]:  # growth: the collector's share is within the figure
+        data = row.data
+        for side in ("small", "large"):
+            assert 0 <= data[f"{side}_collector_us"] <= data[f"{side}_us"], row
+            assert data[f"{side}_full_collections"] >= 0
     for shape in SHAPES:  # every shape is a valid plan of the size asked
         assert len(plan(shape, 30)) == 30
     assert main(["--tiny", "--only", "loop"]) == 0
