@@ -415,6 +415,8 @@ class Scheduler:
             taken = [next(slots) for _ in expression.terms]
             outcome, value = read(expression, taken, self.log.lookup, call, self._could_be_written)
             if outcome == "dead":
+                if waiting:  # the first dead one in order is named, as one by one (§5)
+                    return
                 self._settle_dead(call, reference, expression, value)
                 return
             if outcome == "wait":
