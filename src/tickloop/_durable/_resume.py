@@ -251,7 +251,7 @@ class _Row:
             self.seq,
             self.iteration,
             self.tool,
-            self.status,
+            _text(self.status),
             self.call,
             self.params,
             self.deps,
@@ -271,7 +271,12 @@ class _Row:
 
     def settled(self, run_id: str) -> tuple[Any, ...]:
         """What settling changes (SETTLED_COLUMNS), then the run and call ids."""
-        return (self.status, self.error, self.deps, self.finished, run_id, self.call_id)
+        return (_text(self.status), self.error, self.deps, self.finished, run_id, self.call_id)
+
+
+# A status as the plain string it equals: sqlite3 binds a `str` subclass (a `CallStatus`)
+# through its adapter protocol, several times the cost of binding the string.
+_text = str.__str__
 
 
 # --------------------------------------------------------------------------------------

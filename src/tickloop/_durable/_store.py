@@ -22,14 +22,16 @@ one file; writes take the lock up front (`BEGIN IMMEDIATE`) and wait on a busy t
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import os
 import socket
 import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,10 +137,8 @@ CALL_COLUMNS = (
     "started",
     "finished",
 )
-_INSERT_CALL = (
-    f"INSERT OR REPLACE INTO calls (run_id, {', '.join(CALL_COLUMNS)}) "
-    f"VALUES ({', '.join('?' * (len(CALL_COLUMNS) + 1))})"
-)
+# A whole row is inserted by `_insert_calls` (a statement per set of NULL columns).
+_NO_VALUES = (None,) * (len(CALL_COLUMNS) + 1)
 # The columns a call's transitions change (its id, arrival order and iteration never do):
 # an UPDATE of a row this process wrote rewrites the row in place, where a REPLACE deletes
 # and reinserts it and its index entry (about a third of the store's time per call).
@@ -760,7 +760,7 @@ class RunWriter:
                 if rewrite:
                     connection.execute("DELETE FROM calls WHERE run_id = ?", (self.run_id,))
                 if calls:
-                    connection.executemany(_INSERT_CALL, calls)
+                    _insert_calls(connection, calls)
                 if changed:
                     connection.executemany(_UPDATE_CALL, changed)
                 if settled:
@@ -830,6 +830,42 @@ class RunWriter:
                     self.run_id,
                 ),
             )
+
+
+def _insert_calls(connection: sqlite3.Connection, rows: Sequence[Sequence[Any]]) -> None:
+    """Insert (or replace) whole `calls` rows, their NULLs written in the statement.
+
+    Python's sqlite3 binds a None through its adapter protocol (two failed attribute
+    lookups, about as much as the rest of the value's binding), and a row of a call that
+    was never asked about, decided or failed holds four: rows of the same NULL columns go
+    in one `executemany` of a statement that names only the others. The rows stored are
+    the same as binding every value would store (tests/test_durable_rows.py).
+    """
+    groups: dict[tuple[bool, ...], list[Sequence[Any]]] = {}
+    for row in rows:
+        shape = tuple(map(operator.is_, row, _NO_VALUES))
+        group = groups.get(shape)
+        if group is None:
+            groups[shape] = [row]
+        else:
+            group.append(row)
+    for shape, group in groups.items():
+        statement, pick = _insert_statement(shape)
+        connection.executemany(statement, map(pick, group))
+
+
+@functools.cache
+def _insert_statement(shape: tuple[bool, ...]) -> tuple[str, Callable[[Any], tuple[Any, ...]]]:
+    """The INSERT OR REPLACE of whole rows whose NULL columns are those `shape` marks,
+    and the function picking the other values out of such a row (always a tuple)."""
+    names = ("run_id", *CALL_COLUMNS)
+    kept = [i for i, null in enumerate(shape) if not null]
+    values = ", ".join("NULL" if null else "?" for null in shape)
+    statement = f"INSERT OR REPLACE INTO calls ({', '.join(names)}) VALUES ({values})"
+    if len(kept) == 1:
+        (only,) = kept
+        return statement, lambda row: (row[only],)
+    return statement, operator.itemgetter(*kept)
 
 
 def create_run(
