@@ -295,6 +295,9 @@ class DurableRun:
         self.sink = sink
         self.rows: dict[str, _Row] = {}
         self.wires: dict[str, Any] = {}
+        # Call id -> the wire its row's `call` is the JSON of, unredacted (nothing in it
+        # was secret): a plan message reuses that text (`_plan_text`). This iteration's.
+        self._clean: dict[str, Any] = {}
         self.ready_params: dict[str, Any] = {}  # so a start need not serialise them again
         # Which call wrote, or said it would write, which path: the arrows of a call
         # settled without being ready (its writer was denied...). A ready call's arrows
@@ -362,18 +365,50 @@ class DurableRun:
         at = self.now()
         for message in messages:
             self._track_message(message)
-            self._add(at, "message", message)
+            text = self._plan_text(message)
+            if text is None:
+                self._add(at, "message", message)
+            else:
+                self._add_text(at, "message", text)
 
     def note(self, name: str, **data: Any) -> None:
         """Something replay does not need but the timeline does (retries, restarts...)."""
         self._add(self.now(), "note", {"note": name, **data})
 
     def _add(self, at: float, kind: str, body: Any) -> None:
+        self._add_text(at, kind, dumps_entry(body))
+
+    def _add_text(self, at: float, kind: str, text: str) -> None:
         pending = self._pending
         if not pending and self._wakeup is not None:
             self._wakeup.set()  # the first entry since the last commit wakes the flusher
-        pending.append((at, kind, dumps_entry(body)))
+        pending.append((at, kind, text))
         self._added += 1
+
+    def _plan_text(self, message: dict[str, Any]) -> str | None:
+        """The JSON of a plan message (`{"type": "plan", "calls": [wire, ...]}`), each
+        wire's text taken from its row where the row holds exactly that wire unredacted
+        (`_clean`), instead of encoding every call of the iteration a second time. None
+        for any other message. The text decodes to the message; it is the text
+        `dumps_entry` makes unless a call holds a lone surrogate (then only that call's
+        text is escaped to ASCII, not the whole message's)."""
+        calls = message.get("calls")
+        if (
+            type(calls) is not list
+            or len(message) != 2
+            or message.get("type") != "plan"
+            or next(iter(message)) != "type"
+        ):
+            return None
+        clean, rows = self._clean, self.rows
+        parts = []
+        for call in calls:
+            call_id = call.get("_id") if type(call) is dict else None
+            if call_id is not None and clean.get(call_id) is call:
+                parts.append(rows[call_id].call)
+            else:
+                parts.append(dumps_entry(call))
+        return '{"type":"plan","calls":[' + ",".join(parts) + "]}"
 
     def commit(self, call_id: str | None = None, *, rows: bool = False) -> None:
         """Commit every entry recorded so far, and the call rows when they are due.
@@ -505,6 +540,7 @@ class DurableRun:
         elif isinstance(event, OpenTick):
             self.iteration = event.iteration
             self.plan_due = False
+            self._clean = {}  # the plan of the iteration before is journaled already
             self.handed = set()
         elif isinstance(event, CloseStream):
             self.plan_due = True
@@ -550,8 +586,11 @@ class DurableRun:
 
     def _on_accepted(self, action: NoteAccepted, event: Event, at: float) -> _Row:
         row = self._new_row(action.id, action.tool, at)
-        row.call = dumps_entry(self.redact.shared(action.call))
         call = action.call
+        shared = self.redact.shared(call)
+        row.call = dumps_entry(shared)
+        if shared is call:
+            self._clean[action.id] = call
         self.wires[action.id] = call
         path = call.get("_outputPath") if isinstance(call, dict) else None
         if isinstance(path, str):
@@ -608,7 +647,12 @@ class DurableRun:
             if isinstance(action.decision, Replace):
                 wire = action.decision.call
                 self.wires[action.id] = wire
-                row.call = dumps_entry(self.redact.shared(wire))
+                shared = self.redact.shared(wire)
+                row.call = dumps_entry(shared)
+                if shared is wire:
+                    self._clean[action.id] = wire
+                else:
+                    self._clean.pop(action.id, None)
                 tool = wire.get("_tool") if isinstance(wire, dict) else None
                 row.tool = tool if isinstance(tool, str) else row.tool
         return row
