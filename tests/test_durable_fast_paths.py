@@ -56,12 +56,14 @@ _leaves = st.one_of(
     st.booleans(),
     st.integers(-5, 5),
     st.floats(allow_nan=False, allow_infinity=False),
-    st.text("ab\"\\é†\u2028", max_size=4),
+    st.text('ab"\\é†\u2028', max_size=4),
 )
 _values = st.recursive(
     _leaves,
-    lambda kids: st.lists(kids, max_size=2)
-    | st.dictionaries(st.sampled_from(["x", "token", "é"]), kids, max_size=2),
+    lambda kids: (
+        st.lists(kids, max_size=2)
+        | st.dictionaries(st.sampled_from(["x", "token", "é"]), kids, max_size=2)
+    ),
     max_leaves=4,
 )
 # A call: a tool, some parameters (a secret among them, or a reference), an output path,
