@@ -5,11 +5,15 @@ Each exists only for speed, so each is checked against the slower way it replace
 calls a scheduler really accepted, replaced, refused and redacted:
 
 * a plan message takes each call's JSON from the call's row (encoded once, when the call
-  was accepted) instead of encoding the call again: the same text as `dumps_entry`.
+  was accepted) instead of encoding the call again: the same text as `dumps_entry`;
+* a CallReceived entry is built around its call's text, and the row of the call it is
+  accepted as takes that text with the `_id` added: the same texts as `dumps_entry` of
+  the entry and of the wire.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 from pathlib import Path
@@ -34,7 +38,7 @@ from tickloop._core._scheduler_io import (
     StartCall,
 )
 from tickloop._core._tools import ToolSet
-from tickloop._durable._resume import DurableRun, dumps_entry
+from tickloop._durable._resume import DurableRun, dumps_entry, event_to_dict
 from tickloop._durable._store import create_run
 from tickloop._observe._events import EventSink, Redactor
 
@@ -51,6 +55,7 @@ def pay(n: Any = None) -> Any:
 
 _TOOLS = ToolSet([step, pay])
 _RUN_IDS = itertools.count()
+checked: collections.Counter[str] = collections.Counter()
 _leaves = st.one_of(
     st.none(),
     st.booleans(),
@@ -92,6 +97,22 @@ def _drive(
         writer = create_run(store, f"r{next(_RUN_IDS)}", "solution")
         redact = Redactor()
         durable = DurableRun(writer, _TOOLS, redact, EventSink("r", redact))
+        received, accepted = durable._received_text, durable._accepted_text
+
+        def received_text(event: ReceiveCall) -> str:
+            text = received(event)
+            assert text == dumps_entry(event_to_dict(event))
+            checked["received"] += 1
+            return text
+
+        def accepted_text(wire: dict[str, Any]) -> str:
+            text = accepted(wire)
+            assert text == dumps_entry(wire)
+            checked["accepted"] += 1
+            return text
+
+        durable._received_text = received_text  # type: ignore[method-assign]
+        durable._accepted_text = accepted_text  # type: ignore[method-assign]
         scheduler = Scheduler(_TOOLS, ContextLog([]), arrows=True)
         replacements = iter(replace)
 
@@ -148,3 +169,29 @@ def test_a_plan_text_reuses_a_rows_text_only_for_that_very_wire(tmp_path: Path) 
     assert durable._plan_text({"type": "plan", "calls": [plain], "x": 1}) is None
     assert durable._plan_text({"calls": [plain], "type": "plan"}) is None
     assert durable._plan_text({"type": "solution", "calls": [plain]}) is None
+
+
+def test_a_received_call_with_a_lone_surrogate_is_journaled_as_dumps_entry_makes_it(
+    tmp_path: Path,
+) -> None:
+    calls = [{"_tool": "step", "n": "\ud800", "_outputPath": "†state.a"}]
+    before = checked["received"]
+    _, scheduler = _drive(tmp_path, calls, [])
+    [record] = scheduler.records.values()
+    assert record.status == "invalid"  # refused on arrival, but journaled as it came
+    assert checked["received"] == before + 1
+
+
+def test_an_accepted_calls_row_is_its_received_text_with_its_id(tmp_path: Path) -> None:
+    calls = [
+        {"_tool": "step", "n": "é†", "_outputPath": "†state.a"},
+        {"_tool": "step", "_id": "m1", "n": 2},  # an id of the model's: encoded afresh
+        {"_tool": "step"},
+    ]
+    before = dict(checked)
+    durable, scheduler = _drive(tmp_path, calls, [])
+    assert checked["received"] == before.get("received", 0) + 3
+    assert checked["accepted"] == before.get("accepted", 0) + 3
+    assert [json.loads(row.call) for row in durable.rows.values()] == [
+        record.call for record in scheduler.records.values()
+    ]

@@ -28,6 +28,7 @@ no protocol and no agent.
 from __future__ import annotations
 
 import math
+import operator
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -298,6 +299,8 @@ class DurableRun:
         # Call id -> the wire its row's `call` is the JSON of, unredacted (nothing in it
         # was secret): a plan message reuses that text (`_plan_text`). This iteration's.
         self._clean: dict[str, Any] = {}
+        # The call of the ReceiveCall being recorded and its JSON (`_received_text`).
+        self._received: tuple[dict[str, Any], str] | None = None
         self.ready_params: dict[str, Any] = {}  # so a start need not serialise them again
         # Which call wrote, or said it would write, which path: the arrows of a call
         # settled without being ready (its writer was denied...). A ready call's arrows
@@ -358,8 +361,60 @@ class DurableRun:
         at = self.now()
         # A call started (or asked about) by this event may act once this entry, the
         # next one recorded, is committed (`commit(call_id)`); `_track` marks it so.
+        if type(event) is ReceiveCall:
+            # The call is encoded once, for its entry and (through `_received`) its row.
+            text = self._received_text(event)
+            try:
+                self._track(event, actions, at, self._added + 1)
+            finally:
+                self._received = None
+            self._add_text(at, "event", text)
+            return
         self._track(event, actions, at, self._added + 1)
         self._add(at, "event", event_to_dict(event))
+
+    def _received_text(self, event: ReceiveCall) -> str:
+        """A CallReceived entry's JSON: the text `dumps_entry(event_to_dict(event))`
+        makes, built around the call's own text, which `_received` keeps for the row of
+        the call it is accepted as (`_accepted_text`)."""
+        call, date = event.call, event.date
+        if type(call) is dict and type(date) is str:
+            try:
+                call_text = "".join(_ENCODE(call, 0))
+            except (TypeError, ValueError, RecursionError):
+                call_text = None  # dumps_entry says why
+            if call_text is not None:
+                date_text = encode_basestring(date)
+                # A lone surrogate makes dumps_entry escape the whole entry: its path.
+                if not has_surrogate(call_text) and not has_surrogate(date_text):
+                    self._received = (call, call_text)
+                    return f'{{"type":"CallReceived","call":{call_text},"date":{date_text}}}'
+        return dumps_entry(event_to_dict(event))
+
+    def _accepted_text(self, wire: dict[str, Any]) -> str:
+        """The JSON of an accepted call's wire (unredacted: nothing in it is secret).
+
+        The wire is the call as received with its `_id` added last; when it is exactly
+        that (the same keys in the same order, the very same values), its text is the
+        received call's text with the `_id` member added, which `dumps_entry(wire)`
+        would make too; otherwise it is encoded."""
+        received = self._received
+        if received is not None:
+            call, call_text = received
+            call_id = wire.get("_id")
+            if (
+                len(wire) == len(call) + 1
+                and type(call_id) is str
+                and "_id" not in call
+                and all(map(operator.is_, call.values(), wire.values()))
+                and all(map(operator.eq, call, wire))
+            ):
+                id_text = encode_basestring(call_id)
+                if not has_surrogate(id_text):
+                    if len(call) == 0:
+                        return f'{{"_id":{id_text}}}'
+                    return f'{call_text[:-1]},"_id":{id_text}}}'
+        return dumps_entry(wire)
 
     def journal_messages(self, messages: Sequence[dict[str, Any]]) -> None:
         at = self.now()
@@ -401,13 +456,11 @@ class DurableRun:
         ):
             return None
         clean, rows = self._clean, self.rows
-        parts = []
+        parts: list[str] = []
         for call in calls:
             call_id = call.get("_id") if type(call) is dict else None
-            if call_id is not None and clean.get(call_id) is call:
-                parts.append(rows[call_id].call)
-            else:
-                parts.append(dumps_entry(call))
+            text = rows[call_id].call if call_id is not None and clean.get(call_id) is call else None
+            parts.append(dumps_entry(call) if text is None else text)
         return '{"type":"plan","calls":[' + ",".join(parts) + "]}"
 
     def commit(self, call_id: str | None = None, *, rows: bool = False) -> None:
@@ -588,9 +641,11 @@ class DurableRun:
         row = self._new_row(action.id, action.tool, at)
         call = action.call
         shared = self.redact.shared(call)
-        row.call = dumps_entry(shared)
         if shared is call:
+            row.call = self._accepted_text(call)
             self._clean[action.id] = call
+        else:
+            row.call = dumps_entry(shared)
         self.wires[action.id] = call
         path = call.get("_outputPath") if isinstance(call, dict) else None
         if isinstance(path, str):
