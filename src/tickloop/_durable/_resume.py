@@ -459,7 +459,9 @@ class DurableRun:
         parts: list[str] = []
         for call in calls:
             call_id = call.get("_id") if type(call) is dict else None
-            text = rows[call_id].call if call_id is not None and clean.get(call_id) is call else None
+            text = None
+            if call_id is not None and clean.get(call_id) is call:
+                text = rows[call_id].call
             parts.append(dumps_entry(call) if text is None else text)
         return '{"type":"plan","calls":[' + ",".join(parts) + "]}"
 
