@@ -308,8 +308,9 @@ class DurableRun:
         # a call, and built then from the (path, call id) pairs recorded since.
         self.written = _PathIndex()
         self.declared = _PathIndex()
-        self._unwritten: list[tuple[str, str]] = []
-        self._undeclared: list[tuple[str, str]] = []
+        # The log messages of writes, and the wires accepted, not filed in those yet.
+        self._unwritten: list[dict[str, Any]] = []
+        self._undeclared: list[tuple[str, Any]] = []
         self.by_tool: dict[tuple[int, str], list[str]] = {}
         self.running: dict[str, StartCall] = {}  # started, not finished
         self.asking: PendingCall | None = None
@@ -584,14 +585,17 @@ class DurableRun:
         asks about must see committed first (0 on replay: those entries are committed).
         """
         self._mark = mark
-        if isinstance(event, FinishCall):
-            # Not running any more, even while its write is held (PROTOCOL §4): the
-            # journaled result is replayed and applied in plan order, never run again.
-            self.running.pop(event.call_id, None)
-        elif isinstance(event, (ReceiveCall, ReportFault)):
+        # The two events of every call are told by their type, before any isinstance.
+        if type(event) is ReceiveCall or (
+            type(event) is not FinishCall and isinstance(event, (ReceiveCall, ReportFault))
+        ):
             call = event.call
             handed = call.get("_id") if isinstance(call, dict) else None
             self.handed.add(handed if isinstance(handed, str) else None)
+        elif isinstance(event, FinishCall):
+            # Not running any more, even while its write is held (PROTOCOL §4): the
+            # journaled result is replayed and applied in plan order, never run again.
+            self.running.pop(event.call_id, None)
         elif isinstance(event, OpenTick):
             self.iteration = event.iteration
             self.plan_due = False
@@ -623,10 +627,7 @@ class DurableRun:
             self._dirty_since = self._clock.current_time()
 
     def _on_message(self, action: NoteMessage, event: Event, at: float) -> None:
-        message = action.message
-        path, call = message.get("_path"), message.get("_call")
-        if isinstance(path, str) and isinstance(call, dict) and "_id" in call:
-            self._unwritten.append((path, call["_id"]))
+        self._unwritten.append(action.message)  # read only if `_written` is asked
 
     def _on_tick_ended(self, action: NoteTickEnded, event: Event, at: float) -> None:
         self._checkpoint = True  # a pause, or what the next request is made from
@@ -649,9 +650,7 @@ class DurableRun:
         else:
             row.call = dumps_entry(shared)
         self.wires[action.id] = call
-        path = call.get("_outputPath") if isinstance(call, dict) else None
-        if isinstance(path, str):
-            self._undeclared.append((action.id, path))
+        self._undeclared.append((action.id, call))  # read only if `_declared` is asked
         self.by_tool.setdefault((self.iteration, action.tool), []).append(action.id)
         return row
 
@@ -733,14 +732,19 @@ class DurableRun:
 
     def _written(self) -> _PathIndex:
         """Which call wrote which path, every write so far."""
-        for path, call_id in self._unwritten:
-            self.written.add(parse_term(path), call_id)
+        for message in self._unwritten:
+            path, call = message.get("_path"), message.get("_call")
+            if isinstance(path, str) and isinstance(call, dict) and "_id" in call:
+                self.written.add(parse_term(path), call["_id"])
         self._unwritten.clear()
         return self.written
 
     def _declared(self) -> _PathIndex:
         """Which call said it would write which path, every call accepted so far."""
-        for call_id, path in self._undeclared:
+        for call_id, call in self._undeclared:
+            path = call.get("_outputPath") if isinstance(call, dict) else None
+            if not isinstance(path, str):
+                continue
             try:
                 for term in parse_expression(path).terms:
                     self.declared.add(term, call_id)
