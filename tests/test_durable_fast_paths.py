@@ -195,3 +195,30 @@ def test_an_accepted_calls_row_is_its_received_text_with_its_id(tmp_path: Path) 
     assert [json.loads(row.call) for row in durable.rows.values()] == [
         record.call for record in scheduler.records.values()
     ]
+
+
+class _Dict(dict[str, Any]):
+    """A dict subclass holding a secret: the quick look must not take it for a leaf."""
+
+
+_redactable = st.recursive(
+    st.one_of(_leaves, st.builds(lambda: _Dict(api_key="s3cret"))),
+    lambda kids: (
+        st.lists(kids, max_size=3)
+        | st.dictionaries(st.sampled_from(["x", "token", "api_key", "n", "_id"]), kids, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300)
+@given(values=st.lists(_redactable, min_size=1, max_size=3))
+def test_redacting_a_value_to_store_it_is_the_general_walk(values: list[Any]) -> None:
+    """`Redactor.shared` looks at a flat object of known names without walking it: the
+    same answer as the walk, the value itself exactly when nothing in it is secret."""
+    quick, walk = Redactor(), Redactor()
+    for value in values * 2:  # names unknown, then known
+        expected = walk._redact(value, False)
+        redacted = quick.shared(value)
+        assert redacted == expected
+        assert (redacted is value) == (expected is value)
