@@ -18,6 +18,7 @@ import itertools
 import json
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import trio
 from hypothesis import HealthCheck, given, settings
@@ -38,7 +39,8 @@ from tickloop._core._scheduler_io import (
     StartCall,
 )
 from tickloop._core._tools import ToolSet
-from tickloop._durable._resume import DurableRun, dumps_entry, event_to_dict
+from tickloop._durable import _resume
+from tickloop._durable._resume import DurableRun, dumps_entry, event_to_dict, plan_text
 from tickloop._durable._store import create_run
 from tickloop._observe._events import EventSink, Redactor
 
@@ -85,11 +87,29 @@ _calls = st.fixed_dictionaries(
 )
 
 
+_RECEIVED_TEXT, _ACCEPTED_TEXT = _resume.received_text, _resume.accepted_text
+
+
+def _received_text(event: ReceiveCall) -> tuple[str, Any]:
+    text, received = _RECEIVED_TEXT(event)
+    assert text == dumps_entry(event_to_dict(event))
+    checked["received"] += 1
+    return text, received
+
+
+def _accepted_text(wire: dict[str, Any], received: Any) -> str:
+    text = _ACCEPTED_TEXT(wire, received)
+    assert text == dumps_entry(wire)
+    checked["accepted"] += 1
+    return text
+
+
 def _drive(
     tmp_path: Path, calls: list[dict[str, Any]], replace: list[dict[str, Any]]
 ) -> tuple[DurableRun, Scheduler]:
     """Run `calls` through a scheduler and a DurableRun; each approval is answered with
-    the next replacement of `replace`."""
+    the next replacement of `replace`. Every CallReceived entry and accepted call's row
+    text the fast paths make is checked against `dumps_entry`'s."""
     result: list[tuple[DurableRun, Scheduler]] = []
 
     async def main() -> None:
@@ -97,22 +117,6 @@ def _drive(
         writer = create_run(store, f"r{next(_RUN_IDS)}", "solution")
         redact = Redactor()
         durable = DurableRun(writer, _TOOLS, redact, EventSink("r", redact))
-        received, accepted = durable._received_text, durable._accepted_text
-
-        def received_text(event: ReceiveCall) -> str:
-            text = received(event)
-            assert text == dumps_entry(event_to_dict(event))
-            checked["received"] += 1
-            return text
-
-        def accepted_text(wire: dict[str, Any]) -> str:
-            text = accepted(wire)
-            assert text == dumps_entry(wire)
-            checked["accepted"] += 1
-            return text
-
-        durable._received_text = received_text  # type: ignore[method-assign]
-        durable._accepted_text = accepted_text  # type: ignore[method-assign]
         scheduler = Scheduler(_TOOLS, ContextLog([]), arrows=True)
         replacements = iter(replace)
 
@@ -136,7 +140,8 @@ def _drive(
         store.close()
         result.append((durable, scheduler))
 
-    trio.run(main)
+    with patch.multiple(_resume, received_text=_received_text, accepted_text=_accepted_text):
+        trio.run(main)
     return result[0]
 
 
@@ -148,10 +153,14 @@ def test_a_plan_message_is_the_text_dumps_entry_makes(
     durable, scheduler = _drive(tmp_path, calls, replace)
     wires = [record.call for record in scheduler.records.values()]
     message = {"type": "plan", "calls": wires}
-    assert durable._plan_text(message) == dumps_entry(message)
+    assert plan_text(message, durable._clean, durable.rows) == dumps_entry(message)
     # Copies are not the rows' wires: encoded afresh, to the same text.
     copies = {"type": "plan", "calls": json.loads(json.dumps(wires))}
-    assert durable._plan_text(copies) == dumps_entry(copies)
+    assert plan_text(copies, durable._clean, durable.rows) == dumps_entry(copies)
+
+
+def _plan(durable: DurableRun, message: dict[str, Any]) -> str | None:
+    return plan_text(message, durable._clean, durable.rows)
 
 
 def test_a_plan_text_reuses_a_rows_text_only_for_that_very_wire(tmp_path: Path) -> None:
@@ -163,12 +172,12 @@ def test_a_plan_text_reuses_a_rows_text_only_for_that_very_wire(tmp_path: Path) 
     plain, secret = (record.call for record in scheduler.records.values())
     # The row of the call with a secret holds it redacted: never the plan's text.
     assert "s3cret" not in durable.rows[secret["_id"]].call
-    text = durable._plan_text({"type": "plan", "calls": [plain, secret]})
+    text = _plan(durable, {"type": "plan", "calls": [plain, secret]})
     assert text is not None and json.loads(text)["calls"] == [plain, secret]
     # Another message shape is the general path's.
-    assert durable._plan_text({"type": "plan", "calls": [plain], "x": 1}) is None
-    assert durable._plan_text({"calls": [plain], "type": "plan"}) is None
-    assert durable._plan_text({"type": "solution", "calls": [plain]}) is None
+    assert _plan(durable, {"type": "plan", "calls": [plain], "x": 1}) is None
+    assert _plan(durable, {"calls": [plain], "type": "plan"}) is None
+    assert _plan(durable, {"type": "solution", "calls": [plain]}) is None
 
 
 def test_a_received_call_with_a_lone_surrogate_is_journaled_as_dumps_entry_makes_it(
@@ -222,3 +231,31 @@ def test_redacting_a_value_to_store_it_is_the_general_walk(values: list[Any]) ->
         redacted = quick.shared(value)
         assert redacted == expected
         assert (redacted is value) == (expected is value)
+
+
+@settings(max_examples=300)
+@given(
+    call=st.dictionaries(st.sampled_from(["_tool", "n", "m", "é"]), _values, max_size=3),
+    how=st.sampled_from(["as received", "equal values", "reordered", "with an id"]),
+    call_id=st.sampled_from(["c1.0", "é", 'a"b']),
+)
+def test_an_accepted_calls_text_is_dumps_entry_of_its_wire(
+    call: dict[str, Any], how: str, call_id: str
+) -> None:
+    """Only a wire that is exactly the received call plus its `_id` reuses the call's
+    text; a wire that is merely equal (`True` for `1`, `1.0` for `1`, another key order)
+    or already had an `_id` is encoded afresh."""
+    wire = dict(call)
+    if how == "equal values":
+        wire = {
+            key: (1.0 if value is True else True if value == 1 else value)
+            for key, value in wire.items()
+        }
+    elif how == "reordered":
+        wire = dict(reversed(wire.items()))
+    elif how == "with an id":
+        call = {**call, "_id": "given"}
+    wire["_id"] = call_id
+    text, received = _RECEIVED_TEXT(ReceiveCall(call, "2026-01-01T00:00:00.000000Z"))
+    assert text == dumps_entry(event_to_dict(ReceiveCall(call, "2026-01-01T00:00:00.000000Z")))
+    assert _ACCEPTED_TEXT(wire, received) == dumps_entry(wire)

@@ -280,6 +280,75 @@ class _Row:
 _text = str.__str__
 
 
+def received_text(event: ReceiveCall) -> tuple[str, tuple[dict[str, Any], str] | None]:
+    """A CallReceived entry's JSON, the text `dumps_entry(event_to_dict(event))` makes,
+    built around the call's own text; and the call with that text, for the row of the
+    call it is accepted as (`accepted_text`), or None."""
+    call, date = event.call, event.date
+    if type(call) is dict and type(date) is str:
+        try:
+            call_text = "".join(_ENCODE(call, 0))
+        except (TypeError, ValueError, RecursionError):
+            call_text = None  # dumps_entry says why
+        if call_text is not None:
+            date_text = encode_basestring(date)
+            # A lone surrogate makes dumps_entry escape the whole entry: its path.
+            if not has_surrogate(call_text) and not has_surrogate(date_text):
+                text = f'{{"type":"CallReceived","call":{call_text},"date":{date_text}}}'
+                return text, (call, call_text)
+    return dumps_entry(event_to_dict(event)), None
+
+
+def accepted_text(wire: dict[str, Any], received: tuple[dict[str, Any], str] | None) -> str:
+    """The JSON of an accepted call's wire (unredacted: nothing in it is secret).
+
+    The wire is the call as received with its `_id` added last; when it is exactly that
+    (the same keys in the same order, the very same values), its text is the received
+    call's text with the `_id` member added, which `dumps_entry(wire)` would make too;
+    otherwise it is encoded."""
+    if received is not None:
+        call, call_text = received
+        call_id = wire.get("_id")
+        if (
+            len(wire) == len(call) + 1
+            and type(call_id) is str
+            and "_id" not in call
+            and all(map(operator.is_, call.values(), wire.values()))
+            and all(map(operator.eq, call, wire))
+        ):
+            id_text = encode_basestring(call_id)
+            if not has_surrogate(id_text):
+                if len(call) == 0:
+                    return f'{{"_id":{id_text}}}'
+                return f'{call_text[:-1]},"_id":{id_text}}}'
+    return dumps_entry(wire)
+
+
+def plan_text(message: dict[str, Any], clean: dict[str, Any], rows: dict[str, _Row]) -> str | None:
+    """The JSON of a plan message (`{"type": "plan", "calls": [wire, ...]}`), each wire's
+    text taken from its row where the row holds exactly that wire unredacted (`clean`:
+    call id -> wire), instead of encoding every call of the iteration a second time.
+    None for any other message. The text decodes to the message; it is the text
+    `dumps_entry` makes unless a call holds a lone surrogate (then only that call's text
+    is escaped to ASCII, not the whole message's)."""
+    calls = message.get("calls")
+    if (
+        type(calls) is not list
+        or len(message) != 2
+        or message.get("type") != "plan"
+        or next(iter(message)) != "type"
+    ):
+        return None
+    parts: list[str] = []
+    for call in calls:
+        call_id = call.get("_id") if type(call) is dict else None
+        text = None
+        if call_id is not None and clean.get(call_id) is call:
+            text = rows[call_id].call
+        parts.append(dumps_entry(call) if text is None else text)
+    return '{"type":"plan","calls":[' + ",".join(parts) + "]}"
+
+
 # --------------------------------------------------------------------------------------
 # The binding between a running loop and the store
 
@@ -297,9 +366,9 @@ class DurableRun:
         self.rows: dict[str, _Row] = {}
         self.wires: dict[str, Any] = {}
         # Call id -> the wire its row's `call` is the JSON of, unredacted (nothing in it
-        # was secret): a plan message reuses that text (`_plan_text`). This iteration's.
+        # was secret): a plan message reuses that text (`plan_text`). This iteration's.
         self._clean: dict[str, Any] = {}
-        # The call of the ReceiveCall being recorded and its JSON (`_received_text`).
+        # The call of the ReceiveCall being recorded and its JSON (`received_text`).
         self._received: tuple[dict[str, Any], str] | None = None
         self.ready_params: dict[str, Any] = {}  # so a start need not serialise them again
         # Which call wrote, or said it would write, which path: the arrows of a call
@@ -364,7 +433,7 @@ class DurableRun:
         # next one recorded, is committed (`commit(call_id)`); `_track` marks it so.
         if type(event) is ReceiveCall:
             # The call is encoded once, for its entry and (through `_received`) its row.
-            text = self._received_text(event)
+            text, self._received = received_text(event)
             try:
                 self._track(event, actions, at, self._added + 1)
             finally:
@@ -374,54 +443,11 @@ class DurableRun:
         self._track(event, actions, at, self._added + 1)
         self._add(at, "event", event_to_dict(event))
 
-    def _received_text(self, event: ReceiveCall) -> str:
-        """A CallReceived entry's JSON: the text `dumps_entry(event_to_dict(event))`
-        makes, built around the call's own text, which `_received` keeps for the row of
-        the call it is accepted as (`_accepted_text`)."""
-        call, date = event.call, event.date
-        if type(call) is dict and type(date) is str:
-            try:
-                call_text = "".join(_ENCODE(call, 0))
-            except (TypeError, ValueError, RecursionError):
-                call_text = None  # dumps_entry says why
-            if call_text is not None:
-                date_text = encode_basestring(date)
-                # A lone surrogate makes dumps_entry escape the whole entry: its path.
-                if not has_surrogate(call_text) and not has_surrogate(date_text):
-                    self._received = (call, call_text)
-                    return f'{{"type":"CallReceived","call":{call_text},"date":{date_text}}}'
-        return dumps_entry(event_to_dict(event))
-
-    def _accepted_text(self, wire: dict[str, Any]) -> str:
-        """The JSON of an accepted call's wire (unredacted: nothing in it is secret).
-
-        The wire is the call as received with its `_id` added last; when it is exactly
-        that (the same keys in the same order, the very same values), its text is the
-        received call's text with the `_id` member added, which `dumps_entry(wire)`
-        would make too; otherwise it is encoded."""
-        received = self._received
-        if received is not None:
-            call, call_text = received
-            call_id = wire.get("_id")
-            if (
-                len(wire) == len(call) + 1
-                and type(call_id) is str
-                and "_id" not in call
-                and all(map(operator.is_, call.values(), wire.values()))
-                and all(map(operator.eq, call, wire))
-            ):
-                id_text = encode_basestring(call_id)
-                if not has_surrogate(id_text):
-                    if len(call) == 0:
-                        return f'{{"_id":{id_text}}}'
-                    return f'{call_text[:-1]},"_id":{id_text}}}'
-        return dumps_entry(wire)
-
     def journal_messages(self, messages: Sequence[dict[str, Any]]) -> None:
         at = self.now()
         for message in messages:
             self._track_message(message)
-            text = self._plan_text(message)
+            text = plan_text(message, self._clean, self.rows)
             if text is None:
                 self._add(at, "message", message)
             else:
@@ -440,31 +466,6 @@ class DurableRun:
             self._wakeup.set()  # the first entry since the last commit wakes the flusher
         pending.append((at, kind, text))
         self._added += 1
-
-    def _plan_text(self, message: dict[str, Any]) -> str | None:
-        """The JSON of a plan message (`{"type": "plan", "calls": [wire, ...]}`), each
-        wire's text taken from its row where the row holds exactly that wire unredacted
-        (`_clean`), instead of encoding every call of the iteration a second time. None
-        for any other message. The text decodes to the message; it is the text
-        `dumps_entry` makes unless a call holds a lone surrogate (then only that call's
-        text is escaped to ASCII, not the whole message's)."""
-        calls = message.get("calls")
-        if (
-            type(calls) is not list
-            or len(message) != 2
-            or message.get("type") != "plan"
-            or next(iter(message)) != "type"
-        ):
-            return None
-        clean, rows = self._clean, self.rows
-        parts: list[str] = []
-        for call in calls:
-            call_id = call.get("_id") if type(call) is dict else None
-            text = None
-            if call_id is not None and clean.get(call_id) is call:
-                text = rows[call_id].call
-            parts.append(dumps_entry(call) if text is None else text)
-        return '{"type":"plan","calls":[' + ",".join(parts) + "]}"
 
     def commit(self, call_id: str | None = None, *, rows: bool = False) -> None:
         """Commit every entry recorded so far, and the call rows when they are due.
@@ -645,7 +646,7 @@ class DurableRun:
         call = action.call
         shared = self.redact.shared(call)
         if shared is call:
-            row.call = self._accepted_text(call)
+            row.call = accepted_text(call, self._received)
             self._clean[action.id] = call
         else:
             row.call = dumps_entry(shared)
