@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 from unittest.mock import patch
 
+import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -337,3 +338,83 @@ def test_a_row_binds_its_status_as_the_plain_string_it_equals() -> None:
             (text,) = [value for value in values if value == status]
             assert type(text) is str and text == status.value
     assert _text("done") == "done"
+
+
+_texts = st.text(st.sampled_from('ab"\\é†\u2028\ud800\x00'), max_size=4)
+_finished_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    _texts,
+    st.floats(allow_nan=False),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(_texts, st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    call_id=_texts,
+    value=_finished_values,
+    branch=st.none() | _texts,
+    error=st.none() | st.fixed_dictionaries({"type": _texts}),
+    date=_texts,
+)
+def test_a_finished_entry_is_the_text_dumps_entry_makes(
+    call_id: str, value: Any, branch: str | None, error: dict[str, Any] | None, date: str
+) -> None:
+    event = FinishCall(call_id, value, branch, error, date)
+    assert _resume.finished_text(event) == dumps_entry(event_to_dict(event))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [10**100 - 1, 10**100, -(10**100), 10**5000, -(10**5000)],
+    ids=["below", "at", "negative", "too-long", "too-long-negative"],
+)
+def test_a_finished_entry_of_a_long_int_is_the_general_paths(value: int) -> None:
+    event = FinishCall("c1.0", value, None, None, "2026-01-01T00:00:00Z")
+    if abs(value) < 10**4000:
+        assert _resume.finished_text(event) == dumps_entry(event_to_dict(event))
+    else:  # too long to write as JSON text: refused alike
+        with pytest.raises(tl.StoreError):
+            dumps_entry(event_to_dict(event))
+        with pytest.raises(tl.StoreError):
+            _resume.finished_text(event)
+
+
+@settings(max_examples=200, deadline=None)
+@given(waits=st.lists(_texts, min_size=1, max_size=4), as_tuple=st.booleans())
+def test_a_rows_arrows_are_the_text_dumps_entry_makes(waits: list[str], as_tuple: bool) -> None:
+    assert _resume.deps_text(tuple(waits) if as_tuple else waits) == dumps_entry(waits)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    entries=st.lists(
+        st.tuples(
+            st.floats(allow_nan=False, allow_infinity=False),
+            st.sampled_from(["event", "message", "note"]),
+            st.sampled_from(['{"a":1}', '"†"', "[]"]),
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_a_commits_entries_share_one_row_that_reads_back_as_they_were(
+    tmp_path_factory: Any, entries: list[tuple[float, str, str]]
+) -> None:
+    store = SQLiteStore(tmp_path_factory.mktemp("journal") / "runs.db")
+    writer = create_run(store, "r", "solution")
+    writer.append(entries)
+    with store.connect() as connection:
+        (body,) = connection.execute("SELECT body FROM journal WHERE run_id = 'r'").fetchone()
+        journal = store._journal(connection, "r")
+    writer.release()
+    store.close()
+    if len(entries) > 1:  # the text the entries made before they were joined in one pass
+        kinds = {"event": '"event"', "message": '"message"', "note": '"note"'}
+        assert body == "[" + ",".join(f"[{t!r},{kinds[k]},{b}]" for t, k, b in entries) + "]"
+    assert journal == [
+        (number, at, kind, json.loads(text)) for number, (at, kind, text) in enumerate(entries, 1)
+    ]

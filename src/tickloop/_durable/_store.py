@@ -110,7 +110,11 @@ CREATE TABLE decisions (
 # A journal row holding several entries, one commit's (`RunWriter.insert`). A store
 # written before it has one row per entry, which is read as it always was.
 BATCH = "batch"
-_KINDS = {"event": '"event"', "message": '"message"', "note": '"note"'}
+_KINDS = {"event": ',"event",', "message": ',"message",', "note": ',"note",'}
+_INSERT_ENTRIES = (
+    "INSERT INTO journal (run_id, seq, at, kind, body) SELECT ?1, ?2, ?3, ?4, ?5 "
+    "WHERE NOT EXISTS (SELECT 1 FROM journal WHERE run_id = ?1 AND seq >= ?6)"
+)
 
 _TABLES = frozenset({"tickloop_schema", "runs", "journal", "calls", "decisions"})
 # Added to `runs` after schema 1 was released, without a new version: an older tickloop
@@ -794,20 +798,23 @@ class RunWriter:
         if not count:
             return
         first, self.seq = self.seq + 1, self.seq + count
-        connection = self.connection
-        if connection.execute(
-            "SELECT 1 FROM journal WHERE run_id = ? AND seq >= ? LIMIT 1", (self.run_id, first)
-        ).fetchone():
-            raise sqlite3.IntegrityError(f"journal entry {first} exists already")
         if count == 1:
             ((at, kind, body),) = entries
         else:
             at, kind = entries[-1][0], BATCH
-            body = "[" + ",".join(f"[{t!r},{_KINDS[k]},{b}]" for t, k, b in entries) + "]"
-        connection.execute(
-            "INSERT INTO journal (run_id, seq, at, kind, body) VALUES (?, ?, ?, ?, ?)",
-            (self.run_id, self.seq, at, kind, body),
+            # One join of the pieces: a body of a thousand entries is copied once, not
+            # once per entry and again for the whole.
+            parts = ["["]
+            for entry_at, entry_kind, text in entries:
+                parts += ("[", repr(entry_at), _KINDS[entry_kind], text, "],")
+            parts[-1] = "]]"
+            body = "".join(parts)
+        # Refused, in the same statement, when an entry this row numbers exists already.
+        inserted = self.connection.execute(
+            _INSERT_ENTRIES, (self.run_id, self.seq, at, kind, body, first)
         )
+        if inserted.rowcount != 1:
+            raise sqlite3.IntegrityError(f"journal entry {first} exists already")
 
     def release(self) -> None:
         """The run is over in this process: give back the connection."""
