@@ -300,34 +300,65 @@ def _read(connection: sqlite3.Connection) -> list[tuple[Any, ...]]:
     return connection.execute(f"SELECT {typed} FROM calls ORDER BY call_id").fetchall()
 
 
-@settings(max_examples=60, deadline=None)
+_SPARSE = [_COLUMNS.index(name) for name in _store.USUALLY_NULL]
+
+
+def _lean(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The row without its USUALLY_NULL columns, as a caller may give it when they are."""
+    assert all(row[i] is None for i in _SPARSE)
+    return tuple(value for i, value in enumerate(row) if i not in _SPARSE)
+
+
+@settings(max_examples=80, deadline=None)
 @given(
     rows=st.lists(
         st.lists(_values, min_size=len(CALL_COLUMNS) - 1, max_size=len(CALL_COLUMNS) - 1),
         max_size=8,
     ),
+    lean=st.lists(st.booleans(), min_size=8, max_size=8),
     replaced=st.booleans(),
 )
 def test_rows_with_their_nulls_in_the_statement_are_the_rows_every_value_bound_makes(
-    tmp_path_factory: Any, rows: list[list[Any]], replaced: bool
+    tmp_path_factory: Any, rows: list[list[Any]], lean: list[bool], replaced: bool
 ) -> None:
     folder: Path = tmp_path_factory.mktemp("rows")
     made = [_row(f"c{i}", values) for i, values in enumerate(rows)]
-    if replaced and made:  # a row written again (a resume's rewrite) replaces the first
-        made.append(_row("c0", list(reversed(rows[-1]))))
+    # Each call once per insert (a commit's rows are one per call); a second insert
+    # replaces a row (a later commit, or a resume's rewrite).
+    batches = [made]
+    if replaced and made:
+        batches.append([_row("c0", list(reversed(rows[-1])))])
+    given_rows = [
+        [
+            _lean(row) if short and all(row[i] is None for i in _SPARSE) else row
+            for row, short in zip(batch, lean, strict=False)
+        ]
+        for batch in batches
+    ]
     stored = []
     for name, insert in (
-        ("fast", lambda connection: _store._insert_calls(connection, made)),
-        ("plain", lambda connection: connection.executemany(_BIND_ALL, made)),
+        ("fast", lambda connection, i: _store._insert_calls(connection, given_rows[i])),
+        ("plain", lambda connection, i: connection.executemany(_BIND_ALL, batches[i])),
     ):
         store = SQLiteStore(folder / f"{name}.db")
         with store.connect() as connection:
-            connection.execute("BEGIN")
-            insert(connection)
-            connection.execute("COMMIT")
+            for i in range(len(batches)):
+                connection.execute("BEGIN")
+                insert(connection, i)
+                connection.execute("COMMIT")
             stored.append(_read(connection))
         store.close()
     assert stored[0] == stored[1]
+
+
+def test_a_rows_lean_values_are_its_values_without_the_usually_null_columns() -> None:
+    row = _Row("c1", 3, 1, "step", 1.5)
+    row.call, row.params, row.deps, row.ready, row.started, row.finished = "{}", "{}", "[]", 2, 3, 4
+    assert row.lean_values("r") == _lean(row.values("r"))
+    for name in _store.USUALLY_NULL:
+        changed = _Row("c1", 3, 1, "step", 1.5)
+        setattr(changed, name, "x")
+        assert changed.lean_values("r") == changed.values("r")
 
 
 def test_a_row_binds_its_status_as_the_plain_string_it_equals() -> None:

@@ -266,6 +266,27 @@ class _Row:
             self.finished,
         )
 
+    def lean_values(self, run_id: str) -> tuple[Any, ...]:
+        """`values`, without the USUALLY_NULL columns when they are NULL (most rows)."""
+        if self.decision is None and self.error is None and self.asked is None:
+            if self.decided is None:
+                return (
+                    run_id,
+                    self.call_id,
+                    self.seq,
+                    self.iteration,
+                    self.tool,
+                    _text(self.status),
+                    self.call,
+                    self.params,
+                    self.deps,
+                    self.received,
+                    self.ready,
+                    self.started,
+                    self.finished,
+                )
+        return self.values(run_id)
+
     def changes(self, run_id: str) -> tuple[Any, ...]:
         """The row in CHANGING_COLUMNS order, then the run and call ids (an UPDATE's)."""
         return (*self.values(run_id)[4:], run_id, self.call_id)
@@ -546,7 +567,7 @@ class DurableRun:
             settled, self._settled = self._settled, {}
         current = since is None or due  # no row change waits after this commit
         run_id = self.writer.run_id
-        new = [row.values(run_id) for row in dirty.values() if not row.stored]
+        new = [row.lean_values(run_id) for row in dirty.values() if not row.stored]
         changed = [row.changes(run_id) for row in dirty.values() if row.stored]
         try:
             self.writer.append(

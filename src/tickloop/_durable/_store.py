@@ -143,6 +143,15 @@ CALL_COLUMNS = (
 )
 # A whole row is inserted by `_insert_calls` (a statement per set of NULL columns).
 _NO_VALUES = (None,) * (len(CALL_COLUMNS) + 1)
+# The columns NULL in the row of a call that was never asked about, decided or failed,
+# most rows: such a row may be given without them (the run id, then LEAN_COLUMNS).
+USUALLY_NULL = ("decision", "error", "asked", "decided")
+LEAN_COLUMNS = tuple(name for name in CALL_COLUMNS if name not in USUALLY_NULL)
+_INSERT_LEAN = (
+    f"INSERT OR REPLACE INTO calls (run_id, {', '.join(CALL_COLUMNS)}) VALUES ("
+    + ", ".join("NULL" if name in USUALLY_NULL else "?" for name in ("run_id", *CALL_COLUMNS))
+    + ")"
+)
 # The columns a call's transitions change (its id, arrival order and iteration never do):
 # an UPDATE of a row this process wrote rewrites the row in place, where a REPLACE deletes
 # and reinserts it and its index entry (about a third of the store's time per call).
@@ -748,10 +757,11 @@ class RunWriter:
     ) -> None:
         """Commit journal entries (at, kind, JSON body) and call rows together.
 
-        `calls` are whole rows (the run id, then CALL_COLUMNS), inserted or replacing a
-        row of the same call; `changed` are rows this writer stored before, updated in
-        place (CHANGING_COLUMNS, then the run and call ids); `settled` the same with
-        SETTLED_COLUMNS only, for rows whose only change is the call's end.
+        `calls` are whole rows, one per call (the run id, then CALL_COLUMNS, or
+        LEAN_COLUMNS for a row whose USUALLY_NULL columns are NULL), inserted or
+        replacing a row of the same call; `changed` are rows this writer stored before,
+        updated in place (CHANGING_COLUMNS, then the run and call ids); `settled` the
+        same with SETTLED_COLUMNS only, for rows whose only change is the call's end.
         `rows_current`: with these, the rows reflect the journal's last entry
         (`runs.rows_seq`). `rewrite`: `calls` are all the run's rows (a resume's, rebuilt
         from its journal); any other row of the run is deleted.
@@ -845,9 +855,17 @@ def _insert_calls(connection: sqlite3.Connection, rows: Sequence[Sequence[Any]])
     Python's sqlite3 binds a None through its adapter protocol (two failed attribute
     lookups, about as much as the rest of the value's binding), and a row of a call that
     was never asked about, decided or failed holds four: rows of the same NULL columns go
-    in one `executemany` of a statement that names only the others. The rows stored are
-    the same as binding every value would store (tests/test_durable_rows.py).
+    in one `executemany` of a statement that names only the others (a lean row, without
+    the USUALLY_NULL columns, is such a row already). The rows stored are the same as
+    binding every value would store (tests/test_durable_fast_paths.py). One row per call:
+    the rows are not inserted in their given order.
     """
+    lean = [row for row in rows if len(row) == len(LEAN_COLUMNS) + 1]
+    if lean:
+        connection.executemany(_INSERT_LEAN, lean)
+        if len(lean) == len(rows):
+            return
+        rows = [row for row in rows if len(row) != len(LEAN_COLUMNS) + 1]
     groups: dict[tuple[bool, ...], list[Sequence[Any]]] = {}
     for row in rows:
         shape = tuple(map(operator.is_, row, _NO_VALUES))
