@@ -345,7 +345,15 @@ def test_plain_parameters_are_passed_as_pydantic_would_pass_them(
         assert got == expected
 
 
-_EVENTS = [FinishCall, StartCall, ReceiveCall]
+_EVENTS = [
+    FinishCall,
+    StartCall,
+    ReceiveCall,
+    NoteAccepted,
+    NoteReady,
+    NoteMessage,
+    NoteSettled,
+]
 
 
 @settings(max_examples=100, deadline=None)

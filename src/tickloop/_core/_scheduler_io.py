@@ -153,6 +153,7 @@ Event = OpenTick | ReceiveCall | CloseStream | ReportFault | Decide | FinishCall
 # Actions (the scheduler tells the driver)
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class NoteAccepted:
     """A call passed its arrival checks and waits for its inputs."""
@@ -162,6 +163,7 @@ class NoteAccepted:
     call: dict[str, Any]
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class NoteReady:
     """A call's inputs exist: these are its resolved, checked parameters. `waits_on`: the
@@ -198,6 +200,7 @@ class StartCall:
     call: dict[str, Any]
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class NoteMessage:
     """A message the scheduler appended to the log."""
@@ -205,6 +208,7 @@ class NoteMessage:
     message: dict[str, Any]
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class NoteSettled:
     """A call reached its final status."""

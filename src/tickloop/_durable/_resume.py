@@ -28,6 +28,7 @@ no protocol and no agent.
 from __future__ import annotations
 
 import math
+import operator
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -82,7 +83,7 @@ from .._core._tools import ToolSet
 from .._engine._engine import Engine, utc_now
 from .._errors import ResumeError, StoreError, unwrap_single
 from .._observe._events import EventSink, Redactor
-from ._store import CALL_COLUMNS, RunWriter
+from ._store import CALL_COLUMNS, LEAN_COLUMNS, RunWriter
 
 __all__ = [
     "CUT_OFF",
@@ -251,7 +252,7 @@ class _Row:
             self.seq,
             self.iteration,
             self.tool,
-            self.status,
+            _text(self.status),
             self.call,
             self.params,
             self.deps,
@@ -265,13 +266,136 @@ class _Row:
             self.finished,
         )
 
+    def lean_values(self, run_id: str) -> tuple[Any, ...]:
+        """`values`, without the USUALLY_NULL columns when they are NULL (most rows)."""
+        values = self.values(run_id)
+        if self.decision is None and self.error is None and self.asked is None:
+            if self.decided is None:
+                return _LEAN(values)
+        return values
+
     def changes(self, run_id: str) -> tuple[Any, ...]:
         """The row in CHANGING_COLUMNS order, then the run and call ids (an UPDATE's)."""
         return (*self.values(run_id)[4:], run_id, self.call_id)
 
     def settled(self, run_id: str) -> tuple[Any, ...]:
         """What settling changes (SETTLED_COLUMNS), then the run and call ids."""
-        return (self.status, self.error, self.deps, self.finished, run_id, self.call_id)
+        return (_text(self.status), self.error, self.deps, self.finished, run_id, self.call_id)
+
+
+# The run id and LEAN_COLUMNS out of a row's `values`.
+_LEAN = operator.itemgetter(0, *(1 + CALL_COLUMNS.index(name) for name in LEAN_COLUMNS))
+
+# A status as the plain string it equals: sqlite3 binds a `str` subclass (a `CallStatus`)
+# through its adapter protocol, several times the cost of binding the string.
+_text = str.__str__
+
+
+def received_text(event: ReceiveCall) -> tuple[str, tuple[dict[str, Any], str] | None]:
+    """A CallReceived entry's JSON, the text `dumps_entry(event_to_dict(event))` makes,
+    built around the call's own text; and the call with that text, for the row of the
+    call it is accepted as (`accepted_text`), or None."""
+    call, date = event.call, event.date
+    if type(call) is dict and type(date) is str:
+        try:
+            call_text = "".join(_ENCODE(call, 0))
+        except (TypeError, ValueError, RecursionError):
+            call_text = None  # dumps_entry says why
+        if call_text is not None:
+            date_text = encode_basestring(date)
+            # A lone surrogate makes dumps_entry escape the whole entry: its path.
+            if not has_surrogate(call_text) and not has_surrogate(date_text):
+                text = f'{{"type":"CallReceived","call":{call_text},"date":{date_text}}}'
+                return text, (call, call_text)
+    return dumps_entry(event_to_dict(event)), None
+
+
+_BIG = 10**100  # ints beyond it take the general path (too long to write: a StoreError)
+
+
+def finished_text(event: FinishCall) -> str:
+    """A CallFinished entry's JSON, the text `dumps_entry(event_to_dict(event))` makes,
+    without building the dict: one per call. A value that is not a plain int, string or
+    null, a branch, an error or a lone surrogate takes the general path."""
+    call_id, value, date = event.call_id, event.value, event.date
+    if (
+        event.branch is None
+        and event.error is None
+        and type(call_id) is str
+        and type(date) is str
+        and (value is None or type(value) is str or (type(value) is int and -_BIG < value < _BIG))
+    ):
+        if value is None:
+            value_text = "null"
+        elif type(value) is str:
+            value_text = encode_basestring(value)
+        else:
+            value_text = int.__repr__(value)
+        text = (
+            f'{{"type":"CallFinished","call_id":{encode_basestring(call_id)},'
+            f'"value":{value_text},"date":{encode_basestring(date)}}}'
+        )
+        if text.isascii() or not has_surrogate(text):
+            return text
+    return dumps_entry(event_to_dict(event))
+
+
+def deps_text(waits: Sequence[str]) -> str:
+    """`dumps_entry(list(waits))` for call ids, joined from their C-escaped texts."""
+    text = "[" + ",".join(map(encode_basestring, waits)) + "]"
+    if text.isascii() or not has_surrogate(text):
+        return text
+    return dumps_entry(list(waits))
+
+
+def accepted_text(wire: dict[str, Any], received: tuple[dict[str, Any], str] | None) -> str:
+    """The JSON of an accepted call's wire (unredacted: nothing in it is secret).
+
+    The wire is the call as received with its `_id` added last; when it is exactly that
+    (the same keys in the same order, the very same values), its text is the received
+    call's text with the `_id` member added, which `dumps_entry(wire)` would make too;
+    otherwise it is encoded."""
+    if received is not None:
+        call, call_text = received
+        call_id = wire.get("_id")
+        if (
+            len(wire) == len(call) + 1
+            and type(call_id) is str
+            and "_id" not in call
+            and all(map(operator.is_, call.values(), wire.values()))
+            and all(map(operator.eq, call, wire))
+        ):
+            id_text = encode_basestring(call_id)
+            if not has_surrogate(id_text):
+                if len(call) == 0:
+                    return f'{{"_id":{id_text}}}'
+                return f'{call_text[:-1]},"_id":{id_text}}}'
+    return dumps_entry(wire)
+
+
+def plan_text(message: dict[str, Any], clean: dict[str, Any], rows: dict[str, _Row]) -> str | None:
+    """The JSON of a plan message (`{"type": "plan", "calls": [wire, ...]}`), each wire's
+    text taken from its row where the row holds exactly that wire unredacted (`clean`:
+    call id -> wire), instead of encoding every call of the iteration a second time.
+    None for any other message. The text decodes to the message; it is the text
+    `dumps_entry` makes unless a call holds a lone surrogate (then only that call's text
+    is escaped to ASCII, not the whole message's)."""
+    calls = message.get("calls")
+    if (
+        type(calls) is not list
+        or len(message) != 2
+        or message.get("type") != "plan"
+        or next(iter(message)) != "type"
+    ):
+        return None
+    parts: list[str] = []
+    for call in calls:
+        call_id = call.get("_id") if type(call) is dict else None
+        text = None
+        if call_id is not None and clean.get(call_id) is call:
+            text = rows[call_id].call
+        parts.append(dumps_entry(call) if text is None else text)
+    return '{"type":"plan","calls":[' + ",".join(parts) + "]}"
 
 
 # --------------------------------------------------------------------------------------
@@ -290,6 +414,11 @@ class DurableRun:
         self.sink = sink
         self.rows: dict[str, _Row] = {}
         self.wires: dict[str, Any] = {}
+        # Call id -> the wire its row's `call` is the JSON of, unredacted (nothing in it
+        # was secret): a plan message reuses that text (`plan_text`). This iteration's.
+        self._clean: dict[str, Any] = {}
+        # The call of the ReceiveCall being recorded and its JSON (`received_text`).
+        self._received: tuple[dict[str, Any], str] | None = None
         self.ready_params: dict[str, Any] = {}  # so a start need not serialise them again
         # Which call wrote, or said it would write, which path: the arrows of a call
         # settled without being ready (its writer was denied...). A ready call's arrows
@@ -297,8 +426,9 @@ class DurableRun:
         # a call, and built then from the (path, call id) pairs recorded since.
         self.written = _PathIndex()
         self.declared = _PathIndex()
-        self._unwritten: list[tuple[str, str]] = []
-        self._undeclared: list[tuple[str, str]] = []
+        # The log messages of writes, and the wires accepted, not filed in those yet.
+        self._unwritten: list[dict[str, Any]] = []
+        self._undeclared: list[tuple[str, Any]] = []
         self.by_tool: dict[tuple[int, str], list[str]] = {}
         self.running: dict[str, StartCall] = {}  # started, not finished
         self.asking: PendingCall | None = None
@@ -350,24 +480,43 @@ class DurableRun:
         at = self.now()
         # A call started (or asked about) by this event may act once this entry, the
         # next one recorded, is committed (`commit(call_id)`); `_track` marks it so.
+        if type(event) is ReceiveCall:
+            # The call is encoded once, for its entry and (through `_received`) its row.
+            text, self._received = received_text(event)
+            try:
+                self._track(event, actions, at, self._added + 1)
+            finally:
+                self._received = None
+            self._add_text(at, "event", text)
+            return
         self._track(event, actions, at, self._added + 1)
-        self._add(at, "event", event_to_dict(event))
+        if type(event) is FinishCall:
+            self._add_text(at, "event", finished_text(event))
+        else:
+            self._add(at, "event", event_to_dict(event))
 
     def journal_messages(self, messages: Sequence[dict[str, Any]]) -> None:
         at = self.now()
         for message in messages:
             self._track_message(message)
-            self._add(at, "message", message)
+            text = plan_text(message, self._clean, self.rows)
+            if text is None:
+                self._add(at, "message", message)
+            else:
+                self._add_text(at, "message", text)
 
     def note(self, name: str, **data: Any) -> None:
         """Something replay does not need but the timeline does (retries, restarts...)."""
         self._add(self.now(), "note", {"note": name, **data})
 
     def _add(self, at: float, kind: str, body: Any) -> None:
+        self._add_text(at, kind, dumps_entry(body))
+
+    def _add_text(self, at: float, kind: str, text: str) -> None:
         pending = self._pending
         if not pending and self._wakeup is not None:
             self._wakeup.set()  # the first entry since the last commit wakes the flusher
-        pending.append((at, kind, dumps_entry(body)))
+        pending.append((at, kind, text))
         self._added += 1
 
     def commit(self, call_id: str | None = None, *, rows: bool = False) -> None:
@@ -408,7 +557,7 @@ class DurableRun:
             settled, self._settled = self._settled, {}
         current = since is None or due  # no row change waits after this commit
         run_id = self.writer.run_id
-        new = [row.values(run_id) for row in dirty.values() if not row.stored]
+        new = [row.lean_values(run_id) for row in dirty.values() if not row.stored]
         changed = [row.changes(run_id) for row in dirty.values() if row.stored]
         try:
             self.writer.append(
@@ -489,17 +638,21 @@ class DurableRun:
         asks about must see committed first (0 on replay: those entries are committed).
         """
         self._mark = mark
-        if isinstance(event, FinishCall):
-            # Not running any more, even while its write is held (PROTOCOL §4): the
-            # journaled result is replayed and applied in plan order, never run again.
-            self.running.pop(event.call_id, None)
-        elif isinstance(event, (ReceiveCall, ReportFault)):
+        # The two events of every call are told by their type, before any isinstance.
+        if type(event) is ReceiveCall or (
+            type(event) is not FinishCall and isinstance(event, (ReceiveCall, ReportFault))
+        ):
             call = event.call
             handed = call.get("_id") if isinstance(call, dict) else None
             self.handed.add(handed if isinstance(handed, str) else None)
+        elif isinstance(event, FinishCall):
+            # Not running any more, even while its write is held (PROTOCOL §4): the
+            # journaled result is replayed and applied in plan order, never run again.
+            self.running.pop(event.call_id, None)
         elif isinstance(event, OpenTick):
             self.iteration = event.iteration
             self.plan_due = False
+            self._clean = {}  # the plan of the iteration before is journaled already
             self.handed = set()
         elif isinstance(event, CloseStream):
             self.plan_due = True
@@ -527,10 +680,7 @@ class DurableRun:
             self._dirty_since = self._clock.current_time()
 
     def _on_message(self, action: NoteMessage, event: Event, at: float) -> None:
-        message = action.message
-        path, call = message.get("_path"), message.get("_call")
-        if isinstance(path, str) and isinstance(call, dict) and "_id" in call:
-            self._unwritten.append((path, call["_id"]))
+        self._unwritten.append(action.message)  # read only if `_written` is asked
 
     def _on_tick_ended(self, action: NoteTickEnded, event: Event, at: float) -> None:
         self._checkpoint = True  # a pause, or what the next request is made from
@@ -545,12 +695,15 @@ class DurableRun:
 
     def _on_accepted(self, action: NoteAccepted, event: Event, at: float) -> _Row:
         row = self._new_row(action.id, action.tool, at)
-        row.call = dumps_entry(self.redact.shared(action.call))
         call = action.call
+        shared = self.redact.shared(call)
+        if shared is call:
+            row.call = accepted_text(call, self._received)
+            self._clean[action.id] = call
+        else:
+            row.call = dumps_entry(shared)
         self.wires[action.id] = call
-        path = call.get("_outputPath") if isinstance(call, dict) else None
-        if isinstance(path, str):
-            self._undeclared.append((action.id, path))
+        self._undeclared.append((action.id, call))  # read only if `_declared` is asked
         self.by_tool.setdefault((self.iteration, action.tool), []).append(action.id)
         return row
 
@@ -584,7 +737,7 @@ class DurableRun:
         # brings a new one before the call is ready again).
         self.wires.pop(action.id, None)
         waits = action.waits_on
-        row.deps = dumps_entry(waits) if waits else "[]"
+        row.deps = deps_text(waits) if waits else "[]"
         return row
 
     def _on_decided(self, action: NoteDecided, event: Event, at: float) -> _Row | None:
@@ -603,7 +756,12 @@ class DurableRun:
             if isinstance(action.decision, Replace):
                 wire = action.decision.call
                 self.wires[action.id] = wire
-                row.call = dumps_entry(self.redact.shared(wire))
+                shared = self.redact.shared(wire)
+                row.call = dumps_entry(shared)
+                if shared is wire:
+                    self._clean[action.id] = wire
+                else:
+                    self._clean.pop(action.id, None)
                 tool = wire.get("_tool") if isinstance(wire, dict) else None
                 row.tool = tool if isinstance(tool, str) else row.tool
         return row
@@ -627,14 +785,19 @@ class DurableRun:
 
     def _written(self) -> _PathIndex:
         """Which call wrote which path, every write so far."""
-        for path, call_id in self._unwritten:
-            self.written.add(parse_term(path), call_id)
+        for message in self._unwritten:
+            path, call = message.get("_path"), message.get("_call")
+            if isinstance(path, str) and isinstance(call, dict) and "_id" in call:
+                self.written.add(parse_term(path), call["_id"])
         self._unwritten.clear()
         return self.written
 
     def _declared(self) -> _PathIndex:
         """Which call said it would write which path, every call accepted so far."""
-        for call_id, path in self._undeclared:
+        for call_id, call in self._undeclared:
+            path = call.get("_outputPath") if isinstance(call, dict) else None
+            if not isinstance(path, str):
+                continue
             try:
                 for term in parse_expression(path).terms:
                     self.declared.add(term, call_id)

@@ -22,14 +22,16 @@ one file; writes take the lock up front (`BEGIN IMMEDIATE`) and wait on a busy t
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import os
 import socket
 import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,7 +110,11 @@ CREATE TABLE decisions (
 # A journal row holding several entries, one commit's (`RunWriter.insert`). A store
 # written before it has one row per entry, which is read as it always was.
 BATCH = "batch"
-_KINDS = {"event": '"event"', "message": '"message"', "note": '"note"'}
+_KINDS = {"event": ',"event",', "message": ',"message",', "note": ',"note",'}
+_INSERT_ENTRIES = (
+    "INSERT INTO journal (run_id, seq, at, kind, body) SELECT ?1, ?2, ?3, ?4, ?5 "
+    "WHERE NOT EXISTS (SELECT 1 FROM journal WHERE run_id = ?1 AND seq >= ?6)"
+)
 
 _TABLES = frozenset({"tickloop_schema", "runs", "journal", "calls", "decisions"})
 # Added to `runs` after schema 1 was released, without a new version: an older tickloop
@@ -135,9 +141,16 @@ CALL_COLUMNS = (
     "started",
     "finished",
 )
-_INSERT_CALL = (
-    f"INSERT OR REPLACE INTO calls (run_id, {', '.join(CALL_COLUMNS)}) "
-    f"VALUES ({', '.join('?' * (len(CALL_COLUMNS) + 1))})"
+# A whole row is inserted by `_insert_calls` (a statement per set of NULL columns).
+_NO_VALUES = (None,) * (len(CALL_COLUMNS) + 1)
+# The columns NULL in the row of a call that was never asked about, decided or failed,
+# most rows: such a row may be given without them (the run id, then LEAN_COLUMNS).
+USUALLY_NULL = ("decision", "error", "asked", "decided")
+LEAN_COLUMNS = tuple(name for name in CALL_COLUMNS if name not in USUALLY_NULL)
+_INSERT_LEAN = (
+    f"INSERT OR REPLACE INTO calls (run_id, {', '.join(CALL_COLUMNS)}) VALUES ("
+    + ", ".join("NULL" if name in USUALLY_NULL else "?" for name in ("run_id", *CALL_COLUMNS))
+    + ")"
 )
 # The columns a call's transitions change (its id, arrival order and iteration never do):
 # an UPDATE of a row this process wrote rewrites the row in place, where a REPLACE deletes
@@ -744,10 +757,11 @@ class RunWriter:
     ) -> None:
         """Commit journal entries (at, kind, JSON body) and call rows together.
 
-        `calls` are whole rows (the run id, then CALL_COLUMNS), inserted or replacing a
-        row of the same call; `changed` are rows this writer stored before, updated in
-        place (CHANGING_COLUMNS, then the run and call ids); `settled` the same with
-        SETTLED_COLUMNS only, for rows whose only change is the call's end.
+        `calls` are whole rows, one per call (the run id, then CALL_COLUMNS, or
+        LEAN_COLUMNS for a row whose USUALLY_NULL columns are NULL), inserted or
+        replacing a row of the same call; `changed` are rows this writer stored before,
+        updated in place (CHANGING_COLUMNS, then the run and call ids); `settled` the
+        same with SETTLED_COLUMNS only, for rows whose only change is the call's end.
         `rows_current`: with these, the rows reflect the journal's last entry
         (`runs.rows_seq`). `rewrite`: `calls` are all the run's rows (a resume's, rebuilt
         from its journal); any other row of the run is deleted.
@@ -760,7 +774,7 @@ class RunWriter:
                 if rewrite:
                     connection.execute("DELETE FROM calls WHERE run_id = ?", (self.run_id,))
                 if calls:
-                    connection.executemany(_INSERT_CALL, calls)
+                    _insert_calls(connection, calls)
                 if changed:
                     connection.executemany(_UPDATE_CALL, changed)
                 if settled:
@@ -794,20 +808,23 @@ class RunWriter:
         if not count:
             return
         first, self.seq = self.seq + 1, self.seq + count
-        connection = self.connection
-        if connection.execute(
-            "SELECT 1 FROM journal WHERE run_id = ? AND seq >= ? LIMIT 1", (self.run_id, first)
-        ).fetchone():
-            raise sqlite3.IntegrityError(f"journal entry {first} exists already")
         if count == 1:
             ((at, kind, body),) = entries
         else:
             at, kind = entries[-1][0], BATCH
-            body = "[" + ",".join(f"[{t!r},{_KINDS[k]},{b}]" for t, k, b in entries) + "]"
-        connection.execute(
-            "INSERT INTO journal (run_id, seq, at, kind, body) VALUES (?, ?, ?, ?, ?)",
-            (self.run_id, self.seq, at, kind, body),
+            # One join of the pieces: a body of a thousand entries is copied once, not
+            # once per entry and again for the whole.
+            parts = ["["]
+            for entry_at, entry_kind, text in entries:
+                parts += ("[", repr(entry_at), _KINDS[entry_kind], text, "],")
+            parts[-1] = "]]"
+            body = "".join(parts)
+        # Refused, in the same statement, when an entry this row numbers exists already.
+        inserted = self.connection.execute(
+            _INSERT_ENTRIES, (self.run_id, self.seq, at, kind, body, first)
         )
+        if inserted.rowcount != 1:
+            raise sqlite3.IntegrityError(f"journal entry {first} exists already")
 
     def release(self) -> None:
         """The run is over in this process: give back the connection."""
@@ -830,6 +847,50 @@ class RunWriter:
                     self.run_id,
                 ),
             )
+
+
+def _insert_calls(connection: sqlite3.Connection, rows: Sequence[Sequence[Any]]) -> None:
+    """Insert (or replace) whole `calls` rows, their NULLs written in the statement.
+
+    Python's sqlite3 binds a None through its adapter protocol (two failed attribute
+    lookups, about as much as the rest of the value's binding), and a row of a call that
+    was never asked about, decided or failed holds four: rows of the same NULL columns go
+    in one `executemany` of a statement that names only the others (a lean row, without
+    the USUALLY_NULL columns, is such a row already). The rows stored are the same as
+    binding every value would store (tests/test_durable_fast_paths.py). One row per call:
+    the rows are not inserted in their given order.
+    """
+    lean = [row for row in rows if len(row) == len(LEAN_COLUMNS) + 1]
+    if lean:
+        connection.executemany(_INSERT_LEAN, lean)
+        if len(lean) == len(rows):
+            return
+        rows = [row for row in rows if len(row) != len(LEAN_COLUMNS) + 1]
+    groups: dict[tuple[bool, ...], list[Sequence[Any]]] = {}
+    for row in rows:
+        shape = tuple(map(operator.is_, row, _NO_VALUES))
+        group = groups.get(shape)
+        if group is None:
+            groups[shape] = [row]
+        else:
+            group.append(row)
+    for shape, group in groups.items():
+        statement, pick = _insert_statement(shape)
+        connection.executemany(statement, map(pick, group))
+
+
+@functools.cache
+def _insert_statement(shape: tuple[bool, ...]) -> tuple[str, Callable[[Any], tuple[Any, ...]]]:
+    """The INSERT OR REPLACE of whole rows whose NULL columns are those `shape` marks,
+    and the function picking the other values out of such a row (always a tuple)."""
+    names = ("run_id", *CALL_COLUMNS)
+    kept = [i for i, null in enumerate(shape) if not null]
+    values = ", ".join("NULL" if null else "?" for null in shape)
+    statement = f"INSERT OR REPLACE INTO calls ({', '.join(names)}) VALUES ({values})"
+    if len(kept) == 1:
+        (only,) = kept
+        return statement, lambda row: (row[only],)
+    return statement, operator.itemgetter(*kept)
 
 
 def create_run(

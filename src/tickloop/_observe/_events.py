@@ -64,6 +64,9 @@ DEFAULT_REDACT = (
 REDACTED = "[redacted]"
 
 
+_LEAVES = frozenset({str, int, float, bool, type(None)})  # types `_redact` keeps as they are
+
+
 class Redactor:
     """Hides the values of parameters whose names match any of the glob patterns.
 
@@ -86,6 +89,14 @@ class Redactor:
     def shared(self, value: Any) -> Any:
         """Redacted, sharing what needs no change with `value`: for a value about to be
         serialised, where a copy would be wasted work."""
+        if type(value) is dict:
+            # Most are flat objects of names seen before, none secret: `value` itself,
+            # told without a call per member. Anything else takes the general walk.
+            secret = self._secret
+            for key, item in value.items():
+                if secret.get(key) is not False or type(item) not in _LEAVES:
+                    return self._redact(value, False)
+            return value
         return self._redact(value, False)
 
     def is_secret(self, key: str) -> bool:

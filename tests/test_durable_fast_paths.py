@@ -1,0 +1,456 @@
+"""The store's per-call fast paths (issue 15, target 3) store exactly what the general
+paths store.
+
+Each exists only for speed, so each is checked against the slower way it replaces, on
+calls a scheduler really accepted, replaced, refused and redacted:
+
+* a plan message takes each call's JSON from the call's row (encoded once, when the call
+  was accepted) instead of encoding the call again: the same text as `dumps_entry`;
+* a CallReceived entry is built around its call's text, and the row of the call it is
+  accepted as takes that text with the `_id` added: the same texts as `dumps_entry` of
+  the entry and of the wire;
+* whole `calls` rows are inserted with their NULLs written in the statement (one
+  statement per set of NULL columns) instead of bound: the same rows, of the same SQLite
+  types, as binding every value;
+* a call's status is bound as the plain string it equals.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+from unittest.mock import patch
+
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tickloop as tl
+from tickloop._core._decisions import Replace
+from tickloop._core._log import ContextLog
+from tickloop._core._scheduler import Scheduler
+from tickloop._core._scheduler_io import (
+    AskApproval,
+    CloseStream,
+    Decide,
+    Event,
+    FinishCall,
+    OpenTick,
+    ReceiveCall,
+    StartCall,
+)
+from tickloop._core._status import CallStatus
+from tickloop._core._tools import ToolSet
+from tickloop._durable import _resume, _store
+from tickloop._durable._resume import (
+    DurableRun,
+    _Row,
+    _text,
+    dumps_entry,
+    event_to_dict,
+    plan_text,
+)
+from tickloop._durable._store import CALL_COLUMNS, SQLiteStore, create_run
+from tickloop._observe._events import EventSink, Redactor
+
+
+@tl.tool
+def step(n: Any = None, api_key: Any = None, note: Any = None) -> Any:
+    return n
+
+
+@tl.tool(requires_approval=True)
+def pay(n: Any = None) -> Any:
+    return n
+
+
+_TOOLS = ToolSet([step, pay])
+_RUN_IDS = itertools.count()
+checked: collections.Counter[str] = collections.Counter()
+_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 5),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text('ab"\\é†\u2028', max_size=4),
+)
+_values = st.recursive(
+    _leaves,
+    lambda kids: (
+        st.lists(kids, max_size=2)
+        | st.dictionaries(st.sampled_from(["x", "token", "é"]), kids, max_size=2)
+    ),
+    max_leaves=4,
+)
+# A call: a tool, some parameters (a secret among them, or a reference), an output path,
+# sometimes an `_id` of the model's or a key the arrival checks refuse.
+_calls = st.fixed_dictionaries(
+    {"_tool": st.sampled_from(["step", "pay", "nope"])},
+    optional={
+        "n": st.one_of(_values, st.sampled_from(["†state.a", "†state.b"])),
+        "api_key": _values,
+        "note": _values,
+        "_outputPath": st.sampled_from(["†state.a", "†state.b", "†state.c.d"]),
+        "_id": st.sampled_from(["m1", "m2", "é"]),
+    },
+)
+
+
+_RECEIVED_TEXT, _ACCEPTED_TEXT = _resume.received_text, _resume.accepted_text
+
+
+def _received_text(event: ReceiveCall) -> tuple[str, Any]:
+    text, received = _RECEIVED_TEXT(event)
+    assert text == dumps_entry(event_to_dict(event))
+    checked["received"] += 1
+    return text, received
+
+
+def _accepted_text(wire: dict[str, Any], received: Any) -> str:
+    text = _ACCEPTED_TEXT(wire, received)
+    assert text == dumps_entry(wire)
+    checked["accepted"] += 1
+    return text
+
+
+def _drive(
+    tmp_path: Path, calls: list[dict[str, Any]], replace: list[dict[str, Any]]
+) -> tuple[DurableRun, Scheduler]:
+    """Run `calls` through a scheduler and a DurableRun; each approval is answered with
+    the next replacement of `replace`. Every CallReceived entry and accepted call's row
+    text the fast paths make is checked against `dumps_entry`'s."""
+    result: list[tuple[DurableRun, Scheduler]] = []
+
+    async def main() -> None:
+        store = tl.SQLiteStore(tmp_path / "runs.db")
+        writer = create_run(store, f"r{next(_RUN_IDS)}", "solution")
+        redact = Redactor()
+        durable = DurableRun(writer, _TOOLS, redact, EventSink("r", redact))
+        scheduler = Scheduler(_TOOLS, ContextLog([]), arrows=True)
+        replacements = iter(replace)
+
+        def feed(event: Event) -> None:
+            actions = scheduler.handle(event)
+            durable.record(event, actions)
+            for action in actions:
+                if isinstance(action, StartCall):
+                    feed(FinishCall(action.id, value=action.params.get("n")))
+                elif isinstance(action, AskApproval):
+                    wire = next(replacements, None)
+                    decision = tl.Approve() if wire is None else Replace(wire)
+                    feed(Decide(action.pending.id, decision))
+
+        feed(OpenTick(1))
+        for call in calls:
+            feed(ReceiveCall(call))
+        feed(CloseStream())
+        durable.commit(rows=True)
+        writer.release()
+        store.close()
+        result.append((durable, scheduler))
+
+    with patch.multiple(_resume, received_text=_received_text, accepted_text=_accepted_text):
+        trio.run(main)
+    return result[0]
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(calls=st.lists(_calls, max_size=6), replace=st.lists(_calls, max_size=2))
+def test_a_plan_message_is_the_text_dumps_entry_makes(
+    tmp_path: Path, calls: list[dict[str, Any]], replace: list[dict[str, Any]]
+) -> None:
+    durable, scheduler = _drive(tmp_path, calls, replace)
+    wires = [record.call for record in scheduler.records.values()]
+    message = {"type": "plan", "calls": wires}
+    assert plan_text(message, durable._clean, durable.rows) == dumps_entry(message)
+    # Copies are not the rows' wires: encoded afresh, to the same text.
+    copies = {"type": "plan", "calls": json.loads(json.dumps(wires))}
+    assert plan_text(copies, durable._clean, durable.rows) == dumps_entry(copies)
+
+
+def _plan(durable: DurableRun, message: dict[str, Any]) -> str | None:
+    return plan_text(message, durable._clean, durable.rows)
+
+
+def test_a_plan_text_reuses_a_rows_text_only_for_that_very_wire(tmp_path: Path) -> None:
+    calls = [
+        {"_tool": "step", "n": 1, "_outputPath": "†state.a"},
+        {"_tool": "step", "n": 2, "api_key": "s3cret", "_outputPath": "†state.b"},
+    ]
+    durable, scheduler = _drive(tmp_path, calls, [])
+    plain, secret = (record.call for record in scheduler.records.values())
+    # The row of the call with a secret holds it redacted: never the plan's text.
+    assert "s3cret" not in durable.rows[secret["_id"]].call
+    text = _plan(durable, {"type": "plan", "calls": [plain, secret]})
+    assert text is not None and json.loads(text)["calls"] == [plain, secret]
+    # Another message shape is the general path's.
+    assert _plan(durable, {"type": "plan", "calls": [plain], "x": 1}) is None
+    assert _plan(durable, {"calls": [plain], "type": "plan"}) is None
+    assert _plan(durable, {"type": "solution", "calls": [plain]}) is None
+
+
+def test_a_received_call_with_a_lone_surrogate_is_journaled_as_dumps_entry_makes_it(
+    tmp_path: Path,
+) -> None:
+    calls = [{"_tool": "step", "n": "\ud800", "_outputPath": "†state.a"}]
+    before = checked["received"]
+    _, scheduler = _drive(tmp_path, calls, [])
+    [record] = scheduler.records.values()
+    assert record.status == "invalid"  # refused on arrival, but journaled as it came
+    assert checked["received"] == before + 1
+
+
+def test_an_accepted_calls_row_is_its_received_text_with_its_id(tmp_path: Path) -> None:
+    calls = [
+        {"_tool": "step", "n": "é†", "_outputPath": "†state.a"},
+        {"_tool": "step", "_id": "m1", "n": 2},  # an id of the model's: encoded afresh
+        {"_tool": "step"},
+    ]
+    before = dict(checked)
+    durable, scheduler = _drive(tmp_path, calls, [])
+    assert checked["received"] == before.get("received", 0) + 3
+    assert checked["accepted"] == before.get("accepted", 0) + 3
+    assert [json.loads(row.call) for row in durable.rows.values()] == [
+        record.call for record in scheduler.records.values()
+    ]
+
+
+class _Dict(dict[str, Any]):
+    """A dict subclass holding a secret: the quick look must not take it for a leaf."""
+
+
+_redactable = st.recursive(
+    st.one_of(_leaves, st.builds(lambda: _Dict(api_key="s3cret"))),
+    lambda kids: (
+        st.lists(kids, max_size=3)
+        | st.dictionaries(st.sampled_from(["x", "token", "api_key", "n", "_id"]), kids, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300)
+@given(values=st.lists(_redactable, min_size=1, max_size=3))
+def test_redacting_a_value_to_store_it_is_the_general_walk(values: list[Any]) -> None:
+    """`Redactor.shared` looks at a flat object of known names without walking it: the
+    same answer as the walk, the value itself exactly when nothing in it is secret."""
+    quick, walk = Redactor(), Redactor()
+    for value in values * 2:  # names unknown, then known
+        expected = walk._redact(value, False)
+        redacted = quick.shared(value)
+        assert redacted == expected
+        assert (redacted is value) == (expected is value)
+
+
+@settings(max_examples=300)
+@given(
+    call=st.dictionaries(st.sampled_from(["_tool", "n", "m", "é"]), _values, max_size=3),
+    how=st.sampled_from(["as received", "equal values", "reordered", "with an id"]),
+    call_id=st.sampled_from(["c1.0", "é", 'a"b']),
+)
+def test_an_accepted_calls_text_is_dumps_entry_of_its_wire(
+    call: dict[str, Any], how: str, call_id: str
+) -> None:
+    """Only a wire that is exactly the received call plus its `_id` reuses the call's
+    text; a wire that is merely equal (`True` for `1`, `1.0` for `1`, another key order)
+    or already had an `_id` is encoded afresh."""
+    wire = dict(call)
+    if how == "equal values":
+        wire = {
+            key: (1.0 if value is True else True if value == 1 else value)
+            for key, value in wire.items()
+        }
+    elif how == "reordered":
+        wire = dict(reversed(wire.items()))
+    elif how == "with an id":
+        call = {**call, "_id": "given"}
+    wire["_id"] = call_id
+    text, received = _RECEIVED_TEXT(ReceiveCall(call, "2026-01-01T00:00:00.000000Z"))
+    assert text == dumps_entry(event_to_dict(ReceiveCall(call, "2026-01-01T00:00:00.000000Z")))
+    assert _ACCEPTED_TEXT(wire, received) == dumps_entry(wire)
+
+
+_COLUMNS = ("run_id", *CALL_COLUMNS)
+_BIND_ALL = (
+    f"INSERT OR REPLACE INTO calls ({', '.join(_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(_COLUMNS))})"
+)
+_values = st.one_of(
+    st.none(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False),
+    st.text("ab\"'é†\x00", max_size=4),
+    st.sampled_from(list(CallStatus)),
+)
+
+
+def _row(call_id: str, values: list[Any]) -> tuple[Any, ...]:
+    # run_id, call_id, seq, iteration and status are NOT NULL in the table.
+    run_id, seq, iteration, status = "r", values[0] or 0, values[1] or 0, values[3] or "done"
+    return (run_id, call_id, seq, iteration, values[2], status, *values[4:])
+
+
+def _read(connection: sqlite3.Connection) -> list[tuple[Any, ...]]:
+    typed = ", ".join(f"{name}, typeof({name})" for name in _COLUMNS)
+    return connection.execute(f"SELECT {typed} FROM calls ORDER BY call_id").fetchall()
+
+
+_SPARSE = [_COLUMNS.index(name) for name in _store.USUALLY_NULL]
+
+
+def _lean(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The row without its USUALLY_NULL columns, as a caller may give it when they are."""
+    assert all(row[i] is None for i in _SPARSE)
+    return tuple(value for i, value in enumerate(row) if i not in _SPARSE)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    rows=st.lists(
+        st.lists(_values, min_size=len(CALL_COLUMNS) - 1, max_size=len(CALL_COLUMNS) - 1),
+        max_size=8,
+    ),
+    lean=st.lists(st.booleans(), min_size=8, max_size=8),
+    replaced=st.booleans(),
+)
+def test_rows_with_their_nulls_in_the_statement_are_the_rows_every_value_bound_makes(
+    tmp_path_factory: Any, rows: list[list[Any]], lean: list[bool], replaced: bool
+) -> None:
+    folder: Path = tmp_path_factory.mktemp("rows")
+    made = [_row(f"c{i}", values) for i, values in enumerate(rows)]
+    # Most rows have their USUALLY_NULL columns NULL: those asked to be lean are made so.
+    made = [
+        tuple(None if short and i in _SPARSE else value for i, value in enumerate(row))
+        for row, short in zip(made, lean, strict=False)
+    ]
+    # Each call once per insert (a commit's rows are one per call); a second insert
+    # replaces a row (a later commit, or a resume's rewrite).
+    batches = [made]
+    if replaced and made:
+        batches.append([_row("c0", list(reversed(rows[-1])))])
+    given_rows = [
+        [
+            _lean(row) if short and all(row[i] is None for i in _SPARSE) else row
+            for row, short in zip(batch, lean, strict=False)
+        ]
+        for batch in batches
+    ]
+    stored = []
+    for name, insert in (
+        ("fast", lambda connection, i: _store._insert_calls(connection, given_rows[i])),
+        ("plain", lambda connection, i: connection.executemany(_BIND_ALL, batches[i])),
+    ):
+        store = SQLiteStore(folder / f"{name}.db")
+        with store.connect() as connection:
+            for i in range(len(batches)):
+                connection.execute("BEGIN")
+                insert(connection, i)
+                connection.execute("COMMIT")
+            stored.append(_read(connection))
+        store.close()
+    assert stored[0] == stored[1]
+
+
+def test_a_rows_lean_values_are_its_values_without_the_usually_null_columns() -> None:
+    row = _Row("c1", 3, 1, "step", 1.5)
+    row.call, row.params, row.deps, row.ready, row.started, row.finished = "{}", "{}", "[]", 2, 3, 4
+    assert row.lean_values("r") == _lean(row.values("r"))
+    for name in _store.USUALLY_NULL:
+        changed = _Row("c1", 3, 1, "step", 1.5)
+        setattr(changed, name, "x")
+        assert changed.lean_values("r") == changed.values("r")
+
+
+def test_a_row_binds_its_status_as_the_plain_string_it_equals() -> None:
+    row = _Row("c1", 0, 1, "step", 0.0)
+    for status in CallStatus:
+        row.status = status
+        for values in (row.values("r"), row.settled("r")):
+            (text,) = [value for value in values if value == status]
+            assert type(text) is str and text == status.value
+    assert _text("done") == "done"
+
+
+_texts = st.text(st.sampled_from('ab"\\é†\u2028\ud800\x00'), max_size=4)
+_finished_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    _texts,
+    st.floats(allow_nan=False),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(_texts, st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    call_id=_texts,
+    value=_finished_values,
+    branch=st.none() | _texts,
+    error=st.none() | st.fixed_dictionaries({"type": _texts}),
+    date=_texts,
+)
+def test_a_finished_entry_is_the_text_dumps_entry_makes(
+    call_id: str, value: Any, branch: str | None, error: dict[str, Any] | None, date: str
+) -> None:
+    event = FinishCall(call_id, value, branch, error, date)
+    assert _resume.finished_text(event) == dumps_entry(event_to_dict(event))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [10**100 - 1, 10**100, -(10**100), 10**5000, -(10**5000)],
+    ids=["below", "at", "negative", "too-long", "too-long-negative"],
+)
+def test_a_finished_entry_of_a_long_int_is_the_general_paths(value: int) -> None:
+    event = FinishCall("c1.0", value, None, None, "2026-01-01T00:00:00Z")
+    if abs(value) < 10**4000:
+        assert _resume.finished_text(event) == dumps_entry(event_to_dict(event))
+    else:  # too long to write as JSON text: refused alike
+        with pytest.raises(tl.StoreError):
+            dumps_entry(event_to_dict(event))
+        with pytest.raises(tl.StoreError):
+            _resume.finished_text(event)
+
+
+@settings(max_examples=200, deadline=None)
+@given(waits=st.lists(_texts, min_size=1, max_size=4), as_tuple=st.booleans())
+def test_a_rows_arrows_are_the_text_dumps_entry_makes(waits: list[str], as_tuple: bool) -> None:
+    assert _resume.deps_text(tuple(waits) if as_tuple else waits) == dumps_entry(waits)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    entries=st.lists(
+        st.tuples(
+            st.floats(allow_nan=False, allow_infinity=False),
+            st.sampled_from(["event", "message", "note"]),
+            st.sampled_from(['{"a":1}', '"†"', "[]"]),
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_a_commits_entries_share_one_row_that_reads_back_as_they_were(
+    tmp_path_factory: Any, entries: list[tuple[float, str, str]]
+) -> None:
+    store = SQLiteStore(tmp_path_factory.mktemp("journal") / "runs.db")
+    writer = create_run(store, "r", "solution")
+    writer.append(entries)
+    with store.connect() as connection:
+        (body,) = connection.execute("SELECT body FROM journal WHERE run_id = 'r'").fetchone()
+        journal = store._journal(connection, "r")
+    writer.release()
+    store.close()
+    if len(entries) > 1:  # the text the entries made before they were joined in one pass
+        kinds = {"event": '"event"', "message": '"message"', "note": '"note"'}
+        assert body == "[" + ",".join(f"[{t!r},{kinds[k]},{b}]" for t, k, b in entries) + "]"
+    assert journal == [
+        (number, at, kind, json.loads(text)) for number, (at, kind, text) in enumerate(entries, 1)
+    ]
