@@ -189,23 +189,30 @@ def test_a_reader_of_a_path_whose_earlier_writer_failed_is_unresolved_at_once() 
 
 
 @pytest.mark.parametrize("seconds", [0, 1, 3])
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        (["†state.a || †state.b", "†state.nobody"], "†state.a || †state.b"),
+        ("†state.b && †state.nobody", "†state.b && †state.nobody"),
+    ],
+)
 def test_a_call_with_several_unresolved_references_names_the_first_whenever_its_writer_ends(
-    seconds: float,
+    seconds: float, value: Any, named: str
 ) -> None:
-    """Its first reference waits for a later writer that fails; its second reads what
-    nothing writes. One by one in plan order the first is found dead first, so that is the
-    one named, however long the writer takes (it named the second when the writer ended
-    after the stream closed)."""
+    """Its first reference (or term of an `&&`) waits for a later writer that fails; the
+    second reads what nothing writes. One by one in plan order the first is found dead
+    first, so that is the one named, however long the writer takes (the second was named
+    when the writer ended after the stream closed)."""
     result = _execute(
         [
-            {"_tool": "emit", "value": ["†state.a || †state.b", "†state.nobody"]},
+            {"_tool": "emit", "value": value},
             {"_tool": "crash", "seconds": seconds, "_outputPath": "†state.b"},
         ]
     )
     error = result.records["c1.0"].error
     assert result.records["c1.0"].status == "invalid"
-    assert error["reference"] == "†state.a || †state.b", error
-    assert "c1.1 (crash)" in error["message"]
+    assert error["reference"] == named, error
+    assert "c1.1 (crash)" in error["message"], error
 
 
 def test_a_hold_never_waits_on_its_own_forward_reader() -> None:

@@ -30,14 +30,14 @@ def read(
     """("value", v) | ("wait", None) | ("dead", [dead terms]) for one expression."""
     if expression.op == "&&":
         value = None
-        waiting = False
         for slot in slots:
             outcome, value = _look(slot, lookup, call, could_be_written)
-            if outcome == "dead":
-                return "dead", [slot.term]
-            if outcome == "wait":
-                waiting = True
-        return ("wait", None) if waiting else ("value", value)
+            if outcome != "value":
+                # A term that waits decides before any later one: a one-by-one run would
+                # find it dead (or not) first, so the dead term named never depends on
+                # when the writers end (PROTOCOL §5).
+                return outcome, [slot.term] if outcome == "dead" else None
+        return "value", value
     dead: list[Term] = []
     for slot in slots:  # a single term, or `||` in order
         outcome, value = _look(slot, lookup, call, could_be_written)
