@@ -215,6 +215,27 @@ def test_a_call_with_several_unresolved_references_names_the_first_whenever_its_
     assert "c1.1 (crash)" in error["message"], error
 
 
+@pytest.mark.parametrize("seconds", [0, 2])
+def test_a_later_writer_that_fails_is_not_named_for_a_path_the_calls_before_left_absent(
+    seconds: float,
+) -> None:
+    """c1.2 reads †state.a.x, which the calls before it leave absent (c1.1 replaces `a`):
+    no call it would read from failed, so none is named, whether the later c1.3, which
+    fails writing `a`, ended before c1.2 was settled (it was named then) or after."""
+    result = _execute(
+        [
+            {"_tool": "emit", "value": 1, "_outputPath": "†state.a.x"},
+            {"_tool": "emit", "value": 0, "seconds": 1, "_outputPath": "†state.a"},
+            {"_tool": "emit", "value": "†state.a.x"},
+            {"_tool": "crash", "seconds": seconds, "_outputPath": "†state.a"},
+        ]
+    )
+    error = result.records["c1.2"].error
+    assert result.records["c1.2"].status == "invalid"
+    assert "writer" not in error, error
+    assert error["message"].endswith("no call wrote it, and none will"), error
+
+
 def test_a_hold_never_waits_on_its_own_forward_reader() -> None:
     """c0 reads †state.cfg.url forward and writes under cfg; c1 writes cfg: c1's write is
     not held behind c0, which waits for it (PROTOCOL §4)."""

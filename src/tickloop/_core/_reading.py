@@ -27,7 +27,7 @@ def read(
     call: Call,
     could_be_written: CouldBeWritten,
 ) -> tuple[str, Any]:
-    """("value", v) | ("wait", None) | ("dead", [dead terms]) for one expression."""
+    """("value", v) | ("wait", None) | ("dead", [the slots of its dead terms])."""
     if expression.op == "&&":
         value = None
         for slot in slots:
@@ -36,14 +36,14 @@ def read(
                 # A term that waits decides before any later one: a one-by-one run would
                 # find it dead (or not) first, so the dead term named never depends on
                 # when the writers end (PROTOCOL §5).
-                return outcome, [slot.term] if outcome == "dead" else None
+                return outcome, [slot] if outcome == "dead" else None
         return "value", value
-    dead: list[Term] = []
+    dead: list[Slot] = []
     for slot in slots:  # a single term, or `||` in order
         outcome, value = _look(slot, lookup, call, could_be_written)
         if outcome != "dead":
             return outcome, value
-        dead.append(slot.term)
+        dead.append(slot)
     return "dead", dead
 
 

@@ -49,7 +49,7 @@ from ._decisions import HOOK_REFUSED, Approve, Defer, Deny, Edit, PendingCall, R
 from ._expressions import Expression, Reference, Term
 from ._log import ContextLog, WriteError, copy_json
 from ._path_index import PathIndex
-from ._plan_order import PlanOrder
+from ._plan_order import PlanOrder, Slot
 from ._reading import read, resolve
 from ._results import check_output, targets, write_result
 from ._run_queue import RunQueue
@@ -436,7 +436,7 @@ class Scheduler:
         return self._writers.count_overlapping(term) > own
 
     def _settle_dead(
-        self, call: Call, reference: Reference | None, expression: Expression, dead: list[Term]
+        self, call: Call, reference: Reference | None, expression: Expression, dead: list[Slot]
     ) -> None:
         self._stop_waiting(call)
         error = unresolved(

@@ -13,10 +13,10 @@ from typing import Any
 
 from . import _few
 from ._call import Call
-from ._expressions import Expression, Reference, Term, format_location
+from ._expressions import Expression, Reference, format_location
 from ._log import ContextLog
 from ._path_index import PathIndex
-from ._plan_order import PlanOrder
+from ._plan_order import PlanOrder, Slot
 
 __all__ = [
     "Deadlock",
@@ -150,7 +150,7 @@ def unresolved(
     call: Call,
     reference: Reference | None,
     expression: Expression,
-    dead: list[Term],
+    dead: list[Slot],
     lost_writers: LostWriters,
     skip_sources: PathIndex,
     seq_of: Callable[[str], int],
@@ -164,18 +164,26 @@ def unresolved(
         else f"depends_on of tool {call.tool.name!r}"
     )
 
+    def read_from(other: str, slot: Slot) -> bool:
+        # Plan order (§3): a term an earlier call writes reads only what the calls before
+        # the reader leave, whatever a later one does; a forward term, any call's write.
+        return slot.forward or seq_of(other) < call.seq
+
     lost: list[str] = []
     skipped_only = True
-    for term in dead:
-        writers = sorted(lost_writers.ids_overlapping(term), key=seq_of)
+    for slot in dead:
+        writers = sorted(
+            (w for w in lost_writers.ids_overlapping(slot.term) if read_from(w, slot)),
+            key=seq_of,
+        )
         if writers:
             lost.extend(writers)
             skipped_only = False
-        elif not skip_sources.count_overlapping(term):
+        elif not any(read_from(s, slot) for s in skip_sources.ids_overlapping(slot.term)):
             skipped_only = False
     if skipped_only:
         return None
-    terms = " || ".join(str(term) for term in dead)
+    terms = " || ".join(str(slot.term) for slot in dead)
     if lost:
         tool, status = lost_writers.ended[lost[0]]
         reason = f"call {lost[0]} ({tool}), which should have written it, ended {status}"
