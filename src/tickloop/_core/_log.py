@@ -29,6 +29,7 @@ from typing import Any, Final
 from ._expressions import SCALARS, Step, Term, parse_term
 
 __all__ = [
+    "LEAVES",
     "MAX_VALUE_DEPTH",
     "MESSAGE_TYPES",
     "METHODS",
@@ -39,6 +40,8 @@ __all__ = [
     "cut_json",
     "describe_key",
     "has_surrogate",
+    "is_flat",
+    "private_copy",
     "shape_fault",
     "short_repr",
 ]
@@ -102,20 +105,20 @@ def copy_json(value: Any) -> Any:
     if isinstance(value, dict):
         # A leaf is kept as it is without a call per leaf: most values are flat.
         return {
-            key: item if type(item) in _LEAVES else copy_json(item) for key, item in value.items()
+            key: item if type(item) in LEAVES else copy_json(item) for key, item in value.items()
         }
     if isinstance(value, list | tuple):
-        return [item if type(item) in _LEAVES else copy_json(item) for item in value]
+        return [item if type(item) in LEAVES else copy_json(item) for item in value]
     return value
 
 
-_LEAVES = frozenset({str, int, float, bool, type(None)})
+LEAVES = frozenset({str, int, float, bool, type(None)})  # JSON values a copy shares as they are
 
 
 def is_flat(value: dict[str, Any]) -> bool:
     """Whether every value of the dict is a leaf: a copy of it would share everything."""
     for item in value.values():
-        if type(item) not in _LEAVES:
+        if type(item) not in LEAVES:
             return False
     return True
 
@@ -128,7 +131,7 @@ def private_copy(value: Any) -> Any:
     if kind is dict:
         copied: dict[Any, Any] = {}
         for key, item in value.items():
-            if type(item) not in _LEAVES:
+            if type(item) not in LEAVES:
                 item = private_copy(item)
                 if item is None:
                     return None
@@ -137,13 +140,13 @@ def private_copy(value: Any) -> Any:
     if kind is list:
         items = []
         for item in value:
-            if type(item) not in _LEAVES:
+            if type(item) not in LEAVES:
                 item = private_copy(item)
                 if item is None:
                     return None
             items.append(item)
         return items
-    return value if kind in _LEAVES else None
+    return value if kind in LEAVES else None
 
 
 def shape_fault(value: Any, limit: int) -> str | None:
@@ -498,7 +501,7 @@ class ContextLog:
         copy_call: bool = True,
     ) -> dict[str, Any]:
         # The message and the view each get their own copy (a leaf is its own copy).
-        leaf = type(value) in _LEAVES
+        leaf = type(value) in LEAVES
         path = term.path
         data = value if leaf else copy_json(value)
         if len(path) == 1 and type(path[0]) is str:

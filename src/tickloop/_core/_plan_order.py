@@ -152,9 +152,9 @@ class PlanOrder:
 
     def unwatch(self, reader: str) -> None:
         """The call stopped waiting (ready, or settled): it reads nothing more."""
-        kept = self._slots.pop(reader, None)
-        if kept:
-            for slot in (kept,) if isinstance(kept, Slot) else kept:
+        watched = self._slots.pop(reader, None)
+        if watched:
+            for slot in (watched,) if isinstance(watched, Slot) else watched:
                 for writer in _few.members(slot.pending):
                     waiting = self._blocking.get(writer)
                     if waiting is not None:

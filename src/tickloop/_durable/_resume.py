@@ -639,16 +639,14 @@ class DurableRun:
         """
         self._mark = mark
         # The two events of every call are told by their type, before any isinstance.
-        if type(event) is ReceiveCall or (
-            type(event) is not FinishCall and isinstance(event, (ReceiveCall, ReportFault))
-        ):
-            call = event.call
-            handed = call.get("_id") if isinstance(call, dict) else None
-            self.handed.add(handed if isinstance(handed, str) else None)
-        elif isinstance(event, FinishCall):
+        if type(event) is FinishCall:
             # Not running any more, even while its write is held (PROTOCOL §4): the
             # journaled result is replayed and applied in plan order, never run again.
             self.running.pop(event.call_id, None)
+        elif type(event) is ReceiveCall or type(event) is ReportFault:
+            call = event.call
+            handed = call.get("_id") if isinstance(call, dict) else None
+            self.handed.add(handed if isinstance(handed, str) else None)
         elif isinstance(event, OpenTick):
             self.iteration = event.iteration
             self.plan_due = False

@@ -25,6 +25,7 @@ import trio
 
 from .._core import _scheduler_io as sched
 from .._core._decisions import decision_to_dict
+from .._core._log import LEAVES
 from .._errors import unwrap_single
 
 _log = logging.getLogger("tickloop")
@@ -64,9 +65,6 @@ DEFAULT_REDACT = (
 REDACTED = "[redacted]"
 
 
-_LEAVES = frozenset({str, int, float, bool, type(None)})  # types `_redact` keeps as they are
-
-
 class Redactor:
     """Hides the values of parameters whose names match any of the glob patterns.
 
@@ -94,7 +92,7 @@ class Redactor:
             # told without a call per member. Anything else takes the general walk.
             secret = self._secret
             for key, item in value.items():
-                if secret.get(key) is not False or type(item) not in _LEAVES:
+                if secret.get(key) is not False or type(item) not in LEAVES:
                     return self._redact(value, False)
             return value
         return self._redact(value, False)
