@@ -111,10 +111,11 @@ class CollectorClock:
         full collections)."""
         self.seconds, self.full = 0.0, 0
         # Attached inside the timed work: the collection `timed` makes first is not its.
-        elapsed = timed(lambda: self._attached(work))
+        elapsed = timed(lambda: self.attached(work))
         return elapsed, self.seconds, self.full
 
-    def _attached(self, work: Callable[[], Any]) -> None:
+    def attached(self, work: Callable[[], Any]) -> None:
+        """Run `work` with the clock attached (its figures are added up, not reset)."""
         gc.callbacks.append(self)
         try:
             work()

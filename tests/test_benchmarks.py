@@ -181,6 +181,26 @@ def test_the_performance_benchmark_runs_at_a_tiny_size() -> None:
     assert main(["--tiny", "--only", "loop"]) == 0
 
 
+def test_the_growth_probe_splits_a_tiny_run() -> None:
+    """benchmarks/probe_growth.py: the scheduler's events, the collector and the rest are
+    each measured at both sizes, and the scheduler's parts add up within the whole."""
+    from benchmarks.probe_growth import main, measure
+
+    for collector in (True, False):
+        rows = {
+            name: (small, large)
+            for name, small, large in measure("chain_shuffled", 40, 80, collector=collector)
+        }
+        assert {"total", "ReceiveCall", "FinishCall", "collector", "the rest"} <= set(rows)
+        for side in (0, 1):
+            handled = sum(rows[name][side] for name in rows if name[0].isupper())
+            assert 0 < handled <= rows["total"][side] + 1e-9
+            assert rows["collector"][side] >= 0
+        if not collector:
+            assert rows["full passes"] == (0, 0)
+    assert main(["--small", "20", "--large", "40"]) == 0
+
+
 def test_the_import_benchmark_runs_at_a_tiny_repeat() -> None:
     """benchmarks/bench_import.py (issue 11): both rows are measured; only the first is
     judged, against 1.5x `import trio` (its figure belongs to docs/benchmarks.md)."""
