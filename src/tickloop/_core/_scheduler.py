@@ -84,6 +84,7 @@ from ._status import (
     usage_error,
 )
 from ._tools import ToolSet
+from ._untracked import untrack_waiting
 
 __all__ = ["CallRecord", "Scheduler"]
 
@@ -353,7 +354,8 @@ class Scheduler:
             return
         self._waiting[call.id] = call
         call.watching = call.watched_terms()
-        self._plan.watch(call.id, call.seq, call.watching)  # files them in `_waiters` too
+        slots = self._plan.watch(call.id, call.seq, call.watching)  # and in `_waiters`
+        untrack_waiting(call, slots)  # it may wait long: no collector pass need visit them
         self._dirty.add(call.id)
 
     def _stop_waiting(self, call: Call) -> None:
