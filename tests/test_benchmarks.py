@@ -201,6 +201,34 @@ def test_the_growth_probe_splits_a_tiny_run() -> None:
     assert main(["--small", "20", "--large", "40"]) == 0
 
 
+def test_the_store_probe_runs_each_part_out_and_puts_it_back() -> None:
+    """benchmarks/probe_store.py: with each part of the durable path patched out the
+    1,000-call plan (here 20) still runs to its answer, and the patches are undone."""
+    from benchmarks.probe_store import PARTS, main, ratio_without
+
+    from tickloop._core._scheduler import Scheduler
+    from tickloop._durable import _resume, _store
+
+    originals = (
+        _store.RunWriter.append,
+        _resume.DurableRun.record,
+        _resume.DurableRun._add_text,
+        _resume.received_text,
+        Scheduler.__init__,
+    )
+    for part in PARTS:
+        ratio, added = ratio_without(part, 20, 1, 1)
+        assert ratio > 0 and added == added  # a number, not NaN
+    assert originals == (
+        _store.RunWriter.append,
+        _resume.DurableRun.record,
+        _resume.DurableRun._add_text,
+        _resume.received_text,
+        Scheduler.__init__,
+    )
+    assert main(["--calls", "10", "--repeat", "1", "--samples", "1"]) == 0
+
+
 def test_the_import_benchmark_runs_at_a_tiny_repeat() -> None:
     """benchmarks/bench_import.py (issue 11): both rows are measured; only the first is
     judged, against 1.5x `import trio` (its figure belongs to docs/benchmarks.md)."""
