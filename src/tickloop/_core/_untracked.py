@@ -10,8 +10,8 @@ tuples of those, each other, sets of call ids and copies of JSON values (trees),
 nothing they hold refers back to them. Reference counting alone frees them, so the
 collector has nothing to find there. CPython stops tracking tuples and dicts of atoms for
 this very reason, but cannot tell that a frozen dataclass is acyclic; we tell it, through
-`PyObject_GC_UnTrack`, for the objects of calls that wait (a call ready on arrival lets go
-of them at once).
+`PyObject_GC_UnTrack`, for the objects of calls that wait (a call ready on arrival runs
+and ends before many passes could walk them).
 
 An untracked object that holds a tracked one only keeps that one alive, as any reference
 from outside the collector's view does; it never hides garbage from it. Elsewhere than
