@@ -15,24 +15,15 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
+from unittest import mock
 
 from tickloop._core import _driver
 from tickloop._durable import _resume, _store
 
 from . import bench_store
-
-
-@contextmanager
-def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
-    old = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, old)
 
 
 def _no_sql(writer: _store.RunWriter, entries: Any, *rows: Any, **options: Any) -> None:
@@ -57,22 +48,24 @@ def _without(part: str, stack: ExitStack) -> None:
     """Patch one part of the durable path out (the parts of `PARTS`)."""
     run = _resume.DurableRun
     if part == "SQL (journal and rows)":
-        stack.enter_context(_patched(_store.RunWriter, "append", _no_sql))
+        stack.enter_context(mock.patch.object(_store.RunWriter, "append", _no_sql))
     elif part == "rows' SQL":
         stack.enter_context(
-            _patched(_store.RunWriter, "append", _no_rows(_store.RunWriter.append))
+            mock.patch.object(_store.RunWriter, "append", _no_rows(_store.RunWriter.append))
         )
     elif part == "journal entries (encoding and SQL)":
-        stack.enter_context(_patched(run, "_add_text", lambda self, at, kind, text: None))
-        stack.enter_context(_patched(_resume, "received_text", lambda event: ("", None)))
-        stack.enter_context(_patched(_resume, "finished_text", lambda event: ""))
-        stack.enter_context(_patched(_resume, "event_to_dict", lambda event: None))
+        stack.enter_context(mock.patch.object(run, "_add_text", lambda self, at, kind, text: None))
+        stack.enter_context(mock.patch.object(_resume, "received_text", lambda event: ("", None)))
+        stack.enter_context(mock.patch.object(_resume, "finished_text", lambda event: ""))
+        stack.enter_context(mock.patch.object(_resume, "event_to_dict", lambda event: None))
     elif part == "everything recorded (entries, rows)":
-        stack.enter_context(_patched(run, "record", lambda self, event, actions: None))
+        stack.enter_context(mock.patch.object(run, "record", lambda self, event, actions: None))
     elif part == "... and the scheduler's arrows":
-        stack.enter_context(_patched(run, "record", lambda self, event, actions: None))
+        stack.enter_context(mock.patch.object(run, "record", lambda self, event, actions: None))
         scheduler = _driver.Scheduler
-        stack.enter_context(_patched(scheduler, "__init__", _no_arrows(scheduler.__init__)))
+        stack.enter_context(
+            mock.patch.object(scheduler, "__init__", _no_arrows(scheduler.__init__))
+        )
     elif part != "as it is":
         raise ValueError(part)
 

@@ -147,11 +147,6 @@ _NO_VALUES = (None,) * (len(CALL_COLUMNS) + 1)
 # most rows: such a row may be given without them (the run id, then LEAN_COLUMNS).
 USUALLY_NULL = ("decision", "error", "asked", "decided")
 LEAN_COLUMNS = tuple(name for name in CALL_COLUMNS if name not in USUALLY_NULL)
-_INSERT_LEAN = (
-    f"INSERT OR REPLACE INTO calls (run_id, {', '.join(CALL_COLUMNS)}) VALUES ("
-    + ", ".join("NULL" if name in USUALLY_NULL else "?" for name in ("run_id", *CALL_COLUMNS))
-    + ")"
-)
 # The columns a call's transitions change (its id, arrival order and iteration never do):
 # an UPDATE of a row this process wrote rewrites the row in place, where a REPLACE deletes
 # and reinserts it and its index entry (about a third of the store's time per call).
@@ -862,7 +857,7 @@ def _insert_calls(connection: sqlite3.Connection, rows: Sequence[Sequence[Any]])
     """
     lean = [row for row in rows if len(row) == len(LEAN_COLUMNS) + 1]
     if lean:
-        connection.executemany(_INSERT_LEAN, lean)
+        connection.executemany(_insert_statement(_LEAN_SHAPE)[0], lean)
         if len(lean) == len(rows):
             return
         rows = [row for row in rows if len(row) != len(LEAN_COLUMNS) + 1]
@@ -891,6 +886,10 @@ def _insert_statement(shape: tuple[bool, ...]) -> tuple[str, Callable[[Any], tup
         (only,) = kept
         return statement, lambda row: (row[only],)
     return statement, operator.itemgetter(*kept)
+
+
+# The NULL columns of a lean row (`_insert_statement`'s shape for it).
+_LEAN_SHAPE = tuple(name in USUALLY_NULL for name in ("run_id", *CALL_COLUMNS))
 
 
 def create_run(
