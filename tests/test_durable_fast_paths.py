@@ -4,15 +4,15 @@ paths store.
 Each exists only for speed, so each is checked against the slower way it replaces, on
 calls a scheduler really accepted, replaced, refused and redacted:
 
-* a plan message takes each call's JSON from the call's row (encoded once, when the call
-  was accepted) instead of encoding the call again: the same text as `dumps_entry`;
 * a CallReceived entry is built around its call's text, and the row of the call it is
   accepted as takes that text with the `_id` added: the same texts as `dumps_entry` of
   the entry and of the wire;
 * whole `calls` rows are inserted with their NULLs written in the statement (one
   statement per set of NULL columns) instead of bound: the same rows, of the same SQLite
   types, as binding every value;
-* a call's status is bound as the plain string it equals.
+* a call's status is bound as the plain string it equals;
+* a plan or solution message refers to its calls' CallReceived entries (a SHARED entry)
+  instead of holding the calls a second time: read back, the same message.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tickloop as tl
+from tickloop._agent._solution import share_streamed_calls
 from tickloop._core._decisions import Replace
 from tickloop._core._log import ContextLog
 from tickloop._core._scheduler import Scheduler
@@ -53,9 +54,9 @@ from tickloop._durable._resume import (
     _text,
     dumps_entry,
     event_to_dict,
-    plan_text,
+    shared_text,
 )
-from tickloop._durable._store import CALL_COLUMNS, SQLiteStore, create_run
+from tickloop._durable._store import CALL_COLUMNS, SHARED, SQLiteStore, create_run, expand_shared
 from tickloop._observe._events import EventSink, Redactor
 
 
@@ -159,39 +160,49 @@ def _drive(
     return result[0]
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(calls=st.lists(_calls, max_size=6), replace=st.lists(_calls, max_size=2))
-def test_a_plan_message_is_the_text_dumps_entry_makes(
-    tmp_path: Path, calls: list[dict[str, Any]], replace: list[dict[str, Any]]
+def _received(durable: DurableRun, path: Path) -> dict[int, Any]:
+    """Entry number -> the call of each CallReceived entry of the run `_drive` made."""
+    with SQLiteStore(path) as store, store.connect() as connection:
+        journal = store._journal(connection, durable.writer.run_id)
+    return {
+        number: body["call"]
+        for number, _, kind, body in journal
+        if kind == "event" and body["type"] == "CallReceived"
+    }
+
+
+def test_a_plan_refers_only_to_the_very_wires_the_scheduler_made_on_arrival(
+    tmp_path: Path,
 ) -> None:
-    durable, scheduler = _drive(tmp_path, calls, replace)
-    wires = [record.call for record in scheduler.records.values()]
-    message = {"type": "plan", "calls": wires}
-    assert plan_text(message, durable._clean, durable.rows) == dumps_entry(message)
-    # Copies are not the rows' wires: encoded afresh, to the same text.
-    copies = {"type": "plan", "calls": json.loads(json.dumps(wires))}
-    assert plan_text(copies, durable._clean, durable.rows) == dumps_entry(copies)
-
-
-def _plan(durable: DurableRun, message: dict[str, Any]) -> str | None:
-    return plan_text(message, durable._clean, durable.rows)
-
-
-def test_a_plan_text_reuses_a_rows_text_only_for_that_very_wire(tmp_path: Path) -> None:
     calls = [
         {"_tool": "step", "n": 1, "_outputPath": "†state.a"},
         {"_tool": "step", "n": 2, "api_key": "s3cret", "_outputPath": "†state.b"},
     ]
     durable, scheduler = _drive(tmp_path, calls, [])
     plain, secret = (record.call for record in scheduler.records.values())
-    # The row of the call with a secret holds it redacted: never the plan's text.
+    # The row of the call with a secret holds it redacted; the plan, like the journal's
+    # CallReceived entry, holds the call as the model wrote it.
     assert "s3cret" not in durable.rows[secret["_id"]].call
-    text = _plan(durable, {"type": "plan", "calls": [plain, secret]})
-    assert text is not None and json.loads(text)["calls"] == [plain, secret]
-    # Another message shape is the general path's.
-    assert _plan(durable, {"type": "plan", "calls": [plain], "x": 1}) is None
-    assert _plan(durable, {"calls": [plain], "type": "plan"}) is None
-    assert _plan(durable, {"type": "solution", "calls": [plain]}) is None
+    text = shared_text(
+        {"type": "plan", "calls": [plain, secret, dict(plain)]},
+        durable._clean,
+        durable.rows,
+        durable._arrived,
+    )
+    assert text is not None
+    refs = json.loads(text)["calls"]
+    assert refs[0] == [durable._clean[plain["_id"]][1], plain["_id"]]
+    assert refs[1] == [secret] and refs[2] == [plain]  # a copy is not the wire: whole
+    back = expand_shared(json.loads(text), _received(durable, tmp_path / "runs.db"))
+    assert back["calls"] == [plain, secret, plain]
+    # Another message shape is journaled whole.
+    for other in (
+        {"type": "plan", "calls": [plain], "x": 1},
+        {"calls": [plain], "type": "plan"},
+        {"type": "solution", "calls": [plain]},
+        {"type": "plan", "calls": "none"},
+    ):
+        assert shared_text(other, durable._clean, durable.rows, durable._arrived) is None
 
 
 def test_a_received_call_with_a_lone_surrogate_is_journaled_as_dumps_entry_makes_it(
@@ -454,3 +465,145 @@ def test_a_commits_entries_share_one_row_that_reads_back_as_they_were(
     assert journal == [
         (number, at, kind, json.loads(text)) for number, (at, kind, text) in enumerate(entries, 1)
     ]
+
+
+# -- plans and solutions stored by reference (SHARED entries) ---------------------------
+
+
+@tl.tool(name="step")
+async def plus_one(n: int) -> int:
+    return n + 1
+
+
+def _stored_kinds(path: Path, run_id: str) -> list[str]:
+    """The kinds of the run's entries as stored, before `journal` reads them back."""
+    kinds: list[str] = []
+    with sqlite3.connect(path) as connection:
+        for kind, body in connection.execute(
+            "SELECT kind, body FROM journal WHERE run_id = ? ORDER BY seq", (run_id,)
+        ):
+            kinds += [entry[1] for entry in json.loads(body)] if kind == "batch" else [kind]
+    return kinds
+
+
+def test_a_runs_plan_and_solution_are_stored_once_and_read_back_as_the_log_held_them(
+    tmp_path: Path,
+) -> None:
+    calls = [
+        {"_tool": "step", "n": 1, "_outputPath": "†state.a"},
+        {"_tool": "step", "n": "†state.a", "_outputPath": "†state.b"},
+        {"_tool": "step", "_id": "mine", "n": 5},
+    ]
+    model = tl.ScriptedModel([{"calls": calls, "output": None}, {"calls": [], "output": "ok"}])
+    with tl.SQLiteStore(tmp_path / "runs.db") as store:
+        result = tl.Agent(model, tools=[plus_one], store=store).run({"go": 1}, run_id="r")
+        journal = store.journal("r")
+    assert result.state == {"a": 2, "b": 3}
+    # The first iteration's solution and plan are stored by reference...
+    assert _stored_kinds(tmp_path / "runs.db", "r").count(SHARED) == 2
+    # ...and read back as the messages the run's log held, to the same text.
+    ours = ("plan", "solution")
+    stored = [body for _, _, kind, body in journal if kind == "message" and body["type"] in ours]
+    held = [message for message in result.messages if message["type"] in ours]
+    assert len(held) == 4
+    assert [dumps_entry(message) for message in stored] == [dumps_entry(m) for m in held]
+    plan = next(message for message in stored if message["type"] == "plan")
+    assert [wire["_id"] for wire in plan["calls"]] == ["c1.0", "c1.1", "mine"]
+    # The stored text holds each call's text once: in its CallReceived entry.
+    with sqlite3.connect(tmp_path / "runs.db") as connection:
+        texts = "".join(body for (body,) in connection.execute("SELECT body FROM journal"))
+    assert texts.count('"_outputPath":"†state.b"') == 1
+
+
+@tl.tool(name="ask", requires_approval=True)
+async def ask_first(n: int) -> int:
+    return n
+
+
+def test_a_resumed_run_reads_its_shared_messages_back_into_its_log(tmp_path: Path) -> None:
+    calls = [{"_tool": "step", "n": i, "_outputPath": f"†state.v{i}"} for i in range(3)]
+    calls.append({"_tool": "ask", "n": "†state.v2", "_outputPath": "†state.asked"})
+    model = tl.ScriptedModel([{"calls": calls, "output": None}, {"calls": [], "output": "ok"}])
+    with tl.SQLiteStore(tmp_path / "runs.db") as store:
+        agent = tl.Agent(
+            model, tools=[plus_one, ask_first], approve=lambda call: tl.Defer(), store=store
+        )
+        paused = agent.run({"go": 1}, run_id="r")
+        assert paused.status == "paused"
+        assert _stored_kinds(tmp_path / "runs.db", "r").count(SHARED) == 2
+        # The resumed run's log is rebuilt from the journal: its plan and solution are
+        # the ones the first process held, to the same text.
+        result = agent.resume("r", decisions={"c1.3": tl.Approve()})
+    assert result.output == "ok" and result.state["asked"] == 3
+
+    def first(messages: list[dict[str, Any]], kind: str) -> str:
+        return dumps_entry(next(m for m in messages if m["type"] == kind))
+
+    for kind in ("solution", "plan"):
+        assert first(result.messages, kind) == first(paused.messages, kind)
+    assert json.loads(first(result.messages, "plan"))["calls"][3]["_id"] == "c1.3"
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(calls=st.lists(_calls, max_size=6), replace=st.lists(_calls, max_size=2), data=st.data())
+def test_a_shared_message_reads_back_as_the_message_it_stands_for(
+    tmp_path: Path, calls: list[dict[str, Any]], replace: list[dict[str, Any]], data: Any
+) -> None:
+    """Plans and solutions of any calls (refused ones, an `_id` of the model's, secrets,
+    replacements, lone surrogates): what is stored by reference reads back to the same
+    text; calls that are not the very objects journaled are stored whole."""
+    durable, scheduler = _drive(tmp_path, calls, replace)
+    received = _received(durable, tmp_path / "runs.db")
+    # The solution holds the very calls received, or equal copies of some of them.
+    copied = data.draw(st.lists(st.booleans(), min_size=len(calls), max_size=len(calls)))
+    solution_calls = [
+        json.loads(json.dumps(c)) if copy else c for c, copy in zip(calls, copied, strict=True)
+    ]
+    messages = [
+        {"type": "plan", "calls": [record.call for record in scheduler.records.values()]},
+        {"type": "solution", "iteration": 1, "solution": {"calls": solution_calls, "output": 1}},
+    ]
+    for message in messages:
+        text = shared_text(message, durable._clean, durable.rows, durable._arrived)
+        if text is None:
+            continue  # nothing to share: journaled whole
+        back = expand_shared(json.loads(text), received)
+        assert dumps_entry(back) == dumps_entry(message)
+
+
+def test_a_shared_entry_referring_to_a_call_never_received_is_damage(tmp_path: Path) -> None:
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        writer = create_run(store, "r", "solution")
+        body = '{"message":{"type":"plan","calls":null},"path":["calls"],"calls":[[7,"c1.0"]]}'
+        writer.append([(1.0, "event", '{"type":"Flush"}'), (2.0, SHARED, body)])
+        writer.release()
+        with pytest.raises(tl.StoreError, match="entry 2 of run 'r' refers to calls"):
+            store.journal("r")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"message": {"type": "plan"}, "path": ["calls"], "calls": [[1]]},  # no place held
+        {"message": {"type": "plan", "calls": None}, "path": ["calls"], "calls": ["x"]},
+        {"message": {"type": "plan", "calls": None}, "path": [], "calls": []},
+        {"message": [], "path": ["calls"], "calls": []},
+    ],
+)
+def test_a_shared_entry_that_is_not_one_is_refused(body: dict[str, Any]) -> None:
+    with pytest.raises((TypeError, ValueError, KeyError, IndexError)):
+        expand_shared(body, {1: {"_tool": "step"}})
+
+
+def test_the_solution_holds_the_very_calls_the_stream_closed_when_they_are_equal() -> None:
+    streamed = [{"_tool": "a", "n": 1}, {"_tool": "b", "n": 2}, {"_tool": "c"}]
+    solution = {"calls": json.loads(json.dumps(streamed)), "output": None}
+    solution["calls"][1]["n"] = 3  # not what the stream closed there: kept
+    share_streamed_calls(solution, streamed)
+    assert solution["calls"][0] is streamed[0] and solution["calls"][2] is streamed[2]
+    assert solution["calls"][1] == {"_tool": "b", "n": 3}
+    # Another number of calls (a stream cut short) is left as decoded.
+    other = {"calls": [{"_tool": "a", "n": 1}], "output": None}
+    share_streamed_calls(other, streamed)
+    assert other["calls"][0] is not streamed[0]
+    share_streamed_calls(None, streamed)  # no solution at all

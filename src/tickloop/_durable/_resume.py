@@ -83,7 +83,7 @@ from .._core._tools import ToolSet
 from .._engine._engine import Engine, utc_now
 from .._errors import ResumeError, StoreError, unwrap_single
 from .._observe._events import EventSink, Redactor
-from ._store import CALL_COLUMNS, LEAN_COLUMNS, RunWriter
+from ._store import CALL_COLUMNS, LEAN_COLUMNS, SHARED, RunWriter
 
 __all__ = [
     "CUT_OFF",
@@ -373,29 +373,68 @@ def accepted_text(wire: dict[str, Any], received: tuple[dict[str, Any], str] | N
     return dumps_entry(wire)
 
 
-def plan_text(message: dict[str, Any], clean: dict[str, Any], rows: dict[str, _Row]) -> str | None:
-    """The JSON of a plan message (`{"type": "plan", "calls": [wire, ...]}`), each wire's
-    text taken from its row where the row holds exactly that wire unredacted (`clean`:
-    call id -> wire), instead of encoding every call of the iteration a second time.
-    None for any other message. The text decodes to the message; it is the text
-    `dumps_entry` makes unless a call holds a lone surrogate (then only that call's text
-    is escaped to ASCII, not the whole message's)."""
-    calls = message.get("calls")
-    if (
-        type(calls) is not list
-        or len(message) != 2
-        or message.get("type") != "plan"
-        or next(iter(message)) != "type"
-    ):
-        return None
+def shared_text(
+    message: dict[str, Any],
+    clean: dict[str, tuple[Any, int | None]],
+    rows: dict[str, _Row],
+    arrived: list[tuple[int, Any]],
+) -> str | None:
+    """The body of a SHARED journal entry for a plan or solution message whose calls
+    are the calls journaled as they arrived, or None for any other message.
+
+    A plan of a thousand calls would otherwise store every call three times over (its
+    CallReceived entry, the solution message, the plan message): here the message is
+    stored without its calls (`"message"`, the calls' place in it, `"path"`, held by a
+    null), and each call as a reference (`"calls"`): `n`, the call of CallReceived entry
+    `n`; `[n, id]`, that call with `_id` set to `id` (a plan's wire, as the scheduler made
+    it on arrival); `[value]`, the value itself. `_store.expand_shared` puts them back.
+    Only the very objects are referenced (the wire the scheduler made from the received
+    call, `clean`; the call handed on, `arrived`, which the solution holds), so the
+    message read back is the one journaled. A plan's wire replaced by a reviewer is its
+    row's text (encoded once, when it was decided). None for any other message, for a
+    plan of no calls, and for a solution none of whose calls is shared.
+    """
+    kind = message.get("type")
     parts: list[str] = []
-    for call in calls:
-        call_id = call.get("_id") if type(call) is dict else None
-        text = None
-        if call_id is not None and clean.get(call_id) is call:
-            text = rows[call_id].call
-        parts.append(dumps_entry(call) if text is None else text)
-    return '{"type":"plan","calls":[' + ",".join(parts) + "]}"
+    shared = False
+    if kind == "plan" and len(message) == 2 and next(iter(message)) == "type":
+        calls = message.get("calls")
+        if type(calls) is not list or not calls:
+            return None
+        path = '["calls"]'
+        for call in calls:
+            call_id: Any = call.get("_id") if type(call) is dict else None
+            kept = clean.get(call_id) if call_id is not None else None
+            if kept is None or kept[0] is not call:
+                parts.append(f"[{dumps_entry(call)}]")
+                continue
+            number = kept[1]
+            id_text = encode_basestring(call_id) if number is not None else None
+            if id_text is None or has_surrogate(id_text):
+                parts.append(f"[{rows[call_id].call}]")  # its row's text: the very wire's
+            else:
+                parts.append(f"[{number},{id_text}]")
+        rest: dict[str, Any] = {"type": "plan", "calls": None}
+    elif kind == "solution" and arrived:
+        solution: Any = message.get("solution")
+        calls = solution.get("calls") if type(solution) is dict else None
+        if type(calls) is not list:
+            return None
+        path = '["solution","calls"]'
+        numbers = {id(call): number for number, call in arrived}
+        for call in calls:
+            number = numbers.get(id(call))
+            if number is None:
+                parts.append(f"[{dumps_entry(call)}]")
+            else:
+                parts.append(int.__repr__(number))
+                shared = True
+        if not shared:
+            return None
+        rest = {**message, "solution": {**solution, "calls": None}}
+    else:
+        return None
+    return f'{{"message":{dumps_entry(rest)},"path":{path},"calls":[{",".join(parts)}]}}'
 
 
 # --------------------------------------------------------------------------------------
@@ -414,11 +453,18 @@ class DurableRun:
         self.sink = sink
         self.rows: dict[str, _Row] = {}
         self.wires: dict[str, Any] = {}
-        # Call id -> the wire its row's `call` is the JSON of, unredacted (nothing in it
-        # was secret): a plan message reuses that text (`plan_text`). This iteration's.
-        self._clean: dict[str, Any] = {}
-        # The call of the ReceiveCall being recorded and its JSON (`received_text`).
+        # Call id -> (the wire its row's `call` is the JSON of, unredacted: nothing in it
+        # was secret; the number of the CallReceived entry it was made from on arrival,
+        # or None): a plan message refers to those (`shared_text`). This iteration's.
+        self._clean: dict[str, tuple[Any, int | None]] = {}
+        # The call of the ReceiveCall being recorded and its JSON (`received_text`), and
+        # the number its entry will have.
         self._received: tuple[dict[str, Any], str] | None = None
+        self._received_number: int | None = None
+        # This iteration's calls journaled with their text, (entry number, call): the
+        # solution message refers to them (`shared_text`).
+        self._arrived: list[tuple[int, Any]] = []
+        self._numbered = writer.seq  # entries in the journal before this process's first
         self.ready_params: dict[str, Any] = {}  # so a start need not serialise them again
         # Which call wrote, or said it would write, which path: the arrows of a call
         # settled without being ready (its writer was denied...). A ready call's arrows
@@ -482,12 +528,17 @@ class DurableRun:
         # next one recorded, is committed (`commit(call_id)`); `_track` marks it so.
         if type(event) is ReceiveCall:
             # The call is encoded once, for its entry and (through `_received`) its row.
-            text, self._received = received_text(event)
+            text, received = received_text(event)
+            number = self._numbered + self._added + 1  # its entry's
+            self._received = received
+            self._received_number = None if received is None else number
             try:
                 self._track(event, actions, at, self._added + 1)
             finally:
-                self._received = None
+                self._received = self._received_number = None
             self._add_text(at, "event", text)
+            if received is not None:
+                self._arrived.append((number, event.call))
             return
         self._track(event, actions, at, self._added + 1)
         if type(event) is FinishCall:
@@ -499,11 +550,11 @@ class DurableRun:
         at = self.now()
         for message in messages:
             self._track_message(message)
-            text = plan_text(message, self._clean, self.rows)
+            text = shared_text(message, self._clean, self.rows, self._arrived)
             if text is None:
                 self._add(at, "message", message)
             else:
-                self._add_text(at, "message", text)
+                self._add_text(at, SHARED, text)
 
     def note(self, name: str, **data: Any) -> None:
         """Something replay does not need but the timeline does (retries, restarts...)."""
@@ -651,6 +702,7 @@ class DurableRun:
             self.iteration = event.iteration
             self.plan_due = False
             self._clean = {}  # the plan of the iteration before is journaled already
+            self._arrived = []
             self.handed = set()
         elif isinstance(event, CloseStream):
             self.plan_due = True
@@ -697,7 +749,7 @@ class DurableRun:
         shared = self.redact.shared(call)
         if shared is call:
             row.call = accepted_text(call, self._received)
-            self._clean[action.id] = call
+            self._clean[action.id] = (call, self._received_number)
         else:
             row.call = dumps_entry(shared)
         self.wires[action.id] = call
@@ -757,7 +809,7 @@ class DurableRun:
                 shared = self.redact.shared(wire)
                 row.call = dumps_entry(shared)
                 if shared is wire:
-                    self._clean[action.id] = wire
+                    self._clean[action.id] = (wire, None)
                 else:
                     self._clean.pop(action.id, None)
                 tool = wire.get("_tool") if isinstance(wire, dict) else None

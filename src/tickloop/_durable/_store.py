@@ -31,7 +31,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,7 +110,15 @@ CREATE TABLE decisions (
 # A journal row holding several entries, one commit's (`RunWriter.insert`). A store
 # written before it has one row per entry, which is read as it always was.
 BATCH = "batch"
-_KINDS = {"event": ',"event",', "message": ',"message",', "note": ',"note",'}
+# A plan or solution message stored with references to the calls' CallReceived entries
+# instead of the calls (`_resume.shared_text`); read back as the message (`expand_shared`).
+SHARED = "shared"
+_KINDS = {
+    "event": ',"event",',
+    "message": ',"message",',
+    "note": ',"note",',
+    SHARED: ',"shared",',
+}
 _INSERT_ENTRIES = (
     "INSERT INTO journal (run_id, seq, at, kind, body) SELECT ?1, ?2, ?3, ?4, ?5 "
     "WHERE NOT EXISTS (SELECT 1 FROM journal WHERE run_id = ?1 AND seq >= ?6)"
@@ -571,9 +579,11 @@ class SQLiteStore:
             "SELECT seq, at, kind, body FROM journal WHERE run_id = ? ORDER BY seq", (run_id,)
         ).fetchall()
         journal: list[tuple[int, float, str, Any]] = []
+        shared = False
         for seq, at, kind, body in rows:
             if kind != BATCH:
                 journal.append((seq, at, kind, _loads(body, self.path)))
+                shared = shared or kind == SHARED
                 continue
             entries = _loads(body, self.path)
             try:
@@ -582,12 +592,32 @@ class SQLiteStore:
                     if not isinstance(entry_kind, str) or entry_kind == BATCH:
                         raise TypeError(f"an entry of kind {entry_kind!r}")
                     journal.append((number, float(entry_at), entry_kind, entry))
+                    shared = shared or entry_kind == SHARED
             except (TypeError, ValueError) as error:
                 raise StoreError(
                     f"{self.path}: the store is damaged: journal entry {seq} of run "
                     f"{run_id!r} is not a list of entries ({error})"
                 ) from None
+        if shared:
+            self._expand_shared(journal, run_id)
         return journal
+
+    def _expand_shared(self, journal: list[tuple[int, float, str, Any]], run_id: str) -> None:
+        """Read each SHARED entry back as the message it stands for, in place."""
+        received: dict[int, Any] = {}  # entry number -> the call it received
+        for index, (number, at, kind, body) in enumerate(journal):
+            if kind == "event":
+                if type(body) is dict and body.get("type") == "CallReceived":
+                    received[number] = body.get("call")
+            elif kind == SHARED:
+                try:
+                    journal[index] = (number, at, "message", expand_shared(body, received))
+                except (TypeError, KeyError, ValueError, IndexError) as error:
+                    raise StoreError(
+                        f"{self.path}: the store is damaged: journal entry {number} of run "
+                        f"{run_id!r} refers to calls it cannot have "
+                        f"({type(error).__name__}: {error})"
+                    ) from None
 
     def rows_behind(self, run_id: str) -> tuple[int, int] | None:
         """(the journal entry the run's `calls` rows reflect, the journal's last entry)
@@ -890,6 +920,38 @@ def _insert_statement(shape: tuple[bool, ...]) -> tuple[str, Callable[[Any], tup
 
 # The NULL columns of a lean row (`_insert_statement`'s shape for it).
 _LEAN_SHAPE = tuple(name in USUALLY_NULL for name in ("run_id", *CALL_COLUMNS))
+
+
+def expand_shared(body: Any, received: Mapping[int, Any]) -> dict[str, Any]:
+    """The message a SHARED entry's body stands for (`_resume.shared_text`), its calls
+    taken from `received` (entry number -> the call of that CallReceived entry).
+
+    A call referred to is the received object itself, as the message held it when it
+    was journaled; a wire (`[n, id]`) is a copy of it with its `_id`, as the scheduler
+    made it on arrival. Damage raises TypeError, KeyError, ValueError or IndexError.
+    """
+    message, path, refs = body["message"], body["path"], body["calls"]
+    if type(message) is not dict or type(path) is not list or not path or type(refs) is not list:
+        raise TypeError("not a shared message")
+    calls: list[Any] = []
+    for ref in refs:
+        if type(ref) is int:
+            calls.append(received[ref])
+        elif type(ref) is list and len(ref) == 1:
+            calls.append(ref[0])
+        elif type(ref) is list and len(ref) == 2 and type(ref[0]) is int:
+            wire = dict(received[ref[0]])
+            wire["_id"] = ref[1]
+            calls.append(wire)
+        else:
+            raise ValueError(f"{ref!r} is not a reference to a call")
+    holder = message
+    for key in path[:-1]:
+        holder = holder[key]
+    if type(holder) is not dict or holder.get(path[-1], 0) is not None:
+        raise ValueError("the calls' place is not held")
+    holder[path[-1]] = calls
+    return message
 
 
 def create_run(
