@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 import tickloop as tl
 from tickloop._agent._solution import share_streamed_calls
+from tickloop._core._arrival import new_call
 from tickloop._core._decisions import Replace
 from tickloop._core._log import ContextLog
 from tickloop._core._scheduler import Scheduler
@@ -103,6 +104,7 @@ _calls = st.fixed_dictionaries(
 
 
 _RECEIVED_TEXT, _ACCEPTED_TEXT = _resume.received_text, _resume.accepted_text
+_ARRIVAL_TEXT = _resume.arrival_text
 
 
 def _received_text(event: ReceiveCall) -> tuple[str, Any]:
@@ -116,6 +118,14 @@ def _accepted_text(wire: dict[str, Any], received: Any) -> str:
     text = _ACCEPTED_TEXT(wire, received)
     assert text == dumps_entry(wire)
     checked["accepted"] += 1
+    return text
+
+
+def _arrival_text(wire: dict[str, Any], received: Any) -> str | None:
+    text = _ARRIVAL_TEXT(wire, received)
+    if text is not None:  # else `accepted_text` is asked (and checked)
+        assert text == dumps_entry(wire)
+        checked["accepted"] += 1
     return text
 
 
@@ -133,6 +143,7 @@ def _drive(
         redact = Redactor()
         durable = DurableRun(writer, _TOOLS, redact, EventSink("r", redact))
         scheduler = Scheduler(_TOOLS, ContextLog([]), arrows=True)
+        durable.follow(scheduler.records)
         replacements = iter(replace)
 
         def feed(event: Event) -> None:
@@ -155,7 +166,12 @@ def _drive(
         store.close()
         result.append((durable, scheduler))
 
-    with patch.multiple(_resume, received_text=_received_text, accepted_text=_accepted_text):
+    with patch.multiple(
+        _resume,
+        received_text=_received_text,
+        accepted_text=_accepted_text,
+        arrival_text=_arrival_text,
+    ):
         trio.run(main)
     return result[0]
 
@@ -256,6 +272,30 @@ def test_redacting_a_value_to_store_it_is_the_general_walk(values: list[Any]) ->
         redacted = quick.shared(value)
         assert redacted == expected
         assert (redacted is value) == (expected is value)
+
+
+@settings(max_examples=300)
+@given(
+    call=st.dictionaries(st.sampled_from(["_tool", "n", "_id", "é"]), _values, max_size=3),
+    taken=st.booleans(),
+)
+def test_the_text_of_a_wire_made_on_arrival_is_dumps_entry_of_it(
+    call: dict[str, Any], taken: bool
+) -> None:
+    """`arrival_text` trusts that the scheduler made the wire from the received call
+    (`new_call`): on every wire it makes, for any call, its text is `dumps_entry`'s (or
+    None, and `accepted_text` is asked)."""
+    event = ReceiveCall(call, "2026-01-01T00:00:00.000000Z")
+    _, received = _RECEIVED_TEXT(event)
+    taken_ids = {"c1.0": object()} if taken else {}  # the id it would get is taken
+    new, _, _ = new_call(call, 1, 0, 1, taken_ids)
+    wire = new.record.call
+    if received is None:
+        return  # the general path: no text to build on
+    text = _ARRIVAL_TEXT(wire, received)
+    assert text is None or text == dumps_entry(wire)
+    if "_id" not in call:
+        assert text == dumps_entry(wire)  # the common case is the fast one
 
 
 @settings(max_examples=300)

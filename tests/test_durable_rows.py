@@ -363,3 +363,33 @@ def test_a_value_that_is_not_json_data_is_a_store_error() -> None:
     # A lone surrogate is kept as its escape (SQLite has no UTF-8 for it); other text as is.
     assert dumps_entry({"n": "\ud800†"}) == '{"n":"\\ud800\\u2020"}'
     assert dumps_entry({"n": "†"}) == '{"n":"†"}'
+
+
+@tl.tool(depends_on=["pay"])
+async def receipt(n: int) -> int:
+    return n
+
+
+def test_a_call_that_never_became_ready_draws_what_it_read_and_its_tools_earlier_calls(
+    tmp_path: Path,
+) -> None:
+    """A call that never became ready (the call writing what it reads failed) still has
+    its arrows, worked out when it settles: the writer, and the earlier calls of the
+    tool it depends on in its request; a later call of that tool is not among them."""
+    plan = [
+        {"_tool": "pay", "cents": 500, "_outputPath": "†state.p1"},  # denied
+        {"_tool": "pay", "cents": 7, "_outputPath": "†state.p2"},
+        {"_tool": "boom", "n": 2, "_outputPath": "†state.c"},
+        {"_tool": "receipt", "n": "†state.c", "_outputPath": "†state.r"},
+        {"_tool": "pay", "cents": 3, "_outputPath": "†state.p4"},
+    ]
+    model = tl.ScriptedModel([{"calls": plan, "output": None}, {"calls": [], "output": "ok"}])
+    with tl.SQLiteStore(tmp_path / "runs.db") as store:
+        agent = tl.Agent(model, tools=[pay, boom, receipt], approve=_hook, store=store)
+        result = agent.run({"go": 1}, run_id="r")
+        rows = {info.call["_outputPath"]: info for info in store.calls("r")}
+    assert result.records[rows["†state.r"].id].status == "invalid"
+    assert rows["†state.r"].ready is None
+    assert rows["†state.r"].deps == [
+        rows[path].id for path in ("†state.p1", "†state.p2", "†state.c")
+    ]

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 import trio
 
+from .._core._call import CallRecord
 from .._core._decisions import (
     Decision,
     Defer,
@@ -83,7 +84,7 @@ from .._core._tools import ToolSet
 from .._engine._engine import Engine, utc_now
 from .._errors import ResumeError, StoreError, unwrap_single
 from .._observe._events import EventSink, Redactor
-from ._store import CALL_COLUMNS, LEAN_COLUMNS, SHARED, RunWriter
+from ._store import CALL_COLUMNS, SHARED, RunWriter
 
 __all__ = [
     "CUT_OFF",
@@ -267,12 +268,26 @@ class _Row:
         )
 
     def lean_values(self, run_id: str) -> tuple[Any, ...]:
-        """`values`, without the USUALLY_NULL columns when they are NULL (most rows)."""
-        values = self.values(run_id)
+        """`values`, without the USUALLY_NULL columns when they are NULL (most rows): the
+        run id and LEAN_COLUMNS, spelled out (one per row of the run)."""
         if self.decision is None and self.error is None and self.asked is None:
             if self.decided is None:
-                return _LEAN(values)
-        return values
+                return (
+                    run_id,
+                    self.call_id,
+                    self.seq,
+                    self.iteration,
+                    self.tool,
+                    _text(self.status),
+                    self.call,
+                    self.params,
+                    self.deps,
+                    self.received,
+                    self.ready,
+                    self.started,
+                    self.finished,
+                )
+        return self.values(run_id)
 
     def changes(self, run_id: str) -> tuple[Any, ...]:
         """The row in CHANGING_COLUMNS order, then the run and call ids (an UPDATE's)."""
@@ -282,9 +297,6 @@ class _Row:
         """What settling changes (SETTLED_COLUMNS), then the run and call ids."""
         return (_text(self.status), self.error, self.deps, self.finished, run_id, self.call_id)
 
-
-# The run id and LEAN_COLUMNS out of a row's `values`.
-_LEAN = operator.itemgetter(0, *(1 + CALL_COLUMNS.index(name) for name in LEAN_COLUMNS))
 
 # A status as the plain string it equals: sqlite3 binds a `str` subclass (a `CallStatus`)
 # through its adapter protocol, several times the cost of binding the string.
@@ -373,6 +385,25 @@ def accepted_text(wire: dict[str, Any], received: tuple[dict[str, Any], str] | N
     return dumps_entry(wire)
 
 
+def arrival_text(wire: dict[str, Any], received: tuple[dict[str, Any], str]) -> str | None:
+    """`accepted_text` of the wire the scheduler made on a call's arrival, or None.
+
+    That wire is the received call copied with its `_id` set (`_core._arrival.new_call`),
+    so when the call had no `_id` it is the call plus its `_id` last, and nothing else:
+    its text is the call's with the `_id` member added, without comparing the two member
+    by member as `accepted_text` must for any wire. None otherwise (an `_id` of the
+    model's, a lone surrogate in the id): `accepted_text` then says.
+    """
+    call, call_text = received
+    if "_id" in call or len(wire) != len(call) + 1:
+        return None
+    call_id = wire["_id"]
+    id_text = encode_basestring(call_id) if type(call_id) is str else None
+    if id_text is None or has_surrogate(id_text):
+        return None
+    return f'{{"_id":{id_text}}}' if not call else f'{call_text[:-1]},"_id":{id_text}}}'
+
+
 def shared_text(
     message: dict[str, Any],
     clean: dict[str, tuple[Any, int | None]],
@@ -452,7 +483,10 @@ class DurableRun:
         self.redact = redact
         self.sink = sink
         self.rows: dict[str, _Row] = {}
-        self.wires: dict[str, Any] = {}
+        # The scheduler's records (`follow`): a call's wire, tool and iteration, read for
+        # the rare call that settles without ever being ready (`_dependencies`) instead
+        # of copied here for every call.
+        self.records: Mapping[str, CallRecord] = {}
         # Call id -> (the wire its row's `call` is the JSON of, unredacted: nothing in it
         # was secret; the number of the CallReceived entry it was made from on arrival,
         # or None): a plan message refers to those (`shared_text`). This iteration's.
@@ -472,9 +506,11 @@ class DurableRun:
         # a call, and built then from the (path, call id) pairs recorded since.
         self.written = _PathIndex()
         self.declared = _PathIndex()
-        # The log messages of writes, and the wires accepted, not filed in those yet.
+        # The log messages of writes not filed in `written` yet; the calls accepted, in
+        # order, and how many of them `declared` and `by_tool` have filed.
         self._unwritten: list[dict[str, Any]] = []
-        self._undeclared: list[tuple[str, Any]] = []
+        self._accepted: list[str] = []
+        self._declared_upto = self._by_tool_upto = 0
         self.by_tool: dict[tuple[int, str], list[str]] = {}
         self.running: dict[str, StartCall] = {}  # started, not finished
         self.asking: PendingCall | None = None
@@ -519,11 +555,15 @@ class DurableRun:
         """
         return self.wall0 + (self._clock.current_time() - self.trio0)
 
+    def follow(self, records: Mapping[str, CallRecord]) -> None:
+        """Read calls from these records: the scheduler's whose events are journaled."""
+        self.records = records
+
     # -- writing -----------------------------------------------------------------------
 
     def record(self, event: Event, actions: list[Action]) -> None:
         """The engine's journal hook: called after the scheduler, before any action."""
-        at = self.now()
+        at = self.wall0 + (self._clock.current_time() - self.trio0)  # `now`, inline
         # A call started (or asked about) by this event may act once this entry, the
         # next one recorded, is committed (`commit(call_id)`); `_track` marks it so.
         if type(event) is ReceiveCall:
@@ -748,17 +788,18 @@ class DurableRun:
         call = action.call
         shared = self.redact.shared(call)
         if shared is call:
-            row.call = accepted_text(call, self._received)
+            received = self._received
+            text = None if received is None else arrival_text(call, received)
+            row.call = accepted_text(call, received) if text is None else text
             self._clean[action.id] = (call, self._received_number)
         else:
             row.call = dumps_entry(shared)
-        self.wires[action.id] = call
-        self._undeclared.append((action.id, call))  # read only if `_declared` is asked
-        self.by_tool.setdefault((self.iteration, action.tool), []).append(action.id)
+        self._accepted.append(action.id)  # filed only if `_declared` or `_by_tool` is asked
         return row
 
     def _on_settled(self, action: NoteSettled, event: Event, at: float) -> _Row:
         row = self.rows.get(action.id)
+        accepted = row is not None
         if row is None:  # failed its arrival checks, so it was never accepted
             call = event.call if isinstance(event, ReceiveCall) else None
             tool = call.get("_tool") if isinstance(call, dict) else None
@@ -769,7 +810,7 @@ class DurableRun:
         if row.deps is None and action.status in ("invalid", "skipped"):
             # Settled without ever being ready (its writer was denied, failed...): the
             # timeline still draws what it waited on.
-            found = self._dependencies(action.id, row)
+            found = self._dependencies(action.id, row, accepted)
             if found:
                 row.deps = dumps_entry(found)
         self.running.pop(action.id, None)
@@ -783,10 +824,7 @@ class DurableRun:
         row.status, row.ready = CallStatus.QUEUED, at
         row.params = dumps_entry(self.redact.shared(action.params))
         self.ready_params[action.id] = action.params
-        # The scheduler says whom it waited on; its wire is needed no longer (a Replace
-        # brings a new one before the call is ready again).
-        self.wires.pop(action.id, None)
-        waits = action.waits_on
+        waits = action.waits_on  # the scheduler says whom it waited on
         row.deps = deps_text(waits) if waits else "[]"
         return row
 
@@ -805,7 +843,6 @@ class DurableRun:
             row.status = CallStatus.QUEUED
             if isinstance(action.decision, Replace):
                 wire = action.decision.call
-                self.wires[action.id] = wire
                 shared = self.redact.shared(wire)
                 row.call = dumps_entry(shared)
                 if shared is wire:
@@ -843,8 +880,12 @@ class DurableRun:
         return self.written
 
     def _declared(self) -> _PathIndex:
-        """Which call said it would write which path, every call accepted so far."""
-        for call_id, call in self._undeclared:
+        """Which call said it would write which path, every call accepted so far (as its
+        wire is now: a replacement's path, not the one it replaced)."""
+        accepted, records = self._accepted, self.records
+        for call_id in accepted[self._declared_upto :]:
+            record = records.get(call_id)
+            call = None if record is None else record.call
             path = call.get("_outputPath") if isinstance(call, dict) else None
             if not isinstance(path, str):
                 continue
@@ -853,15 +894,27 @@ class DurableRun:
                     self.declared.add(term, call_id)
             except ValueError:
                 pass
-        self._undeclared.clear()
+        self._declared_upto = len(accepted)
         return self.declared
 
-    def _dependencies(self, call_id: str, row: _Row) -> list[str]:
+    def _by_tool(self) -> dict[tuple[int, str], list[str]]:
+        """The calls accepted so far by (iteration, tool), in arrival order."""
+        accepted, rows = self._accepted, self.rows
+        for call_id in accepted[self._by_tool_upto :]:
+            row = rows[call_id]
+            if row.tool is not None:
+                self.by_tool.setdefault((row.iteration, row.tool), []).append(call_id)
+        self._by_tool_upto = len(accepted)
+        return self.by_tool
+
+    def _dependencies(self, call_id: str, row: _Row, accepted: bool) -> list[str]:
         """What a call settled without being ready waited on: the calls that wrote what
         it reads, or said they would (and ended without writing), and, for a tool's
-        `depends_on`, the earlier calls of that tool."""
+        `depends_on`, the earlier calls of that tool. A call refused on arrival waited
+        on nothing."""
         found: set[str] = set()
-        wire = self.wires.pop(call_id, None)  # needed no longer (a Replace brings a new one)
+        record = self.records.get(call_id) if accepted else None
+        wire = None if record is None else record.call
         terms: list[Term] = []
         if isinstance(wire, dict):
             try:
@@ -881,8 +934,9 @@ class DurableRun:
             terms += [
                 term for expression in tool.dependency_references for term in expression.terms
             ]
+            by_tool = self._by_tool() if tool.dependency_tools else {}
             for name in tool.dependency_tools:
-                for earlier in self.by_tool.get((row.iteration, name), ()):
+                for earlier in by_tool.get((row.iteration, name), ()):
                     if self.rows[earlier].seq < row.seq:
                         found.add(earlier)
         if terms:
@@ -901,6 +955,7 @@ class DurableRun:
     def replay(self, journal: list[tuple[int, float, str, Any]], loop: DurableLoop) -> None:
         """Rebuild the log and the scheduler from the journal; no action is carried out."""
         scheduler = loop.engine.scheduler
+        self.follow(scheduler.records)
         try:
             for seq, at, kind, body in journal:
                 try:
