@@ -515,15 +515,16 @@ async def plus_one(n: int) -> int:
     return n + 1
 
 
-def _stored_kinds(path: Path, run_id: str) -> list[str]:
-    """The kinds of the run's entries as stored, before `journal` reads them back."""
-    kinds: list[str] = []
+def _shared_entries(path: Path, run_id: str) -> int:
+    """How many of the run's entries, as stored, are SHARED messages."""
+    entries: list[Any] = []
     with sqlite3.connect(path) as connection:
         for kind, body in connection.execute(
             "SELECT kind, body FROM journal WHERE run_id = ? ORDER BY seq", (run_id,)
         ):
-            kinds += [entry[1] for entry in json.loads(body)] if kind == "batch" else [kind]
-    return kinds
+            batch = json.loads(body)
+            entries += [(k, b) for _, k, b in batch] if kind == "batch" else [(kind, batch)]
+    return sum(kind == "message" and body["type"] == SHARED for kind, body in entries)
 
 
 def test_a_runs_plan_and_solution_are_stored_once_and_read_back_as_the_log_held_them(
@@ -540,7 +541,7 @@ def test_a_runs_plan_and_solution_are_stored_once_and_read_back_as_the_log_held_
         journal = store.journal("r")
     assert result.state == {"a": 2, "b": 3}
     # The first iteration's solution and plan are stored by reference...
-    assert _stored_kinds(tmp_path / "runs.db", "r").count(SHARED) == 2
+    assert _shared_entries(tmp_path / "runs.db", "r") == 2
     # ...and read back as the messages the run's log held, to the same text.
     ours = ("plan", "solution")
     stored = [body for _, _, kind, body in journal if kind == "message" and body["type"] in ours]
@@ -570,7 +571,7 @@ def test_a_resumed_run_reads_its_shared_messages_back_into_its_log(tmp_path: Pat
         )
         paused = agent.run({"go": 1}, run_id="r")
         assert paused.status == "paused"
-        assert _stored_kinds(tmp_path / "runs.db", "r").count(SHARED) == 2
+        assert _shared_entries(tmp_path / "runs.db", "r") == 2
         # The resumed run's log is rebuilt from the journal: its plan and solution are
         # the ones the first process held, to the same text.
         result = agent.resume("r", decisions={"c1.3": tl.Approve()})
@@ -614,8 +615,11 @@ def test_a_shared_message_reads_back_as_the_message_it_stands_for(
 def test_a_shared_entry_referring_to_a_call_never_received_is_damage(tmp_path: Path) -> None:
     with SQLiteStore(tmp_path / "runs.db") as store:
         writer = create_run(store, "r", "solution")
-        body = '{"message":{"type":"plan","calls":null},"path":["calls"],"calls":[[7,"c1.0"]]}'
-        writer.append([(1.0, "event", '{"type":"Flush"}'), (2.0, SHARED, body)])
+        body = (
+            '{"type":"shared","message":{"type":"plan","calls":null},"path":["calls"],'
+            '"calls":[[7,"c1.0"]]}'
+        )
+        writer.append([(1.0, "event", '{"type":"Flush"}'), (2.0, "message", body)])
         writer.release()
         with pytest.raises(tl.StoreError, match="entry 2 of run 'r' refers to calls"):
             store.journal("r")
@@ -633,6 +637,13 @@ def test_a_shared_entry_referring_to_a_call_never_received_is_damage(tmp_path: P
 def test_a_shared_entry_that_is_not_one_is_refused(body: dict[str, Any]) -> None:
     with pytest.raises((TypeError, ValueError, KeyError, IndexError)):
         expand_shared(body, {1: {"_tool": "step"}})
+
+
+def test_a_shared_message_is_no_message_a_log_holds() -> None:
+    """So a tickloop from before SHARED messages, replaying one into its log, refuses it
+    as damage instead of resuming a run whose plan and solution went missing."""
+    with pytest.raises(ValueError, match="not 'shared'"):
+        ContextLog([]).append({"type": SHARED, "message": {}, "path": ["calls"], "calls": []})
 
 
 def test_the_solution_holds_the_very_calls_the_stream_closed_when_they_are_equal() -> None:

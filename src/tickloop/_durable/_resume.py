@@ -410,8 +410,8 @@ def shared_text(
     rows: dict[str, _Row],
     arrived: list[tuple[int, Any]],
 ) -> str | None:
-    """The body of a SHARED journal entry for a plan or solution message whose calls
-    are the calls journaled as they arrived, or None for any other message.
+    """The body of a SHARED message entry standing for a plan or solution message whose
+    calls are the calls journaled as they arrived, or None for any other message.
 
     A plan of a thousand calls would otherwise store every call three times over (its
     CallReceived entry, the solution message, the plan message): here the message is
@@ -465,7 +465,10 @@ def shared_text(
         rest = {**message, "solution": {**solution, "calls": None}}
     else:
         return None
-    return f'{{"message":{dumps_entry(rest)},"path":{path},"calls":[{",".join(parts)}]}}'
+    return (
+        f'{{"type":"{SHARED}","message":{dumps_entry(rest)},"path":{path},'
+        f'"calls":[{",".join(parts)}]}}'
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -594,7 +597,7 @@ class DurableRun:
             if text is None:
                 self._add(at, "message", message)
             else:
-                self._add_text(at, SHARED, text)
+                self._add_text(at, "message", text)
 
     def note(self, name: str, **data: Any) -> None:
         """Something replay does not need but the timeline does (retries, restarts...)."""

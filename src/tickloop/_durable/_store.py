@@ -110,15 +110,12 @@ CREATE TABLE decisions (
 # A journal row holding several entries, one commit's (`RunWriter.insert`). A store
 # written before it has one row per entry, which is read as it always was.
 BATCH = "batch"
-# A plan or solution message stored with references to the calls' CallReceived entries
-# instead of the calls (`_resume.shared_text`); read back as the message (`expand_shared`).
+_KINDS = {"event": ',"event",', "message": ',"message",', "note": ',"note",'}
+# The type of a message entry that stands for a plan or solution message, its calls
+# stored as references to their CallReceived entries (`_resume.shared_text`); read back
+# as that message (`expand_shared`). No message a log holds has it (`MESSAGE_TYPES`), so
+# an older tickloop replaying such an entry refuses it as damage instead of losing it.
 SHARED = "shared"
-_KINDS = {
-    "event": ',"event",',
-    "message": ',"message",',
-    "note": ',"note",',
-    SHARED: ',"shared",',
-}
 _INSERT_ENTRIES = (
     "INSERT INTO journal (run_id, seq, at, kind, body) SELECT ?1, ?2, ?3, ?4, ?5 "
     "WHERE NOT EXISTS (SELECT 1 FROM journal WHERE run_id = ?1 AND seq >= ?6)"
@@ -579,11 +576,9 @@ class SQLiteStore:
             "SELECT seq, at, kind, body FROM journal WHERE run_id = ? ORDER BY seq", (run_id,)
         ).fetchall()
         journal: list[tuple[int, float, str, Any]] = []
-        shared = False
         for seq, at, kind, body in rows:
             if kind != BATCH:
                 journal.append((seq, at, kind, _loads(body, self.path)))
-                shared = shared or kind == SHARED
                 continue
             entries = _loads(body, self.path)
             try:
@@ -592,26 +587,26 @@ class SQLiteStore:
                     if not isinstance(entry_kind, str) or entry_kind == BATCH:
                         raise TypeError(f"an entry of kind {entry_kind!r}")
                     journal.append((number, float(entry_at), entry_kind, entry))
-                    shared = shared or entry_kind == SHARED
             except (TypeError, ValueError) as error:
                 raise StoreError(
                     f"{self.path}: the store is damaged: journal entry {seq} of run "
                     f"{run_id!r} is not a list of entries ({error})"
                 ) from None
-        if shared:
-            self._expand_shared(journal, run_id)
+        self._expand_shared(journal, run_id)
         return journal
 
     def _expand_shared(self, journal: list[tuple[int, float, str, Any]], run_id: str) -> None:
-        """Read each SHARED entry back as the message it stands for, in place."""
+        """Read each SHARED message back as the message it stands for, in place."""
         received: dict[int, Any] = {}  # entry number -> the call it received
         for index, (number, at, kind, body) in enumerate(journal):
+            if type(body) is not dict:
+                continue
             if kind == "event":
-                if type(body) is dict and body.get("type") == "CallReceived":
+                if body.get("type") == "CallReceived":
                     received[number] = body.get("call")
-            elif kind == SHARED:
+            elif kind == "message" and body.get("type") == SHARED:
                 try:
-                    journal[index] = (number, at, "message", expand_shared(body, received))
+                    journal[index] = (number, at, kind, expand_shared(body, received))
                 except (TypeError, KeyError, ValueError, IndexError) as error:
                     raise StoreError(
                         f"{self.path}: the store is damaged: journal entry {number} of run "
@@ -923,8 +918,8 @@ _LEAN_SHAPE = tuple(name in USUALLY_NULL for name in ("run_id", *CALL_COLUMNS))
 
 
 def expand_shared(body: Any, received: Mapping[int, Any]) -> dict[str, Any]:
-    """The message a SHARED entry's body stands for (`_resume.shared_text`), its calls
-    taken from `received` (entry number -> the call of that CallReceived entry).
+    """The message a SHARED message stands for (`_resume.shared_text`), its calls taken
+    from `received` (entry number -> the call of that CallReceived entry).
 
     A call referred to is the received object itself, as the message held it when it
     was journaled; a wire (`[n, id]`) is a copy of it with its `_id`, as the scheduler
