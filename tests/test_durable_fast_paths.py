@@ -5,8 +5,8 @@ Each exists only for speed, so each is checked against the slower way it replace
 calls a scheduler really accepted, replaced, refused and redacted:
 
 * a CallReceived entry is built around its call's text, and the row of the call it is
-  accepted as takes that text with the `_id` added: the same texts as `dumps_entry` of
-  the entry and of the wire;
+  accepted as takes that text with the `_id` added: the same texts as `dumps_call` (a
+  call's JSON in ASCII) of the entry and of the wire;
 * whole `calls` rows are inserted with their NULLs written in the statement (one
   statement per set of NULL columns) instead of bound: the same rows, of the same SQLite
   types, as binding every value;
@@ -53,6 +53,7 @@ from tickloop._durable._resume import (
     DurableRun,
     _Row,
     _text,
+    dumps_call,
     dumps_entry,
     event_to_dict,
     shared_text,
@@ -109,14 +110,14 @@ _ARRIVAL_TEXT = _resume.arrival_text
 
 def _received_text(event: ReceiveCall) -> tuple[str, Any]:
     text, received = _RECEIVED_TEXT(event)
-    assert text == dumps_entry(event_to_dict(event))
+    assert text == dumps_call(event_to_dict(event))
     checked["received"] += 1
     return text, received
 
 
 def _accepted_text(wire: dict[str, Any], received: Any) -> str:
     text = _ACCEPTED_TEXT(wire, received)
-    assert text == dumps_entry(wire)
+    assert text == dumps_call(wire)
     checked["accepted"] += 1
     return text
 
@@ -124,7 +125,7 @@ def _accepted_text(wire: dict[str, Any], received: Any) -> str:
 def _arrival_text(wire: dict[str, Any], received: Any) -> str | None:
     text = _ARRIVAL_TEXT(wire, received)
     if text is not None:  # else `accepted_text` is asked (and checked)
-        assert text == dumps_entry(wire)
+        assert text == dumps_call(wire)
         checked["accepted"] += 1
     return text
 
@@ -134,7 +135,7 @@ def _drive(
 ) -> tuple[DurableRun, Scheduler]:
     """Run `calls` through a scheduler and a DurableRun; each approval is answered with
     the next replacement of `replace`. Every CallReceived entry and accepted call's row
-    text the fast paths make is checked against `dumps_entry`'s."""
+    text the fast paths make is checked against `dumps_call`'s."""
     result: list[tuple[DurableRun, Scheduler]] = []
 
     async def main() -> None:
@@ -221,7 +222,7 @@ def test_a_plan_refers_only_to_the_very_wires_the_scheduler_made_on_arrival(
         assert shared_text(other, durable._clean, durable.rows, durable._arrived) is None
 
 
-def test_a_received_call_with_a_lone_surrogate_is_journaled_as_dumps_entry_makes_it(
+def test_a_received_call_with_a_lone_surrogate_is_journaled_as_dumps_call_makes_it(
     tmp_path: Path,
 ) -> None:
     calls = [{"_tool": "step", "n": "\ud800", "_outputPath": "†state.a"}]
@@ -279,11 +280,11 @@ def test_redacting_a_value_to_store_it_is_the_general_walk(values: list[Any]) ->
     call=st.dictionaries(st.sampled_from(["_tool", "n", "_id", "é"]), _values, max_size=3),
     taken=st.booleans(),
 )
-def test_the_text_of_a_wire_made_on_arrival_is_dumps_entry_of_it(
+def test_the_text_of_a_wire_made_on_arrival_is_dumps_call_of_it(
     call: dict[str, Any], taken: bool
 ) -> None:
     """`arrival_text` trusts that the scheduler made the wire from the received call
-    (`new_call`): on every wire it makes, for any call, its text is `dumps_entry`'s (or
+    (`new_call`): on every wire it makes, for any call, its text is `dumps_call`'s (or
     None, and `accepted_text` is asked)."""
     event = ReceiveCall(call, "2026-01-01T00:00:00.000000Z")
     _, received = _RECEIVED_TEXT(event)
@@ -293,9 +294,9 @@ def test_the_text_of_a_wire_made_on_arrival_is_dumps_entry_of_it(
     if received is None:
         return  # the general path: no text to build on
     text = _ARRIVAL_TEXT(wire, received)
-    assert text is None or text == dumps_entry(wire)
+    assert text is None or text == dumps_call(wire)
     if "_id" not in call:
-        assert text == dumps_entry(wire)  # the common case is the fast one
+        assert text == dumps_call(wire)  # the common case is the fast one
 
 
 @settings(max_examples=300)
@@ -304,7 +305,7 @@ def test_the_text_of_a_wire_made_on_arrival_is_dumps_entry_of_it(
     how=st.sampled_from(["as received", "equal values", "reordered", "with an id"]),
     call_id=st.sampled_from(["c1.0", "é", 'a"b']),
 )
-def test_an_accepted_calls_text_is_dumps_entry_of_its_wire(
+def test_an_accepted_calls_text_is_dumps_call_of_its_wire(
     call: dict[str, Any], how: str, call_id: str
 ) -> None:
     """Only a wire that is exactly the received call plus its `_id` reuses the call's
@@ -322,8 +323,8 @@ def test_an_accepted_calls_text_is_dumps_entry_of_its_wire(
         call = {**call, "_id": "given"}
     wire["_id"] = call_id
     text, received = _RECEIVED_TEXT(ReceiveCall(call, "2026-01-01T00:00:00.000000Z"))
-    assert text == dumps_entry(event_to_dict(ReceiveCall(call, "2026-01-01T00:00:00.000000Z")))
-    assert _ACCEPTED_TEXT(wire, received) == dumps_entry(wire)
+    assert text == dumps_call(event_to_dict(ReceiveCall(call, "2026-01-01T00:00:00.000000Z")))
+    assert _ACCEPTED_TEXT(wire, received) == dumps_call(wire)
 
 
 _COLUMNS = ("run_id", *CALL_COLUMNS)
@@ -553,7 +554,7 @@ def test_a_runs_plan_and_solution_are_stored_once_and_read_back_as_the_log_held_
     # The stored text holds each call's text once: in its CallReceived entry.
     with sqlite3.connect(tmp_path / "runs.db") as connection:
         texts = "".join(body for (body,) in connection.execute("SELECT body FROM journal"))
-    assert texts.count('"_outputPath":"†state.b"') == 1
+    assert texts.count('"_outputPath":"\\u2020state.b"') == 1  # a call's text is ASCII
 
 
 @tl.tool(name="ask", requires_approval=True)

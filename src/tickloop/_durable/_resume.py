@@ -210,6 +210,21 @@ def dumps_entry(value: Any) -> str:
         raise StoreError(f"a value of this run cannot be stored as JSON: {error}") from error
 
 
+def dumps_call(value: Any) -> str:
+    """A call's JSON for the store (its CallReceived entry, its row), in ASCII.
+
+    Nearly every call holds a dagger (its `_outputPath`, its references), which would
+    make each text built from it a two-byte string in Python, and a UTF-8 encoding when
+    SQLite takes it: escaped, the text stays one byte a character, and a lone surrogate
+    needs no path of its own. A call is short, so its non-ASCII text costs little room
+    escaped; values (results, parameters) keep `dumps_entry`'s UTF-8.
+    """
+    try:
+        return "".join(_ENCODE_ASCII(value, 0))
+    except (TypeError, ValueError, RecursionError) as error:
+        raise StoreError(f"a value of this run cannot be stored as JSON: {error}") from error
+
+
 def new_run_id() -> str:
     return f"run-{uuid.uuid4().hex[:12]}"
 
@@ -304,22 +319,20 @@ _text = str.__str__
 
 
 def received_text(event: ReceiveCall) -> tuple[str, tuple[dict[str, Any], str] | None]:
-    """A CallReceived entry's JSON, the text `dumps_entry(event_to_dict(event))` makes,
+    """A CallReceived entry's JSON, the text `dumps_call(event_to_dict(event))` makes,
     built around the call's own text; and the call with that text, for the row of the
     call it is accepted as (`accepted_text`), or None."""
     call, date = event.call, event.date
     if type(call) is dict and type(date) is str:
         try:
-            call_text = "".join(_ENCODE(call, 0))
+            call_text = "".join(_ENCODE_ASCII(call, 0))
         except (TypeError, ValueError, RecursionError):
-            call_text = None  # dumps_entry says why
-        if call_text is not None:
-            date_text = encode_basestring(date)
-            # A lone surrogate makes dumps_entry escape the whole entry: its path.
-            if not has_surrogate(call_text) and not has_surrogate(date_text):
-                text = f'{{"type":"CallReceived","call":{call_text},"date":{date_text}}}'
-                return text, (call, call_text)
-    return dumps_entry(event_to_dict(event)), None
+            pass  # dumps_call says why
+        else:
+            date_text = encode_basestring_ascii(date)
+            text = f'{{"type":"CallReceived","call":{call_text},"date":{date_text}}}'
+            return text, (call, call_text)
+    return dumps_call(event_to_dict(event)), None
 
 
 _BIG = 10**100  # ints beyond it take the general path (too long to write: a StoreError)
@@ -365,7 +378,7 @@ def accepted_text(wire: dict[str, Any], received: tuple[dict[str, Any], str] | N
 
     The wire is the call as received with its `_id` added last; when it is exactly that
     (the same keys in the same order, the very same values), its text is the received
-    call's text with the `_id` member added, which `dumps_entry(wire)` would make too;
+    call's text with the `_id` member added, which `dumps_call(wire)` would make too;
     otherwise it is encoded."""
     if received is not None:
         call, call_text = received
@@ -377,12 +390,11 @@ def accepted_text(wire: dict[str, Any], received: tuple[dict[str, Any], str] | N
             and all(map(operator.is_, call.values(), wire.values()))
             and all(map(operator.eq, call, wire))
         ):
-            id_text = encode_basestring(call_id)
-            if not has_surrogate(id_text):
-                if len(call) == 0:
-                    return f'{{"_id":{id_text}}}'
-                return f'{call_text[:-1]},"_id":{id_text}}}'
-    return dumps_entry(wire)
+            id_text = encode_basestring_ascii(call_id)
+            if len(call) == 0:
+                return f'{{"_id":{id_text}}}'
+            return f'{call_text[:-1]},"_id":{id_text}}}'
+    return dumps_call(wire)
 
 
 def arrival_text(wire: dict[str, Any], received: tuple[dict[str, Any], str]) -> str | None:
@@ -392,15 +404,13 @@ def arrival_text(wire: dict[str, Any], received: tuple[dict[str, Any], str]) -> 
     so when the call had no `_id` it is the call plus its `_id` last, and nothing else:
     its text is the call's with the `_id` member added, without comparing the two member
     by member as `accepted_text` must for any wire. None otherwise (an `_id` of the
-    model's, a lone surrogate in the id): `accepted_text` then says.
+    model's): `accepted_text` then says.
     """
     call, call_text = received
-    if "_id" in call or len(wire) != len(call) + 1:
-        return None
     call_id = wire["_id"]
-    id_text = encode_basestring(call_id) if type(call_id) is str else None
-    if id_text is None or has_surrogate(id_text):
+    if "_id" in call or len(wire) != len(call) + 1 or type(call_id) is not str:
         return None
+    id_text = encode_basestring_ascii(call_id)
     return f'{{"_id":{id_text}}}' if not call else f'{call_text[:-1]},"_id":{id_text}}}'
 
 
@@ -440,11 +450,10 @@ def shared_text(
                 parts.append(f"[{dumps_entry(call)}]")
                 continue
             number = kept[1]
-            id_text = encode_basestring(call_id) if number is not None else None
-            if id_text is None or has_surrogate(id_text):
+            if number is None:
                 parts.append(f"[{rows[call_id].call}]")  # its row's text: the very wire's
             else:
-                parts.append(f"[{number},{id_text}]")
+                parts.append(f"[{number},{encode_basestring_ascii(call_id)}]")
         rest: dict[str, Any] = {"type": "plan", "calls": None}
     elif kind == "solution" and arrived:
         solution: Any = message.get("solution")
@@ -796,7 +805,7 @@ class DurableRun:
             row.call = accepted_text(call, received) if text is None else text
             self._clean[action.id] = (call, self._received_number)
         else:
-            row.call = dumps_entry(shared)
+            row.call = dumps_call(shared)
         self._accepted.append(action.id)  # filed only if `_declared` or `_by_tool` is asked
         return row
 
@@ -807,7 +816,7 @@ class DurableRun:
             call = event.call if isinstance(event, ReceiveCall) else None
             tool = call.get("_tool") if isinstance(call, dict) else None
             row = self._new_row(action.id, tool if isinstance(tool, str) else None, at)
-            row.call = dumps_entry(self.redact.shared(call))
+            row.call = dumps_call(self.redact.shared(call))
         row.status, row.finished = action.status, at
         row.error = None if action.error is None else dumps_entry(self.redact.shared(action.error))
         if row.deps is None and action.status in ("invalid", "skipped"):
@@ -847,7 +856,7 @@ class DurableRun:
             if isinstance(action.decision, Replace):
                 wire = action.decision.call
                 shared = self.redact.shared(wire)
-                row.call = dumps_entry(shared)
+                row.call = dumps_call(shared)
                 if shared is wire:
                     self._clean[action.id] = (wire, None)
                 else:
