@@ -229,6 +229,35 @@ def test_the_store_probe_runs_each_part_out_and_puts_it_back() -> None:
     assert main(["--calls", "10", "--repeat", "1", "--samples", "1"]) == 0
 
 
+def test_the_store_counts_run_each_setting_to_the_end(tmp_path: Path) -> None:
+    """benchmarks/count_store.py: every setting feeds the whole plan (here 30 calls); the
+    ones with a store journal every call, and the last one stores a row for each."""
+    import trio
+    from benchmarks.count_store import SETTINGS, main, run_once
+
+    import tickloop as tl
+
+    async def each_setting() -> None:
+        with tl.SQLiteStore(tmp_path / "runs.db") as store:
+            for setting in SETTINGS:
+                run_once(setting, store, setting, 30)
+            assert len(store.calls("store")) == 30
+            assert all(call.status == "done" for call in store.calls("store"))
+            assert store.calls("durable") == []  # its SQL left out
+
+    trio.run(each_setting)
+    assert main(["--runs", "1", "--calls", "10"]) == 0
+
+
+def test_the_ab_comparison_measures_each_tree_in_its_own_process() -> None:
+    """benchmarks/ab_store.py: one round of a tiny `bench_store` per tree."""
+    from benchmarks.ab_store import compare
+
+    results = compare([ROOT, ROOT], rounds=1, calls=10, repeat=1)
+    ((off, on),) = results[ROOT][:1]
+    assert off > 0 and on > 0
+
+
 def test_the_import_benchmark_runs_at_a_tiny_repeat() -> None:
     """benchmarks/bench_import.py (issue 11): both rows are measured; only the first is
     judged, against 1.5x `import trio` (its figure belongs to docs/benchmarks.md)."""
