@@ -502,9 +502,31 @@ def test_a_commits_entries_share_one_row_that_reads_back_as_they_were(
     store.close()
     if len(entries) > 1:  # the text the entries made before they were joined in one pass
         kinds = {"event": '"event"', "message": '"message"', "note": '"note"'}
-        assert body == "[" + ",".join(f"[{t!r},{kinds[k]},{b}]" for t, k, b in entries) + "]"
+        assert body == "[" + ",".join(f'["{t.hex()}",{kinds[k]},{b}]' for t, k, b in entries) + "]"
     assert journal == [
         (number, at, kind, json.loads(text)) for number, (at, kind, text) in enumerate(entries, 1)
+    ]
+
+
+def test_a_batch_written_with_numbers_for_its_times_reads_as_it_did(tmp_path: Path) -> None:
+    """A store an earlier tickloop wrote holds its entries' times as JSON numbers; this
+    one writes their hex form, and reads both."""
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        writer = create_run(store, "r", "solution")
+        writer.append([(1795607862.8484273, "note", '{"note":"a"}'), (0.1, "note", "{}")])
+        writer.release()
+        with store.connect() as connection:
+            connection.execute(
+                "INSERT INTO journal (run_id, seq, at, kind, body) VALUES ('r', 4, 2.25, "
+                '\'batch\', \'[[1795607862.8484273,"note",{"note":"b"}],[2.25,"note",{}]]\')'
+            )
+            connection.commit()
+        journal = store.journal("r")
+    assert [(number, at) for number, at, _, _ in journal] == [
+        (1, 1795607862.8484273),
+        (2, 0.1),
+        (3, 1795607862.8484273),
+        (4, 2.25),
     ]
 
 
