@@ -185,6 +185,11 @@ def test_a_ready_call_names_the_calls_it_waited_on_as_it_became_ready() -> None:
     actions = scheduler.handle(FinishCall("c1.2", value=1))
     actions += scheduler.handle(FinishCall("c1.3", value=2))
     assert not any(isinstance(a, NoteReady) for a in actions)
+    # A later reader of a path two calls wrote names both, in arrival order; one of a
+    # path written once names that writer.
+    later = receive(scheduler, call("†state.a"), call("†state.r"))
+    readies = {a.id: list(a.waits_on) for a in later if isinstance(a, NoteReady)}
+    assert readies == {"c1.6": ["c1.0", "c1.3"], "c1.7": ["c1.2"]}
 
 
 def test_an_or_reference_does_not_fall_back_before_the_stream_closes() -> None:

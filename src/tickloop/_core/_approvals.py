@@ -85,6 +85,15 @@ def waited_on(
     depends on. Asked when it becomes ready (`NoteReady.waits_on`), so a later write of
     the same path is not counted; the scheduler knows this already, so an observer that
     draws the arrows (the store's rows) need not keep an index of writes of its own."""
+    tool = call.tool
+    if len(call.references) == 1 and not tool.dependency_references and not tool.dependency_tools:
+        terms = call.references[0].expression.terms
+        if len(terms) == 1:  # most readers read one path: no set of their own to build
+            writers = written.ids_overlapping(terms[0])
+            if len(writers) == 1:
+                return [] if call.id in writers else list(writers)
+            if not writers:
+                return []
     found: set[str] = set()
     for _, expression in call.expressions():
         for term in expression.terms:
