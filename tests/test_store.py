@@ -462,6 +462,42 @@ def test_a_journal_written_one_row_per_entry_still_reads_and_resumes(tmp_path: P
     assert [seq for seq, *_ in after] == list(range(1, len(after) + 1))
 
 
+def test_a_new_stores_journal_keeps_its_large_rows_in_a_rowid_table(tmp_path: Path) -> None:
+    """A commit's entries are one row of several KB: in a rowid table that row goes in
+    its own pages, while the key (run, number) stays in a small index; a `WITHOUT
+    ROWID` table (stores made before) keeps the whole row in its key's b-tree."""
+    db = tmp_path / "runs.db"
+    assert _paused(db).run({}, run_id="r").status == "paused"
+    with sqlite3.connect(db) as connection:
+        assert connection.execute("SELECT count(rowid) FROM journal").fetchone()[0] > 0
+        (sql,) = connection.execute("SELECT sql FROM sqlite_master WHERE name = 'journal'")
+    assert "WITHOUT ROWID" not in sql[0]
+
+
+def test_a_store_whose_journal_is_without_rowid_runs_and_resumes_as_before(
+    tmp_path: Path,
+) -> None:
+    """A store made before the journal became a rowid table: the same columns and key,
+    so the same statements read and write it."""
+    from tickloop._durable._store import _SCHEMA, SCHEMA_VERSION
+
+    db = tmp_path / "runs.db"
+    old = _SCHEMA.replace(
+        "PRIMARY KEY (run_id, seq)\n);", "PRIMARY KEY (run_id, seq)\n) WITHOUT ROWID;"
+    )
+    assert old != _SCHEMA
+    with sqlite3.connect(db) as connection:
+        connection.executescript(old)
+        connection.execute("INSERT INTO tickloop_schema (version) VALUES (?)", (SCHEMA_VERSION,))
+    agent = _paused(db)
+    assert agent.run({}, run_id="r").status == "paused"
+    result = agent.resume("r", decisions={"p": tl.Approve()})
+    assert (result.status, result.output) == ("done", 3)
+    with sqlite3.connect(db) as connection:
+        (sql,) = connection.execute("SELECT sql FROM sqlite_master WHERE name = 'journal'")
+    assert "WITHOUT ROWID" in sql[0]
+
+
 def test_a_second_writer_of_a_run_is_refused_even_where_rows_hold_several_entries(
     tmp_path: Path,
 ) -> None:

@@ -75,14 +75,14 @@ CREATE TABLE runs (
     error    TEXT,                  -- why a failed run stopped
     rows_seq INTEGER                -- the journal entry its calls rows reflect (NULL: all)
 );
-CREATE TABLE journal (
+CREATE TABLE journal (           -- a rowid table: its rows (a commit's entries) are large
     run_id TEXT NOT NULL,
     seq    INTEGER NOT NULL,        -- one sequence per run: replay order
     at     REAL NOT NULL,           -- run clock, seconds since the epoch
-    kind   TEXT NOT NULL,           -- event, message or note
+    kind   TEXT NOT NULL,           -- event, message, note or batch
     body   TEXT NOT NULL,           -- JSON
     PRIMARY KEY (run_id, seq)
-) WITHOUT ROWID;
+);
 CREATE TABLE calls (
     run_id    TEXT NOT NULL,
     call_id   TEXT NOT NULL,
