@@ -310,7 +310,7 @@ _text = str.__str__
 def received_text(event: ReceiveCall) -> tuple[str, tuple[dict[str, Any], str] | None]:
     """A CallReceived entry's JSON, the text `dumps_call(event_to_dict(event))` makes,
     built around the call's own text; and the call with that text, for the row of the
-    call it is accepted as (`accepted_text`), or None."""
+    call it is accepted as (`arrival_text`), or None."""
     call, date = event.call, event.date
     if type(call) is dict and type(date) is str:
         try:
@@ -362,38 +362,14 @@ def deps_text(waits: Sequence[str]) -> str:
     return dumps_entry(list(waits))
 
 
-def accepted_text(wire: dict[str, Any], received: tuple[dict[str, Any], str] | None) -> str:
-    """The JSON of an accepted call's wire (unredacted: nothing in it is secret).
-
-    The wire is the call as received with its `_id` added last; when it is exactly that
-    (the same keys in the same order, the very same values), its text is the received
-    call's text with the `_id` member added, which `dumps_call(wire)` would make too;
-    otherwise it is encoded."""
-    if received is not None:
-        call, call_text = received
-        call_id = wire.get("_id")
-        if (
-            len(wire) == len(call) + 1
-            and type(call_id) is str
-            and "_id" not in call
-            and all(map(operator.is_, call.values(), wire.values()))
-            and all(map(operator.eq, call, wire))
-        ):
-            id_text = encode_basestring_ascii(call_id)
-            if len(call) == 0:
-                return f'{{"_id":{id_text}}}'
-            return f'{call_text[:-1]},"_id":{id_text}}}'
-    return dumps_call(wire)
-
-
 def arrival_text(wire: dict[str, Any], received: tuple[dict[str, Any], str]) -> str | None:
-    """`accepted_text` of the wire the scheduler made on a call's arrival, or None.
+    """`dumps_call(wire)` of the wire the scheduler made on a call's arrival, built from
+    the received call's text; None when it cannot be (`dumps_call` then encodes it).
 
     That wire is the received call copied with its `_id` set (`_core._arrival.new_call`),
     so when the call had no `_id` it is the call plus its `_id` last, and nothing else:
     its text is the call's with the `_id` member added, without comparing the two member
-    by member as `accepted_text` must for any wire. None otherwise (an `_id` of the
-    model's): `accepted_text` then says.
+    by member. None otherwise (an `_id` of the model's).
     """
     call, call_text = received
     call_id = wire["_id"]
@@ -564,7 +540,7 @@ class DurableRun:
 
     def record(self, event: Event, actions: list[Action]) -> None:
         """The engine's journal hook: called after the scheduler, before any action."""
-        at = self.wall0 + (self._clock.current_time() - self.trio0)  # `now`, inline
+        at = self.now()
         # A call started (or asked about) by this event may act once this entry, the
         # next one recorded, is committed (`commit(call_id)`); `_track` marks it so.
         if type(event) is ReceiveCall:
@@ -791,7 +767,7 @@ class DurableRun:
         if shared is call:
             received = self._received
             text = None if received is None else arrival_text(call, received)
-            row.call = accepted_text(call, received) if text is None else text
+            row.call = dumps_call(call) if text is None else text
             self._clean[action.id] = (call, self._received_number)
         else:
             row.call = dumps_call(shared)
