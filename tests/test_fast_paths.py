@@ -5,7 +5,9 @@ Each exists only for speed, so each is checked against the slower way it replace
 * `PathIndex` (pruned on removal, `deferred` filing) against a plain list of its entries;
 * a scheduler that makes no `Note...` actions (`notes=False`, for a driver with no
   observer and no journal) against one that does: the same work actions, in the same
-  order, the same records and the same log, whatever order the calls finish in;
+  order, the same records and the same log, whatever order the calls finish in; and one
+  that makes no `NoteMessage` (`messages=False`, for a journal or a run's event sink,
+  which read none) against one that makes them all;
 * `SolutionStream` reading a whole call in one step (a chunk that holds it all) against
   the character automaton (one character per chunk): the same calls, the same outcome,
   for solutions and for text that is not quite JSON (NaN, duplicate keys, cut off);
@@ -57,6 +59,7 @@ from tickloop._core._status import CallStatus, Statuses
 from tickloop._core._tools import ToolSet
 from tickloop._engine import _engine
 from tickloop._json._stream import SolutionStream
+from tickloop._observe._events import EventSink
 
 # -- PathIndex ----------------------------------------------------------------------------
 
@@ -198,17 +201,20 @@ def _unshared(*_: Any) -> None:
     """`share_parsed` that shares nothing: every call keeps its own parses."""
 
 
-@pytest.mark.parametrize("variant", ["notes", "sharing"])
+@pytest.mark.parametrize("variant", ["notes", "messages", "sharing"])
 @settings(max_examples=200)
 @given(calls=_plans(), order=st.randoms(use_true_random=False), failing=st.sets(_ids))
 def test_a_scheduler_without_notes_does_the_same_work(
     variant: str, calls: list[dict[str, Any]], order: random.Random, failing: set[str]
 ) -> None:
     """`notes`: a scheduler that makes no facts does the same work as one that does.
-    `sharing`: one whose calls share equal parsed expressions (`_sharing`) does exactly
-    what one does whose calls each keep their own."""
+    `messages`: one that makes every fact but `NoteMessage` (a journal's) makes the same
+    others in the same order. `sharing`: one whose calls share equal parsed expressions
+    (`_sharing`) does exactly what one does whose calls each keep their own."""
     with_notes = Scheduler(_TOOLS, ContextLog(), notes=True)
-    without = Scheduler(_TOOLS, ContextLog(), notes=variant == "sharing")
+    without = Scheduler(
+        _TOOLS, ContextLog(), notes=variant != "notes", messages=variant != "messages"
+    )
     running: list[StartCall] = []
     asking: list[AskApproval] = []
 
@@ -217,6 +223,9 @@ def test_a_scheduler_without_notes_does_the_same_work(
         if variant == "notes":
             bare = without.handle(event)
             assert _work(noted) == bare
+        elif variant == "messages":
+            bare = without.handle(event)
+            assert [action for action in noted if not isinstance(action, NoteMessage)] == bare
         else:
             with patch("tickloop._core._scheduler.share_parsed", _unshared):
                 bare = without.handle(event)
@@ -233,6 +242,24 @@ def test_a_scheduler_without_notes_does_the_same_work(
     assert _as_data(with_notes.records) == _as_data(without.records)
     assert with_notes.log.messages == without.log.messages
     assert not with_notes.tick_active and not without.tick_active
+
+
+def test_only_a_listener_that_reads_messages_is_handed_them() -> None:
+    """A journal and an event sink read no `NoteMessage` (every write is at a path its
+    call declared; a message is the log's, not an event): a driver with only those makes
+    none. A listener of its own is handed every action, as before."""
+    sink = EventSink("r", tl.Redactor(), [lambda event: None])
+    journal = mock.Mock()  # record and commit: what a driver asks of a journal
+
+    def made(**options: Any) -> tuple[bool, bool]:
+        engine = _engine.Engine(ToolSet([put]), ContextLog(), **options)
+        return engine.scheduler.notes, engine.scheduler.messages
+
+    assert made() == (False, False)
+    assert made(journal=journal) == (True, False)
+    assert made(on_action=sink) == (True, False)
+    assert made(on_action=sink, journal=journal) == (True, False)
+    assert made(on_action=lambda action: None) == (True, True)
 
 
 # -- the solution stream, whole chunks against single characters --------------------------

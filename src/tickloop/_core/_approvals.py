@@ -86,7 +86,11 @@ def waited_on(
     the same path is not counted; the scheduler knows this already, so an observer that
     draws the arrows (the store's rows) need not keep an index of writes of its own."""
     tool = call.tool
-    if len(call.references) == 1 and not tool.dependency_references and not tool.dependency_tools:
+    if tool.dependency_references or tool.dependency_tools:
+        pass  # the general walk below
+    elif not call.references:  # its parameters are all literal: it waited on nothing
+        return []
+    elif len(call.references) == 1:
         terms = call.references[0].expression.terms
         if len(terms) == 1:  # most readers read one path: no set of their own to build
             writers = written.ids_overlapping(terms[0])

@@ -106,6 +106,9 @@ class SchedulerDriver:
             run_id=run_id,
             notes=journal is not None
             or (on_action is not None and getattr(on_action, "wants_notes", True)),
+            # A journal needs no `NoteMessage` (every write is at a path its call
+            # declared); nor does a listener that says so (`wants_messages`).
+            messages=on_action is not None and getattr(on_action, "wants_messages", True),
             arrows=journal is not None,  # the store's rows draw whom each call waited on
         )
         self._approve = approve

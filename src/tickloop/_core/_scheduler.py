@@ -117,6 +117,7 @@ class Scheduler:
         max_concurrency: int | None = None,
         run_id: str | None = None,
         notes: bool = True,
+        messages: bool = True,
         arrows: bool = False,
     ) -> None:
         self.tools = tools
@@ -125,6 +126,7 @@ class Scheduler:
         # and no journal to hand them to. The work to do (`StartCall`, `AskApproval`) and
         # `NoteTickEnded` are returned either way, in the same order.
         self.notes = notes
+        self.messages = notes and messages  # `NoteMessage`: a journal reads none (its paths)
         self.arrows = arrows  # fill `NoteReady.waits_on`: only the store's rows read it
         self.log = log
         self.max_concurrency = max_concurrency
@@ -591,7 +593,7 @@ class Scheduler:
                 self._settle(call, S.FAILED, {"type": "runtime", "message": str(problem)})
                 return
             for term, message in zip(written, messages, strict=True):
-                if self.notes:
+                if self.messages:
                     self._actions.append(NoteMessage(message))
                 self._written.add_spelled(message["_path"], call.id, 1)  # text, not the Term
                 if self._waiters.size:
@@ -694,7 +696,7 @@ class Scheduler:
         errors, self._errors = self._errors, []
         for message in errors:
             self.log.append(message)
-            if self.notes:
+            if self.messages:
                 self._emit(NoteMessage(message))
         return errors
 

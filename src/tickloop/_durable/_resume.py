@@ -56,7 +56,6 @@ from .._core._expressions import (
     find_references,
     is_reference,
     parse_expression,
-    parse_term,
 )
 from .._core._log import ContextLog, has_surrogate
 from .._core._path_index import PathIndex as _PathIndex
@@ -477,15 +476,14 @@ class DurableRun:
         self._arrived: list[tuple[int, Any]] = []
         self._numbered = writer.seq  # entries in the journal before this process's first
         self.ready_params: dict[str, Any] = {}  # so a start need not serialise them again
-        # Which call wrote, or said it would write, which path: the arrows of a call
-        # settled without being ready (its writer was denied...). A ready call's arrows
-        # come from the scheduler (`NoteReady.waits_on`), so these are only read for such
-        # a call, and built then from the (path, call id) pairs recorded since.
-        self.written = _PathIndex()
+        # Which call said it would write which path: the arrows of a call settled without
+        # being ready (its writer was denied...). A ready call's arrows come from the
+        # scheduler (`NoteReady.waits_on`), so this is only read for such a call, and
+        # built then from the calls accepted since. Every write is at a path its call
+        # said it would write (its `_outputPath`, as its wire is now), so the calls that
+        # wrote what such a call reads are among these: no index of writes is kept.
         self.declared = _PathIndex()
-        # The log messages of writes not filed in `written` yet; the calls accepted, in
-        # order, and how many of them `declared` and `by_tool` have filed.
-        self._unwritten: list[dict[str, Any]] = []
+        # The calls accepted, in order, and how many `declared` and `by_tool` have filed.
         self._accepted: list[str] = []
         self._declared_upto = self._by_tool_upto = 0
         self.by_tool: dict[tuple[int, str], list[str]] = {}
@@ -746,9 +744,6 @@ class DurableRun:
         if self._dirty_since is None and (dirty or settled):
             self._dirty_since = self._clock.current_time()
 
-    def _on_message(self, action: NoteMessage, event: Event, at: float) -> None:
-        self._unwritten.append(action.message)  # read only if `_written` is asked
-
     def _on_tick_ended(self, action: NoteTickEnded, event: Event, at: float) -> None:
         self._checkpoint = True  # a pause, or what the next request is made from
 
@@ -847,15 +842,6 @@ class DurableRun:
         self.rows[call_id] = row
         return row
 
-    def _written(self) -> _PathIndex:
-        """Which call wrote which path, every write so far."""
-        for message in self._unwritten:
-            path, call = message.get("_path"), message.get("_call")
-            if isinstance(path, str) and isinstance(call, dict) and "_id" in call:
-                self.written.add(parse_term(path), call["_id"])
-        self._unwritten.clear()
-        return self.written
-
     def _declared(self) -> _PathIndex:
         """Which call said it would write which path, every call accepted so far (as its
         wire is now: a replacement's path, not the one it replaced)."""
@@ -885,8 +871,9 @@ class DurableRun:
         return self.by_tool
 
     def _dependencies(self, call_id: str, row: _Row, accepted: bool) -> list[str]:
-        """What a call settled without being ready waited on: the calls that wrote what
-        it reads, or said they would (and ended without writing), and, for a tool's
+        """What a call settled without being ready waited on: the calls that said they
+        would write what it reads (those that wrote it, and those that ended without
+        writing), and, for a tool's
         `depends_on`, the earlier calls of that tool. A call refused on arrival waited
         on nothing."""
         found: set[str] = set()
@@ -917,10 +904,9 @@ class DurableRun:
                     if self.rows[earlier].seq < row.seq:
                         found.add(earlier)
         if terms:
-            written, promised = self._written(), self._declared()
+            declared = self._declared()
             for term in terms:
-                found.update(written.ids_overlapping(term))
-                found.update(promised.ids_overlapping(term))
+                found.update(declared.ids_overlapping(term))
         found.discard(call_id)
         if len(found) < 2:
             return list(found)
@@ -1028,7 +1014,7 @@ class DurableRun:
 
 _Handler = Callable[[DurableRun, Any, Event, float], _Row | None]
 _HANDLERS: dict[type, _Handler | None] = {
-    NoteMessage: DurableRun._on_message,
+    NoteMessage: None,  # a write: at a path its call declared (`_declared`)
     AskApproval: DurableRun._on_ask,
     NoteAccepted: DurableRun._on_accepted,
     NoteSettled: DurableRun._on_settled,  # _ON_SETTLED

@@ -322,6 +322,10 @@ class EventSink:
         self._started: dict[str, float] = {}
         self.listener_errors = 0
 
+    # A message appended to the log is the log's, not a call's transition: no event is
+    # made of a `NoteMessage` (`_translate`), so a driver may skip making them.
+    wants_messages = False
+
     @property
     def wants_notes(self) -> bool:
         """Whether the scheduler's facts (`Note...` actions) can become events here: not
