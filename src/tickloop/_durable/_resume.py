@@ -382,7 +382,7 @@ def shared_text(
     message: dict[str, Any],
     clean: dict[str, tuple[Any, int | None]],
     rows: dict[str, _Row],
-    arrived: list[tuple[int, Any]],
+    arrived: tuple[list[int], list[Any]],
 ) -> str | None:
     """The body of a SHARED message entry standing for a plan or solution message whose
     calls are the calls journaled as they arrived, or None for any other message.
@@ -394,7 +394,8 @@ def shared_text(
     `n`; `[n, id]`, that call with `_id` set to `id` (a plan's wire, as the scheduler made
     it on arrival); `[value]`, the value itself. `_store.expand_shared` puts them back.
     Only the very objects are referenced (the wire the scheduler made from the received
-    call, `clean`; the call handed on, `arrived`, which the solution holds), so the
+    call, `clean`; the calls handed on, `arrived`: their entries' numbers and the calls,
+    which the solution holds), so the
     message read back is the one journaled. A plan's wire replaced by a reviewer is its
     row's text (encoded once, when it was decided). None for any other message, for a
     plan of no calls, and for a solution none of whose calls is shared.
@@ -419,22 +420,26 @@ def shared_text(
             else:
                 parts.append(f"[{number},{encode_basestring_ascii(call_id)}]")
         rest: dict[str, Any] = {"type": "plan", "calls": None}
-    elif kind == "solution" and arrived:
+    elif kind == "solution" and arrived[1]:
         solution: Any = message.get("solution")
         calls = solution.get("calls") if type(solution) is dict else None
         if type(calls) is not list:
             return None
         path = '["solution","calls"]'
-        numbers = {id(call): number for number, call in arrived}
-        for call in calls:
-            number = numbers.get(id(call))
-            if number is None:
-                parts.append(f"[{dumps_entry(call)}]")
-            else:
-                parts.append(int.__repr__(number))
-                shared = True
-        if not shared:
-            return None
+        numbers, handed = arrived
+        if len(calls) == len(handed) and all(map(operator.is_, calls, handed)):
+            parts = list(map(int.__repr__, numbers))  # every call, in order: most solutions
+        else:
+            by_id = {id(call): number for number, call in zip(numbers, handed, strict=True)}
+            for call in calls:
+                number = by_id.get(id(call))
+                if number is None:
+                    parts.append(f"[{dumps_entry(call)}]")
+                else:
+                    parts.append(int.__repr__(number))
+                    shared = True
+            if not shared:
+                return None
         rest = {**message, "solution": {**solution, "calls": None}}
     else:
         return None
@@ -471,9 +476,9 @@ class DurableRun:
         # the number its entry will have.
         self._received: tuple[dict[str, Any], str] | None = None
         self._received_number: int | None = None
-        # This iteration's calls journaled with their text, (entry number, call): the
-        # solution message refers to them (`shared_text`).
-        self._arrived: list[tuple[int, Any]] = []
+        # This iteration's calls journaled with their text, their entries' numbers and
+        # the calls: the solution message refers to them (`shared_text`).
+        self._arrived: tuple[list[int], list[Any]] = ([], [])
         self._numbered = writer.seq  # entries in the journal before this process's first
         self.ready_params: dict[str, Any] = {}  # so a start need not serialise them again
         # Which call said it would write which path: the arrows of a call settled without
@@ -487,12 +492,14 @@ class DurableRun:
         self._accepted: list[str] = []
         self._declared_upto = self._by_tool_upto = 0
         self.by_tool: dict[tuple[int, str], list[str]] = {}
-        self.running: dict[str, StartCall] = {}  # started, not finished
+        # Followed on replay only, and read right after it (`reopen`, a tools run's
+        # recovery): the calls started and not finished; the `_id`s (None for a fault of
+        # the iteration itself) of the calls handed to the current tick, what a tools
+        # run's recovery must not hand over twice.
+        self.running: dict[str, StartCall] = {}
+        self.handed: set[str | None] = set()
         self.asking: PendingCall | None = None
         self.iteration = 0
-        # The `_id`s (None for a fault of the iteration itself) of the calls handed to the
-        # current tick: what a tools run's recovery must not hand over twice.
-        self.handed: set[str | None] = set()
         self.solutions: set[int] = set()
         self.plan_due = False
         self.verdicts: dict[int, Any] = {}  # iteration -> accepted output (None: none)
@@ -553,7 +560,9 @@ class DurableRun:
                 self._received = self._received_number = None
             self._add_text(at, "event", text)
             if received is not None:
-                self._arrived.append((number, event.call))
+                numbers, calls = self._arrived
+                numbers.append(number)
+                calls.append(event.call)
             return
         self._track(event, actions, at, self._added + 1)
         if type(event) is FinishCall:
@@ -708,16 +717,18 @@ class DurableRun:
         if type(event) is FinishCall:
             # Not running any more, even while its write is held (PROTOCOL §4): the
             # journaled result is replayed and applied in plan order, never run again.
-            self.running.pop(event.call_id, None)
+            if not mark:
+                self.running.pop(event.call_id, None)
         elif type(event) is ReceiveCall or type(event) is ReportFault:
-            call = event.call
-            handed = call.get("_id") if isinstance(call, dict) else None
-            self.handed.add(handed if isinstance(handed, str) else None)
+            if not mark:  # `handed` is replay's
+                call = event.call
+                handed = call.get("_id") if isinstance(call, dict) else None
+                self.handed.add(handed if isinstance(handed, str) else None)
         elif isinstance(event, OpenTick):
             self.iteration = event.iteration
             self.plan_due = False
             self._clean = {}  # the plan of the iteration before is journaled already
-            self._arrived = []
+            self._arrived = ([], [])
             self.handed = set()
         elif isinstance(event, CloseStream):
             self.plan_due = True
@@ -785,7 +796,8 @@ class DurableRun:
             found = self._dependencies(action.id, row, accepted)
             if found:
                 row.deps = dumps_entry(found)
-        self.running.pop(action.id, None)
+        if not self._mark:
+            self.running.pop(action.id, None)
         self.ready_params.pop(action.id, None)
         return row
 
@@ -831,10 +843,11 @@ class DurableRun:
         row = self.rows.get(action.id)
         if row is None:
             return None
+        if not self._mark:
+            self.running[action.id] = action  # replay's
         row.status, row.started = CallStatus.RUNNING, at
         if action.params is not self.ready_params.pop(action.id, None):  # edited
             row.params = dumps_entry(self.redact.shared(action.params))
-        self.running[action.id] = action
         return row
 
     def _new_row(self, call_id: str, tool: str | None, at: float) -> _Row:
