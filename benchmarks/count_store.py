@@ -52,13 +52,14 @@ def run_once(setting: str, store: SQLiteStore, run_id: str, calls: int) -> None:
     """The plan through a scheduler (and a DurableRun) in one setting; call in trio."""
     tools = ToolSet([bench_store.step])
     notes = setting != "scheduler"
-    scheduler = Scheduler(tools, ContextLog([]), notes=notes, arrows=notes and setting != "notes")
+    scheduler = Scheduler(  # as a driver with a journal makes it (no `NoteMessage`)
+        tools, ContextLog([]), notes=notes, messages=False, arrows=notes and setting != "notes"
+    )
     durable: DurableRun | None = None
     if setting in ("durable", "store"):
         writer = create_run(store, run_id, "solution")
         redact = Redactor()
         durable = DurableRun(writer, tools, redact, EventSink(run_id, redact))
-        durable.follow(scheduler.records)
         if setting == "durable":
             writer.append = lambda *args, **options: None  # type: ignore[method-assign]
 
@@ -132,8 +133,11 @@ def instructions(setting: str, runs: int, calls: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.count_store", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.count_store",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--valgrind", action="store_true", help="count instructions (callgrind)")
     p.add_argument("--setting", choices=SETTINGS, help="run one setting (what --valgrind runs)")
     p.add_argument("--runs", type=int, default=6)

@@ -381,7 +381,6 @@ def test_the_entry_that_starts_or_asks_about_a_call_is_committed_before_it_may_a
         redact = Redactor()
         durable = DurableRun(writer, tools, redact, EventSink("r", redact))
         scheduler = Scheduler(tools, ContextLog([]), arrows=True)
-        durable.follow(scheduler.records)
 
         def feed(event: Event) -> list[Any]:
             actions = scheduler.handle(event)

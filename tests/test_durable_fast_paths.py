@@ -135,7 +135,6 @@ def _drive(
         redact = Redactor()
         durable = DurableRun(writer, _TOOLS, redact, EventSink("r", redact))
         scheduler = Scheduler(_TOOLS, ContextLog([]), arrows=True)
-        durable.follow(scheduler.records)
         replacements = iter(replace)
 
         def feed(event: Event) -> None:

@@ -102,6 +102,7 @@ def test_rows_are_exact_at_every_checkpoint_and_never_say_what_the_journal_does_
     commit = DurableRun.commit
 
     def checked_commit(self: DurableRun, call_id: str | None = None, *, rows: bool = False) -> None:
+        self._follow_recorded()  # the events recorded since, as the commit follows them first
         checkpoint = rows or self._checkpoint
         commit(self, call_id, rows=rows)
         if self._pending:

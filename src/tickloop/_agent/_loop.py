@@ -155,8 +155,6 @@ class OuterLoop:
         self.durable = durable
         self.paused = False  # a tick ended with deferred calls: the run pauses
         self.engine = self._make_engine(self._action_listener(), durable)
-        if durable is not None:
-            durable.follow(self.engine.scheduler.records)
 
     def _make_engine(
         self, on_action: Callable[[Any], None] | None, durable: DurableRun | None

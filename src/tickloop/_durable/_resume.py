@@ -42,7 +42,6 @@ from typing import Any, Protocol
 
 import trio
 
-from .._core._call import CallRecord
 from .._core._decisions import (
     Decision,
     Defer,
@@ -464,10 +463,10 @@ class DurableRun:
         self.redact = redact
         self.sink = sink
         self.rows: dict[str, _Row] = {}
-        # The scheduler's records (`follow`): a call's wire, tool and iteration, read for
-        # the rare call that settles without ever being ready (`_dependencies`) instead
-        # of copied here for every call.
-        self.records: Mapping[str, CallRecord] = {}
+        # Every call's wire as accepted (a replacement's, once decided): what the rare
+        # call that settles without ever being ready reads, and what the calls before it
+        # said they would write (`_dependencies`), as they were at that event.
+        self._wires: dict[str, Any] = {}
         # Call id -> (the wire its row's `call` is the JSON of, unredacted: nothing in it
         # was secret; the number of the CallReceived entry it was made from on arrival,
         # or None): a plan message refers to those (`shared_text`). This iteration's.
@@ -507,6 +506,9 @@ class DurableRun:
         self.decisions: dict[str, Decision] = {}
         self.resumed = False
         self._pending: list[tuple[float, str, str]] = []
+        # Events recorded, their entries made, that `_track` has not followed yet (see
+        # `record`): (event, actions, time, mark, received call and text, entry number).
+        self._recorded: list[tuple[Event, list[Action], float, int, Any, int | None]] = []
         # Rows changed since they were last written, one entry per call however often it
         # changed: most calls arrive, start and end between two row writes.
         self._dirty: dict[str, _Row] = {}
@@ -537,40 +539,55 @@ class DurableRun:
         """
         return self.wall0 + (self._clock.current_time() - self.trio0)
 
-    def follow(self, records: Mapping[str, CallRecord]) -> None:
-        """Read calls from these records: the scheduler's whose events are journaled."""
-        self.records = records
-
     # -- writing -----------------------------------------------------------------------
 
     def record(self, event: Event, actions: list[Action]) -> None:
-        """The engine's journal hook: called after the scheduler, before any action."""
+        """The engine's journal hook: called after the scheduler, before any action.
+
+        The event's entry is made now, from the values as they are now (a result a tool
+        may change later is stored as it was returned). What the event changes in the
+        rows is worked out later (`_follow_recorded`), for every event recorded since,
+        at the next commit or message: that is before any of its calls acts (a call acts
+        only once its start is committed), and one pass over a batch of events costs
+        less than a pass per event between the scheduler's and trio's work.
+        """
         at = self.now()
         # A call started (or asked about) by this event may act once this entry, the
         # next one recorded, is committed (`commit(call_id)`); `_track` marks it so.
+        mark = self._added + 1
         if type(event) is ReceiveCall:
             # The call is encoded once, for its entry and (through `_received`) its row.
             text, received = received_text(event)
-            number = self._numbered + self._added + 1  # its entry's
-            self._received = received
-            self._received_number = None if received is None else number
-            try:
-                self._track(event, actions, at, self._added + 1)
-            finally:
-                self._received = self._received_number = None
+            number = self._numbered + mark  # its entry's
             self._add_text(at, "event", text)
             if received is not None:
                 numbers, calls = self._arrived
                 numbers.append(number)
                 calls.append(event.call)
-            return
-        self._track(event, actions, at, self._added + 1)
-        if type(event) is FinishCall:
+                self._recorded.append((event, actions, at, mark, received, number))
+                return
+        elif type(event) is FinishCall:
             self._add_text(at, "event", finished_text(event))
         else:
             self._add(at, "event", event_to_dict(event))
+        self._recorded.append((event, actions, at, mark, None, None))
+
+    def _follow_recorded(self) -> None:
+        """Follow, in order, the events recorded and not followed yet (`record`)."""
+        recorded, self._recorded = self._recorded, []
+        for index, (event, actions, at, mark, received, number) in enumerate(recorded):
+            self._received, self._received_number = received, number
+            try:
+                self._track(event, actions, at, mark)
+            except BaseException:
+                self._recorded = recorded[index + 1 :] + self._recorded  # left to follow
+                raise
+            finally:
+                self._received = self._received_number = None
 
     def journal_messages(self, messages: Sequence[dict[str, Any]]) -> None:
+        if self._recorded:
+            self._follow_recorded()  # a plan refers to the rows of the calls it holds
         at = self.now()
         for message in messages:
             self._track_message(message)
@@ -613,6 +630,8 @@ class DurableRun:
         `ROW_LAG` old; otherwise they wait, coalesced per call. A crash may so leave the
         rows up to `ROW_LAG` behind the journal; a resume rewrites them from it.
         """
+        if self._recorded:
+            self._follow_recorded()  # before its marks and rows are read
         if call_id is not None:
             mark = self._marks.pop(call_id, None)
             if mark is not None and mark <= self._committed:
@@ -777,6 +796,7 @@ class DurableRun:
             self._clean[action.id] = (call, self._received_number)
         else:
             row.call = dumps_call(shared)
+        self._wires[action.id] = call
         self._accepted.append(action.id)  # filed only if `_declared` or `_by_tool` is asked
         return row
 
@@ -827,6 +847,7 @@ class DurableRun:
             row.status = CallStatus.QUEUED
             if isinstance(action.decision, Replace):
                 wire = action.decision.call
+                self._wires[action.id] = wire
                 shared = self.redact.shared(wire)
                 row.call = dumps_call(shared)
                 if shared is wire:
@@ -858,10 +879,9 @@ class DurableRun:
     def _declared(self) -> _PathIndex:
         """Which call said it would write which path, every call accepted so far (as its
         wire is now: a replacement's path, not the one it replaced)."""
-        accepted, records = self._accepted, self.records
+        accepted, wires = self._accepted, self._wires
         for call_id in accepted[self._declared_upto :]:
-            record = records.get(call_id)
-            call = None if record is None else record.call
+            call = wires.get(call_id)
             path = call.get("_outputPath") if isinstance(call, dict) else None
             if not isinstance(path, str):
                 continue
@@ -890,8 +910,7 @@ class DurableRun:
         `depends_on`, the earlier calls of that tool. A call refused on arrival waited
         on nothing."""
         found: set[str] = set()
-        record = self.records.get(call_id) if accepted else None
-        wire = None if record is None else record.call
+        wire = self._wires.get(call_id) if accepted else None
         terms: list[Term] = []
         if isinstance(wire, dict):
             try:
@@ -931,7 +950,6 @@ class DurableRun:
     def replay(self, journal: list[tuple[int, float, str, Any]], loop: DurableLoop) -> None:
         """Rebuild the log and the scheduler from the journal; no action is carried out."""
         scheduler = loop.engine.scheduler
-        self.follow(scheduler.records)
         try:
             for seq, at, kind, body in journal:
                 try:
