@@ -507,8 +507,8 @@ class DurableRun:
         self.resumed = False
         self._pending: list[tuple[float, str, str]] = []
         # Events recorded, their entries made, that `_track` has not followed yet (see
-        # `record`): (event, actions, time, mark, received call and text, entry number).
-        self._recorded: list[tuple[Event, list[Action], float, int, Any, int | None]] = []
+        # `record`): (event, actions, time, mark, its entry's place in `_pending`).
+        self._recorded: list[tuple[Event, list[Action], float, int, int]] = []
         # Rows changed since they were last written, one entry per call however often it
         # changed: most calls arrive, start and end between two row writes.
         self._dirty: dict[str, _Row] = {}
@@ -556,34 +556,53 @@ class DurableRun:
         # next one recorded, is committed (`commit(call_id)`); `_track` marks it so.
         mark = self._added + 1
         if type(event) is ReceiveCall:
-            # The call is encoded once, for its entry and (through `_received`) its row.
-            text, received = received_text(event)
-            number = self._numbered + mark  # its entry's
-            self._add_text(at, "event", text)
-            if received is not None:
-                numbers, calls = self._arrived
-                numbers.append(number)
-                calls.append(event.call)
-                self._recorded.append((event, actions, at, mark, received, number))
-                return
+            # A received call is tickloop's own (parsed from the model's answer, or made
+            # from its tool call), which nothing changes: its entry's text is made when
+            # it is followed, in its place among the entries, held until then.
+            self._add_text(at, "event", "")
         elif type(event) is FinishCall:
             self._add_text(at, "event", finished_text(event))
         else:
             self._add(at, "event", event_to_dict(event))
-        self._recorded.append((event, actions, at, mark, None, None))
+        self._recorded.append((event, actions, at, mark, len(self._pending) - 1))
 
     def _follow_recorded(self) -> None:
         """Follow, in order, the events recorded and not followed yet (`record`)."""
         recorded, self._recorded = self._recorded, []
-        for index, (event, actions, at, mark, received, number) in enumerate(recorded):
-            self._received, self._received_number = received, number
+        pending = self._pending
+        for index, (event, actions, at, mark, place) in enumerate(recorded):
             try:
-                self._track(event, actions, at, mark)
+                if type(event) is ReceiveCall:
+                    self._follow_received(event, actions, at, mark, pending, place)
+                else:
+                    self._track(event, actions, at, mark)
             except BaseException:
                 self._recorded = recorded[index + 1 :] + self._recorded  # left to follow
                 raise
-            finally:
-                self._received = self._received_number = None
+
+    def _follow_received(
+        self,
+        event: ReceiveCall,
+        actions: list[Action],
+        at: float,
+        mark: int,
+        pending: list[tuple[float, str, str]],
+        place: int,
+    ) -> None:
+        # The call is encoded once, for its entry and (through `_received`) its row.
+        text, received = received_text(event)
+        number = self._numbered + mark  # its entry's
+        pending[place] = (at, "event", text)
+        self._received = received
+        self._received_number = None if received is None else number
+        try:
+            self._track(event, actions, at, mark)
+        finally:
+            self._received = self._received_number = None
+        if received is not None:
+            numbers, calls = self._arrived
+            numbers.append(number)
+            calls.append(event.call)
 
     def journal_messages(self, messages: Sequence[dict[str, Any]]) -> None:
         if self._recorded:
