@@ -448,6 +448,99 @@ def shared_text(
     )
 
 
+class _UnreadyArrows:
+    """What a call that settles without ever being ready (its writer was denied, failed...)
+    waited on, which the timeline still draws: the calls that said they would write what
+    it reads (those that wrote it, and those that ended without writing; every write is at
+    a path its call declared, so no index of writes is kept), and, for a tool's
+    `depends_on`, the earlier calls of that tool. A ready call's arrows come from the
+    scheduler (`NoteReady.waits_on`), so the indexes here are built only for such a call,
+    from the calls accepted since the last one."""
+
+    def __init__(self, tools: ToolSet) -> None:
+        self.tools = tools
+        # Every call's wire as accepted (a replacement's, once decided), in event order:
+        # as it was at the event the arrows are drawn at, which the scheduler's records,
+        # followed later (`DurableRun.record`), may no longer say.
+        self.wires: dict[str, Any] = {}
+        self.declared = _PathIndex()
+        # The calls accepted, in order, and how many `declared` and `by_tool` have filed.
+        self.accepted: list[str] = []
+        self.declared_upto = self.by_tool_upto = 0
+        self.by_tool: dict[tuple[int, str], list[str]] = {}
+
+    def accept(self, call_id: str, wire: Any) -> None:
+        self.wires[call_id] = wire
+        self.accepted.append(call_id)  # filed only if `_declared` or `_by_tool` is asked
+
+    def _declared(self) -> _PathIndex:
+        """Which call said it would write which path, every call accepted so far (as its
+        wire is now: a replacement's path, not the one it replaced)."""
+        accepted, wires = self.accepted, self.wires
+        for call_id in accepted[self.declared_upto :]:
+            call = wires.get(call_id)
+            path = call.get("_outputPath") if isinstance(call, dict) else None
+            if not isinstance(path, str):
+                continue
+            try:
+                for term in parse_expression(path).terms:
+                    self.declared.add(term, call_id)
+            except ValueError:
+                pass
+        self.declared_upto = len(accepted)
+        return self.declared
+
+    def _by_tool(self, rows: dict[str, _Row]) -> dict[tuple[int, str], list[str]]:
+        """The calls accepted so far by (iteration, tool), in arrival order."""
+        accepted = self.accepted
+        for call_id in accepted[self.by_tool_upto :]:
+            row = rows[call_id]
+            if row.tool is not None:
+                self.by_tool.setdefault((row.iteration, row.tool), []).append(call_id)
+        self.by_tool_upto = len(accepted)
+        return self.by_tool
+
+    def waited_on(
+        self, call_id: str, row: _Row, accepted: bool, rows: dict[str, _Row]
+    ) -> list[str]:
+        """The arrows of `call_id`, settled now without being ready, in arrival order. A
+        call refused on arrival (not `accepted`) waited on nothing."""
+        found: set[str] = set()
+        wire = self.wires.get(call_id) if accepted else None
+        terms: list[Term] = []
+        if isinstance(wire, dict):
+            try:
+                for key, value in wire.items():  # its parameters: the keys without "_"
+                    if key.startswith("_"):
+                        continue
+                    if isinstance(value, str):  # most are flat: no walk of their own
+                        if is_reference(value):
+                            terms.extend(parse_expression(value).terms)
+                    elif isinstance(value, dict | list):
+                        for ref in find_references(value):
+                            terms.extend(ref.expression.terms)
+            except ValueError:
+                terms = []  # a broken reference: the call failed its checks
+        tool = self.tools.get(row.tool) if row.tool is not None else None
+        if tool is not None:
+            terms += [
+                term for expression in tool.dependency_references for term in expression.terms
+            ]
+            by_tool = self._by_tool(rows) if tool.dependency_tools else {}
+            for name in tool.dependency_tools:
+                for earlier in by_tool.get((row.iteration, name), ()):
+                    if rows[earlier].seq < row.seq:
+                        found.add(earlier)
+        if terms:
+            declared = self._declared()
+            for term in terms:
+                found.update(declared.ids_overlapping(term))
+        found.discard(call_id)
+        if len(found) < 2:
+            return list(found)
+        return sorted(found, key=lambda other: rows[other].seq if other in rows else 0)
+
+
 # --------------------------------------------------------------------------------------
 # The binding between a running loop and the store
 
@@ -463,10 +556,6 @@ class DurableRun:
         self.redact = redact
         self.sink = sink
         self.rows: dict[str, _Row] = {}
-        # Every call's wire as accepted (a replacement's, once decided): what the rare
-        # call that settles without ever being ready reads, and what the calls before it
-        # said they would write (`_dependencies`), as they were at that event.
-        self._wires: dict[str, Any] = {}
         # Call id -> (the wire its row's `call` is the JSON of, unredacted: nothing in it
         # was secret; the number of the CallReceived entry it was made from on arrival,
         # or None): a plan message refers to those (`shared_text`). This iteration's.
@@ -480,17 +569,7 @@ class DurableRun:
         self._arrived: tuple[list[int], list[Any]] = ([], [])
         self._numbered = writer.seq  # entries in the journal before this process's first
         self.ready_params: dict[str, Any] = {}  # so a start need not serialise them again
-        # Which call said it would write which path: the arrows of a call settled without
-        # being ready (its writer was denied...). A ready call's arrows come from the
-        # scheduler (`NoteReady.waits_on`), so this is only read for such a call, and
-        # built then from the calls accepted since. Every write is at a path its call
-        # said it would write (its `_outputPath`, as its wire is now), so the calls that
-        # wrote what such a call reads are among these: no index of writes is kept.
-        self.declared = _PathIndex()
-        # The calls accepted, in order, and how many `declared` and `by_tool` have filed.
-        self._accepted: list[str] = []
-        self._declared_upto = self._by_tool_upto = 0
-        self.by_tool: dict[tuple[int, str], list[str]] = {}
+        self.unready = _UnreadyArrows(tools)  # the arrows of a call never ready
         # Followed on replay only, and read right after it (`reopen`, a tools run's
         # recovery): the calls started and not finished; the `_id`s (None for a fault of
         # the iteration itself) of the calls handed to the current tick, what a tools
@@ -815,8 +894,7 @@ class DurableRun:
             self._clean[action.id] = (call, self._received_number)
         else:
             row.call = dumps_call(shared)
-        self._wires[action.id] = call
-        self._accepted.append(action.id)  # filed only if `_declared` or `_by_tool` is asked
+        self.unready.accept(action.id, call)
         return row
 
     def _on_settled(self, action: NoteSettled, event: Event, at: float) -> _Row:
@@ -832,7 +910,7 @@ class DurableRun:
         if row.deps is None and action.status in ("invalid", "skipped"):
             # Settled without ever being ready (its writer was denied, failed...): the
             # timeline still draws what it waited on.
-            found = self._dependencies(action.id, row, accepted)
+            found = self.unready.waited_on(action.id, row, accepted, self.rows)
             if found:
                 row.deps = dumps_entry(found)
         if not self._mark:
@@ -866,7 +944,7 @@ class DurableRun:
             row.status = CallStatus.QUEUED
             if isinstance(action.decision, Replace):
                 wire = action.decision.call
-                self._wires[action.id] = wire
+                self.unready.wires[action.id] = wire
                 shared = self.redact.shared(wire)
                 row.call = dumps_call(shared)
                 if shared is wire:
@@ -894,75 +972,6 @@ class DurableRun:
         row = _Row(call_id, len(self.rows), self.iteration, tool, at)
         self.rows[call_id] = row
         return row
-
-    def _declared(self) -> _PathIndex:
-        """Which call said it would write which path, every call accepted so far (as its
-        wire is now: a replacement's path, not the one it replaced)."""
-        accepted, wires = self._accepted, self._wires
-        for call_id in accepted[self._declared_upto :]:
-            call = wires.get(call_id)
-            path = call.get("_outputPath") if isinstance(call, dict) else None
-            if not isinstance(path, str):
-                continue
-            try:
-                for term in parse_expression(path).terms:
-                    self.declared.add(term, call_id)
-            except ValueError:
-                pass
-        self._declared_upto = len(accepted)
-        return self.declared
-
-    def _by_tool(self) -> dict[tuple[int, str], list[str]]:
-        """The calls accepted so far by (iteration, tool), in arrival order."""
-        accepted, rows = self._accepted, self.rows
-        for call_id in accepted[self._by_tool_upto :]:
-            row = rows[call_id]
-            if row.tool is not None:
-                self.by_tool.setdefault((row.iteration, row.tool), []).append(call_id)
-        self._by_tool_upto = len(accepted)
-        return self.by_tool
-
-    def _dependencies(self, call_id: str, row: _Row, accepted: bool) -> list[str]:
-        """What a call settled without being ready waited on: the calls that said they
-        would write what it reads (those that wrote it, and those that ended without
-        writing), and, for a tool's
-        `depends_on`, the earlier calls of that tool. A call refused on arrival waited
-        on nothing."""
-        found: set[str] = set()
-        wire = self._wires.get(call_id) if accepted else None
-        terms: list[Term] = []
-        if isinstance(wire, dict):
-            try:
-                for key, value in wire.items():  # its parameters: the keys without "_"
-                    if key.startswith("_"):
-                        continue
-                    if isinstance(value, str):  # most are flat: no walk of their own
-                        if is_reference(value):
-                            terms.extend(parse_expression(value).terms)
-                    elif isinstance(value, dict | list):
-                        for ref in find_references(value):
-                            terms.extend(ref.expression.terms)
-            except ValueError:
-                terms = []  # a broken reference: the call failed its checks
-        tool = self.tools.get(row.tool) if row.tool is not None else None
-        if tool is not None:
-            terms += [
-                term for expression in tool.dependency_references for term in expression.terms
-            ]
-            by_tool = self._by_tool() if tool.dependency_tools else {}
-            for name in tool.dependency_tools:
-                for earlier in by_tool.get((row.iteration, name), ()):
-                    if self.rows[earlier].seq < row.seq:
-                        found.add(earlier)
-        if terms:
-            declared = self._declared()
-            for term in terms:
-                found.update(declared.ids_overlapping(term))
-        found.discard(call_id)
-        if len(found) < 2:
-            return list(found)
-        rows = self.rows
-        return sorted(found, key=lambda other: rows[other].seq if other in rows else 0)
 
     # -- resuming ----------------------------------------------------------------------
 
