@@ -417,3 +417,58 @@ def test_the_entry_that_starts_or_asks_about_a_call_is_committed_before_it_may_a
 
     trio.run(main)
     store.close()
+
+
+def test_a_result_is_journaled_as_it_was_returned_though_the_rows_follow_later(
+    tmp_path: Path,
+) -> None:
+    """`record` makes an event's entry at once and follows what it changes in the rows
+    at the next commit: a result its tool changes after returning it (an object the tool
+    keeps) is journaled as it was returned, so a replay writes the same log; the row
+    then says what the journal says."""
+    from tickloop._core._log import ContextLog
+    from tickloop._core._scheduler import Scheduler
+    from tickloop._core._scheduler_io import FinishCall, OpenTick, ReceiveCall, StartCall
+    from tickloop._core._tools import ToolSet
+    from tickloop._durable._resume import DurableRun
+    from tickloop._durable._store import create_run
+    from tickloop._observe._events import EventSink, Redactor
+
+    @tl.tool
+    def fetch(n: int) -> dict[str, Any]:
+        return {"n": n}
+
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    tools = ToolSet([fetch])
+
+    async def main() -> None:
+        redact = Redactor()
+        durable = DurableRun(
+            create_run(store, "r", "solution"), tools, redact, EventSink("r", redact)
+        )
+        scheduler = Scheduler(tools, ContextLog([]), messages=False, arrows=True)
+
+        def feed(event: Any) -> list[Any]:
+            actions = scheduler.handle(event)
+            durable.record(event, actions)
+            return actions
+
+        feed(OpenTick(1))
+        actions = feed(ReceiveCall({"_tool": "fetch", "n": 1, "_outputPath": "†state.a"}))
+        [start] = [a for a in actions if isinstance(a, StartCall)]
+        durable.commit(start.id)
+        kept = {"n": 1}
+        feed(FinishCall(start.id, value=kept))
+        kept["n"] = 2  # the tool changes what it returned, before the next commit
+        kept["extra"] = True
+        durable.commit(rows=True)
+        durable.writer.release()
+
+    trio.run(main)
+    finished = [
+        body for _, _, kind, body in store.journal("r") if body.get("type") == "CallFinished"
+    ]
+    assert [body["value"] for body in finished] == [{"n": 1}]
+    [row] = store.calls("r")
+    assert row.status == "done" and row.params == {"n": 1}
+    store.close()
