@@ -25,54 +25,28 @@ CHART_TIMELINE = "bench_timeline.png"
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    p.add_argument(
-        "--scale",
-        type=float,
-        default=Settings.scale,
-        help="real seconds per model second on the real clock (default %(default)s)",
-    )
-    p.add_argument(
-        "--min-real-bound",
-        type=float,
-        default=Settings.min_real_bound,
-        help="a larger scale for workloads whose T* would last fewer real seconds",
-    )
-    p.add_argument(
-        "--repeats",
-        type=int,
-        default=Settings.real_repeats,
-        help="real-clock runs of tickloop, median taken",
-    )
-    p.add_argument(
-        "--seeds",
-        type=int,
-        default=Settings.seeds,
-        help="latency seeds per shape for the over-seeds table",
-    )
+    p.add_argument("--scale", type=float, default=Settings.scale,
+                   help="real seconds per model second on the real clock (default %(default)s)")
+    p.add_argument("--min-real-bound", type=float, default=Settings.min_real_bound,
+                   help="a larger scale for workloads whose T* would last fewer real seconds")
+    p.add_argument("--repeats", type=int, default=Settings.real_repeats,
+                   help="real-clock runs of tickloop, median taken")
+    p.add_argument("--seeds", type=int, default=Settings.seeds,
+                   help="latency seeds per shape for the over-seeds table")
     p.add_argument("--grid-seeds", type=int, default=Settings.grid_seeds)
     p.add_argument("--skip-real", action="store_true", help="virtual clock only")
     p.add_argument("--skip-peers", action="store_true", help="leave Pydantic AI and LangGraph out")
     p.add_argument("--skip-engine", action="store_true", help="do not run bench_engine.py")
     p.add_argument("--skip-grid", action="store_true", help="no sensitivity grid")
-    p.add_argument(
-        "--skip-perf",
-        action="store_true",
-        help="do not run bench_perf.py (issue 15's per-call ratios)",
-    )
+    p.add_argument("--skip-perf", action="store_true",
+                   help="do not run bench_perf.py (issue 15's per-call ratios)")
     p.add_argument("--skip-charts", action="store_true")
-    p.add_argument(
-        "--no-docs",
-        action="store_true",
-        help="print the markdown instead of writing docs/benchmarks.md",
-    )
+    p.add_argument("--no-docs", action="store_true",
+                   help="print the markdown instead of writing docs/benchmarks.md")
     p.add_argument("--docs", type=Path, default=ROOT / "docs" / "benchmarks.md")
     p.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "e2e.json")
-    p.add_argument(
-        "--from-json",
-        type=Path,
-        metavar="PATH",
-        help="run nothing: redraw the charts and the section from saved results",
-    )
+    p.add_argument("--from-json", type=Path, metavar="PATH",
+                   help="run nothing: redraw the charts and the section from saved results")
     return p.parse_args(argv)
 
 
@@ -117,14 +91,11 @@ def charts(results: dict[str, Any], docs: Path) -> list[str]:
         runs = []
         for name in STRATEGIES:  # the peers' timelines are strategy 2's, to the tick
             data = timeline[name]
-            runs.append(
-                (
-                    SHORT.get(name, name),
-                    Outcome(
-                        name, data["makespan"], data["requests"], data["calls"], data["iterations"]
-                    ),
-                )
-            )
+            runs.append((
+                SHORT.get(name, name),
+                Outcome(name, data["makespan"], data["requests"], data["calls"],
+                        data["iterations"]),
+            ))
         timeline_chart(
             docs / CHART_TIMELINE,
             results["virtual"][TIMELINE_WORKLOAD]["title"],

@@ -52,11 +52,8 @@ def compare(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.ab_store",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = argparse.ArgumentParser(prog="python -m benchmarks.ab_store", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("trees", nargs=2, type=Path, help="two checkouts (each with src/, benchmarks/)")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--calls", type=int, default=1_000)

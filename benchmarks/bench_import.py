@@ -68,11 +68,8 @@ def measure(repeat: int = 15) -> list[Row]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.bench_import",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_import", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeat", type=int, default=15, help="fresh runs per statement, best taken")
     args = p.parse_args(argv)
     rows = measure(args.repeat)

@@ -26,10 +26,8 @@ async def echo(text: str) -> str:
 
 def script(iterations: int) -> list[dict]:
     steps = [
-        {
-            "calls": [{"_tool": "echo", "text": f"step {i}", "_outputPath": f"†state.s{i % 8}"}],
-            "output": None,
-        }
+        {"calls": [{"_tool": "echo", "text": f"step {i}", "_outputPath": f"†state.s{i % 8}"}],
+         "output": None}
         for i in range(iterations - 1)
     ]
     return [*steps, {"calls": [], "output": "done"}]
@@ -38,11 +36,8 @@ def script(iterations: int) -> list[dict]:
 def per_iteration(iterations: int, repeats: int = 5) -> float:
     best = float("inf")
     for _ in range(repeats):
-        agent = tl.Agent(
-            tl.ScriptedModel(script(iterations), chunk_chars=4096),
-            tools=[echo],
-            max_iterations=iterations,
-        )
+        agent = tl.Agent(tl.ScriptedModel(script(iterations), chunk_chars=4096),
+                         tools=[echo], max_iterations=iterations)
         started = time.perf_counter()
         result = trio.run(agent.run_async)
         elapsed = time.perf_counter() - started

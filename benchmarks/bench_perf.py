@@ -61,16 +61,8 @@ class Sizes:
     store_calls: int = 1_000
 
 
-TINY = Sizes(
-    overhead=50,
-    small=40,
-    large=80,
-    repeat=1,
-    large_repeat=1,
-    loop=(2, 4),
-    peers=(20,),
-    store_calls=20,
-)
+TINY = Sizes(overhead=50, small=40, large=80, repeat=1, large_repeat=1, loop=(2, 4),
+             peers=(20,), store_calls=20)
 
 
 @dataclass
@@ -193,13 +185,8 @@ def plan(shape: str, n: int, seed: int = 7) -> list[dict[str, Any]]:
         calls = []
         for i in range(n):
             deps = rng.sample(range(max(0, i - 50), i), k=min(i, rng.randint(0, 3)))
-            calls.append(
-                {
-                    "_tool": "noop",
-                    "i": [f"†state.r{j}" for j in deps],
-                    "_outputPath": f"†state.r{i}",
-                }
-            )
+            calls.append({"_tool": "noop", "i": [f"†state.r{j}" for j in deps],
+                          "_outputPath": f"†state.r{i}"})
         rng.shuffle(calls)
         return calls
     if shape == "push_fan_in":  # every call pushes onto one list; one reads its length
@@ -223,37 +210,26 @@ def growth(sizes: Sizes, shapes: tuple[str, ...] = SHAPES) -> list[Row]:
             # One sample of each is the same work, interleaved: one large run, and as many
             # small runs as make its calls. (The best of more samples of one side than of
             # the other would favour that side on a busy machine.)
-            per_large.append(
-                per_call(clock.timed(lambda large=large: run_plan(large)), sizes.large)
-            )
-            per_small.append(
-                per_call(
-                    clock.timed(
-                        lambda small=small, runs=runs: [run_plan(small) for _ in range(runs)]
-                    ),
-                    sizes.small * runs,
-                )
-            )
+            per_large.append(per_call(
+                clock.timed(lambda large=large: run_plan(large)), sizes.large
+            ))
+            per_small.append(per_call(
+                clock.timed(lambda small=small, runs=runs: [run_plan(small) for _ in range(runs)]),
+                sizes.small * runs,
+            ))
         small_best, large_best = min(per_small), min(per_large)
         ratio = large_best[0] / small_best[0]
-        rows.append(
-            Row(
-                f"2. {shape}: per call at {sizes.large:,} / at {sizes.small:,}",
-                f"{ratio:.2f}x ({small_best[0] * 1e6:.1f} -> {large_best[0] * 1e6:.1f} us/call; "
-                f"collector {small_best[1] * 1e6:.1f} -> {large_best[1] * 1e6:.1f})",
-                f"<= {GROWTH_TARGET:g}x",
-                ratio <= GROWTH_TARGET,
-                {
-                    "ratio": ratio,
-                    "small_us": small_best[0] * 1e6,
-                    "large_us": large_best[0] * 1e6,
-                    "small_collector_us": small_best[1] * 1e6,
-                    "large_collector_us": large_best[1] * 1e6,
-                    "small_full_collections": small_best[2],
-                    "large_full_collections": large_best[2],
-                },
-            )
-        )
+        rows.append(Row(
+            f"2. {shape}: per call at {sizes.large:,} / at {sizes.small:,}",
+            f"{ratio:.2f}x ({small_best[0] * 1e6:.1f} -> {large_best[0] * 1e6:.1f} us/call; "
+            f"collector {small_best[1] * 1e6:.1f} -> {large_best[1] * 1e6:.1f})",
+            f"<= {GROWTH_TARGET:g}x",
+            ratio <= GROWTH_TARGET,
+            {"ratio": ratio, "small_us": small_best[0] * 1e6, "large_us": large_best[0] * 1e6,
+             "small_collector_us": small_best[1] * 1e6,
+             "large_collector_us": large_best[1] * 1e6,
+             "small_full_collections": small_best[2], "large_full_collections": large_best[2]},
+        ))
     return rows
 
 
@@ -276,15 +252,13 @@ def memory(sizes: Sizes, shapes: tuple[str, ...] = SHAPES) -> list[Row]:
         peak = tracemalloc.get_traced_memory()[1] - base
         tracemalloc.stop()
         per_call = peak / sizes.large
-        rows.append(
-            Row(
-                f"2. {shape}: peak memory per call at {sizes.large:,}",
-                f"{per_call:,.0f} B",
-                f"<= {MEMORY_TARGET:,} B",
-                per_call <= MEMORY_TARGET,
-                {"bytes_per_call": per_call},
-            )
-        )
+        rows.append(Row(
+            f"2. {shape}: peak memory per call at {sizes.large:,}",
+            f"{per_call:,.0f} B",
+            f"<= {MEMORY_TARGET:,} B",
+            per_call <= MEMORY_TARGET,
+            {"bytes_per_call": per_call},
+        ))
     return rows
 
 
@@ -334,9 +308,8 @@ def loop(sizes: Sizes) -> Row:
 
 def tickloop_turn(n: int) -> float:
     calls = [{"_tool": "noop", "i": i} for i in range(n)]
-    model = tl.ScriptedModel(
-        [{"calls": calls, "output": None}, {"calls": [], "output": "ok"}], chunk_chars=1 << 20
-    )
+    model = tl.ScriptedModel([{"calls": calls, "output": None}, {"calls": [], "output": "ok"}],
+                             chunk_chars=1 << 20)
     agent = tl.Agent(model, tools=[noop])
 
     def work() -> None:
@@ -355,9 +328,8 @@ def pydantic_ai_turn(n: int) -> float:
 
     async def respond(messages: list[Any], info: AgentInfo) -> ModelResponse:
         if sum(isinstance(m, ModelResponse) for m in messages) == 0:
-            return ModelResponse(
-                parts=[ToolCallPart("noop", {"i": i}, tool_call_id=f"c{i}") for i in range(n)]
-            )
+            return ModelResponse(parts=[ToolCallPart("noop", {"i": i}, tool_call_id=f"c{i}")
+                                        for i in range(n)])
         return ModelResponse(parts=[TextPart("ok")])
 
     async def call(i: int) -> int:
@@ -391,14 +363,11 @@ def langgraph_turn(n: int) -> float:
         def _generate(self, *args: Any, **kwargs: Any) -> ChatResult:
             raise NotImplementedError
 
-        async def _agenerate(
-            self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any
-        ) -> ChatResult:
+        async def _agenerate(self, messages: Any, stop: Any = None, run_manager: Any = None,
+                             **kwargs: Any) -> ChatResult:
             if not any(isinstance(m, AIMessage) for m in messages):
-                calls = [
-                    {"name": "noop", "args": {"i": i}, "id": f"c{i}", "type": "tool_call"}
-                    for i in range(n)
-                ]
+                calls = [{"name": "noop", "args": {"i": i}, "id": f"c{i}", "type": "tool_call"}
+                         for i in range(n)]
                 message = AIMessage(content="", tool_calls=calls)
             else:
                 message = AIMessage(content="ok")
@@ -447,19 +416,14 @@ def peers(sizes: Sizes) -> list[Row]:
         others = [us[name] for name in PEER_RUNNERS if name in us]
         ratio = min(others) / us["tickloop"] if others else None
         figure = ", ".join(f"{name} {value:.1f}" for name, value in us.items()) + " us/call"
-        rows.append(
-            Row(
-                f"5. one model turn of {n:,} no-op tool calls, cheaper peer / tickloop",
-                (
-                    f"{ratio:.1f}x cheaper ({figure})"
-                    if ratio is not None
-                    else f"peers not installed ({figure})"
-                ),
-                f">= {PEER_TARGET:g}x",
-                None if ratio is None else ratio >= PEER_TARGET,
-                {"us_per_call": us, "ratio": ratio},
-            )
-        )
+        rows.append(Row(
+            f"5. one model turn of {n:,} no-op tool calls, cheaper peer / tickloop",
+            (f"{ratio:.1f}x cheaper ({figure})" if ratio is not None
+             else f"peers not installed ({figure})"),
+            f">= {PEER_TARGET:g}x",
+            None if ratio is None else ratio >= PEER_TARGET,
+            {"us_per_call": us, "ratio": ratio},
+        ))
     return rows
 
 
@@ -496,21 +460,15 @@ def table(rows: list[Row]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.bench_perf",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_perf", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tiny", action="store_true", help="toy sizes; nothing is judged")
     p.add_argument("--only", default="", help=f"comma-separated parts of {', '.join(PARTS)}")
     p.add_argument("--json", help="also write the rows to this file")
     p.add_argument("--small", type=int, help="the growth's small size (default 10,000)")
     p.add_argument("--large", type=int, help="the growth's large size (default 100,000)")
-    p.add_argument(
-        "--repeat",
-        type=int,
-        help="runs per figure, best taken (default 5; the growth's samples: 2)",
-    )
+    p.add_argument("--repeat", type=int,
+                   help="runs per figure, best taken (default 5; the growth's samples: 2)")
     args = p.parse_args(argv)
     sizes = TINY if args.tiny else Sizes()
     for name in ("small", "large", "repeat"):

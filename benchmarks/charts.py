@@ -50,14 +50,8 @@ def makespan_chart(
         ratios = [value / b for value, b in zip(series[name], bounds, strict=True)]
         rel.bar(xs, ratios, width, color=color)
     for i, value in enumerate(bounds):
-        ax.hlines(
-            value,
-            i - 0.42,
-            i + 0.42,
-            colors="black",
-            linewidth=1.2,
-            label="T* (bound)" if i == 0 else None,
-        )
+        ax.hlines(value, i - 0.42, i + 0.42, colors="black", linewidth=1.2,
+                  label="T* (bound)" if i == 0 else None)
     rel.axhline(1.0, color="black", linewidth=1.2)
     ax.set_yscale("log")
     ax.set_ylabel(f"makespan ({unit}, log scale)")
@@ -86,10 +80,7 @@ def timeline_chart(
     plt = _pyplot()
     end = max(outcome.makespan for _, outcome in runs)
     fig, axes = plt.subplots(
-        len(runs),
-        1,
-        figsize=(12, 1.0 + 0.32 * (len(order) + 1) * len(runs)),
-        dpi=110,
+        len(runs), 1, figsize=(12, 1.0 + 0.32 * (len(order) + 1) * len(runs)), dpi=110,
         sharex=True,
     )
     for ax, (label, outcome) in zip(axes, runs, strict=True):

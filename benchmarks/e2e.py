@@ -191,7 +191,9 @@ def run_real(settings: Settings, workloads: list[Workload]) -> dict[str, Any]:
                 makespans[s] = run(w, s, settings.costs, scale=scale, virtual=False).makespan
         floor_runs.append(run_replay(w, settings.costs, scale=scale, virtual=False))
         for name in peers:
-            makespans[name] = run_peer(name, w, settings.costs, scale=scale, virtual=False).makespan
+            makespans[name] = run_peer(
+                name, w, settings.costs, scale=scale, virtual=False
+            ).makespan
         out[w.name] = {
             "scale": scale,
             "bound": b.total,
@@ -255,7 +257,9 @@ def run_ceiling(settings: Settings) -> dict[str, Any]:
     requests = [0.01 * 1.25**k for k in range(45)]  # 10 ms to ~230 s per request
     out: dict[str, Any] = {}
     for name, n in CEILING_SHAPES.items():
-        draws = [[settings.latency.draw(rng) for _ in range(n)] for _ in range(CEILING_DRAWS)]
+        draws = [
+            [settings.latency.draw(rng) for _ in range(n)] for _ in range(CEILING_DRAWS)
+        ]
         best, at = 0.0, 0.0
         for r in requests:
             mean = statistics.fmean(((n + 1) * r + sum(t)) / (2 * r + max(t)) for t in draws)

@@ -109,7 +109,9 @@ class _Plan:
 # -- Pydantic AI -----------------------------------------------------------------------------
 
 
-def run_pydantic_ai(workload: Workload, costs: ModelCosts, scale: float, virtual: bool) -> Outcome:
+def run_pydantic_ai(
+    workload: Workload, costs: ModelCosts, scale: float, virtual: bool
+) -> Outcome:
     from pydantic_ai import Agent, Tool
     from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -169,24 +171,18 @@ def run_langgraph(workload: Workload, costs: ModelCosts, scale: float, virtual: 
         def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChat:
             return self
 
-        def _generate(
-            self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any
-        ) -> ChatResult:
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None,
+                      **kwargs: Any) -> ChatResult:
             raise NotImplementedError("the benchmark drives the graph asynchronously")
 
-        async def _agenerate(
-            self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any
-        ) -> ChatResult:
+        async def _agenerate(self, messages: Any, stop: Any = None, run_manager: Any = None,
+                             **kwargs: Any) -> ChatResult:
             turn = sum(isinstance(message, AIMessage) for message in messages)
             await plan.model_turn(turn)
             if turn < len(plan.turns):
                 calls = [
-                    {
-                        "name": plan.tool_of[key],
-                        "args": {"key": key},
-                        "id": key,
-                        "type": "tool_call",
-                    }
+                    {"name": plan.tool_of[key], "args": {"key": key}, "id": key,
+                     "type": "tool_call"}
                     for key in plan.turns[turn]
                 ]
                 message = AIMessage(content="", tool_calls=calls)

@@ -68,8 +68,7 @@ def _median_reaching(results: dict[str, Any], key: str, target: float) -> float 
     thought length; None when no cell does (or there is no grid)."""
     thought = results["settings"]["costs"]["thought_chars"]
     medians = [
-        row["median"]
-        for row in results.get("grid", [])
+        row["median"] for row in results.get("grid", [])
         if row["thought"] == thought and row[key] >= target * 0.97
     ]
     return min(medians, default=None)
@@ -84,23 +83,19 @@ def check_targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]
     """Each target of the issue: (what, the figure, met?), None when none could meet it."""
     virtual = results["virtual"]
     out: list[tuple[str, str, bool | None]] = []
-    worst = max(abs(v["makespans"]["tickloop"] - v["bound"]) / v["bound"] for v in virtual.values())
+    worst = max(
+        abs(v["makespans"]["tickloop"] - v["bound"]) / v["bound"] for v in virtual.values()
+    )
     out.append(
-        (
-            "tickloop equal to T* on the virtual clock, every workload",
-            f"largest relative difference {worst:.1e}",
-            worst < 1e-9,
-        )
+        ("tickloop equal to T* on the virtual clock, every workload",
+         f"largest relative difference {worst:.1e}", worst < 1e-9)
     )
     if "real" in results:
         gaps = {k: v["makespans"]["tickloop"] / v["bound"] - 1 for k, v in results["real"].items()}
         name = max(gaps, key=lambda k: gaps[k])
         out.append(
-            (
-                "tickloop within 5% of T* on the real clock, every workload",
-                f"largest gap {_pct(gaps[name])} ({name})",
-                gaps[name] <= REAL_GAP_TARGET,
-            )
+            ("tickloop within 5% of T* on the real clock, every workload",
+             f"largest gap {_pct(gaps[name])} ({name})", gaps[name] <= REAL_GAP_TARGET)
         )
     for key, target in (("two_hop", TWO_HOP_TARGET), ("eight_way", EIGHT_WAY_TARGET)):
         if key not in virtual:
@@ -130,11 +125,8 @@ def check_targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]
             if not met and ceiling["ceiling"] < target * 0.97:
                 met = None  # beyond every runner: no strategy or cost setting reaches it
         out.append(
-            (
-                f"speedup over sequential ≥ ≈{target}× on {key.replace('_', '-')} (LLMCompiler)",
-                figure,
-                met,
-            )
+            (f"speedup over sequential ≥ ≈{target}× on {key.replace('_', '-')} (LLMCompiler)",
+             figure, met)
         )
     for clock in ("virtual", "real"):
         if clock not in results:
@@ -147,12 +139,10 @@ def check_targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]
             if not (m["tickloop"] < m["per_turn"] and m["tickloop"] < m["batch"]):
                 losses.append(key)
         out.append(
-            (
-                f"ahead of per-turn parallel and batch-after-stream on every workload with a "
-                f"dependency ({clock} clock)",
-                "ahead on all" if not losses else "not ahead on " + ", ".join(losses),
-                not losses,
-            )
+            (f"ahead of per-turn parallel and batch-after-stream on every workload with a "
+             f"dependency ({clock} clock)",
+             "ahead on all" if not losses else "not ahead on " + ", ".join(losses),
+             not losses)
         )
     engine = results.get("engine")
     if engine and engine.get("output"):
@@ -161,7 +151,8 @@ def check_targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]
             cells = re.split(r"\s{2,}", line)
             if line.startswith("(") and len(cells) == 4 and cells[3] in ("ok", "MISSED"):
                 what, figure, target, verdict = cells
-                out.append((f"engine, `bench_engine.py` {what}: {target}", figure, verdict == "ok"))
+                out.append((f"engine, `bench_engine.py` {what}: {target}", figure,
+                            verdict == "ok"))
     for row in results.get("perf", []):
         out.append((f"{row['name']}: {row['target']}", row["figure"], row["ok"]))
     return out
@@ -176,10 +167,7 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
     peers_v = _peers_in(results, "virtual")
     versions = machine["peers"]
     parts: list[str] = [
-        BEGIN,
-        "",
-        "## End-to-end latency: four ways to run a tool DAG, and peers",
-        "",
+        BEGIN, "", "## End-to-end latency: four ways to run a tool DAG, and peers", ""
     ]
 
     parts.append(
@@ -271,73 +259,47 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
 
     rows = []
     for key, v in virtual.items():
-        rows.append(
-            [
-                f"`{key}`",
-                v["title"],
-                str(v["calls"]),
-                str(v["edges"]),
-                str(v["levels"]),
-                _s(v["critical_path"]),
-                _s(v["tool_time"]),
-            ]
-        )
+        rows.append([
+            f"`{key}`", v["title"], str(v["calls"]), str(v["edges"]), str(v["levels"]),
+            _s(v["critical_path"]), _s(v["tool_time"]),
+        ])
     parts.append(
         "\n**The workloads** (seeded; *levels* is the number of per-turn requests, *critical "
         "path* the longest chain of tool latencies). In two-hop and eight-way the last step "
         "(answer, compare) is the final request itself, as in LLMCompiler's benchmarks, so "
         "their calls do not depend on each other; in the others the last step is a call.\n"
     )
-    parts.append(
-        _table(
-            ["workload", "shape", "calls", "edges", "levels", "critical path", "sum of latencies"],
-            rows,
-        )
-    )
+    parts.append(_table(
+        ["workload", "shape", "calls", "edges", "levels", "critical path", "sum of latencies"],
+        rows,
+    ))
 
     # -- virtual clock -------------------------------------------------------------------
     parts.append("\n### Virtual clock: makespans (model seconds, exact)\n")
-    header = [
-        "workload",
-        "T*",
-        *(SHORT[s] for s in STRATEGIES),
-        "tickloop − T*",
-        *(SHORT[p] for p in peers_v),
-    ]
+    header = ["workload", "T*", *(SHORT[s] for s in STRATEGIES), "tickloop − T*",
+              *(SHORT[p] for p in peers_v)]
     rows = []
     for key, v in virtual.items():
         m = v["makespans"]
-        rows.append(
-            [
-                f"`{key}`",
-                _s(v["bound"]),
-                *(_s(m[s]) for s in STRATEGIES),
-                f"{m['tickloop'] - v['bound']:.1e} s",
-                *(_s(m[p]) for p in peers_v),
-            ]
-        )
+        rows.append([
+            f"`{key}`", _s(v["bound"]), *(_s(m[s]) for s in STRATEGIES),
+            f"{m['tickloop'] - v['bound']:.1e} s", *(_s(m[p]) for p in peers_v),
+        ])
     parts.append(_table(header, rows))
 
     parts.append("\n### Virtual clock: speedup over sequential\n")
-    header = [
-        "workload",
-        *(SHORT[s] for s in STRATEGIES[1:]),
-        *(SHORT[p] for p in peers_v),
-        "tickloop vs per-turn",
-        "tickloop vs batch",
-    ]
+    header = ["workload", *(SHORT[s] for s in STRATEGIES[1:]), *(SHORT[p] for p in peers_v),
+              "tickloop vs per-turn", "tickloop vs batch"]
     rows = []
     for key, v in virtual.items():
         m = v["makespans"]
-        rows.append(
-            [
-                f"`{key}`",
-                *(_x(m["sequential"] / m[s]) for s in STRATEGIES[1:]),
-                *(_x(m["sequential"] / m[p]) for p in peers_v),
-                _x(m["per_turn"] / m["tickloop"]),
-                _x(m["batch"] / m["tickloop"]),
-            ]
-        )
+        rows.append([
+            f"`{key}`",
+            *(_x(m["sequential"] / m[s]) for s in STRATEGIES[1:]),
+            *(_x(m["sequential"] / m[p]) for p in peers_v),
+            _x(m["per_turn"] / m["tickloop"]),
+            _x(m["batch"] / m["tickloop"]),
+        ])
     parts.append(_table(header, rows))
     parts.append(
         "\n*tickloop vs X* is X's makespan divided by tickloop's: how many times longer the "
@@ -349,33 +311,19 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
         real = results["real"]
         peers_r = _peers_in(results, "real")
         parts.append("\n### Real clock: makespans (milliseconds)\n")
-        header = [
-            "workload",
-            "ms per model s",
-            "T*",
-            "bare-trio floor",
-            *(SHORT[s] for s in STRATEGIES),
-            "tickloop gap to T*",
-            "tickloop gap to floor",
-            "tickloop speedup",
-            *(SHORT[p] for p in peers_r),
-        ]
+        header = ["workload", "ms per model s", "T*", "bare-trio floor",
+                  *(SHORT[s] for s in STRATEGIES),
+                  "tickloop gap to T*", "tickloop gap to floor", "tickloop speedup",
+                  *(SHORT[p] for p in peers_r)]
         rows = []
         for key, v in real.items():
             m = v["makespans"]
-            rows.append(
-                [
-                    f"`{key}`",
-                    f"{v['scale'] * 1000:.0f}",
-                    _ms(v["bound"]),
-                    _ms(v["floor"]),
-                    *(_ms(m[s]) for s in STRATEGIES),
-                    _pct(m["tickloop"] / v["bound"] - 1),
-                    _pct(m["tickloop"] / v["floor"] - 1),
-                    _x(m["sequential"] / m["tickloop"]),
-                    *(_ms(m[p]) for p in peers_r),
-                ]
-            )
+            rows.append([
+                f"`{key}`", f"{v['scale'] * 1000:.0f}", _ms(v["bound"]), _ms(v["floor"]),
+                *(_ms(m[s]) for s in STRATEGIES),
+                _pct(m["tickloop"] / v["bound"] - 1), _pct(m["tickloop"] / v["floor"] - 1),
+                _x(m["sequential"] / m["tickloop"]), *(_ms(m[p]) for p in peers_r),
+            ])
         parts.append(_table(header, rows))
         parts.append(
             "\n*gap to T\\** is what the real clock adds to the exact bound: timer slack "
@@ -394,29 +342,21 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
             f"critical path or not), so each shape is redrawn with {n} seeds. Mean speedup "
             "over sequential, and for tickloop the range:\n"
         )
-        header = [
-            "workload",
-            *(SHORT[s] for s in STRATEGIES[1:]),
-            "tickloop min–max",
-            "tickloop vs per-turn (mean)",
-            "tickloop vs batch (mean)",
-        ]
+        header = ["workload", *(SHORT[s] for s in STRATEGIES[1:]), "tickloop min–max",
+                  "tickloop vs per-turn (mean)", "tickloop vs batch (mean)"]
         rows = []
         for key, r in seeds.items():
-
             def mean_ratio(a: str, b: str, r: dict[str, list[float]] = r) -> float:
                 return statistics.mean(x / y for x, y in zip(r[a], r[b], strict=True))
 
             speed = [x / y for x, y in zip(r["sequential"], r["tickloop"], strict=True)]
-            rows.append(
-                [
-                    f"`{key}`",
-                    *(_x(mean_ratio("sequential", s)) for s in STRATEGIES[1:]),
-                    f"{min(speed):.2f}–{max(speed):.2f}×",
-                    _x(mean_ratio("per_turn", "tickloop")),
-                    _x(mean_ratio("batch", "tickloop")),
-                ]
-            )
+            rows.append([
+                f"`{key}`",
+                *(_x(mean_ratio("sequential", s)) for s in STRATEGIES[1:]),
+                f"{min(speed):.2f}–{max(speed):.2f}×",
+                _x(mean_ratio("per_turn", "tickloop")),
+                _x(mean_ratio("batch", "tickloop")),
+            ])
         parts.append(_table(header, rows))
 
     # -- grid ----------------------------------------------------------------------------
@@ -431,25 +371,18 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
             f"{results['settings']['grid_seeds']} seeds) as the tools' median latency and the "
             "thought written before each answer change; the other costs as above.\n"
         )
-        parts.append(
-            _table(
-                ["tool median ↓ / thought →", *(f"{t} chars" for t in thoughts)],
-                [
-                    [
-                        f"{median:g} s",
-                        *(
-                            "{two_hop:.2f}× / {eight_way:.2f}×".format(
-                                **next(
-                                    r for r in grid if r["median"] == median and r["thought"] == t
-                                )
-                            )
-                            for t in thoughts
-                        ),
-                    ]
-                    for median in medians
-                ],
-            )
-        )
+        parts.append(_table(
+            ["tool median ↓ / thought →", *(f"{t} chars" for t in thoughts)],
+            [
+                [f"{median:g} s", *(
+                    "{two_hop:.2f}× / {eight_way:.2f}×".format(**next(
+                        r for r in grid if r["median"] == median and r["thought"] == t
+                    ))
+                    for t in thoughts
+                )]
+                for median in medians
+            ],
+        ))
         parts.append(
             "\n**The ceiling.** With n parallel lookups, sequential pays n requests of R "
             "seconds, each writing one call, the final request, and every lookup one after "
@@ -462,38 +395,26 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
             f"{next(iter(ceiling.values()), {}).get('draws', 0):,} draws):\n"
         )
         if ceiling:
-            parts.append(
-                _table(
+            parts.append(_table(
+                ["workload", "ceiling", "reached when a request costs",
+                 "tickloop (mean, default costs)"],
+                [
                     [
-                        "workload",
-                        "ceiling",
-                        "reached when a request costs",
-                        "tickloop (mean, default costs)",
-                    ],
-                    [
-                        [
-                            f"`{key}`",
-                            _x(c["ceiling"]),
-                            f"{c['at_request']:.2g} s (tools dominate)"
-                            if c["at_request"] < 0.1
-                            else f"{c['at_request']:.3g} s (requests dominate)",
-                            _x(
-                                statistics.mean(
-                                    a / b
-                                    for a, b in zip(
-                                        results["seeds"][key]["sequential"],
-                                        results["seeds"][key]["tickloop"],
-                                        strict=True,
-                                    )
-                                )
+                        f"`{key}`",
+                        _x(c["ceiling"]),
+                        f"{c['at_request']:.2g} s (tools dominate)"
+                        if c["at_request"] < 0.1 else
+                        f"{c['at_request']:.3g} s (requests dominate)",
+                        _x(statistics.mean(
+                            a / b for a, b in zip(
+                                results["seeds"][key]["sequential"],
+                                results["seeds"][key]["tickloop"], strict=True,
                             )
-                            if key in results.get("seeds", {})
-                            else "n/a",
-                        ]
-                        for key, c in ceiling.items()
-                    ],
-                )
-            )
+                        )) if key in results.get("seeds", {}) else "n/a",
+                    ]
+                    for key, c in ceiling.items()
+                ],
+            ))
         default_thought = results["settings"]["costs"]["thought_chars"]
         latency = results["settings"]["latency"]
         reaching = _median_reaching(results, "eight_way", EIGHT_WAY_TARGET)
@@ -508,15 +429,13 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
                 "requests that all cost the same. LLMCompiler measured its figure against a "
                 "ReAct agent whose steps cost more than its planner's (a long few-shot prompt "
                 "read again at every step, longer thoughts)."
-                if two_hop_ceiling and two_hop_ceiling < TWO_HOP_TARGET
-                else ""
+                if two_hop_ceiling and two_hop_ceiling < TWO_HOP_TARGET else ""
             )
             + f" Eight-way's {EIGHT_WAY_TARGET}× is within its ceiling: with "
             f"{default_thought}-character thoughts tickloop reaches it "
             + (
                 f"once tools' median is {reaching:g} s"
-                if reaching is not None
-                else "at none of the tool medians above"
+                if reaching is not None else "at none of the tool medians above"
             )
             + "; at the default costs it is lower: in "
             f"{1 - (1 - latency['straggler_p']) ** 8:.0%} of draws at least one of the "
@@ -527,12 +446,10 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
 
     # -- targets -------------------------------------------------------------------------
     parts.append("\n### Targets\n")
-    parts.append(
-        _table(
-            ["target", "result", "met"],
-            [[what, figure, verdict(ok)] for what, figure, ok in check_targets(results)],
-        )
-    )
+    parts.append(_table(
+        ["target", "result", "met"],
+        [[what, figure, verdict(ok)] for what, figure, ok in check_targets(results)],
+    ))
 
     # -- engine --------------------------------------------------------------------------
     if results.get("engine"):
@@ -545,8 +462,7 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
             )
         else:
             status = (
-                "all its targets met"
-                if engine["status"] == "ok"
+                "all its targets met" if engine["status"] == "ok"
                 else f"{engine['status']}: it exits non-zero when a target is missed"
             )
             parts.append(
@@ -588,7 +504,8 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
         f"{machine['platform']}. Run {machine.get('date', '(date not recorded)')}; load "
         f"average when it started: {load_text}. The machine "
         "is shared with other work, so real-clock figures carry some noise; virtual-clock "
-        "figures do not depend on the machine at all." + (f" Time taken: {taken}." if taken else "")
+        "figures do not depend on the machine at all."
+        + (f" Time taken: {taken}." if taken else "")
     )
     parts.append("\n" + END)
     return "\n".join(parts) + "\n"
@@ -600,7 +517,7 @@ def write_section(path: Path, section: str) -> None:
     begin = text.find(BEGIN)
     end = text.find(END)
     if begin >= 0 and end > begin:
-        text = text[:begin] + section.rstrip("\n") + text[end + len(END) :]
+        text = text[:begin] + section.rstrip("\n") + text[end + len(END):]
     else:
         text = text.rstrip("\n") + "\n\n" + section
     if not text.endswith("\n"):
