@@ -82,7 +82,7 @@ from .._core._tools import ToolSet
 from .._engine._engine import Engine, utc_now
 from .._errors import ResumeError, StoreError, unwrap_single
 from .._observe._events import EventSink, Redactor
-from ._store import CALL_COLUMNS, LEAN_COLUMNS, SHARED, RunWriter
+from ._store import CALL_COLUMNS, LEAN_COLUMNS, SHARED, RunWriter, damaged_entry
 
 __all__ = [
     "CUT_OFF",
@@ -394,10 +394,10 @@ def shared_text(
     it on arrival); `[value]`, the value itself. `_store.expand_shared` puts them back.
     Only the very objects are referenced (the wire the scheduler made from the received
     call, `clean`; the calls handed on, `arrived`: their entries' numbers and the calls,
-    which the solution holds), so the
-    message read back is the one journaled. A plan's wire replaced by a reviewer is its
-    row's text (encoded once, when it was decided). None for any other message, for a
-    plan of no calls, and for a solution none of whose calls is shared.
+    which the solution holds), so the message read back is the one journaled. A plan's
+    wire replaced by a reviewer is its row's text (encoded once, when it was decided).
+    None for any other message, for a plan of no calls, and for a solution none of whose
+    calls is shared.
     """
     kind = message.get("type")
     parts: list[str] = []
@@ -472,6 +472,9 @@ class _UnreadyArrows:
     def accept(self, call_id: str, wire: Any) -> None:
         self.wires[call_id] = wire
         self.accepted.append(call_id)  # filed only if `_declared` or `_by_tool` is asked
+
+    def replace(self, call_id: str, wire: Any) -> None:
+        self.wires[call_id] = wire  # a reviewer's replacement, from its decision on
 
     def _declared(self) -> _PathIndex:
         """Which call said it would write which path, every call accepted so far (as its
@@ -944,7 +947,7 @@ class DurableRun:
             row.status = CallStatus.QUEUED
             if isinstance(action.decision, Replace):
                 wire = action.decision.call
-                self.unready.wires[action.id] = wire
+                self.unready.replace(action.id, wire)
                 shared = self.redact.shared(wire)
                 row.call = dumps_call(shared)
                 if shared is wire:
@@ -983,10 +986,11 @@ class DurableRun:
                 try:
                     self._replay_entry(scheduler, loop, seq, at, kind, body)
                 except (ValueError, KeyError, TypeError, AttributeError) as error:
-                    raise StoreError(
-                        f"{self.writer.store.path}: the store is damaged: journal entry {seq} "
-                        f"of run {self.writer.run_id!r} cannot be read "
-                        f"({type(error).__name__}: {error})"
+                    raise damaged_entry(
+                        self.writer.store.path,
+                        self.writer.run_id,
+                        seq,
+                        f"cannot be read ({type(error).__name__}: {error})",
                     ) from None
         except BaseException:
             # Rows of a journal prefix must never be written as the run's (the run's end

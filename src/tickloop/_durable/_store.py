@@ -590,9 +590,8 @@ class SQLiteStore:
                     at = float.fromhex(entry_at) if type(entry_at) is str else float(entry_at)
                     journal.append((number, at, entry_kind, entry))
             except (TypeError, ValueError) as error:
-                raise StoreError(
-                    f"{self.path}: the store is damaged: journal entry {seq} of run "
-                    f"{run_id!r} is not a list of entries ({error})"
+                raise damaged_entry(
+                    self.path, run_id, seq, f"is not a list of entries ({error})"
                 ) from None
         self._expand_shared(journal, run_id)
         return journal
@@ -610,10 +609,11 @@ class SQLiteStore:
                 try:
                     journal[index] = (number, at, kind, expand_shared(body, received))
                 except (TypeError, KeyError, ValueError, IndexError) as error:
-                    raise StoreError(
-                        f"{self.path}: the store is damaged: journal entry {number} of run "
-                        f"{run_id!r} refers to calls it cannot have "
-                        f"({type(error).__name__}: {error})"
+                    raise damaged_entry(
+                        self.path,
+                        run_id,
+                        number,
+                        f"refers to calls it cannot have ({type(error).__name__}: {error})",
                     ) from None
 
     def rows_behind(self, run_id: str) -> tuple[int, int] | None:
@@ -919,6 +919,13 @@ def _insert_statement(shape: tuple[bool, ...]) -> tuple[str, Callable[[Any], tup
 
 # The NULL columns of a lean row (`_insert_statement`'s shape for it).
 _LEAN_SHAPE = tuple(name in USUALLY_NULL for name in ("run_id", *CALL_COLUMNS))
+
+
+def damaged_entry(path: Path, run_id: str, number: int, what: str) -> StoreError:
+    """The error for journal entry `number` of a run, which `what` says is damaged."""
+    return StoreError(
+        f"{path}: the store is damaged: journal entry {number} of run {run_id!r} {what}"
+    )
 
 
 def expand_shared(body: Any, received: Mapping[int, Any]) -> dict[str, Any]:
