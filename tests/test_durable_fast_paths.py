@@ -369,6 +369,54 @@ def test_rows_with_their_nulls_in_the_statement_are_the_rows_every_value_bound_m
     assert stored[0] == stored[1]
 
 
+def test_the_results_of_calls_started_together_are_followed_at_the_next_commit(
+    tmp_path: Path,
+) -> None:
+    """A commit for a call whose start is committed already writes nothing and follows
+    nothing: the results recorded since wait, their entries already made, for the next
+    commit that writes, which follows them all in one pass before anything reads a row."""
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    followed: list[str] = []
+    track = DurableRun._track
+
+    def counted(self: DurableRun, event: Event, *rest: Any) -> None:
+        followed.append(type(event).__name__)
+        track(self, event, *rest)
+
+    async def main() -> None:
+        writer = create_run(store, "r", "solution")
+        redact = Redactor()
+        durable = DurableRun(writer, _TOOLS, redact, EventSink("r", redact))
+        scheduler = Scheduler(_TOOLS, ContextLog([]), arrows=True)
+
+        def feed(event: Event) -> list[Any]:
+            actions = scheduler.handle(event)
+            durable.record(event, actions)
+            return actions
+
+        feed(OpenTick(1))
+        feed(ReceiveCall({"_tool": "step", "n": 1, "_outputPath": "†state.a"}))
+        durable.commit("c1.0")
+        for n in (2, 3):  # both start when c1.0 finishes, in one event
+            feed(ReceiveCall({"_tool": "step", "n": "†state.a", "_outputPath": f"†state.r{n}"}))
+        actions = feed(FinishCall("c1.0", value=1))
+        assert [a.id for a in actions if isinstance(a, StartCall)] == ["c1.1", "c1.2"]
+        durable.commit("c1.1")  # writes the event that started both
+        followed.clear()
+        feed(FinishCall("c1.1", value=2))
+        durable.commit("c1.2")  # started by an entry committed already
+        assert followed == [] and durable.rows["c1.1"].status == CallStatus.RUNNING
+        durable.commit()
+        assert followed == ["FinishCall"] and durable.rows["c1.1"].status == CallStatus.DONE
+        kinds = [body["type"] for _, _, kind, body in store.journal("r") if kind == "event"]
+        assert kinds[-1] == "CallFinished"
+        writer.release()
+
+    with patch.object(DurableRun, "_track", counted):
+        trio.run(main)
+    store.close()
+
+
 def test_a_rows_lean_values_are_its_values_without_the_usually_null_columns() -> None:
     row = _Row("c1", 3, 1, "step", 1.5)
     row.call, row.params, row.deps, row.ready, row.started, row.finished = "{}", "{}", "[]", 2, 3, 4

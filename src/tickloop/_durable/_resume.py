@@ -82,7 +82,7 @@ from .._core._tools import ToolSet
 from .._engine._engine import Engine, utc_now
 from .._errors import ResumeError, StoreError, unwrap_single
 from .._observe._events import EventSink, Redactor
-from ._store import CALL_COLUMNS, LEAN_COLUMNS, SHARED, RunWriter, damaged_entry
+from ._store import CALL_COLUMNS, SHARED, RunWriter, damaged_entry
 
 __all__ = [
     "CUT_OFF",
@@ -281,12 +281,26 @@ class _Row:
         )
 
     def lean_values(self, run_id: str) -> tuple[Any, ...]:
-        """`values`, without the USUALLY_NULL columns when they are NULL (most rows)."""
-        values = self.values(run_id)
+        """`values`, without the USUALLY_NULL columns when they are NULL (most rows):
+        the run id and LEAN_COLUMNS, spelled out (one tuple made, not two)."""
         if self.decision is None and self.error is None and self.asked is None:
             if self.decided is None:
-                return _LEAN(values)
-        return values
+                return (
+                    run_id,
+                    self.call_id,
+                    self.seq,
+                    self.iteration,
+                    self.tool,
+                    _text(self.status),
+                    self.call,
+                    self.params,
+                    self.deps,
+                    self.received,
+                    self.ready,
+                    self.started,
+                    self.finished,
+                )
+        return self.values(run_id)
 
     def changes(self, run_id: str) -> tuple[Any, ...]:
         """The row in CHANGING_COLUMNS order, then the run and call ids (an UPDATE's)."""
@@ -296,9 +310,6 @@ class _Row:
         """What settling changes (SETTLED_COLUMNS), then the run and call ids."""
         return (_text(self.status), self.error, self.deps, self.finished, run_id, self.call_id)
 
-
-# The run id and LEAN_COLUMNS out of a row's `values`.
-_LEAN = operator.itemgetter(0, *(1 + CALL_COLUMNS.index(name) for name in LEAN_COLUMNS))
 
 # A status as the plain string it equals: sqlite3 binds a `str` subclass (a `CallStatus`)
 # through its adapter protocol, several times the cost of binding the string.
@@ -629,9 +640,11 @@ class DurableRun:
         The event's entry is made now, from the values as they are now (a result a tool
         may change later is stored as it was returned). What the event changes in the
         rows is worked out later (`_follow_recorded`), for every event recorded since,
-        at the next commit or message: that is before any of its calls acts (a call acts
-        only once its start is committed), and one pass over a batch of events costs
-        less than a pass per event between the scheduler's and trio's work.
+        at the next commit that writes or the next message: that is before any of its
+        calls acts (a call acts only once its start is committed), and one pass over a
+        batch of events costs less than a pass per event between the scheduler's and
+        trio's work. (A call whose start is committed already commits nothing, so the
+        results of one trio batch's calls are followed together, not one by one.)
         """
         at = self.now()
         # A call started (or asked about) by this event may act once this entry, the
@@ -731,12 +744,16 @@ class DurableRun:
         `ROW_LAG` old; otherwise they wait, coalesced per call. A crash may so leave the
         rows up to `ROW_LAG` behind the journal; a resume rewrites them from it.
         """
-        if self._recorded:
-            self._follow_recorded()  # before its marks and rows are read
         if call_id is not None:
+            # Every committed entry was followed first (below), so a call whose mark is
+            # not known yet was started by an event not followed, not committed either.
             mark = self._marks.pop(call_id, None)
             if mark is not None and mark <= self._committed:
-                return
+                return  # most calls: the events recorded since wait for the next commit
+        if self._recorded:
+            self._follow_recorded()  # before the rows are read
+            if call_id is not None:
+                self._marks.pop(call_id, None)  # set by following, and committed below
         since = self._dirty_since
         due = since is not None and (
             rows or self._checkpoint or self._clock.current_time() >= since + ROW_LAG
