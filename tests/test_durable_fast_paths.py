@@ -417,6 +417,37 @@ def test_the_results_of_calls_started_together_are_followed_at_the_next_commit(
     store.close()
 
 
+@pytest.mark.parametrize(
+    ("value", "later"), [(7, True), ("x", True), (None, True), (1.5, True), ({"n": 1}, False)]
+)
+def test_a_result_nothing_can_change_is_encoded_when_followed(
+    tmp_path: Path, value: Any, later: bool
+) -> None:
+    """A result of an immutable type has its entry made when the event is followed (with
+    the rest of its batch); any other at once, as it was returned: the tool may keep it
+    and change it. Either way the entry committed is the one `finished_text` makes."""
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+
+    async def main() -> None:
+        writer = create_run(store, "r", "solution")
+        redact = Redactor()
+        durable = DurableRun(writer, _TOOLS, redact, EventSink("r", redact))
+        scheduler = Scheduler(_TOOLS, ContextLog([]), arrows=True)
+        for event in (OpenTick(1), ReceiveCall({"_tool": "step", "n": 1})):
+            durable.record(event, scheduler.handle(event))
+        durable.commit("c1.0")
+        finished = FinishCall("c1.0", value=value, date="2026-11-25T00:00:00Z")
+        durable.record(finished, scheduler.handle(finished))
+        assert (durable._pending[-1][2] == "") is later
+        durable.commit(rows=True)
+        [(_, _, _, body)] = [e for e in store.journal("r") if e[3].get("type") == "CallFinished"]
+        assert body == json.loads(_resume.finished_text(finished))
+        writer.release()
+
+    trio.run(main)
+    store.close()
+
+
 def test_a_rows_lean_values_are_its_values_without_the_usually_null_columns() -> None:
     row = _Row("c1", 3, 1, "step", 1.5)
     row.call, row.params, row.deps, row.ready, row.started, row.finished = "{}", "{}", "[]", 2, 3, 4

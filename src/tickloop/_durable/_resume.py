@@ -333,6 +333,9 @@ def received_text(event: ReceiveCall) -> tuple[str, tuple[dict[str, Any], str] |
     return dumps_call(event_to_dict(event)), None
 
 
+# Results whose entry may be made after the tool returned: nothing can change them since.
+_UNCHANGING = frozenset({int, str, type(None), float, bool})
+
 _BIG = 10**100  # ints beyond it take the general path (too long to write: a StoreError)
 
 
@@ -650,16 +653,22 @@ class DurableRun:
         # A call started (or asked about) by this event may act once this entry, the
         # next one recorded, is committed (`commit(call_id)`); `_track` marks it so.
         mark = self._added + 1
+        later = -1  # the place of an entry whose text is made when it is followed
         if type(event) is ReceiveCall:
             # A received call is tickloop's own (parsed from the model's answer, or made
             # from its tool call), which nothing changes: its entry's text is made when
             # it is followed, in its place among the entries, held until then.
             self._add_text(at, "event", "")
+            later = len(self._pending) - 1
         elif type(event) is FinishCall:
-            self._add_text(at, "event", finished_text(event))
+            if type(event.value) in _UNCHANGING and event.error is None and event.branch is None:
+                self._add_text(at, "event", "")  # a value nothing can change: made later too
+                later = len(self._pending) - 1
+            else:
+                self._add_text(at, "event", finished_text(event))
         else:
             self._add(at, "event", event_to_dict(event))
-        self._recorded.append((event, actions, at, mark, len(self._pending) - 1))
+        self._recorded.append((event, actions, at, mark, later))
 
     def _follow_recorded(self) -> None:
         """Follow, in order, the events recorded and not followed yet (`record`)."""
@@ -670,6 +679,8 @@ class DurableRun:
                 if type(event) is ReceiveCall:
                     self._follow_received(event, actions, at, mark, pending, place)
                 else:
+                    if place >= 0 and type(event) is FinishCall:  # a result that could
+                        pending[place] = (at, "event", finished_text(event))  # not change
                     self._track(event, actions, at, mark)
             except BaseException:
                 self._recorded = recorded[index + 1 :] + self._recorded  # left to follow
