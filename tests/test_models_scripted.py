@@ -118,6 +118,29 @@ def test_requests_are_json_snapshots_of_what_was_received() -> None:
     assert json.loads(json.dumps(model.requests)) == model.requests
 
 
+def test_requests_are_decoded_when_read_and_kept_once_read() -> None:
+    """A run that never reads `requests` (the demo, a benchmark) pays for one snapshot
+    of each request, not a decoding too; reading them decodes each once, into the same
+    list every time, so a test may keep it and see later requests join it."""
+    from unittest.mock import patch
+
+    from tickloop._models import _scripted
+
+    model = ScriptedModel([SOLUTION, SOLUTION])
+    first, second = request(iteration=1, text="first"), request(iteration=2, text="second")
+    with patch.object(_scripted.json, "loads", wraps=json.loads) as loads:
+        collect(model, first)
+        assert loads.call_count == 0
+        seen = model.requests
+        assert [r["messages"][0]["content"] for r in seen] == ["first"]
+        collect(model, second)
+        assert model.requests is seen and [r["messages"][0]["content"] for r in seen] == [
+            "first",
+            "second",
+        ]
+        assert loads.call_count == 2
+
+
 def test_usage_estimates_four_characters_a_token() -> None:
     text = "y" * 41
     req = request()

@@ -107,7 +107,19 @@ class ScriptedModel:
         self.chunk_delay = chunk_delay
         self.first_token_delay = first_token_delay
         self.usage = usage
-        self.requests: list[dict[str, Any]] = []
+        # Each request as the JSON text taken when it arrived (which detaches it from the
+        # loop's own lists), decoded only when `requests` is read: a run that never reads
+        # them (a benchmark, the demo) does not pay for a second walk of every request.
+        self._snapshots: list[str] = []
+        self._requests: list[dict[str, Any]] = []
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """Every request received so far, oldest first (the same list each time)."""
+        decoded, snapshots = self._requests, self._snapshots
+        while len(decoded) < len(snapshots):
+            decoded.append(json.loads(snapshots[len(decoded)]))
+        return decoded
 
     def __repr__(self) -> str:
         return f"ScriptedModel(<{len(self._texts)} responses>, chunk_chars={self.chunk_chars})"
@@ -126,10 +138,10 @@ class ScriptedModel:
 
     async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
         start = trio.current_time()
-        # A JSON round trip: proves the record serialisable and detaches it from the
-        # loop's own lists, which keep changing after the request.
+        # A JSON snapshot: proves the record serialisable and detaches it from the loop's
+        # own lists, which keep changing after the request (decoded when read: `requests`).
         snapshot = json.dumps(request.to_dict(), ensure_ascii=False)
-        self.requests.append(json.loads(snapshot))
+        self._snapshots.append(snapshot)
         k = request.iteration
         self._check_iteration(k)
         text = self._texts[k - 1]
@@ -156,7 +168,7 @@ class ScriptedModel:
             "tools": request.to_dict()["tools"],
         }
         snapshot = json.dumps(record, ensure_ascii=False)
-        self.requests.append(json.loads(snapshot))
+        self._snapshots.append(snapshot)
         k = request.iteration
         self._check_iteration(k)
         turn = _read_turn(self._turns[k - 1], k)
