@@ -40,6 +40,7 @@ from tickloop._core import _arrival
 from tickloop._core._expressions import Term, find_references
 from tickloop._core._log import ContextLog, copy_json, is_flat, private_copy, shape_fault
 from tickloop._core._path_index import PathIndex
+from tickloop._core._run_queue import RunQueue
 from tickloop._core._scheduler import Scheduler
 from tickloop._core._scheduler_io import (
     AskApproval,
@@ -660,3 +661,64 @@ def test_a_private_copy_is_copy_json_sharing_nothing_or_none_for_a_tuple(
     assert is_flat(value) == all(not isinstance(item, dict | list) for item in value.values())
     originals = {id(container) for container in _containers(value)}
     assert not any(id(container) in originals for container in _containers(copied))
+
+
+class _QueuedOnly(RunQueue):
+    """The run queue without its list of calls that meet no limit: every call through
+    its tool's queue and the heap, as the general path has it."""
+
+    __slots__ = ()
+
+    def push(self, call: Any) -> None:
+        self.queued += 1
+        self._queue(call, call.tool.name, self._queues.get(call.tool.name))
+
+
+_queue_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("push"), st.sampled_from(["a", "b", "c"])),
+        st.tuples(st.just("start"), st.sampled_from([None, None, 1, 2])),
+        st.tuples(st.just("finish"), st.integers(0, 10)),
+        st.tuples(st.just("late"), st.sampled_from(["a", "b", "c"])),  # out of order
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_queue_ops)
+def test_calls_that_meet_no_limit_start_as_the_queues_would_start_them(
+    ops: list[tuple[str, Any]],
+) -> None:
+    """The run queue's list of calls meeting no limit starts the calls the tools' queues
+    and the heap would start, in the same order, and counts the same: whatever the mix
+    of run limits, tool limits (`c` allows one at a time), and calls queued out of
+    arrival order."""
+    from types import SimpleNamespace
+
+    limits = {"a": None, "b": None, "c": 1}
+    fast, general = RunQueue(), _QueuedOnly()
+    seq = 100
+    running: list[Any] = []
+    for op, arg in ops:
+        if op in ("push", "late"):
+            seq += 1
+            tool = SimpleNamespace(name=arg, max_concurrency=limits[arg])
+            call = SimpleNamespace(
+                id=f"k{seq}",
+                seq=seq if op == "push" else seq - 50,
+                tool=tool,
+                fire_and_forget=seq % 2 == 0,
+            )
+            fast.push(call)  # type: ignore[arg-type]
+            general.push(call)
+        elif op == "start":
+            started = fast.start(arg)
+            assert [c.id for c in started] == [c.id for c in general.start(arg)]
+            running += started
+        elif running:
+            call = running.pop(arg % len(running))
+            fast.finish(call)
+            general.finish(call)
+        for kept in ("queued", "running", "writers"):
+            assert getattr(fast, kept) == getattr(general, kept)

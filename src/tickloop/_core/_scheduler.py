@@ -394,7 +394,7 @@ class Scheduler:
                     continue
             if approvals.waiting and approvals.asking is None:
                 self._ask_next_approval()
-            if queue.heads:
+            if queue.heads or queue.ready:
                 self._start_queued_calls()
             if dirty:
                 continue
