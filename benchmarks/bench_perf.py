@@ -409,7 +409,7 @@ def peers(sizes: Sizes) -> list[Row]:
         for runner in runners.values():
             runner(min(n, 20))  # warm-up
         times: dict[str, list[float]] = {name: [] for name in runners}
-        for _ in range(max(1, min(sizes.repeat, 3))):
+        for _ in range(max(1, sizes.repeat)):
             for name, runner in runners.items():
                 times[name].append(runner(n))
         us = {name: best(t) / n * 1e6 for name, t in times.items()}
