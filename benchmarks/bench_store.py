@@ -6,9 +6,9 @@ are committed in groups, always before a call they lead to can start). The tools
 instant and the scripted model streams the whole plan at once, so the figure is pure
 overhead: the scheduler and trio on one side, plus the journal on the other. Three calls
 in four read another call's output (every fourth call's), so the run exercises
-references and dependency tracking too. Best of 7 runs each, interleaved, in one process (best of 3 swung from
-1.27x to 1.69x within a minute on the shared 2-core machine: a slow "off" run is as
-likely as a slow "on" one).
+references and dependency tracking too. Best of 7 runs each, interleaved, in one
+process (best of 3 swung from 1.27x to 1.69x within a minute on the shared 2-core
+machine: a slow "off" run is as likely as a slow "on" one).
 
 Target: store on <= 1.5x store off (issue 15; it was 3x).
 

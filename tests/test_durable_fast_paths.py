@@ -21,6 +21,7 @@ import collections
 import itertools
 import json
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from unittest.mock import patch
@@ -164,6 +165,21 @@ def _drive(
     with patch.multiple(_resume, received_text=_received_text, arrival_text=_arrival_text):
         trio.run(main)
     return result[0]
+
+
+def _recorder(store: SQLiteStore) -> tuple[DurableRun, Callable[[Event], list[Any]]]:
+    """A durable run journaling a new run `r` of `store`, and a `feed` that hands an event
+    to a scheduler and what it decided to the run, as the engine does (inside trio)."""
+    redact = Redactor()
+    durable = DurableRun(create_run(store, "r", "solution"), _TOOLS, redact, EventSink("r", redact))
+    scheduler = Scheduler(_TOOLS, ContextLog([]), arrows=True)
+
+    def feed(event: Event) -> list[Any]:
+        actions = scheduler.handle(event)
+        durable.record(event, actions)
+        return actions
+
+    return durable, feed
 
 
 def _received(durable: DurableRun, path: Path) -> dict[int, Any]:
@@ -384,16 +400,7 @@ def test_the_results_of_calls_started_together_are_followed_at_the_next_commit(
         track(self, event, *rest)
 
     async def main() -> None:
-        writer = create_run(store, "r", "solution")
-        redact = Redactor()
-        durable = DurableRun(writer, _TOOLS, redact, EventSink("r", redact))
-        scheduler = Scheduler(_TOOLS, ContextLog([]), arrows=True)
-
-        def feed(event: Event) -> list[Any]:
-            actions = scheduler.handle(event)
-            durable.record(event, actions)
-            return actions
-
+        durable, feed = _recorder(store)
         feed(OpenTick(1))
         feed(ReceiveCall({"_tool": "step", "n": 1, "_outputPath": "†state.a"}))
         durable.commit("c1.0")
@@ -410,7 +417,7 @@ def test_the_results_of_calls_started_together_are_followed_at_the_next_commit(
         assert followed == ["FinishCall"] and durable.rows["c1.1"].status == CallStatus.DONE
         kinds = [body["type"] for _, _, kind, body in store.journal("r") if kind == "event"]
         assert kinds[-1] == "CallFinished"
-        writer.release()
+        durable.writer.release()
 
     with patch.object(DurableRun, "_track", counted):
         trio.run(main)
@@ -429,20 +436,17 @@ def test_a_result_nothing_can_change_is_encoded_when_followed(
     store = tl.SQLiteStore(tmp_path / "runs.db")
 
     async def main() -> None:
-        writer = create_run(store, "r", "solution")
-        redact = Redactor()
-        durable = DurableRun(writer, _TOOLS, redact, EventSink("r", redact))
-        scheduler = Scheduler(_TOOLS, ContextLog([]), arrows=True)
-        for event in (OpenTick(1), ReceiveCall({"_tool": "step", "n": 1})):
-            durable.record(event, scheduler.handle(event))
+        durable, feed = _recorder(store)
+        feed(OpenTick(1))
+        feed(ReceiveCall({"_tool": "step", "n": 1}))
         durable.commit("c1.0")
         finished = FinishCall("c1.0", value=value, date="2026-11-25T00:00:00Z")
-        durable.record(finished, scheduler.handle(finished))
+        feed(finished)
         assert (durable._pending[-1][2] == "") is later
         durable.commit(rows=True)
         [(_, _, _, body)] = [e for e in store.journal("r") if e[3].get("type") == "CallFinished"]
         assert body == json.loads(_resume.finished_text(finished))
-        writer.release()
+        durable.writer.release()
 
     trio.run(main)
     store.close()

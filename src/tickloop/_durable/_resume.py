@@ -82,7 +82,7 @@ from .._core._tools import ToolSet
 from .._engine._engine import Engine, utc_now
 from .._errors import ResumeError, StoreError, unwrap_single
 from .._observe._events import EventSink, Redactor
-from ._store import CALL_COLUMNS, SHARED, RunWriter, damaged_entry
+from ._store import CALL_COLUMNS, LEAN_COLUMNS, SHARED, RunWriter, damaged_entry
 
 __all__ = [
     "CUT_OFF",
@@ -281,26 +281,12 @@ class _Row:
         )
 
     def lean_values(self, run_id: str) -> tuple[Any, ...]:
-        """`values`, without the USUALLY_NULL columns when they are NULL (most rows):
-        the run id and LEAN_COLUMNS, spelled out (one tuple made, not two)."""
+        """`values`, without the USUALLY_NULL columns when they are NULL (most rows)."""
+        values = self.values(run_id)
         if self.decision is None and self.error is None and self.asked is None:
             if self.decided is None:
-                return (
-                    run_id,
-                    self.call_id,
-                    self.seq,
-                    self.iteration,
-                    self.tool,
-                    _text(self.status),
-                    self.call,
-                    self.params,
-                    self.deps,
-                    self.received,
-                    self.ready,
-                    self.started,
-                    self.finished,
-                )
-        return self.values(run_id)
+                return _LEAN(values)
+        return values
 
     def changes(self, run_id: str) -> tuple[Any, ...]:
         """The row in CHANGING_COLUMNS order, then the run and call ids (an UPDATE's)."""
@@ -310,6 +296,9 @@ class _Row:
         """What settling changes (SETTLED_COLUMNS), then the run and call ids."""
         return (_text(self.status), self.error, self.deps, self.finished, run_id, self.call_id)
 
+
+# The run id and LEAN_COLUMNS out of a row's `values`.
+_LEAN = operator.itemgetter(0, *(1 + CALL_COLUMNS.index(name) for name in LEAN_COLUMNS))
 
 # A status as the plain string it equals: sqlite3 binds a `str` subclass (a `CallStatus`)
 # through its adapter protocol, several times the cost of binding the string.
