@@ -591,8 +591,9 @@ class DurableRun:
         self.decisions: dict[str, Decision] = {}
         self.resumed = False
         self._pending: list[tuple[float, str, str]] = []
-        # Events recorded, their entries made, that `_track` has not followed yet (see
-        # `record`): (event, actions, time, mark, its entry's place in `_pending`).
+        # Events recorded that `_track` has not followed yet (see `record`): (event,
+        # actions, time, mark, the place in `_pending` of an entry whose text is made
+        # when it is followed, or -1 for an entry made when recorded).
         self._recorded: list[tuple[Event, list[Action], float, int, int]] = []
         # Rows changed since they were last written, one entry per call however often it
         # changed: most calls arrive, start and end between two row writes.
@@ -629,14 +630,17 @@ class DurableRun:
     def record(self, event: Event, actions: list[Action]) -> None:
         """The engine's journal hook: called after the scheduler, before any action.
 
-        The event's entry is made now, from the values as they are now (a result a tool
-        may change later is stored as it was returned). What the event changes in the
-        rows is worked out later (`_follow_recorded`), for every event recorded since,
-        at the next commit that writes or the next message: that is before any of its
-        calls acts (a call acts only once its start is committed), and one pass over a
-        batch of events costs less than a pass per event between the scheduler's and
-        trio's work. (A call whose start is committed already commits nothing, so the
-        results of one trio batch's calls are followed together, not one by one.)
+        The event's entry takes its place among the entries now. Its text is made now
+        too when a value in it may still change (a result the tool keeps is stored as it
+        was returned), and when the event is followed otherwise (a received call; a
+        result that is a number, a string or null: nothing changes them). What the event
+        changes in the rows is worked out later (`_follow_recorded`), for every event
+        recorded since, at the next commit that writes or the next message: that is
+        before any of its calls acts (a call acts only once its start is committed), and
+        one pass over a batch of events costs less than a pass per event between the
+        scheduler's and trio's work. (A call whose start is committed already commits
+        nothing, so the results of one trio batch's calls are followed together, not one
+        by one.)
         """
         at = self.now()
         # A call started (or asked about) by this event may act once this entry, the
@@ -667,10 +671,10 @@ class DurableRun:
             try:
                 if type(event) is ReceiveCall:
                     self._follow_received(event, actions, at, mark, pending, place)
-                else:
-                    if place >= 0 and type(event) is FinishCall:  # a result that could
-                        pending[place] = (at, "event", finished_text(event))  # not change
-                    self._track(event, actions, at, mark)
+                    continue
+                if place >= 0 and type(event) is FinishCall:  # a result nothing changes
+                    pending[place] = (at, "event", finished_text(event))
+                self._track(event, actions, at, mark)
             except BaseException:
                 self._recorded = recorded[index + 1 :] + self._recorded  # left to follow
                 raise
