@@ -32,7 +32,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tickloop as tl
-from tickloop._agent._solution import share_streamed_calls
 from tickloop._core._arrival import new_call
 from tickloop._core._decisions import Replace
 from tickloop._core._log import ContextLog
@@ -711,17 +710,3 @@ def test_a_shared_message_is_no_message_a_log_holds() -> None:
     as damage instead of resuming a run whose plan and solution went missing."""
     with pytest.raises(ValueError, match="not 'shared'"):
         ContextLog([]).append({"type": SHARED, "message": {}, "path": ["calls"], "calls": []})
-
-
-def test_the_solution_holds_the_very_calls_the_stream_closed_when_they_are_equal() -> None:
-    streamed = [{"_tool": "a", "n": 1}, {"_tool": "b", "n": 2}, {"_tool": "c"}]
-    solution = {"calls": json.loads(json.dumps(streamed)), "output": None}
-    solution["calls"][1]["n"] = 3  # not what the stream closed there: kept
-    share_streamed_calls(solution, streamed)
-    assert solution["calls"][0] is streamed[0] and solution["calls"][2] is streamed[2]
-    assert solution["calls"][1] == {"_tool": "b", "n": 3}
-    # Another number of calls (a stream cut short) is left as decoded.
-    other = {"calls": [{"_tool": "a", "n": 1}], "output": None}
-    share_streamed_calls(other, streamed)
-    assert other["calls"][0] is not streamed[0]
-    share_streamed_calls(None, streamed)  # no solution at all

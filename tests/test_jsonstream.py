@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import operator
 import random
 from typing import Any
 
@@ -406,6 +407,17 @@ def test_call_whose_slice_fails_json_loads_stops_emission() -> None:
     assert outcome.error is not None and outcome.error.startswith("invalid JSON at character ")
 
 
+def test_a_duplicated_key_after_the_calls_is_refused_where_it_stands() -> None:
+    """The calls are not decoded again at the close, but the rest of the solution is,
+    and a fault there is still the solution's."""
+    text = '{"calls": [{"_tool": "t", "n": 1}], "output": {"a": 1, "a": 2}}'
+    emitted, outcome, _ = run([text])
+    assert emitted == [{"_tool": "t", "n": 1}]
+    assert outcome.solution is None
+    assert outcome.error is not None and "duplicate key 'a'" in outcome.error
+    assert outcome.error.startswith("invalid JSON")
+
+
 def test_feed_after_close_raises_and_close_is_idempotent() -> None:
     stream = SolutionStream()
     stream.feed('{"calls": []}')
@@ -437,8 +449,8 @@ def test_each_call_is_parsed_once_on_its_own_slice(monkeypatch: pytest.MonkeyPat
     assert emitted == calls
     for call in calls:
         assert parsed.count(json.dumps(call)) == 1
-    # calls once each, the two top-level keys, and the whole object once at close
-    assert sum(len(s) for s in parsed) <= 2 * len(text) + 20
+    # calls once each, the two top-level keys, and at the close the object without them
+    assert sum(len(s) for s in parsed) <= len(text) + 60
 
 
 # -- streaming: property ---------------------------------------------------------------
@@ -498,6 +510,9 @@ def test_property_random_solutions_random_chunks(
     assert outcome.error is None
     assert outcome.solution == solution
     assert outcome.calls == len(calls)
+    # The solution holds the very calls emitted, not copies decoded again at the close.
+    assert outcome.solution is not None
+    assert all(map(operator.is_, outcome.solution["calls"], emitted))
 
 
 # -- resilient argument parsing --------------------------------------------------------

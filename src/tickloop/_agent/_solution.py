@@ -145,7 +145,6 @@ class _SolutionLoop(OuterLoop):
         )
         stream = SolutionStream()
         text: list[str] = []
-        streamed: list[Any] = []  # the current stream's calls, as it closed them
         handed = 0  # calls given to the tick (a restarted stream's first ones were)
         seen = 0  # calls the current stream has closed
         self.engine.open_tick(iteration)
@@ -162,12 +161,10 @@ class _SolutionLoop(OuterLoop):
                 # their repeats and are dropped, and its text replaces the old one.
                 stream, seen = SolutionStream(), 0
                 text.clear()
-                streamed.clear()
                 return
             text.append(item.text)
             date = None  # the calls of one chunk arrive together, at one date
             for call in stream.feed(item.text):
-                streamed.append(call)
                 seen += 1
                 if seen <= handed:
                     continue
@@ -195,8 +192,6 @@ class _SolutionLoop(OuterLoop):
             raise self._request_failed(error) from error
         outcome = stream.close()  # the stream of the attempt that answered
         solution = outcome.solution
-        if self.durable is not None:
-            share_streamed_calls(solution, streamed)
         self._emit(
             RequestFinished,
             iteration=iteration,
@@ -286,22 +281,3 @@ class _SolutionLoop(OuterLoop):
                 calls.append(record.call)
         calls.reverse()
         self._append({"type": "plan", "calls": calls})
-
-
-def share_streamed_calls(solution: dict[str, Any] | None, streamed: list[Any]) -> None:
-    """Put the calls the stream closed into the solution in place of their copies.
-
-    The solution is decoded once more from the whole text at the close, and each of its
-    calls from the same characters as the call the stream closed at its place (`streamed`
-    holds the calls of the stream that answered, not those of an attempt before a
-    restart): equal, so the same JSON. Holding the very objects lets a durable run journal
-    the solution message by reference to the calls it journaled as they arrived instead of
-    as a second copy of every call (`_durable._resume.shared_text`). A call that is not
-    equal keeps its own decoding; a durable run then stores it whole.
-    """
-    calls = solution.get("calls") if type(solution) is dict else None
-    if type(calls) is not list or len(calls) != len(streamed):
-        return
-    for index, (call, handed) in enumerate(zip(calls, streamed, strict=True)):
-        if call is not handed and type(call) is type(handed) and call == handed:
-            calls[index] = handed

@@ -154,6 +154,12 @@ class SolutionStream:
         self._top_key: str | None = None
         self._calls_open = False
         self._calls_seen = False
+        # The top-level calls array: its items as emitted, and where it begins and ends
+        # (global offsets; the end is -1 until it closes). The solution is decoded at the
+        # close without it, and holds these very items (`_settle`).
+        self._calls: list[Any] = []
+        self._calls_begin = -1
+        self._calls_end = -1
         self._top_keys: set[str] = set()
         self._item_start = 0
         self._emitted = 0
@@ -314,6 +320,7 @@ class SolutionStream:
                             # a ',' or ']' of the calls array expected next.
                             self._mode = _AFTER
                             out.append(value)
+                            self._calls.append(value)
                             self._emitted += 1
                             i = end
                             # The ',' before the next call, read as the automaton would
@@ -338,6 +345,7 @@ class SolutionStream:
                     if depth == 1 and self._top_key == "calls" and not self._calls_seen:
                         self._calls_open = True
                         self._calls_seen = True
+                        self._calls_begin = pos
                     i += 1
                 elif c in _DIGITS:
                     self._lex = _LEX_NUMBER
@@ -471,6 +479,7 @@ class SolutionStream:
                 return self._emit(self._item_start, end, out)
             if depth == 1:
                 self._calls_open = False
+                self._calls_end = end
         if depth == 1:
             self._top_key = None
         return True
@@ -485,6 +494,7 @@ class SolutionStream:
             self._fail(start, str(exc))
             return False
         out.append(value)
+        self._calls.append(value)
         self._emitted += 1
         return True
 
@@ -518,6 +528,9 @@ class SolutionStream:
         if mode == _FAILED:
             return StreamOutcome(None, self._error, n)
         if mode == _DONE:
+            solution = self._solution_around_calls()
+            if solution is not None:
+                return StreamOutcome(solution, None, n)
             try:
                 solution = _decode_refusing_duplicates(self._slice(self._obj_start, self._obj_end))
             except json.JSONDecodeError as exc:
@@ -540,6 +553,28 @@ class SolutionStream:
             f"({where}{n} call{plural} complete)"
         )
         return StreamOutcome(None, error, n)
+
+    def _solution_around_calls(self) -> dict[str, Any] | None:
+        """The solution, its calls the very items the stream emitted; None when it has no
+        complete top-level calls array, or when the rest is not JSON (the whole text is
+        then decoded, to say where).
+
+        The items were decoded as they closed, each from its own characters: decoding
+        them again from the whole text would only make equal copies (a thousand-call plan
+        read twice). The rest of the object is decoded with an empty array in their place.
+        """
+        begin, end = self._calls_begin, self._calls_end
+        if end < 0:
+            return None
+        text = f"{self._slice(self._obj_start, begin)}[]{self._slice(end, self._obj_end)}"
+        try:
+            solution = _decode_refusing_duplicates(text)
+        except (ValueError, RecursionError):
+            return None
+        if type(solution) is not dict or solution.get("calls") != []:
+            return None  # cannot happen: the automaton read this very object
+        solution["calls"] = self._calls
+        return solution
 
     def _no_object_error(self) -> str:
         """Tell an answer that is JSON but not an object from one with no JSON at all."""
