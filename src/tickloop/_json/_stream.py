@@ -153,16 +153,14 @@ class SolutionStream:
         self._obj_end = -1
         self._top_key: str | None = None
         self._calls_open = False
-        self._calls_seen = False
         # The top-level calls array: its items as emitted, and where it begins and ends
-        # (global offsets; the end is -1 until it closes). The solution is decoded at the
-        # close without it, and holds these very items (`_settle`).
+        # (global offsets; -1 until it opens, and until it closes). The solution is decoded
+        # at the close without it, and holds these very items (`_settle`).
         self._calls: list[Any] = []
         self._calls_begin = -1
         self._calls_end = -1
         self._top_keys: set[str] = set()
         self._item_start = 0
-        self._emitted = 0
         self._error: str | None = None
         self._outcome: StreamOutcome | None = None
 
@@ -173,7 +171,7 @@ class SolutionStream:
 
     @property
     def calls_emitted(self) -> int:
-        return self._emitted
+        return len(self._calls)
 
     def feed(self, chunk: str) -> list[Any]:
         """Return the calls whose JSON value closed inside `chunk`, parsed, in order."""
@@ -321,7 +319,6 @@ class SolutionStream:
                             self._mode = _AFTER
                             out.append(value)
                             self._calls.append(value)
-                            self._emitted += 1
                             i = end
                             # The ',' before the next call, read as the automaton would
                             # (`_AFTER` then `_ARR_NEXT`), without a turn per character.
@@ -342,9 +339,8 @@ class SolutionStream:
                 elif c == "[":
                     stack.append(False)
                     self._mode = _ARR_FIRST
-                    if depth == 1 and self._top_key == "calls" and not self._calls_seen:
+                    if depth == 1 and self._top_key == "calls" and self._calls_begin < 0:
                         self._calls_open = True
-                        self._calls_seen = True
                         self._calls_begin = pos
                     i += 1
                 elif c in _DIGITS:
@@ -495,7 +491,6 @@ class SolutionStream:
             return False
         out.append(value)
         self._calls.append(value)
-        self._emitted += 1
         return True
 
     def _fail(self, pos: int, message: str) -> None:
@@ -523,7 +518,7 @@ class SolutionStream:
             k += 1
 
     def _settle(self) -> StreamOutcome:
-        n = self._emitted
+        n = len(self._calls)
         mode = self._mode
         if mode == _FAILED:
             return StreamOutcome(None, self._error, n)
