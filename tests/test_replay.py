@@ -1,0 +1,205 @@
+"""Replay and fork a stored run (API.md "Replay and fork", docs/replay.md).
+
+Record once, replay forever: a stored run is answered again from its journal, with no
+handler called; a fork re-runs exactly the calls named, the calls of the tools named and
+what reads them, and asks the model again only from the first request that changed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tickloop as tl
+
+RAN: Counter[str] = Counter()
+
+
+@tl.tool
+def fetch(url: str) -> str:
+    """Fetch a page."""
+    RAN["fetch"] += 1
+    return f"page of {url}"
+
+
+@tl.tool
+def summarize(text: str) -> str:
+    """Summarize a text."""
+    RAN["summarize"] += 1
+    return f"summary({text})" if not SUMMARY_V2 else f"summary v2({text})"
+
+
+@tl.tool
+def count_words(text: str) -> int:
+    """Count words."""
+    RAN["count_words"] += 1
+    return len(text.split())
+
+
+@tl.tool(requires_approval=True)
+def publish(text: str) -> str:
+    """Publish a text."""
+    RAN["publish"] += 1
+    return f"published {len(text)} chars"
+
+
+SUMMARY_V2 = False
+
+SCRIPT: list[Any] = [
+    {
+        "calls": [
+            {"_tool": "fetch", "url": "https://a.example", "_outputPath": "†state.a"},
+            {"_tool": "fetch", "url": "https://b.example", "_outputPath": "†state.b"},
+            {"_tool": "summarize", "text": "†state.a", "_outputPath": "†state.sa"},
+            {"_tool": "count_words", "text": "†state.b", "_outputPath": "†state.nb"},
+            {"_tool": "count_words", "text": "†state.sa", "_outputPath": "†state.nsa"},
+        ],
+        "output": None,
+    },
+    {
+        "calls": [{"_tool": "publish", "text": "†state.sa", "_outputPath": "†state.receipt"}],
+        "output": None,
+    },
+    {"calls": [], "output": {"receipt": "†state.receipt", "words": "†state.nb"}},
+]
+
+APPROVALS: list[str] = []
+
+
+def approve(call: tl.PendingCall) -> bool:
+    APPROVALS.append(call.id)
+    return True
+
+
+def make_agent(model: Any = None) -> tl.Agent:
+    return tl.Agent(
+        model or tl.ScriptedModel(SCRIPT),
+        tools=[fetch, summarize, count_words, publish],
+        approve=approve,
+    )
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> Any:
+    global SUMMARY_V2
+    RAN.clear()
+    APPROVALS.clear()
+    SUMMARY_V2 = False
+    yield
+    SUMMARY_V2 = False
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> tuple[tl.SQLiteStore, tl.RunResult]:
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    agent = tl.Agent(
+        tl.ScriptedModel(SCRIPT),
+        tools=[fetch, summarize, count_words, publish],
+        approve=approve,
+        store=store,
+    )
+    first = agent.run({"topic": "trio"}, run_id="order-42")
+    RAN.clear()
+    APPROVALS.clear()
+    return store, first
+
+
+def test_a_replay_with_recorded_tools_returns_the_same_output_and_runs_no_handler(
+    recorded: tuple[tl.SQLiteStore, tl.RunResult],
+) -> None:
+    store, first = recorded
+    summary = "summary(page of https://a.example)"
+    assert first.output == {"receipt": f"published {len(summary)} chars", "words": 3}
+    again = make_agent(tl.ScriptedModel([])).replay("order-42", store=store)
+    assert again.output == first.output
+    assert again.state == first.state
+    assert sum(RAN.values()) == 0  # no handler ran
+    assert APPROVALS == []  # the recorded decision was reused, nobody asked
+    assert {k: r.status for k, r in again.records.items()} == {
+        k: r.status for k, r in first.records.items()
+    }
+    # Nothing was written to the store: still one run.
+    assert [run.run_id for run in store.runs()] == ["order-42"]
+
+
+def test_a_replay_with_live_tools_runs_the_handlers_against_the_recorded_model(
+    recorded: tuple[tl.SQLiteStore, tl.RunResult],
+) -> None:
+    store, first = recorded
+    again = make_agent(tl.ScriptedModel([])).replay("order-42", store=store, tools="live")
+    assert again.output == first.output
+    assert RAN == Counter(fetch=2, summarize=1, count_words=2, publish=1)
+
+
+def test_the_replay_model_answers_a_new_run_of_the_same_agent(
+    recorded: tuple[tl.SQLiteStore, tl.RunResult],
+) -> None:
+    store, first = recorded
+    result = make_agent(tl.ReplayModel(store, "order-42", strict=True)).run({"topic": "trio"})
+    assert result.output == first.output
+
+
+def test_a_strict_replay_model_names_the_first_difference_of_a_changed_request(
+    recorded: tuple[tl.SQLiteStore, tl.RunResult],
+) -> None:
+    store, _ = recorded
+    with pytest.raises(tl.ExecuteError, match=r"request 1 differs from the one recorded.*trio"):
+        make_agent(tl.ReplayModel(store, "order-42", strict=True)).run({"topic": "asyncio"})
+    # Not strict: the recorded answers are given whatever the request.
+    loose = make_agent(tl.ReplayModel(store, "order-42")).run({"topic": "asyncio"})
+    assert loose.output is not None
+
+
+def test_a_fork_reruns_one_tool_and_its_dependents_and_reuses_the_rest(
+    recorded: tuple[tl.SQLiteStore, tl.RunResult],
+) -> None:
+    global SUMMARY_V2
+    store, first = recorded
+    SUMMARY_V2 = True  # summarize changed: its calls and what reads them run again
+    live = tl.ScriptedModel(SCRIPT)
+    fixed = make_agent(live).fork("order-42", "order-42b", store=store, rerun_tools=["summarize"])
+    # summarize ran once; count_words of its summary ran again, count_words of page b
+    # did not; fetch never ran again. publish reads the summary: re-run and asked again.
+    assert RAN == Counter(summarize=1, count_words=1, publish=1)
+    assert APPROVALS == ["c2.0"]
+    assert fixed.state["sa"] == "summary v2(page of https://a.example)"
+    assert fixed.state["nb"] == first.state["nb"]
+    # The first request was unchanged (reused); the second saw a new state: asked again.
+    assert len(live.requests) == 2  # requests 2 and 3, not 1
+    assert fixed.output == {"receipt": f"published {len(fixed.state['sa'])} chars", "words": 3}
+    assert {run.run_id for run in store.runs()} == {"order-42", "order-42b"}
+    assert store.run("order-42b").status == "done"
+
+
+def test_a_fork_of_named_calls_reruns_them_and_what_reads_them(
+    recorded: tuple[tl.SQLiteStore, tl.RunResult],
+) -> None:
+    store, first = recorded
+    fixed = make_agent(tl.ScriptedModel(SCRIPT)).fork(
+        "order-42", "order-42c", store=store, rerun=["c1.1"]
+    )
+    # fetch b and count_words of it ran again; the rest was reused, and the unchanged
+    # state means every request was the recorded one: the model was never asked.
+    assert RAN == Counter(fetch=1, count_words=1)
+    assert APPROVALS == []
+    assert fixed.output == first.output
+
+
+def test_a_fork_naming_a_call_the_run_does_not_have_is_refused_before_anything_runs(
+    recorded: tuple[tl.SQLiteStore, tl.RunResult],
+) -> None:
+    store, _ = recorded
+    with pytest.raises(tl.ConfigurationError, match=r"no call 'c9\.9'"):
+        make_agent().fork("order-42", "x", store=store, rerun=["c9.9"])
+    assert {run.run_id for run in store.runs()} == {"order-42"}
+
+
+def test_replaying_a_run_the_store_does_not_have_is_refused(
+    recorded: tuple[tl.SQLiteStore, tl.RunResult],
+) -> None:
+    store, _ = recorded
+    with pytest.raises(tl.ResumeError, match="no run 'nope'"):
+        make_agent().replay("nope", store=store)
