@@ -203,3 +203,67 @@ def test_replaying_a_run_the_store_does_not_have_is_refused(
     store, _ = recorded
     with pytest.raises(tl.ResumeError, match="no run 'nope'"):
         make_agent().replay("nope", store=store)
+
+
+AGENT_MODULE = '''
+import os
+import tickloop as tl
+
+def _count(name):
+    with open(os.environ["FORK_COUNTS"], "a") as f:
+        f.write(name + "\\n")
+
+@tl.tool
+def fetch(url: str) -> str:
+    """Fetch a page."""
+    _count("fetch")
+    return "page of " + url
+
+@tl.tool
+def count_words(text: str) -> int:
+    """Count words."""
+    _count("count_words")
+    return len(text.split())
+
+SCRIPT = [
+    {"calls": [{"_tool": "fetch", "url": "a", "_outputPath": "†state.a"},
+               {"_tool": "fetch", "url": "b", "_outputPath": "†state.b"},
+               {"_tool": "count_words", "text": "†state.a", "_outputPath": "†state.n"}],
+     "output": None},
+    {"calls": [], "output": "†state.n"},
+]
+
+def agent():
+    return tl.Agent(tl.ScriptedModel(SCRIPT), tools=[fetch, count_words])
+'''
+
+
+def test_tickloop_fork_on_the_command_line_reruns_the_call_named_and_what_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tickloop._cli._main import main
+
+    (tmp_path / "forkagent.py").write_text(AGENT_MODULE, encoding="utf-8")
+    counts = tmp_path / "counts"
+    monkeypatch.setenv("FORK_COUNTS", str(counts))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import forkagent
+
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    agent = forkagent.agent()
+    agent.store = store
+    assert agent.run(run_id="r1").output == 3
+    counts.write_text("")
+    db = str(tmp_path / "runs.db")
+    code = main(
+        ["fork", "r1", "r2", "--rerun", "c1.0", "--agent", "forkagent:agent", "--store", db]
+    )
+    assert code == 0, capsys.readouterr().err
+    assert "run r2: done after 2 iterations" in capsys.readouterr().out
+    assert sorted(counts.read_text().split()) == ["count_words", "fetch"]
+    assert (
+        main(["fork", "r1", "r3", "--rerun", "c7.7", "--agent", "forkagent:agent", "--store", db])
+        == 2
+    )
+    assert "no call 'c7.7'" in capsys.readouterr().err
