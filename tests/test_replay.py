@@ -267,3 +267,39 @@ def test_tickloop_fork_on_the_command_line_reruns_the_call_named_and_what_reads_
         == 2
     )
     assert "no call 'c7.7'" in capsys.readouterr().err
+
+
+def test_a_tools_protocol_run_replays_and_forks_too(tmp_path: Path) -> None:
+    def turn_call(name: str, arguments: dict[str, Any], id: str) -> dict[str, Any]:
+        return {"id": id, "name": name, "arguments": arguments}
+
+    script: list[Any] = [
+        {
+            "tool_calls": [
+                turn_call("fetch", {"url": "a"}, "p0"),
+                turn_call("fetch", {"url": "b"}, "p1"),
+            ]
+        },
+        {"tool_calls": [turn_call("count_words", {"text": "x y z"}, "p2")]},
+        "Done: 3 words.",
+    ]
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    agent = tl.Agent(
+        tl.ScriptedModel(script), tools=[fetch, count_words], protocol="tools", store=store
+    )
+    first = agent.run("count", run_id="t1")
+    assert first.output == "Done: 3 words."
+    RAN.clear()
+    offline = tl.Agent(tl.ScriptedModel([]), tools=[fetch, count_words], protocol="tools")
+    again = offline.replay("t1", store=store)
+    assert again.output == first.output and sum(RAN.values()) == 0
+    live = tl.ScriptedModel(script)
+    forked = tl.Agent(live, tools=[fetch, count_words], protocol="tools").fork(
+        "t1", "t2", store=store, rerun=["c2.0"]
+    )
+    # count_words ran again; its result is the same, so the last request was the
+    # recorded one too: the model was never asked.
+    assert RAN == Counter(count_words=1) and live.requests == []
+    assert forked.output == first.output
+    with pytest.raises(tl.ConfigurationError, match="protocol='tools'"):
+        make_agent().replay("t1", store=store)

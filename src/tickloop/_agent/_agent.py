@@ -30,7 +30,7 @@ from .._observe._trace import make_tracer
 from ._loop import AgentConfig, LoopProtocol, RunResult
 from ._output import OutputSpec
 from ._prompt import DEFAULT_CONTEXT_BUDGET, solution_schema
-from ._replay import ReplayModel, Reuse, fork_model, load_recording, stale_calls
+from ._replay import Reuse, fork_model, load_recording, replay_model, stale_calls
 from ._session import RunSession
 from ._solution import SOLUTION
 from ._text_stream import open_stream
@@ -234,13 +234,13 @@ class Agent:
         if tools not in ("recorded", "live"):
             raise ConfigurationError(f'tools must be "recorded" or "live", not {tools!r}')
         _check_on_event(on_event)
-        recording = load_recording(store, run_id)
+        recording = load_recording(store, run_id, self.protocol)
         recorded_tools = tools == "recorded"
         reuse = Reuse(recording, recorded_tools=recorded_tools, hook=self.approve)
         async with self._open_for_run() as config:
             config = dataclasses.replace(
                 config,
-                model=ReplayModel(store, run_id, recording=recording),
+                model=replay_model(recording, self.model, self.protocol),
                 approve=reuse.decide,
                 answer=reuse.answer if recorded_tools else None,
                 store=None,
@@ -296,12 +296,12 @@ class Agent:
         _check_on_event(on_event)
         if isinstance(rerun, str) or isinstance(rerun_tools, str):
             raise ConfigurationError("rerun and rerun_tools take lists of names, not a string")
-        recording = load_recording(store, run_id)
+        recording = load_recording(store, run_id, self.protocol)
         stale = stale_calls(recording, rerun, rerun_tools)
         live = self.model if model is None else model
         if model is not None:
             PROTOCOLS[self.protocol].check(model, self.tools)
-        forked = fork_model(recording, live)
+        forked = fork_model(recording, live, self.protocol)
         reuse = Reuse(
             recording,
             recorded_tools=False,

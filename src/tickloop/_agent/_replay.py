@@ -28,24 +28,43 @@ from .._durable._store import SQLiteStore, as_store
 from .._engine._asking import ask
 from .._engine._engine import Outcome
 from .._errors import ConfigurationError, TickloopError
-from .._models._base import ModelError, SolutionRequest, TextDelta, Usage
+from .._models._base import (
+    ModelError,
+    SolutionRequest,
+    TextDelta,
+    TurnItem,
+    TurnRequest,
+    Usage,
+)
+from ._turns import response_of
 
-__all__ = ["ReplayMismatchError", "ReplayModel", "Reuse", "load_recording"]
+__all__ = [
+    "ReplayMismatchError",
+    "ReplayModel",
+    "Reuse",
+    "fork_model",
+    "load_recording",
+    "replay_model",
+    "stale_calls",
+]
 
 
 class ReplayMismatchError(TickloopError):
     """A strict `ReplayModel` got a request that differs from the recorded one."""
 
 
-def load_recording(store: SQLiteStore | str | Any, run_id: str) -> Recording:
+def load_recording(
+    store: SQLiteStore | str | Any, run_id: str, protocol: str = "solution"
+) -> Recording:
+    """The stored run, refused when another protocol's loop made it."""
     opened = as_store(store)
     if opened is None:
         raise ConfigurationError("replay and fork need the store that holds the run")
     recording = Recording.load(opened, run_id)
-    if recording.protocol != "solution":
+    if recording.protocol != protocol:
         raise ConfigurationError(
-            f"run {run_id!r} was made with protocol={recording.protocol!r}; replay and fork "
-            "support protocol='solution' runs"
+            f"run {run_id!r} was made with protocol={recording.protocol!r}; replay or fork "
+            f"it with an agent of that protocol, not protocol={protocol!r}"
         )
     return recording
 
@@ -98,28 +117,64 @@ class ReplayModel:
         yield TextDelta(recorded.text)
 
 
+class _TurnReplay:
+    """Protocol "tools": each request answered with its recorded assistant turn, in the
+    wire format of `like` (the agent's own client, which made the record)."""
+
+    def __init__(self, recording: Recording, like: Any) -> None:
+        self.recording = recording
+        self.turn_format = like.turn_format
+        self.tool_result_messages = like.tool_result_messages
+
+    async def stream_turn(self, request: TurnRequest) -> AsyncIterator[TurnItem]:
+        turn = self.recording.turns.get(request.iteration)
+        if turn is None:
+            raise ModelError(
+                f"run {self.recording.run_id!r} recorded no answer for request {request.iteration}",
+                status=400,
+            )
+        yield response_of(turn)
+
+
 class _ForkModel:
     """Recorded answers while the requests are the recorded ones, then the live model."""
 
-    def __init__(self, recording: Recording, live: Any) -> None:
+    def __init__(self, recording: Recording, live: Any, protocol: str) -> None:
         self.recording = recording
         self.live = live
         self.reused: set[int] = set()  # iterations answered from the record
         self.diverged = False
+        if protocol == "tools":
+            self.turn_format = live.turn_format
+            self.tool_result_messages = live.tool_result_messages
 
-    async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
-        recorded = self.recording.responses.get(request.iteration)
+    def _reuses(self, iteration: int, request: dict[str, Any]) -> bool:
+        """Whether request `iteration` takes its recorded answer: it and every request
+        before it are exactly the recorded ones."""
+        recorded = self.recording.responses.get(iteration)
         if (
             not self.diverged
             and recorded is not None
             and recorded.request is not None
-            and first_difference(recorded.request, request.to_dict()) is None
+            and first_difference(recorded.request, request) is None
         ):
-            self.reused.add(request.iteration)
-            yield TextDelta(recorded.text)
-            return
+            self.reused.add(iteration)
+            return True
         self.diverged = True
+        return False
+
+    async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
+        if self._reuses(request.iteration, request.to_dict()):
+            yield TextDelta(self.recording.responses[request.iteration].text)
+            return
         async for item in self.live.stream_solution(request):
+            yield item
+
+    async def stream_turn(self, request: TurnRequest) -> AsyncIterator[TurnItem]:
+        if self._reuses(request.iteration, request.to_dict()):
+            yield response_of(self.recording.turns[request.iteration])
+            return
+        async for item in self.live.stream_turn(request):
             yield item
 
 
@@ -179,8 +234,15 @@ class Reuse:
         return await ask(self.hook, pending)
 
 
-def fork_model(recording: Recording, live: Any) -> _ForkModel:
-    return _ForkModel(recording, live)
+def fork_model(recording: Recording, live: Any, protocol: str) -> _ForkModel:
+    return _ForkModel(recording, live, protocol)
+
+
+def replay_model(recording: Recording, like: Any, protocol: str) -> Any:
+    """The model of `agent.replay`: the recorded answers, in `like`'s wire format."""
+    if protocol == "tools":
+        return _TurnReplay(recording, like)
+    return ReplayModel(None, recording.run_id, recording=recording)
 
 
 def stale_calls(recording: Recording, rerun: Iterable[str], rerun_tools: Iterable[str]) -> set[str]:

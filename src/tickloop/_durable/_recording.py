@@ -48,6 +48,8 @@ class Recording:
     opening: list[dict[str, Any]]  # the messages the run began with, before any request
     responses: dict[int, RecordedResponse] = field(default_factory=dict)
     calls: dict[str, RecordedCall] = field(default_factory=dict)
+    # protocol "tools": each answered request's assistant turn, as the log keeps it
+    turns: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, store: SQLiteStore, run_id: str) -> Recording:
@@ -80,6 +82,15 @@ class Recording:
                 self.responses[body["iteration"]] = RecordedResponse(
                     body["iteration"], _solution_text(body), requests.get(body["iteration"])
                 )
+            elif body.get("type") == "data" and body.get("kind") == TURN_KIND and asked:
+                turn = body.get("data")
+                if isinstance(turn, dict) and turn.get("role") == "assistant":
+                    iteration = int(turn["iteration"])
+                    if not turn.get("broken"):
+                        self.turns[iteration] = turn
+                        self.responses[iteration] = RecordedResponse(
+                            iteration, str(turn.get("text", "")), requests.get(iteration)
+                        )
             elif body.get("type") == "CallFinished":
                 call = self.calls.get(body["call_id"])
                 if call is not None:
@@ -111,6 +122,7 @@ class Recording:
 
 
 _READ = frozenset({"message", "note", "event"})
+TURN_KIND = "turn"  # the data kind of protocol "tools" turns (`_agent._turns.TURN_KIND`)
 
 
 def _solution_text(message: dict[str, Any]) -> str:
