@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and editors see: the same names, eagerly
     from ._agent._agent import Agent, RunResult
+    from ._agent._replay import ReplayMismatchError, ReplayModel
     from ._agent._text_stream import TextStream
     from ._core._decisions import (
         Approve,
@@ -88,6 +89,8 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, eagerly
 _WHERE: dict[str, str] = {
     "Agent": "._agent._agent",
     "RunResult": "._agent._agent",
+    "ReplayMismatchError": "._agent._replay",
+    "ReplayModel": "._agent._replay",
     "TextStream": "._agent._text_stream",
     "Approve": "._core._decisions",
     "Decision": "._core._decisions",
@@ -194,6 +197,8 @@ __all__ = [
     "Redactor",
     "ReferenceSyntaxError",
     "Replace",
+    "ReplayMismatchError",
+    "ReplayModel",
     "RequestFinished",
     "RequestRetried",
     "RequestStarted",

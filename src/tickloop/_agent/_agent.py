@@ -30,6 +30,7 @@ from .._observe._trace import make_tracer
 from ._loop import AgentConfig, LoopProtocol, RunResult
 from ._output import OutputSpec
 from ._prompt import DEFAULT_CONTEXT_BUDGET, solution_schema
+from ._replay import Reuse, fork_model, load_recording, replay_model, stale_calls
 from ._session import RunSession
 from ._solution import SOLUTION
 from ._text_stream import open_stream
@@ -201,6 +202,124 @@ class Agent:
         _check_on_event(on_event)
         async with self._open_for_run() as config:
             session = RunSession.claim(config, run_id, decisions, on_event or self.on_event)
+            return await session.execute()
+
+    # -- replay and fork (docs/replay.md) ---------------------------------------------------
+
+    def replay(
+        self,
+        run_id: str,
+        *,
+        store: SQLiteStore | str | os.PathLike[str],
+        tools: str = "recorded",
+        on_event: Callable[[RunEvent], Any] | None = None,
+    ) -> RunResult:
+        """Run a stored run again in memory, the model answered from the record.
+
+        `tools="recorded"` answers every call from the journal (no handler runs);
+        `"live"` runs the tools. Recorded decisions are reused. Nothing is written to the
+        store. Starts its own trio run; `replay_async` inside trio."""
+        return trio.run(
+            partial(self.replay_async, run_id, store=store, tools=tools, on_event=on_event)
+        )
+
+    async def replay_async(
+        self,
+        run_id: str,
+        *,
+        store: SQLiteStore | str | os.PathLike[str],
+        tools: str = "recorded",
+        on_event: Callable[[RunEvent], Any] | None = None,
+    ) -> RunResult:
+        if tools not in ("recorded", "live"):
+            raise ConfigurationError(f'tools must be "recorded" or "live", not {tools!r}')
+        _check_on_event(on_event)
+        recording = load_recording(store, run_id, self.protocol)
+        recorded_tools = tools == "recorded"
+        reuse = Reuse(recording, recorded_tools=recorded_tools, hook=self.approve)
+        async with self._open_for_run() as config:
+            config = dataclasses.replace(
+                config,
+                model=replay_model(recording, self.model, self.protocol),
+                approve=reuse.decide,
+                answer=reuse.answer if recorded_tools else None,
+                store=None,
+            )
+            session = RunSession.new(
+                config, None, recording.opening, on_event or self.on_event, None
+            )
+            return await session.execute()
+
+    def fork(
+        self,
+        run_id: str,
+        new_run_id: str,
+        *,
+        store: SQLiteStore | str | os.PathLike[str],
+        rerun: Sequence[str] = (),
+        rerun_tools: Sequence[str] = (),
+        model: Any = None,
+        on_event: Callable[[RunEvent], Any] | None = None,
+    ) -> RunResult:
+        """A new stored run `new_run_id` from run `run_id`, re-running only what changed.
+
+        Every recorded result that reads nothing of the calls in `rerun` (ids) or of a
+        call of a tool in `rerun_tools` is reused with its decision; those calls and
+        everything downstream of them run again (and are asked again when they need
+        approval). Each request equal to the recorded one reuses its answer; from the
+        first that differs, `model` (else the agent's) is asked. Starts its own trio run;
+        `fork_async` inside trio."""
+        return trio.run(
+            partial(
+                self.fork_async,
+                run_id,
+                new_run_id,
+                store=store,
+                rerun=rerun,
+                rerun_tools=rerun_tools,
+                model=model,
+                on_event=on_event,
+            )
+        )
+
+    async def fork_async(
+        self,
+        run_id: str,
+        new_run_id: str,
+        *,
+        store: SQLiteStore | str | os.PathLike[str],
+        rerun: Sequence[str] = (),
+        rerun_tools: Sequence[str] = (),
+        model: Any = None,
+        on_event: Callable[[RunEvent], Any] | None = None,
+    ) -> RunResult:
+        _check_on_event(on_event)
+        if isinstance(rerun, str) or isinstance(rerun_tools, str):
+            raise ConfigurationError("rerun and rerun_tools take lists of names, not a string")
+        recording = load_recording(store, run_id, self.protocol)
+        stale = stale_calls(recording, rerun, rerun_tools)
+        live = self.model if model is None else model
+        if model is not None:
+            PROTOCOLS[self.protocol].check(model, self.tools)
+        forked = fork_model(recording, live, self.protocol)
+        reuse = Reuse(
+            recording,
+            recorded_tools=False,
+            stale=stale,
+            answered=forked.reused.__contains__,
+            hook=self.approve,
+        )
+        async with self._open_for_run() as config:
+            config = dataclasses.replace(
+                config,
+                model=forked,
+                approve=reuse.decide,
+                answer=reuse.answer,
+                store=as_store(store),
+            )
+            session = RunSession.new(
+                config, None, recording.opening, on_event or self.on_event, new_run_id
+            )
             return await session.execute()
 
     @asynccontextmanager

@@ -24,7 +24,7 @@ from .._core._scheduler import CallRecord
 from .._core._tools import ToolSet
 from .._durable._resume import DurableRun
 from .._durable._store import SQLiteStore
-from .._engine._engine import Engine
+from .._engine._engine import Engine, Outcome
 from .._engine._run import ExecutionResult
 from .._errors import ExecuteError, MaxIterationsError, _RunStopped
 from .._models._base import ModelError, Usage
@@ -95,6 +95,9 @@ class AgentConfig:
     tracer: Any
     on_event: Callable[[RunEvent], Any] | None
     rng: random.Random
+    # A replayed or forked run's recorded outcome for a call id, given instead of running
+    # its handler (None: run it); see `_replay`.
+    answer: Callable[[str], Outcome | None] | None = None
 
 
 class LoopProtocol(ABC):
@@ -169,6 +172,7 @@ class OuterLoop:
             on_action=on_action,
             journal=durable,
             run_id=self.events.run_id or None,
+            answer=config.answer,
         )
 
     def _action_listener(self) -> Callable[[Any], None] | None:

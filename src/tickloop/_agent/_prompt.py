@@ -247,7 +247,7 @@ def _render_kind(
     view = {} if view is None and kind == "state" else view
     if budget is not None:
         view = cut_to_budget(view, kind, budget)
-    lines.append(_json(view))
+    lines.append(_view_json(view))
     return "\n".join(lines)
 
 
@@ -267,7 +267,7 @@ def cut_to_budget(value: Any, kind: str, budget: int) -> Any:
 
 
 def _cut(value: Any, path: str, budget: int) -> Any:
-    text = _json(value)
+    text = _view_json(value)
     if len(text) <= budget:
         return value
     if (
@@ -292,6 +292,13 @@ def _last(messages: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=None, default=str)
+
+
+def _view_json(value: Any) -> str:
+    """A view as a request shows it: keys sorted, so the text is a function of the value
+    alone, not of the order the calls that wrote it finished in (the same state always
+    gives the same request: replay and fork compare requests, docs/replay.md)."""
+    return json.dumps(value, ensure_ascii=False, indent=None, default=str, sort_keys=True)
 
 
 # ---------------------------------------------------------------------------------------

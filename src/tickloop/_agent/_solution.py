@@ -143,6 +143,10 @@ class _SolutionLoop(OuterLoop):
             schema=config.schema,
             iteration=iteration,
         )
+        if self.durable is not None:
+            # Beside the response it gets: what a replay or fork compares a new request
+            # with (docs/replay.md). The last note of an iteration asked twice wins.
+            self.durable.note("request", iteration=iteration, request=request.to_dict())
         stream = SolutionStream()
         text: list[str] = []
         handed = 0  # calls given to the tick (a restarted stream's first ones were)

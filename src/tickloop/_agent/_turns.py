@@ -182,6 +182,10 @@ class _TurnLoop(OuterLoop):
             tools=self.specs,
             iteration=iteration,
         )
+        if self.durable is not None:
+            # Beside the response it gets: what a replay or fork compares a new request
+            # with (docs/replay.md). The last note of an iteration asked twice wins.
+            self.durable.note("request", iteration=iteration, request=request.to_dict())
         self.engine.open_tick(iteration)
         self._emit(RequestStarted, iteration=iteration)
         try:
@@ -285,7 +289,7 @@ class _TurnLoop(OuterLoop):
         scheduler = engine.scheduler
         iteration = scheduler.iteration
         entry = self._recorded_turn(iteration)
-        response = None if entry is None or entry.get("broken") else _response_of(entry)
+        response = None if entry is None or entry.get("broken") else response_of(entry)
         if scheduler.stream_open:
             if response is not None:  # only a journal cut inside the one-commit step above
                 self._hand_over(iteration, response, durable.handed)
@@ -562,7 +566,7 @@ def _call_ids(iteration: int, response: TurnResponse) -> list[str]:
     return [f"c{iteration}.{index}" for index in range(len(response.tool_calls))]
 
 
-def _response_of(entry: dict[str, Any]) -> TurnResponse:
+def response_of(entry: dict[str, Any]) -> TurnResponse:
     """A recorded assistant turn as the response it was (what results are paired with)."""
     return TurnResponse(
         text=str(entry.get("text", "")),

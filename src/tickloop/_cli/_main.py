@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import trio
 import trio.testing
 
+from ._fork import add_fork_command, run_fork
 from ._runs import COMMANDS as RUN_COMMANDS
 from ._runs import add_commands as add_run_commands
 from ._runs import run_command
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_run_commands(commands)  # runs, pending, approve, deny, resume, trace
     add_serve_command(commands)
+    add_fork_command(commands)
     from ._temporal import add_commands as add_temporal_commands  # imports no temporalio
 
     add_temporal_commands(commands)
@@ -69,6 +71,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return run_command(arguments)
     if arguments.command == "serve":
         return run_serve(arguments)
+    if arguments.command == "fork":
+        return run_fork(arguments)
     if arguments.command == "temporal":
         from ._temporal import run_command as run_temporal_command
 

@@ -554,6 +554,16 @@ class SQLiteStore:
             raise ResumeError(f"no run {run_id!r} in {self.path}")
         return _run_info(row, self.path)
 
+    def protocol(self, run_id: str) -> str:
+        """The protocol the run was made with; `ResumeError` when the store has no such run."""
+        with self.connect() as connection:
+            row = connection.execute(
+                "SELECT protocol FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+        if row is None:
+            raise ResumeError(f"no run {run_id!r} in {self.path}")
+        return str(row[0])
+
     def calls(self, run_id: str) -> list[CallInfo]:
         """The run's calls in arrival order."""
         with self.connect() as connection:

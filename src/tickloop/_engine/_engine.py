@@ -32,7 +32,7 @@ from .._errors import describe_error, is_call_error, unwrap_single
 from ._asking import ask, passing_here
 from ._host import host_loop, run_on_host
 
-__all__ = ["Engine", "Journal", "check_configuration", "run_handler", "utc_now"]
+__all__ = ["Engine", "Journal", "Outcome", "check_configuration", "run_handler", "utc_now"]
 
 
 # The current second: its first microsecond, the next second's, and its text up to the '.'.
@@ -53,6 +53,10 @@ def utc_now(_clock: Callable[[], int] = time.time_ns) -> str:
         current[0], current[1] = second * 1_000_000, second * 1_000_000 + 1_000_000
         current[2] = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
     return current[2] + str(micro - current[0] + 1_000_000)[1:] + "Z"
+
+
+Outcome = tuple[Any, str | None, dict[str, Any] | None]
+"""How a call ended, as `FinishCall` takes it: (value, branch, error)."""
 
 
 class Engine(SchedulerDriver):
@@ -76,6 +80,7 @@ class Engine(SchedulerDriver):
         clock: Callable[[], str] = utc_now,
         journal: Journal | None = None,
         run_id: str | None = None,
+        answer: Callable[[str], Outcome | None] | None = None,
     ) -> None:
         super().__init__(
             tools,
@@ -89,6 +94,9 @@ class Engine(SchedulerDriver):
         )
         self._nursery: trio.Nursery | None = None
         self._clock: trio.abc.Clock | None = None  # the run's, read twice per call
+        # A recorded outcome for a call id, given in place of running its handler (a
+        # replayed or forked run, docs/replay.md); None runs the handler.
+        self._answer = answer
         self._tick_done: trio.Event | None = None
         # Worker threads of sync handlers: as many as calls may run (PROTOCOL §2: a
         # max_concurrency of None means no limit, for sync tools too).
@@ -174,13 +182,17 @@ class Engine(SchedulerDriver):
     async def _run(self, action: StartCall) -> None:
         if self._journal is not None:
             self._journal.commit(action.id)  # the call's start is stored before it can act
-        tool = self.tools[action.tool]
-        context = (
-            CallContext(action.id, tool.name, action.call, self.log.view, self.run_id)
-            if tool.takes_context
-            else None  # most handlers take none: not made for every call
-        )
-        value, branch, error = await run_handler(tool, action.params, context, self._threads)
+        recorded = None if self._answer is None else self._answer(action.id)
+        if recorded is not None:
+            value, branch, error = recorded
+        else:
+            tool = self.tools[action.tool]
+            context = (
+                CallContext(action.id, tool.name, action.call, self.log.view, self.run_id)
+                if tool.takes_context
+                else None  # most handlers take none: not made for every call
+            )
+            value, branch, error = await run_handler(tool, action.params, context, self._threads)
         assert self._clock is not None  # set with the nursery this task runs in
         self.scheduler.records[action.id].finished = self._clock.current_time()
         self.feed(FinishCall(action.id, value, branch, error, self._date()))

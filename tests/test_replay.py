@@ -1,0 +1,305 @@
+"""Replay and fork a stored run (API.md "Replay and fork", docs/replay.md).
+
+Record once, replay forever: a stored run is answered again from its journal, with no
+handler called; a fork re-runs exactly the calls named, the calls of the tools named and
+what reads them, and asks the model again only from the first request that changed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tickloop as tl
+
+RAN: Counter[str] = Counter()
+
+
+@tl.tool
+def fetch(url: str) -> str:
+    """Fetch a page."""
+    RAN["fetch"] += 1
+    return f"page of {url}"
+
+
+@tl.tool
+def summarize(text: str) -> str:
+    """Summarize a text."""
+    RAN["summarize"] += 1
+    return f"summary({text})" if not SUMMARY_V2 else f"summary v2({text})"
+
+
+@tl.tool
+def count_words(text: str) -> int:
+    """Count words."""
+    RAN["count_words"] += 1
+    return len(text.split())
+
+
+@tl.tool(requires_approval=True)
+def publish(text: str) -> str:
+    """Publish a text."""
+    RAN["publish"] += 1
+    return f"published {len(text)} chars"
+
+
+SUMMARY_V2 = False
+
+SCRIPT: list[Any] = [
+    {
+        "calls": [
+            {"_tool": "fetch", "url": "https://a.example", "_outputPath": "†state.a"},
+            {"_tool": "fetch", "url": "https://b.example", "_outputPath": "†state.b"},
+            {"_tool": "summarize", "text": "†state.a", "_outputPath": "†state.sa"},
+            {"_tool": "count_words", "text": "†state.b", "_outputPath": "†state.nb"},
+            {"_tool": "count_words", "text": "†state.sa", "_outputPath": "†state.nsa"},
+        ],
+        "output": None,
+    },
+    {
+        "calls": [{"_tool": "publish", "text": "†state.sa", "_outputPath": "†state.receipt"}],
+        "output": None,
+    },
+    {"calls": [], "output": {"receipt": "†state.receipt", "words": "†state.nb"}},
+]
+
+APPROVALS: list[str] = []
+
+
+def approve(call: tl.PendingCall) -> bool:
+    APPROVALS.append(call.id)
+    return True
+
+
+def make_agent(model: Any = None) -> tl.Agent:
+    return tl.Agent(
+        model or tl.ScriptedModel(SCRIPT),
+        tools=[fetch, summarize, count_words, publish],
+        approve=approve,
+    )
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> Any:
+    global SUMMARY_V2
+    RAN.clear()
+    APPROVALS.clear()
+    SUMMARY_V2 = False
+    yield
+    SUMMARY_V2 = False
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> tuple[tl.SQLiteStore, tl.RunResult]:
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    agent = tl.Agent(
+        tl.ScriptedModel(SCRIPT),
+        tools=[fetch, summarize, count_words, publish],
+        approve=approve,
+        store=store,
+    )
+    first = agent.run({"topic": "trio"}, run_id="order-42")
+    RAN.clear()
+    APPROVALS.clear()
+    return store, first
+
+
+def test_a_replay_with_recorded_tools_returns_the_same_output_and_runs_no_handler(
+    recorded: tuple[tl.SQLiteStore, tl.RunResult],
+) -> None:
+    store, first = recorded
+    summary = "summary(page of https://a.example)"
+    assert first.output == {"receipt": f"published {len(summary)} chars", "words": 3}
+    again = make_agent(tl.ScriptedModel([])).replay("order-42", store=store)
+    assert again.output == first.output
+    assert again.state == first.state
+    assert sum(RAN.values()) == 0  # no handler ran
+    assert APPROVALS == []  # the recorded decision was reused, nobody asked
+    assert {k: r.status for k, r in again.records.items()} == {
+        k: r.status for k, r in first.records.items()
+    }
+    # Nothing was written to the store: still one run.
+    assert [run.run_id for run in store.runs()] == ["order-42"]
+
+
+def test_a_replay_with_live_tools_runs_the_handlers_against_the_recorded_model(
+    recorded: tuple[tl.SQLiteStore, tl.RunResult],
+) -> None:
+    store, first = recorded
+    again = make_agent(tl.ScriptedModel([])).replay("order-42", store=store, tools="live")
+    assert again.output == first.output
+    assert RAN == Counter(fetch=2, summarize=1, count_words=2, publish=1)
+
+
+def test_the_replay_model_answers_a_new_run_of_the_same_agent(
+    recorded: tuple[tl.SQLiteStore, tl.RunResult],
+) -> None:
+    store, first = recorded
+    result = make_agent(tl.ReplayModel(store, "order-42", strict=True)).run({"topic": "trio"})
+    assert result.output == first.output
+
+
+def test_a_strict_replay_model_names_the_first_difference_of_a_changed_request(
+    recorded: tuple[tl.SQLiteStore, tl.RunResult],
+) -> None:
+    store, _ = recorded
+    with pytest.raises(tl.ExecuteError, match=r"request 1 differs from the one recorded.*trio"):
+        make_agent(tl.ReplayModel(store, "order-42", strict=True)).run({"topic": "asyncio"})
+    # Not strict: the recorded answers are given whatever the request.
+    loose = make_agent(tl.ReplayModel(store, "order-42")).run({"topic": "asyncio"})
+    assert loose.output is not None
+
+
+def test_a_fork_reruns_one_tool_and_its_dependents_and_reuses_the_rest(
+    recorded: tuple[tl.SQLiteStore, tl.RunResult],
+) -> None:
+    global SUMMARY_V2
+    store, first = recorded
+    SUMMARY_V2 = True  # summarize changed: its calls and what reads them run again
+    live = tl.ScriptedModel(SCRIPT)
+    fixed = make_agent(live).fork("order-42", "order-42b", store=store, rerun_tools=["summarize"])
+    # summarize ran once; count_words of its summary ran again, count_words of page b
+    # did not; fetch never ran again. publish reads the summary: re-run and asked again.
+    assert RAN == Counter(summarize=1, count_words=1, publish=1)
+    assert APPROVALS == ["c2.0"]
+    assert fixed.state["sa"] == "summary v2(page of https://a.example)"
+    assert fixed.state["nb"] == first.state["nb"]
+    # The first request was unchanged (reused); the second saw a new state: asked again.
+    assert len(live.requests) == 2  # requests 2 and 3, not 1
+    assert fixed.output == {"receipt": f"published {len(fixed.state['sa'])} chars", "words": 3}
+    assert {run.run_id for run in store.runs()} == {"order-42", "order-42b"}
+    assert store.run("order-42b").status == "done"
+
+
+def test_a_fork_of_named_calls_reruns_them_and_what_reads_them(
+    recorded: tuple[tl.SQLiteStore, tl.RunResult],
+) -> None:
+    store, first = recorded
+    fixed = make_agent(tl.ScriptedModel(SCRIPT)).fork(
+        "order-42", "order-42c", store=store, rerun=["c1.1"]
+    )
+    # fetch b and count_words of it ran again; the rest was reused, and the unchanged
+    # state means every request was the recorded one: the model was never asked.
+    assert RAN == Counter(fetch=1, count_words=1)
+    assert APPROVALS == []
+    assert fixed.output == first.output
+
+
+def test_a_fork_naming_a_call_the_run_does_not_have_is_refused_before_anything_runs(
+    recorded: tuple[tl.SQLiteStore, tl.RunResult],
+) -> None:
+    store, _ = recorded
+    with pytest.raises(tl.ConfigurationError, match=r"no call 'c9\.9'"):
+        make_agent().fork("order-42", "x", store=store, rerun=["c9.9"])
+    assert {run.run_id for run in store.runs()} == {"order-42"}
+
+
+def test_replaying_a_run_the_store_does_not_have_is_refused(
+    recorded: tuple[tl.SQLiteStore, tl.RunResult],
+) -> None:
+    store, _ = recorded
+    with pytest.raises(tl.ResumeError, match="no run 'nope'"):
+        make_agent().replay("nope", store=store)
+
+
+AGENT_MODULE = '''
+import os
+import tickloop as tl
+
+def _count(name):
+    with open(os.environ["FORK_COUNTS"], "a") as f:
+        f.write(name + "\\n")
+
+@tl.tool
+def fetch(url: str) -> str:
+    """Fetch a page."""
+    _count("fetch")
+    return "page of " + url
+
+@tl.tool
+def count_words(text: str) -> int:
+    """Count words."""
+    _count("count_words")
+    return len(text.split())
+
+SCRIPT = [
+    {"calls": [{"_tool": "fetch", "url": "a", "_outputPath": "†state.a"},
+               {"_tool": "fetch", "url": "b", "_outputPath": "†state.b"},
+               {"_tool": "count_words", "text": "†state.a", "_outputPath": "†state.n"}],
+     "output": None},
+    {"calls": [], "output": "†state.n"},
+]
+
+def agent():
+    return tl.Agent(tl.ScriptedModel(SCRIPT), tools=[fetch, count_words])
+'''
+
+
+def test_tickloop_fork_on_the_command_line_reruns_the_call_named_and_what_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tickloop._cli._main import main
+
+    (tmp_path / "forkagent.py").write_text(AGENT_MODULE, encoding="utf-8")
+    counts = tmp_path / "counts"
+    monkeypatch.setenv("FORK_COUNTS", str(counts))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import forkagent
+
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    agent = forkagent.agent()
+    agent.store = store
+    assert agent.run(run_id="r1").output == 3
+    counts.write_text("")
+    db = str(tmp_path / "runs.db")
+    code = main(
+        ["fork", "r1", "r2", "--rerun", "c1.0", "--agent", "forkagent:agent", "--store", db]
+    )
+    assert code == 0, capsys.readouterr().err
+    assert "run r2: done after 2 iterations" in capsys.readouterr().out
+    assert sorted(counts.read_text().split()) == ["count_words", "fetch"]
+    assert (
+        main(["fork", "r1", "r3", "--rerun", "c7.7", "--agent", "forkagent:agent", "--store", db])
+        == 2
+    )
+    assert "no call 'c7.7'" in capsys.readouterr().err
+
+
+def test_a_tools_protocol_run_replays_and_forks_too(tmp_path: Path) -> None:
+    def turn_call(name: str, arguments: dict[str, Any], id: str) -> dict[str, Any]:
+        return {"id": id, "name": name, "arguments": arguments}
+
+    script: list[Any] = [
+        {
+            "tool_calls": [
+                turn_call("fetch", {"url": "a"}, "p0"),
+                turn_call("fetch", {"url": "b"}, "p1"),
+            ]
+        },
+        {"tool_calls": [turn_call("count_words", {"text": "x y z"}, "p2")]},
+        "Done: 3 words.",
+    ]
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    agent = tl.Agent(
+        tl.ScriptedModel(script), tools=[fetch, count_words], protocol="tools", store=store
+    )
+    first = agent.run("count", run_id="t1")
+    assert first.output == "Done: 3 words."
+    RAN.clear()
+    offline = tl.Agent(tl.ScriptedModel([]), tools=[fetch, count_words], protocol="tools")
+    again = offline.replay("t1", store=store)
+    assert again.output == first.output and sum(RAN.values()) == 0
+    live = tl.ScriptedModel(script)
+    forked = tl.Agent(live, tools=[fetch, count_words], protocol="tools").fork(
+        "t1", "t2", store=store, rerun=["c2.0"]
+    )
+    # count_words ran again; its result is the same, so the last request was the
+    # recorded one too: the model was never asked.
+    assert RAN == Counter(count_words=1) and live.requests == []
+    assert forked.output == first.output
+    with pytest.raises(tl.ConfigurationError, match="protocol='tools'"):
+        make_agent().replay("t1", store=store)
