@@ -52,3 +52,21 @@ def test_run_inside_trio_names_run_async() -> None:
             agent.resume("r1")
 
     trio.run(main)
+
+
+# -- item 3: tools={...} -------------------------------------------------------------------
+
+
+def test_a_tools_mapping_whose_key_is_not_the_tools_name_is_refused() -> None:
+    message = r"tools= maps 'say' to tool 'echo'.*tools=\[echo, \.\.\.\].*name='say'"
+    with pytest.raises(tl.ConfigurationError, match=message):
+        tl.Agent(tl.ScriptedModel([_answer()]), tools={"say": echo})
+    with pytest.raises(tl.ConfigurationError, match=message):
+        tl.run_calls([{"_tool": "say", "text": "hi"}], tools={"say": echo})
+    with pytest.raises(tl.ConfigurationError, match=r"maps 'x' to 'echo', which is not a"):
+        tl.run_calls([], tools={"x": "echo"})
+
+
+def test_a_tools_mapping_keyed_by_the_tools_names_is_the_same_as_a_list() -> None:
+    calls = [{"_tool": "echo", "text": "hi", "_outputPath": "†state.said"}]
+    assert tl.run_calls(calls, tools={"echo": echo}).state == {"said": "hi"}
