@@ -70,3 +70,93 @@ def test_a_tools_mapping_whose_key_is_not_the_tools_name_is_refused() -> None:
 def test_a_tools_mapping_keyed_by_the_tools_names_is_the_same_as_a_list() -> None:
     calls = [{"_tool": "echo", "text": "hi", "_outputPath": "†state.said"}]
     assert tl.run_calls(calls, tools={"echo": echo}).state == {"said": "hi"}
+
+
+# -- item 4: what an unresolved reference misses, and what is there ------------------------
+
+
+@tl.tool
+def load_user() -> dict[str, str]:
+    """The signed-in user."""
+    return {"name": "Ann", "email": "ann@example.org"}
+
+
+STATE = {"user": {"name": "Ann", "email": "ann@example.org"}, "items": [1, 2, 3]}
+
+
+def _unresolved(reference: str, input: Any = None, state: Any = None) -> str:
+    result = tl.run_calls(
+        [{"_tool": "echo", "text": reference, "_outputPath": "†state.said"}],
+        tools=[echo],
+        input=input,
+        state=STATE if state is None else state,
+    )
+    record = result.records["c1.0"]
+    assert record.status == "invalid"
+    message: str = record.error["message"]
+    assert message.startswith(f"unresolved reference {reference} in parameter text: ")
+    return message.split(": ", 1)[1]
+
+
+def test_a_missing_key_of_a_value_a_call_wrote_is_named_with_the_keys_there() -> None:
+    result = tl.run_calls(
+        [
+            {"_tool": "load_user", "_outputPath": "†state.user"},
+            {"_tool": "echo", "text": "†state.user.nme", "_outputPath": "†state.said"},
+        ],
+        tools=[echo, load_user],
+    )
+    assert result.records["c1.1"].error["message"] == (
+        "unresolved reference †state.user.nme in parameter text: †state.user has no key "
+        "'nme' (did you mean 'name'? its keys: 'name', 'email'), and no call will write it"
+    )
+
+
+@pytest.mark.parametrize(
+    ("reference", "reason"),
+    [
+        (
+            "†state.user.nme",
+            "†state.user has no key 'nme' (did you mean 'name'? its keys: 'name', 'email'), "
+            "and no call will write it",
+        ),
+        (
+            "†state.user.phone",
+            "†state.user has no key 'phone' (its keys: 'name', 'email'), and no call will write it",
+        ),
+        (
+            "†state.items[5]",
+            "†state.items has 3 items (indexes 0 to 2), so no index 5, and no call will write it",
+        ),
+        (
+            "†state.items.first",
+            "†state.items is a list (3 items), which has no key 'first', and no call will write it",
+        ),
+        (
+            "†state.items.1",
+            "†state.items is a list (3 items), which has no key '1' "
+            "(an index is written †state.items[1]), and no call will write it",
+        ),
+        (
+            "†state.user.name.first",
+            "†state.user.name is a string, which has no key 'first', and no call will write it",
+        ),
+        (
+            "†state.usr",
+            "†state has no key 'usr' (did you mean 'user'? its keys: 'user', 'items'), "
+            "and no call will write it",
+        ),
+        ("†input.x", "the input has no field 'x' (its fields: 'q', 'y')"),
+    ],
+)
+def test_an_unresolved_reference_says_what_is_missing_and_what_is_there(
+    reference: str, reason: str
+) -> None:
+    assert _unresolved(reference, input={"q": 1, "y": 2}) == reason
+
+
+def test_an_unresolved_input_reference_without_input_says_there_is_none() -> None:
+    assert _unresolved("†input.x") == "the run has no input"
+    assert _unresolved("†input.x", input="hello") == (
+        "the input is a string, which has no field 'x'"
+    )
