@@ -7,6 +7,7 @@ Each test names the item of the issue it covers; each failed before its fix.
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import pytest
@@ -160,3 +161,23 @@ def test_an_unresolved_input_reference_without_input_says_there_is_none() -> Non
     assert _unresolved("†input.x", input="hello") == (
         "the input is a string, which has no field 'x'"
     )
+
+
+# -- item 8: a repeated _id, the trace's clock, a tool without a description ---------------
+
+
+def test_a_repeated_id_names_the_id_its_call_is_recorded_under() -> None:
+    result = tl.run_calls(
+        [
+            {"_tool": "echo", "text": "a", "_id": "x", "_outputPath": "†state.a"},
+            {"_tool": "echo", "text": "b", "_id": "x", "_outputPath": "†state.b"},
+        ],
+        tools=[echo],
+    )
+    [error] = result.errors
+    message = error["data"]["error"]["message"]
+    recorded_as = re.search(r"recorded as '([^']+)'", message)
+    assert recorded_as is not None, message
+    record = result.records[recorded_as.group(1)]
+    assert record.status == "invalid" and record.params == {"text": "b"}
+    assert result.records["x"].status == "done"
