@@ -8,17 +8,27 @@ from __future__ import annotations
 
 import asyncio
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 import tickloop as tl
+from tickloop._cli._main import main
 
 
 @tl.tool
 async def echo(text: str) -> str:
     """Return the text."""
+    return text
+
+
+@tl.tool
+async def slow_echo(text: str) -> str:
+    """Return the text after half a second."""
+    await trio.sleep(0.5)
     return text
 
 
@@ -181,3 +191,27 @@ def test_a_repeated_id_names_the_id_its_call_is_recorded_under() -> None:
     record = result.records[recorded_as.group(1)]
     assert record.status == "invalid" and record.params == {"text": "b"}
     assert result.records["x"].status == "done"
+
+
+def test_the_trace_table_and_the_timeline_count_time_from_the_same_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The model thinks for 2 s before it writes anything: both views start the run's
+    # clock when the request went out, not when the first call arrived.
+    db = tmp_path / "runs.db"
+    calls = [{"_tool": "slow_echo", "text": "hi", "_outputPath": "†state.said"}]
+    model = tl.ScriptedModel([_answer(calls), _answer()], first_token_delay=2.0)
+    agent = tl.Agent(model, tools=[slow_echo], store=db)
+    trio.run(
+        lambda: agent.run_async(run_id="r1"),
+        clock=trio.testing.MockClock(autojump_threshold=0),
+    )
+    assert main(["trace", "r1", "--store", str(db)]) == 0
+    _, row = capsys.readouterr().out.splitlines()
+    call_id, _, status, started, ran = row.split()
+    assert (call_id, status, ran) == ("c1.0", "done", "0.500s")
+    page = tl.timeline_html(db, "r1")
+    shown = re.search(r"c1\.0 slow_echo: done\nstarted: ([\d.]+s) after the run began", page)
+    assert shown is not None
+    assert started == shown.group(1)
+    assert float(started[:-1]) >= 2.0
