@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -215,3 +216,25 @@ def test_the_trace_table_and_the_timeline_count_time_from_the_same_zero(
     assert shown is not None
     assert started == shown.group(1)
     assert float(started[:-1]) >= 2.0
+
+
+def test_a_tool_without_a_description_warns_once_naming_it() -> None:
+    def lookup(key: str) -> str:
+        return key
+
+    with pytest.warns(UserWarning, match=r"tool 'lookup' has no description") as caught:
+        made = tl.tool(lookup)
+    assert made.description == ""
+    assert len(caught) == 1 and caught[0].filename == __file__  # points at the definition
+    with pytest.warns(UserWarning, match=r"tool 'find' has no description"):
+        tl.tool(name="find")(lookup)
+
+
+def test_a_tool_with_a_docstring_or_a_description_does_not_warn() -> None:
+    def lookup(key: str) -> str:
+        return key
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tl.tool(lookup, description="Look a key up.")
+        assert tl.tool(echo.handler).description == "Return the text."

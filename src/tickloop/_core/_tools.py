@@ -13,6 +13,7 @@ import inspect
 import re
 import sys
 import types
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
@@ -548,8 +549,8 @@ def tool(
     Usable bare (`@tool`) or with options (`@tool(timeout=10)`).
     """
 
-    def make(function: Callable[..., Any]) -> Tool:
-        return Tool(
+    def make(function: Callable[..., Any], stacklevel: int = 2) -> Tool:
+        made = Tool(
             name=name or function.__name__,
             description=description if description is not None else (function.__doc__ or ""),
             handler=function,
@@ -561,9 +562,19 @@ def tool(
             bind=bind,
             idempotent=idempotent,
         )
+        if not made.description:
+            # Once per definition (the warnings filter's default): the model would see a
+            # bare name, and nothing else says so. `stacklevel` points at the user's line.
+            warnings.warn(
+                f"tool {made.name!r} has no description: the model sees only its name and "
+                "parameters; give the function a docstring or pass description=",
+                UserWarning,
+                stacklevel=stacklevel,
+            )
+        return made
 
     if fn is not None:
-        return make(fn)
+        return make(fn, stacklevel=3)
     return make
 
 
