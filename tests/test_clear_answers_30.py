@@ -238,3 +238,66 @@ def test_a_tool_with_a_docstring_or_a_description_does_not_warn() -> None:
         warnings.simplefilter("error")
         tl.tool(lookup, description="Look a key up.")
         assert tl.tool(echo.handler).description == "Return the text."
+
+
+# -- item 7: OpenTelemetry: one trace per run, the run's span its root ----------------------
+
+
+def test_a_run_is_one_trace_whose_root_is_the_runs_span() -> None:
+    sdk_trace = pytest.importorskip("opentelemetry.sdk.trace")
+    export = pytest.importorskip("opentelemetry.sdk.trace.export")
+    in_memory = pytest.importorskip("opentelemetry.sdk.trace.export.in_memory_span_exporter")
+    exporter = in_memory.InMemorySpanExporter()
+    provider = sdk_trace.TracerProvider()
+    provider.add_span_processor(export.SimpleSpanProcessor(exporter))
+
+    @tl.tool
+    async def fails(text: str) -> str:
+        """Always fails."""
+        raise ValueError("no")
+
+    calls = [
+        {"_tool": "echo", "text": "hi", "_outputPath": "†state.said"},
+        {"_tool": "fails", "text": "†state.said", "_outputPath": "†state.lost"},
+    ]
+    model = tl.ScriptedModel([_answer(calls, None), _answer(calls[:1], None), _answer()])
+    agent = tl.Agent(model, tools=[echo, fails], tracer_provider=provider)
+    result = agent.run(run_id="traced")
+    assert result.status == "done" and result.iterations == 3
+    spans = exporter.get_finished_spans()
+    [root] = [span for span in spans if span.parent is None]
+    assert root.name == "invoke_agent"
+    assert {span.context.trace_id for span in spans} == {root.context.trace_id}
+    turns = [span for span in spans if span.name == "turn"]
+    assert len(turns) == 3 and all(turn.parent.span_id == root.context.span_id for turn in turns)
+    assert root.attributes["tickloop.run_id"] == "traced"
+    assert root.attributes["tickloop.status"] == "done"
+    assert root.attributes["tickloop.iterations"] == 3
+    statuses = [
+        span.attributes["tickloop.call.status"] for span in spans if span.name == "execute_tool"
+    ]
+    assert sorted(statuses) == ["done", "done", "failed"]
+    # Plain strings, not the str enum the engine uses inside: exporters see "done".
+    assert all(type(status) is str for status in statuses)
+    assert type(root.attributes["tickloop.status"]) is str
+
+
+def test_a_failed_run_marks_its_root_span_as_an_error() -> None:
+    sdk_trace = pytest.importorskip("opentelemetry.sdk.trace")
+    export = pytest.importorskip("opentelemetry.sdk.trace.export")
+    in_memory = pytest.importorskip("opentelemetry.sdk.trace.export.in_memory_span_exporter")
+    exporter = in_memory.InMemorySpanExporter()
+    provider = sdk_trace.TracerProvider()
+    provider.add_span_processor(export.SimpleSpanProcessor(exporter))
+    agent = tl.Agent(
+        tl.ScriptedModel([_answer(output=None)]),
+        tools=[echo],
+        tracer_provider=provider,
+        max_iterations=1,
+    )
+    with pytest.raises(tl.MaxIterationsError):
+        agent.run(run_id="stuck")
+    [root] = [span for span in exporter.get_finished_spans() if span.parent is None]
+    assert root.name == "invoke_agent"
+    assert root.attributes["tickloop.status"] == "failed"
+    assert root.status.status_code.name == "ERROR"
