@@ -301,3 +301,103 @@ def test_a_failed_run_marks_its_root_span_as_an_error() -> None:
     assert root.name == "invoke_agent"
     assert root.attributes["tickloop.status"] == "failed"
     assert root.status.status_code.name == "ERROR"
+
+
+# -- item 5: FunctionModel, a test model that answers from the request ----------------------
+
+
+def test_a_function_model_answers_each_request_from_what_it_holds() -> None:
+    seen: list[dict[str, Any]] = []
+
+    def reply(request: dict[str, Any]) -> dict[str, Any]:
+        seen.append(request)
+        if request["iteration"] == 1:
+            return _answer([{"_tool": "echo", "text": "hi", "_outputPath": "†state.said"}], None)
+        # The second request shows what the first plan wrote: answer from it.
+        last = request["messages"][-1]["content"]
+        return _answer(output="heard " + ("hi" if '"said": "hi"' in last else "nothing"))
+
+    model = tl.FunctionModel(reply)
+    assert model.model == "function"
+    result = tl.Agent(model, tools=[echo]).run({"q": 1})
+    assert result.output == "heard hi"
+    assert [request["iteration"] for request in seen] == [1, 2]
+    assert all(request["path"] == () for request in seen)
+    first = seen[0]
+    assert set(first) == {"messages", "schema", "iteration", "path"}
+    assert first["schema"]["type"] == "object"
+    assert {message["role"] for message in first["messages"]} <= {"system", "user", "assistant"}
+    scripted = tl.ScriptedModel([_answer()])
+    tl.Agent(scripted, tools=[echo]).run({"q": 1})
+    # messages and schema exactly as ScriptedModel records them
+    assert {key: first[key] for key in ("messages", "schema")} == scripted.requests[0]
+
+
+def test_a_function_model_may_be_async_and_speaks_the_tools_protocol() -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def reply(request: dict[str, Any]) -> dict[str, Any] | str:
+        await trio.sleep(0)
+        seen.append(request)
+        if request["iteration"] == 1:
+            return {"tool_calls": [{"name": "echo", "arguments": {"text": "hi"}}]}
+        return "the tool said " + request["messages"][-1]["content"]
+
+    model = tl.FunctionModel(reply, model="mine")
+    result = tl.Agent(model, tools=[echo], protocol="tools").run({"q": 1})
+    assert result.output == "the tool said hi"
+    assert model.model == "mine"
+    assert set(seen[0]) == {"system", "messages", "tools", "iteration", "path"}
+    assert [spec["name"] for spec in seen[0]["tools"]] == ["echo"]
+    assert seen[0]["tools"][0]["description"] == "Return the text."
+
+
+def test_what_a_function_model_returns_is_checked_and_its_errors_reach_the_loop() -> None:
+    with pytest.raises(tl.ConfigurationError, match="fn must be a function"):
+        tl.FunctionModel("not a function")  # type: ignore[arg-type]
+    agent = tl.Agent(tl.FunctionModel(lambda request: 42), tools=[echo])
+    with pytest.raises(tl.ExecuteError, match=r"must return a dict or a str, not int"):
+        agent.run()
+    calls = 0
+
+    def flaky(request: dict[str, Any]) -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:  # a ModelError passes through as it is: retried like a server's 503
+            raise tl.ModelError("busy", status=503)
+        return _answer()
+
+    agent = tl.Agent(tl.FunctionModel(flaky), tools=[echo])
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    assert trio.run(agent.run_async, clock=clock).output == "ok"
+    assert calls == 2
+
+
+def _python_block_after(page: str, heading: str) -> str:
+    text = (DOCS / page).read_text(encoding="utf-8")
+    section = text.split(f"\n{heading}\n", 1)[1]
+    return re.findall(r"```python\n(.*?)```", section, re.S)[0]
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def test_the_model_client_docs_example_is_a_working_client() -> None:
+    code = _python_block_after("models.md", "## Writing a client: `tl.ModelClient`")
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "docs/models.md", "exec"), namespace)
+    assert namespace["agent"].run({"q": 2}).output == "hello"
+
+
+def test_the_function_model_docs_example_answers_from_the_state() -> None:
+    code = _python_block_after("models.md", "## A model that reacts: `tl.FunctionModel`")
+    namespace: dict[str, Any] = {"tl": tl}
+    exec(compile(code, "docs/models.md", "exec"), namespace)
+
+    @tl.tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    agent = tl.Agent(namespace["model"], tools=[add])
+    assert agent.run().output == {"answer": 3}
