@@ -7,7 +7,10 @@ Each test names the item of the issue it covers; each failed before its fix.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
+import sys
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -401,3 +404,101 @@ def test_the_function_model_docs_example_answers_from_the_state() -> None:
 
     agent = tl.Agent(namespace["model"], tools=[add])
     assert agent.run().output == {"answer": 3}
+
+
+# -- item 9: the docs a new user looks for ---------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+
+
+def _section(page: str, heading: str) -> str:
+    text = (DOCS / page).read_text(encoding="utf-8")
+    assert f"\n{heading}\n" in text, f"{page} has no section {heading!r}"
+    return text.split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_lists_the_tools_page_and_every_relative_link_resolves() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "[docs/tools.md](docs/tools.md)" in readme
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            assert (page.parent / target).exists(), f"{page.name} links {target}"
+
+
+def test_no_page_names_a_protocol_file_outside_the_repository() -> None:
+    for page in PAGES:
+        assert "PROTOCOL.md" not in page.read_text(encoding="utf-8"), page.name
+    assert "[protocol.md](protocol.md)" in (DOCS / "concepts.md").read_text(encoding="utf-8")
+
+
+def test_the_latent_tools_example_for_users_runs_as_written() -> None:
+    code = re.findall(
+        r"```python\n(.*?)```",
+        _section("tools.md", "## Latent tools: the model answers itself"),
+        re.S,
+    )[0]
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "docs/tools.md", "exec"), namespace)
+    result = namespace["result"]
+    assert result.state["receipt"] == "posted: It runs calls as a graph."
+    assert result.records["c1.1"].status == "done"
+    assert result.records["c1.1"].started is None  # no function ran: the model answered
+
+
+def test_a_timed_out_sync_tool_fails_at_once_and_its_thread_runs_on_as_documented() -> None:
+    page = _section("tools.md", "## Timeouts")
+    assert "keeps running in its worker thread until it returns" in page
+    release, finished = threading.Event(), threading.Event()
+
+    @tl.tool(timeout=5)
+    def stuck(text: str) -> str:
+        """Waits for the test to let it go."""
+        release.wait()
+        finished.set()
+        return text
+
+    calls = [{"_tool": "stuck", "text": "late", "_outputPath": "†state.late"}]
+    result = trio.run(
+        lambda: tl.execute(calls, tools=[stuck]),
+        clock=trio.testing.MockClock(autojump_threshold=0),
+    )
+    # The run is over while the function still runs: nothing it returns will be written.
+    assert not finished.is_set()
+    assert result.records["c1.0"].status == "failed"
+    assert result.records["c1.0"].error["message"] == "TimeoutError: stuck ran over 5 s"
+    assert result.state == {}
+    release.set()
+    assert finished.wait(10)
+    assert result.state == {}
+
+
+@pytest.mark.parametrize(
+    ("page", "kind"), [("durability.md", tl.RunInfo), ("durability.md", tl.CallInfo)]
+)
+def test_every_field_of_the_stored_run_records_is_documented(page: str, kind: type) -> None:
+    section = _section(page, "## Reading stored runs: `tl.RunInfo` and `tl.CallInfo`")
+    table = section.split(f"A `tl.{kind.__name__}` has:", 1)[1].split("\n\n", 2)[1]
+    documented = [
+        name for row in table.splitlines()[2:] for name in re.findall(r"`(\w+)`", row.split("|")[1])
+    ]
+    assert documented == [field.name for field in dataclasses.fields(kind)]
+
+
+def test_an_mcp_servers_plain_exception_text_is_hidden_and_tool_error_passes_it() -> None:
+    pytest.importorskip("mcp")
+    assert "`ToolError`" in _section("mcp.md", "## Results")
+    server = tl.MCPServer.stdio(sys.executable, [str(ROOT / "tests" / "mcp_errors_server.py")])
+    result = tl.run_calls(
+        [
+            {"_tool": "plain", "message": "disk quota exceeded"},
+            {"_tool": "told", "message": "disk quota exceeded"},
+        ],
+        tools=[server],
+    )
+    plain, told = (result.records[f"c1.{i}"].error["message"] for i in (0, 1))
+    assert "disk quota exceeded" not in plain and "Error executing tool plain" in plain
+    assert "Error executing tool told: disk quota exceeded" in told
