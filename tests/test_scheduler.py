@@ -400,14 +400,14 @@ def test_a_branch_not_taken_by_an_earlier_request_skips_nothing_in_a_later_one()
     assert [e["data"]["error"] for e in end.errors] == [
         {
             "type": "structural",
-            "message": "unresolved reference †state.bad.detail in parameter x: †state has no "
-            "key 'bad' (its keys: 'ok'), and no call will write it",
+            "message": "unresolved reference †state.bad.detail in parameter x: no call wrote "
+            "it, and none will",
             "reference": "†state.bad.detail",
         },
         {
             "type": "structural",
-            "message": "unresolved reference †state.lost in parameter x: †state has no key "
-            "'lost' (its keys: 'ok'), and no call will write it",
+            "message": "unresolved reference †state.lost in parameter x: no call wrote it, "
+            "and none will",
             "reference": "†state.lost",
         },
     ]

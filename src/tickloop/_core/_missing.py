@@ -18,16 +18,29 @@ _SHOWN_KEYS = 12  # keys listed in a message; a larger object is cut with a coun
 
 def describe_missing(term: Term, view: Any) -> str:
     """Why `term` reads nothing in `view` (the current value of its kind, None when the
-    kind has no data): the first step that is missing, and what its parent holds."""
+    kind has no data): the first step that is missing, and what its parent holds.
+
+    The words should not depend on which unrelated call happened to finish first: a
+    kind that calls write (state) holds keys any running call may be adding, so a
+    missing first key is "no call wrote it" whatever else is there. Below it, the parent
+    is the work of the calls that write it, which this call waited for (only a call
+    writing a sibling key at that very moment could still change what is listed). The
+    input never changes: it is always described.
+    """
     written_by_calls = term.kind not in RESERVED_OUTPUT_KINDS
-    if view is None:
-        if term.kind == "input":
-            return "the run has no input"
+    if view is None and term.kind == "input":
+        return "the run has no input"
+    if view is None or (written_by_calls and _first_step_missing(term, view)):
         return "no call wrote it, and none will"
     reason = _first_missing(term, view)
     if reason is None:  # present now: only a later write made it so (plan order, §3)
         return "no call wrote it, and none will"
     return f"{reason}, and no call will write it" if written_by_calls else reason
+
+
+def _first_step_missing(term: Term, view: Any) -> bool:
+    first = term.path[0] if term.path else None
+    return not isinstance(view, dict) or not isinstance(first, str) or first not in view
 
 
 def _first_missing(term: Term, view: Any) -> str | None:
