@@ -499,3 +499,14 @@ def test_an_mcp_servers_plain_exception_text_is_hidden_and_tool_error_passes_it(
     plain, told = (result.records[f"c1.{i}"].error["message"] for i in (0, 1))
     assert "disk quota exceeded" not in plain and "Error executing tool plain" in plain
     assert "Error executing tool told: disk quota exceeded" in told
+
+
+def test_the_readme_says_how_long_the_tests_take_and_keeps_its_two_commands() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    setup = readme.split("\n## Set up\n", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(r"```bash\n(.*?)```", setup, re.S)
+    assert [command.strip().rsplit("&& ", 1)[1] for command in commands] == [
+        "tickloop demo",
+        "python -m pytest",
+    ]
+    assert re.search(r"whole suite takes\s+about \d+ minutes", setup)
