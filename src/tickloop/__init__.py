@@ -63,6 +63,7 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, eagerly
         TurnToolCall,
         Usage,
     )
+    from ._models._function import FunctionModel
     from ._models._openai_chat import OpenAIChat
     from ._models._openai_responses import OpenAIResponses
     from ._models._scripted import ScriptedModel
@@ -129,6 +130,7 @@ _WHERE: dict[str, str] = {
     "MCPServer": "._mcp._server",
     "Anthropic": "._models._anthropic",
     "ModelClient": "._models._base",
+    "FunctionModel": "._models._function",
     "ModelError": "._models._base",
     "OpenAIChat": "._models._openai_chat",
     "OpenAIResponses": "._models._openai_responses",
@@ -186,6 +188,7 @@ __all__ = [
     "ExecuteError",
     "ExecutionResult",
     "Expression",
+    "FunctionModel",
     "MCPServer",
     "MaxIterationsError",
     "ModelClient",

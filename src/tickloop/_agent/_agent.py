@@ -23,6 +23,7 @@ from .._core._decisions import ApproveHook
 from .._core._tools import Tool, ToolSet, ToolSource, split_tools
 from .._durable._store import SQLiteStore, as_store
 from .._engine._engine import check_configuration
+from .._engine._event_loops import refuse_inside_trio, require_trio
 from .._engine._sources import OpenedTools, check_sources, open_tools
 from .._errors import ConfigurationError
 from .._observe._events import DEFAULT_REDACT, Redactor, RunEvent, open_event_stream
@@ -128,6 +129,7 @@ class Agent:
         run_id: str | None = None,
     ) -> RunResult:
         """Run to the end from synchronous code (starts its own trio run)."""
+        refuse_inside_trio("agent.run", "await agent.run_async(...)")
         return trio.run(
             partial(self.run_async, input, messages=messages, on_event=on_event, run_id=run_id)
         )
@@ -171,6 +173,7 @@ class Agent:
         `run_id` names the run (a unique one is made otherwise); with a store, an id the
         store already has is refused with `ResumeError`: continue it with `resume`.
         """
+        require_trio("agent.run_async", "use `await agent.run_asyncio(...)` instead")
         _check_on_event(on_event)
         async with self._open_for_run() as config:
             session = RunSession.new(config, input, messages, on_event or self.on_event, run_id)
@@ -184,6 +187,7 @@ class Agent:
         on_event: Callable[[RunEvent], Any] | None = None,
     ) -> RunResult:
         """Continue a paused or crashed run from the store (starts its own trio run)."""
+        refuse_inside_trio("agent.resume", "await agent.resume_async(...)")
         return trio.run(partial(self.resume_async, run_id, decisions=decisions, on_event=on_event))
 
     async def resume_async(
@@ -199,6 +203,10 @@ class Agent:
         `ResumeError` before anything runs for an unknown or finished run, a decision
         for a call that is not waiting for one, or a call decided already.
         """
+        require_trio(
+            "agent.resume_async",
+            "call `agent.resume(...)` in a thread (`await asyncio.to_thread(agent.resume, ...)`)",
+        )
         _check_on_event(on_event)
         async with self._open_for_run() as config:
             session = RunSession.claim(config, run_id, decisions, on_event or self.on_event)

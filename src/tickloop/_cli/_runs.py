@@ -23,6 +23,7 @@ from .._core._decisions import Approve, Deny
 from .._durable._resume import ROW_LAG
 from .._durable._store import SQLiteStore
 from .._errors import ResumeError, StoreError, TickloopError
+from .._observe._timeline import run_origin
 
 __all__ = ["COMMANDS", "add_commands", "run_command"]
 
@@ -198,7 +199,7 @@ def _trace(store: SQLiteStore, run_id: str, html: str | None, out: TextIO) -> in
             f"{ROW_LAG:g} s of its calls' changes; resuming it rewrites them from the "
             "journal\n"
         )
-    origin = min((call.received for call in calls if call.received is not None), default=0.0)
+    origin = run_origin(store.run(run_id), calls, store.journal(run_id))  # as the timeline
     out.write(f"{'call':<8} {'tool':<24} {'status':<9} {'started':>9} {'ran':>9}  why\n")
     for call in calls:
         start = "" if call.started is None else f"{call.started - origin:8.3f}s"

@@ -130,7 +130,8 @@ def check_id(call: Call, given: Any, wanted: str) -> None:
         raise Structural(f"_id must be a non-empty string, got {given!r}")
     if call.id != wanted:
         raise Structural(
-            f"id {wanted!r} is already used by another call in this run; ids must be unique",
+            f"id {wanted!r} is already used by another call in this run; ids must be unique "
+            f"(this call is recorded as {call.id!r})",
             id=wanted,
         )
 

@@ -443,9 +443,8 @@ class Scheduler:
         self, call: Call, reference: Reference | None, expression: Expression, dead: list[Slot]
     ) -> None:
         self._stop_waiting(call)
-        error = unresolved(
-            call, reference, expression, dead, self._lost_writers, self._skip_sources, self._seq_of
-        )
+        known = (self._lost_writers, self._skip_sources, self._seq_of, self.log.view)
+        error = unresolved(call, reference, expression, dead, *known)
         self._settle(call, S.SKIPPED if error is None else S.INVALID, error)
 
     def _seq_of(self, call_id: str) -> int:

@@ -15,6 +15,7 @@ from . import _few
 from ._call import Call
 from ._expressions import Expression, Reference, format_location
 from ._log import ContextLog
+from ._missing import describe_missing
 from ._path_index import PathIndex
 from ._plan_order import PlanOrder, Slot
 
@@ -154,10 +155,12 @@ def unresolved(
     lost_writers: LostWriters,
     skip_sources: PathIndex,
     seq_of: Callable[[str], int],
+    view: Callable[[str], Any],
 ) -> dict[str, Any] | None:
     """Why a call's expression can never be read: None when every dead term was only
     skipped (an if/else plan: the call is skipped too), else the structural error, naming
-    the call that should have written it, if one ended without doing so (PROTOCOL §5)."""
+    the call that should have written it, if one ended without doing so, or else what is
+    missing of a lone term and what its kind's `view` holds there (PROTOCOL §5)."""
     where = (
         f"parameter {format_location(reference.location)}"
         if reference is not None
@@ -187,6 +190,8 @@ def unresolved(
     if lost:
         tool, status = lost_writers.ended[lost[0]]
         reason = f"call {lost[0]} ({tool}), which should have written it, ended {status}"
+    elif len(dead) == 1:
+        reason = describe_missing(dead[0].term, view(dead[0].term.kind))
     else:
         reason = "no call wrote it, and none will"
     return {

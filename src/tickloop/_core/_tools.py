@@ -13,6 +13,7 @@ import inspect
 import re
 import sys
 import types
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
@@ -548,8 +549,8 @@ def tool(
     Usable bare (`@tool`) or with options (`@tool(timeout=10)`).
     """
 
-    def make(function: Callable[..., Any]) -> Tool:
-        return Tool(
+    def make(function: Callable[..., Any], stacklevel: int = 2) -> Tool:
+        made = Tool(
             name=name or function.__name__,
             description=description if description is not None else (function.__doc__ or ""),
             handler=function,
@@ -561,9 +562,19 @@ def tool(
             bind=bind,
             idempotent=idempotent,
         )
+        if not made.description:
+            # Once per definition (the warnings filter's default): the model would see a
+            # bare name, and nothing else says so. `stacklevel` points at the user's line.
+            warnings.warn(
+                f"tool {made.name!r} has no description: the model sees only its name and "
+                "parameters; give the function a docstring or pass description=",
+                UserWarning,
+                stacklevel=stacklevel,
+            )
+        return made
 
     if fn is not None:
-        return make(fn)
+        return make(fn, stacklevel=3)
     return make
 
 
@@ -588,7 +599,7 @@ def split_tools(
 ) -> tuple[list[Tool], list[ToolSource]]:
     """The plain tools and the tool sources of a `tools=` argument, each in given order."""
     if isinstance(items, Mapping):
-        return list(items.values()), []
+        return _tools_of_mapping(items), []
     if isinstance(items, ToolSource):  # a lone server passed where a list is expected
         return [], [items]
     _check_tools_argument(items)
@@ -602,6 +613,31 @@ def split_tools(
         else:
             tools.append(item)
     return tools, sources
+
+
+def _tools_of_mapping(items: Mapping[Any, Any]) -> list[Tool]:
+    """The tools of a `{name: tool}` mapping, whose keys must be the tools' own names.
+
+    A model calls a tool by `Tool.name`; a key that differs would be silently ignored
+    (the model would be refused "unknown tool"), so it is refused here instead of
+    renaming the tool behind its definition's back (docs/decisions.md)."""
+    if isinstance(items, ToolSet):
+        return list(items.values())
+    tools: list[Tool] = []
+    for key, item in items.items():
+        if not isinstance(item, Tool):
+            raise ConfigurationError(
+                f"tools= maps {key!r} to {item!r}, which is not a tickloop Tool "
+                "(decorate the function with @tl.tool)"
+            )
+        if key != item.name:
+            raise ConfigurationError(
+                f"tools= maps {key!r} to tool {item.name!r}, but a model calls a tool by its "
+                f"own name: pass a list (tools=[{item.name}, ...]), or name the tool "
+                f"{key!r} where it is made (@tl.tool(name={key!r}) or tl.tool(fn, name={key!r}))"
+            )
+        tools.append(item)
+    return tools
 
 
 def missing_bindings(tools: Iterable[Tool], input: Any) -> list[str]:
@@ -639,7 +675,7 @@ class ToolSet(Mapping[str, Tool]):
 
     def __init__(self, tools: Sequence[Tool] | Mapping[str, Tool] | ToolSet) -> None:
         _check_tools_argument(tools)
-        items = list(tools.values()) if isinstance(tools, Mapping) else list(tools)
+        items = _tools_of_mapping(tools) if isinstance(tools, Mapping) else list(tools)
         self._tools: dict[str, Tool] = {}
         for item in items:
             if isinstance(item, ToolSource):

@@ -19,6 +19,7 @@ from .._core._scheduler import CallRecord
 from .._core._tools import Tool, ToolSource, missing_bindings, split_tools
 from .._errors import ConfigurationError
 from ._engine import Engine
+from ._event_loops import refuse_inside_trio, require_trio
 from ._sources import check_sources, open_tools
 
 __all__ = ["ExecutionResult", "execute", "run_calls"]
@@ -91,6 +92,10 @@ async def execute(
 
     Tool sources in `tools` (MCP servers) are opened first and closed after the tick.
     """
+    require_trio(
+        "tl.execute",
+        "call `tl.run_calls(...)` in a thread (`await asyncio.to_thread(tl.run_calls, ...)`)",
+    )
     calls = _check_calls(calls)
     _check_state(state)
     log = initial_log(input, state)  # a value with no JSON form is refused before connecting
@@ -160,11 +165,7 @@ def run_calls(
     max_concurrency: int | None = None,
 ) -> ExecutionResult:
     """`execute` for synchronous code: starts its own trio run."""
-    if trio.lowlevel.in_trio_run():
-        raise RuntimeError(
-            "tl.run_calls starts its own trio run and cannot be called inside one: "
-            "use `await tl.execute(...)` instead"
-        )
+    refuse_inside_trio("tl.run_calls", "await tl.execute(...)")
     return trio.run(
         partial(
             execute,

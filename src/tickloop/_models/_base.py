@@ -102,7 +102,8 @@ class SolutionRequest:
 
     `messages` are chat messages `{"role": "system"|"user"|"assistant", "content": str}`;
     `schema` is the solution's JSON Schema (strict-mode compatible); `iteration` counts
-    requests of the run from 1 (a scripted model answers by it).
+    requests of the run from 1 (a scripted model answers by it); `path` is the ids of the
+    agent calls above the run that asks (`()` at the root, PROTOCOL §11).
     """
 
     messages: list[dict[str, Any]]
@@ -110,6 +111,7 @@ class SolutionRequest:
     iteration: int
     schema_name: str = "solution"
     metadata: dict[str, Any] = field(default_factory=dict)
+    path: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"messages": self.messages, "schema": self.schema}
@@ -160,7 +162,7 @@ class TurnRequest:
       be sent back (PROTOCOL §9).
 
     `system` is the instructions (None when there are none); `iteration` counts the
-    run's requests from 1.
+    run's requests from 1; `path` is as `SolutionRequest.path`.
     """
 
     system: str | None
@@ -168,6 +170,7 @@ class TurnRequest:
     tools: list[ToolSpec]
     iteration: int
     metadata: dict[str, Any] = field(default_factory=dict)
+    path: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -31,7 +31,7 @@ from ._base import (
     wire_conversation,
 )
 
-__all__ = ["ScriptedModel"]
+__all__ = ["ScriptedModel", "turn_record"]
 
 
 def _estimate_tokens(text: str) -> int:
@@ -157,17 +157,7 @@ class ScriptedModel:
 
     async def stream_turn(self, request: TurnRequest) -> AsyncIterator[TurnItem]:
         start = trio.current_time()
-        record = {
-            "system": request.system,
-            "messages": wire_conversation(
-                request.conversation,
-                self.turn_format,
-                text_message=lambda role, text: {"role": role, "content": text},
-                strip_reasoning=_strip_reasoning,
-            ),
-            "tools": request.to_dict()["tools"],
-        }
-        snapshot = json.dumps(record, ensure_ascii=False)
+        snapshot = json.dumps(turn_record(request, self.turn_format), ensure_ascii=False)
         self._snapshots.append(snapshot)
         k = request.iteration
         self._check_iteration(k)
@@ -191,6 +181,21 @@ class ScriptedModel:
         self, response: TurnResponse, results: Sequence[ToolResult]
     ) -> list[dict[str, Any]]:
         return chat_tool_messages(response, results)
+
+
+def turn_record(request: TurnRequest, turn_format: str) -> dict[str, Any]:
+    """A tools-protocol request as a scripted model records it: the system text, the
+    conversation as OpenAI chat messages (tool results as `tool` messages), the tools."""
+    return {
+        "system": request.system,
+        "messages": wire_conversation(
+            request.conversation,
+            turn_format,
+            text_message=lambda role, text: {"role": role, "content": text},
+            strip_reasoning=_strip_reasoning,
+        ),
+        "tools": request.to_dict()["tools"],
+    }
 
 
 def _strip_reasoning(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

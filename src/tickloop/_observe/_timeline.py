@@ -23,7 +23,7 @@ from typing import Any
 from .._core._status import ERROR_STATUSES, CallStatus
 from ._records import CallInfo, RunInfo
 
-__all__ = ["render_run"]
+__all__ = ["render_run", "run_origin"]
 
 _LABEL = 230  # px of the label column
 _PLOT = 860  # px of the time axis
@@ -99,6 +99,17 @@ def _times(call: CallInfo) -> list[float]:
     ]
 
 
+def run_origin(
+    run: RunInfo, calls: list[CallInfo], journal: list[tuple[int, float, str, Any]]
+) -> float:
+    """The zero of a stored run's clock: its earliest recorded moment (usually the first
+    request going out, before any call arrived). `tickloop trace` counts its "started"
+    column from it and the timeline its axis, so the two agree."""
+    moments = [t for call in calls for t in _times(call)]
+    moments += [at for _, at, _, _ in journal]
+    return min(moments) if moments else run.created
+
+
 def _render(
     run: RunInfo,
     calls: list[CallInfo],
@@ -109,7 +120,7 @@ def _render(
     moments = [t for call in calls for t in _times(call)]
     moments += [r.start for r in requests] + [r.end for r in requests if r.end is not None]
     moments += [at for _, at, _, _ in journal]
-    origin = min(moments) if moments else run.created
+    origin = run_origin(run, calls, journal)  # requests come from the journal: included
     last = max(moments) if moments else run.created
     span = max(last - origin, 1e-3)
     scale = _PLOT / span
@@ -136,7 +147,7 @@ def _render(
     index = {call.id: position for position, call in enumerate(calls)}
     arrows: list[str] = []
     for position, call in enumerate(calls):
-        parts.append(_call_row(call, position + 1, x, last))
+        parts.append(_call_row(call, position + 1, x, last, origin))
         for dep in call.deps:
             if dep in index:
                 arrows.append(_arrow(calls[index[dep]], index[dep] + 1, call, position + 1, x))
@@ -242,11 +253,11 @@ def _segments(call: CallInfo, last: float) -> list[tuple[str, float, float]]:
     return [(kind, start, stop) for kind, start, stop in pieces if stop >= start]
 
 
-def _call_row(call: CallInfo, row: int, x: Any, last: float) -> str:
+def _call_row(call: CallInfo, row: int, x: Any, last: float, origin: float) -> str:
     y = _y(row)
     top = y + (_ROW - _BAR) / 2
     label = f"{call.id}  {call.tool or '?'}" + (f" @ {call.worker}" if call.worker else "")
-    tip = _tooltip(call)
+    tip = _tooltip(call, origin)
     parts = [
         f'<g class="call {escape(call.status)}" data-id="{escape(call.id)}" '
         f'data-deps="{escape(" ".join(call.deps))}" data-worker="{escape(call.worker or "")}">',
@@ -275,8 +286,10 @@ def _call_row(call: CallInfo, row: int, x: Any, last: float) -> str:
     return "".join(parts)
 
 
-def _tooltip(call: CallInfo) -> str:
+def _tooltip(call: CallInfo, origin: float) -> str:
     lines = [f"{call.id} {call.tool or '?'}: {call.status}"]
+    if call.started is not None:  # the same figure as `tickloop trace`'s "started"
+        lines.append(f"started: {call.started - origin:.3f}s after the run began")
 
     def span(name: str, start: float | None, stop: float | None) -> None:
         if start is not None and stop is not None:

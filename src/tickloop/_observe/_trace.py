@@ -1,10 +1,13 @@
 """OpenTelemetry spans for runs, when `opentelemetry-api` is installed.
 
-A run becomes spans `turn` › `request` › `execute_tool`: one `turn` per iteration, the
-model `request` inside it, and one `execute_tool` per call, carrying the call id, tool
-and final status. Spans are made from the typed run events, so they see exactly what
-`on_event` sees, secrets already redacted. Without OpenTelemetry nothing is imported and
-nothing is recorded; tickloop does not depend on it.
+A run is one trace: its root span `invoke_agent` (the run id, and when it ends its status
+and iterations), one `turn` per iteration under it, the model `request` inside each
+turn, and one `execute_tool` per call, carrying the call id, tool and final status.
+Spans are made from the typed run events, so they see exactly what `on_event` sees,
+secrets already redacted. Every attribute is a plain `str`, `int`, `bool` or a list of
+them, as OpenTelemetry's types are: a status is "done", never the engine's str enum.
+Without OpenTelemetry nothing is imported and nothing is recorded; tickloop does not
+depend on it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from ._events import (
     RequestStarted,
     RunEnded,
     RunEvent,
+    RunStarted,
     TickEnded,
 )
 
@@ -66,6 +70,7 @@ class _RunSpans:
     def __init__(self, trace: Any, tracer: Any) -> None:
         self._trace = trace
         self._tracer = tracer
+        self._run: Any = None  # the root: every other span of the run is under it
         self._turn: Any = None
         self._request: Any = None
         self._calls: dict[str, Any] = {}
@@ -73,9 +78,17 @@ class _RunSpans:
 
     def __call__(self, event: RunEvent) -> None:
         self._run_id = event.run_id
-        if isinstance(event, RequestStarted):
+        if isinstance(event, RunStarted):
+            self._run = self._start(
+                "invoke_agent",
+                None,
+                {"gen_ai.operation.name": "invoke_agent", "tickloop.resumed": event.resumed},
+            )
+        elif isinstance(event, RequestStarted):
             self._end_turn()
-            self._turn = self._start("turn", None, {"tickloop.iteration": event.iteration})
+            self._turn = self._start(
+                "turn", self._ensure_run(), {"tickloop.iteration": event.iteration}
+            )
             self._request = self._start(
                 "request", self._turn, {"tickloop.iteration": event.iteration}
             )
@@ -95,9 +108,10 @@ class _RunSpans:
             span = self._calls.pop(event.call_id or "", None)
             if span is None:  # never ran (denied, skipped, invalid): a span for its status
                 span = self._call_span(event.call_id, event.tool, None)
-            span.set_attribute("tickloop.call.status", event.status)
-            if event.status in ERROR_STATUSES:
-                message = (event.error or {}).get("message", event.status)
+            status = str(event.status)  # the engine's str enum, as the plain string
+            span.set_attribute("tickloop.call.status", status)
+            if status in ERROR_STATUSES:
+                message = str((event.error or {}).get("message", status))
                 span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, message))
             span.end()
         elif isinstance(event, TickEnded) and self._turn is not None:
@@ -109,6 +123,7 @@ class _RunSpans:
                 span.end()
             self._calls.clear()
             self._end_turn()
+            self._end_run(event)
 
     def _call_span(self, call_id: str | None, tool: str | None, params: Any) -> Any:
         parent = self._request if self._request is not None else self._ensure_turn()
@@ -124,8 +139,24 @@ class _RunSpans:
     def _ensure_turn(self) -> Any:
         """A resumed run's first calls come before any request: give them a turn."""
         if self._turn is None:
-            self._turn = self._start("turn", None, {"tickloop.resumed": True})
+            self._turn = self._start("turn", self._ensure_run(), {"tickloop.resumed": True})
         return self._turn
+
+    def _ensure_run(self) -> Any:
+        """The run's root span (made by `RunStarted`, which comes first; here in case a
+        listener was attached after it)."""
+        if self._run is None:
+            self._run = self._start("invoke_agent", None, {"gen_ai.operation.name": "invoke_agent"})
+        return self._run
+
+    def _end_run(self, event: RunEnded) -> None:
+        run = self._ensure_run()
+        run.set_attribute("tickloop.status", str(event.status))
+        run.set_attribute("tickloop.iterations", event.iterations)
+        if event.error is not None:
+            run.set_status(self._trace.Status(self._trace.StatusCode.ERROR, str(event.error)))
+        run.end()
+        self._run = None
 
     def _start(self, name: str, parent: Any, attributes: dict[str, Any]) -> Any:
         context = None if parent is None else self._trace.set_span_in_context(parent)
