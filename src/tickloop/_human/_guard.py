@@ -83,3 +83,75 @@ async def _refuse(send: Any, status: int, message: str) -> None:
         headers.append((b"www-authenticate", b"Bearer"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def _config(host: str, port: int) -> Any:
+    from hypercorn.config import Config
+
+    config = Config()
+    shown = f"[{host}]" if ":" in host else host
+    config.bind = [f"{shown}:{port}"]
+    config.accesslog = None
+    config.errorlog = None
+    config.graceful_timeout = 0.5
+    return config
+
+
+def _port(binds: Any) -> int:
+    return int(str(binds[0]).rsplit(":", 1)[1])
+
+
+async def serve_trio(
+    guard: TokenGuard,
+    host: str,
+    port: int,
+    *,
+    task_status: Any = None,
+) -> None:
+    """Serve `guard` on Hypercorn's trio worker until cancelled; reports the bound port."""
+    import trio
+    from hypercorn.trio import serve
+
+    app: Any = guard  # an ASGI app; hypercorn's type names its own scope types
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(
+            lambda task_status: serve(app, _config(host, port), task_status=task_status)
+        )
+        bound = _port(binds)
+        guard.bound(host, bound)
+        if task_status is not None:
+            task_status.started(bound)
+
+
+async def serve_asyncio(
+    guard: TokenGuard,
+    host: str,
+    port: int,
+    *,
+    started: Callable[[int], None] | None = None,
+    shutdown: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Serve `guard` on Hypercorn's asyncio worker (apps that need asyncio: a2a-sdk's)
+    until cancelled or `shutdown` returns; `started` gets the bound port."""
+    import asyncio
+    import socket
+
+    from hypercorn.asyncio import serve
+
+    # Bind first, so the port is known before serving (port 0: any free one).
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    bound = sock.getsockname()[1]
+    config = _config(host, bound)
+    config.bind = [f"fd://{sock.fileno()}"]
+    guard.bound(host, bound)
+    if started is not None:
+        started(bound)
+    try:
+        app: Any = guard
+        await serve(app, config, shutdown_trigger=shutdown or asyncio.Future)
+    finally:
+        sock.close()

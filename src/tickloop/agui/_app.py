@@ -11,7 +11,7 @@ goes away cancels the run.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -20,9 +20,10 @@ import pydantic_core
 import sniffio
 from ag_ui.core import BaseEvent, RunAgentInput, TextPart, UserMessage
 from ag_ui.encoder import EventEncoder
+from anyio.streams.memory import MemoryObjectSendStream
 
 from .._engine._run import initial_log
-from .._observe._events import RunEvent, WriteListener
+from .._observe._events import DataWritten, RunEvent, WriteListener
 from ._translate import Translation
 
 if TYPE_CHECKING:
@@ -39,10 +40,10 @@ def app(agent: Agent) -> Starlette:
     with `tickloop serve --agui`, or behind your own authentication."""
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
+    from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    async def run(request: Request) -> Response:
+    async def run(request: Request) -> Any:  # a Response, or the stream (an ASGI app)
         try:
             body = await request.json()
             given = RunAgentInput.model_validate(body)
@@ -72,12 +73,18 @@ def run_input(given: RunAgentInput) -> Any:
 
 
 class _Forward(WriteListener):
-    """Hands each of the run's events (writes too) to the response, in the same thread."""
+    """Hands each of the run's events (writes too) to the response, in the same thread,
+    after the agent's own `on_event` (which a run's listener would otherwise replace)."""
 
-    def __init__(self, send: anyio.abc.ObjectSendStream[Any]) -> None:
+    def __init__(
+        self, send: MemoryObjectSendStream[Any], also: Callable[[RunEvent], Any] | None
+    ) -> None:
         self.send = send
+        self.also = also
 
     def __call__(self, event: RunEvent) -> None:
+        if self.also is not None and not isinstance(event, DataWritten):
+            self.also(event)
         try:
             self.send.send_nowait(event)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -140,9 +147,12 @@ class _EventStream:
         output = pydantic_core.to_jsonable_python(result.output)
         return translation.finished(output, result.status, list(result.pending))
 
-    async def _run(self, sender: anyio.abc.ObjectSendStream[Any]) -> None:
+    async def _run(self, sender: MemoryObjectSendStream[Any]) -> None:
         async with sender:
-            options: dict[str, Any] = {"on_event": _Forward(sender), "run_id": self.given.run_id}
+            options: dict[str, Any] = {
+                "on_event": _Forward(sender, self.agent.on_event),
+                "run_id": self.given.run_id,
+            }
             input = self.input
             if self.state is not None:  # the client's state starts the run's (PROTOCOL §1)
                 options["messages"] = initial_log(input, self.state).messages

@@ -175,7 +175,9 @@ class Translation:
             return
         call.ended = True
         delta = json.dumps({} if params is None else params, ensure_ascii=False)
-        out.append(ToolCallArgsEvent(tool_call_id=call_id, delta=delta, subagent_run_id=call.subagent))
+        out.append(
+            ToolCallArgsEvent(tool_call_id=call_id, delta=delta, subagent_run_id=call.subagent)
+        )
         out.append(ToolCallEndEvent(tool_call_id=call_id, subagent_run_id=call.subagent))
 
     def _settled(self, call_id: str, event: CallFinished, out: list[BaseEvent]) -> None:
@@ -217,7 +219,7 @@ class Translation:
             return  # a redacted value the next write cannot apply to: the snapshot stands
         delta = json_patch(before, self.state)
         if delta:
-            out.append(StateDeltaEvent(delta=delta))
+            out.append(StateDeltaEvent.model_validate({"delta": delta}))
 
     # -- sub-agents ----------------------------------------------------------------------
 
@@ -279,9 +281,7 @@ def _pointer(path: list[str | int]) -> str:
 def json_patch(before: Any, after: Any, at: list[str | int] | None = None) -> list[dict[str, Any]]:
     """RFC 6902 operations that turn `before` into `after` (JSON values)."""
     at = [] if at is None else at
-    if type(before) is not type(after) or (
-        not isinstance(before, dict | list) and before != after
-    ):
+    if type(before) is not type(after) or (not isinstance(before, dict | list) and before != after):
         return [{"op": "replace", "path": _pointer(at), "value": copy_json(after)}]
     ops: list[dict[str, Any]] = []
     if isinstance(before, dict):
@@ -300,5 +300,7 @@ def json_patch(before: Any, after: Any, at: list[str | int] | None = None) -> li
         for index in range(len(before) - 1, common - 1, -1):
             ops.append({"op": "remove", "path": _pointer([*at, index])})
         for index in range(common, len(after)):
-            ops.append({"op": "add", "path": _pointer([*at, "-"]), "value": copy_json(after[index])})
+            ops.append(
+                {"op": "add", "path": _pointer([*at, "-"]), "value": copy_json(after[index])}
+            )
     return ops

@@ -1,0 +1,211 @@
+"""AG-UI (docs/web.md): the AG-UI project's own client (`@ag-ui/client`, from npm) reads a
+run served by `tickloop.agui` end to end; the state it rebuilds from the deltas is the
+run's; calls start while the model still streams; no token, no answer."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+import tickloop as tl
+from tickloop import agui
+from tickloop._engine._run import initial_log
+from tickloop._human._guard import TokenGuard, serve_trio
+from tickloop._models._base import SolutionRequest, TextDelta, Usage
+
+CLIENT = Path(__file__).parent / "agui_client"
+
+
+def _node_client() -> list[str]:
+    node = shutil.which("node")
+    assert node is not None, "Node.js is needed for the AG-UI client test (.ci/run)"
+    assert (CLIENT / "node_modules" / "@ag-ui" / "client").is_dir(), (
+        "run `npm install --prefix tests/agui_client` (.ci/run does)"
+    )
+    return [node, str(CLIENT / "read_run.mjs")]
+
+
+@tl.tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+@tl.tool
+def note(text: str) -> dict[str, Any]:
+    """Keep a note."""
+    return {"text": text, "words": text.split()}
+
+
+PLAN = {
+    "calls": [
+        {"_tool": "add", "a": 1, "b": "†state.z", "_outputPath": "†state.sum"},
+        {"_tool": "note", "text": "†input.task", "_outputPath": "†state.notes.first"},
+        {"_tool": "add", "a": "†state.sum", "b": 2, "_outputPath": "†state.sum"},
+        {"_tool": "nope"},
+    ]
+}
+FINAL = {"calls": [], "output": {"total": "†state.sum"}}
+
+
+def _agent() -> tl.Agent:
+    return tl.Agent(tl.ScriptedModel([PLAN, FINAL]), tools=[add, note])
+
+
+async def _read_with_the_client(app: Any, state: dict[str, Any], text: str) -> dict[str, Any]:
+    guard = TokenGuard(app)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve_trio, guard, "127.0.0.1", 0)
+        command = [*_node_client(), f"http://127.0.0.1:{port}/", guard.token, json.dumps(state)]
+        done = await trio.run_process([*command, text], capture_stdout=True, check=False)
+        nursery.cancel_scope.cancel()
+    seen: dict[str, Any] = json.loads(done.stdout)
+    assert done.returncode == 0, seen.get("error")
+    return seen
+
+
+def test_the_agui_client_reads_a_run_and_holds_the_runs_state() -> None:
+    seen = trio.run(_read_with_the_client, agui.app(_agent()), {"z": 10}, "plan it")
+
+    expected = _agent().run(messages=initial_log({"task": "plan it"}, {"z": 10}).messages)
+    assert (
+        seen["state"]
+        == expected.state
+        == {
+            "z": 10,
+            "sum": 13,
+            "notes": {"first": {"text": "plan it", "words": ["plan", "it"]}},
+        }
+    )
+    kinds = [event["type"] for event in seen["events"]]
+    assert kinds[:2] == ["RUN_STARTED", "STATE_SNAPSHOT"]
+    assert kinds[-1] == "RUN_FINISHED" and seen["result"] == {"total": 13}
+    assert kinds.count("STATE_DELTA") == 3  # one per write that changed the state
+    # Every call: START, then one ARGS with what ran, END, RESULT; the unknown tool too.
+    by_call: dict[str, list[dict[str, Any]]] = {}
+    for event in seen["events"]:
+        if "toolCallId" in event:
+            by_call.setdefault(event["toolCallId"], []).append(event)
+    assert sorted(by_call) == ["c1.0", "c1.1", "c1.2", "c1.3"]
+    for events in by_call.values():
+        assert [event["type"] for event in events] == [
+            "TOOL_CALL_START",
+            "TOOL_CALL_ARGS",
+            "TOOL_CALL_END",
+            "TOOL_CALL_RESULT",
+        ]
+    assert json.loads(by_call["c1.2"][1]["delta"]) == {"a": 11, "b": 2}
+    assert json.loads(by_call["c1.2"][3]["content"]) == 13
+    invalid = json.loads(by_call["c1.3"][3]["content"])
+    assert invalid["status"] == "invalid" and "nope" in invalid["error"]["message"]
+    # The output as an assistant message, which the client keeps.
+    said = [m.get("content") for m in seen["messages"] if m["role"] == "assistant"]
+    assert [text for text in said if text] == ['{"total": 13}']
+
+
+class _GatedModel:
+    """Streams the plan, but holds the text after the first call until that call has
+    finished: the run can only go on if calls start while the model still streams."""
+
+    def __init__(self, ran: trio.Event) -> None:
+        self.ran = ran
+        self.requests = 0
+
+    async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
+        self.requests += 1
+        if self.requests > 1:
+            yield TextDelta(json.dumps({"calls": [], "output": "†state.second"}))
+            return
+        first = json.dumps({"_tool": "mark", "_outputPath": "†state.first"})
+        second = json.dumps({"_tool": "mark", "_outputPath": "†state.second"})
+        yield TextDelta('{"calls": [' + first)
+        with trio.fail_after(10):
+            await self.ran.wait()  # the first call ran: the stream is still open
+        yield TextDelta(", " + second + "]}")
+
+
+def test_tool_call_start_arrives_while_the_model_still_streams() -> None:
+    ran = trio.Event()
+
+    @tl.tool
+    def mark() -> str:
+        return "ok"
+
+    def on_event(event: tl.RunEvent) -> None:
+        if isinstance(event, tl.CallFinished) and event.call_id == "c1.0":
+            ran.set()
+
+    agent = tl.Agent(_GatedModel(ran), tools=[mark], on_event=on_event)
+    seen = trio.run(_read_with_the_client, agui.app(agent), {}, "go")
+    order = [(e["type"], e.get("toolCallId")) for e in seen["events"] if "toolCallId" in e]
+    # The first call started, ran and answered before the model sent the second call.
+    assert order.index(("TOOL_CALL_RESULT", "c1.0")) < order.index(("TOOL_CALL_START", "c1.1"))
+    assert seen["result"] == "ok"
+
+
+def test_a_run_that_fails_ends_with_run_error() -> None:
+    agent = tl.Agent(tl.ScriptedModel([PLAN] * 3), tools=[add, note], max_iterations=2)
+    body = {"threadId": "t", "runId": "r", "messages": [], "forwardedProps": {"input": {}}}
+
+    async def post() -> list[dict[str, Any]]:
+        transport = httpx.ASGITransport(app=agui.app(agent))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            answer = await client.post("/", json=body)
+        return [json.loads(line[6:]) for line in answer.text.splitlines() if line]
+
+    import asyncio
+
+    events = asyncio.run(post())  # the app also runs on asyncio servers
+    assert events[0]["type"] == "RUN_STARTED"
+    assert events[-1]["type"] == "RUN_ERROR" and "MaxIterationsError" in events[-1]["message"]
+
+
+def test_the_input_is_forwarded_props_else_the_last_user_message() -> None:
+    from ag_ui.core import RunAgentInput
+
+    def given(**fields: Any) -> RunAgentInput:
+        return RunAgentInput.model_validate({"threadId": "t", "runId": "r", **fields})
+
+    user = {"id": "1", "role": "user", "content": "first"}
+    later = {"id": "2", "role": "user", "content": "second"}
+    assert agui.run_input(given(messages=[user, later])) == {"task": "second"}
+    props = {"input": {"q": 1}}
+    assert agui.run_input(given(messages=[user], forwardedProps=props)) == {"q": 1}
+    assert agui.run_input(given(messages=[])) == {}
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({}, 401),
+        ({"Authorization": "Bearer wrong"}, 401),
+        ({"Authorization": "Bearer TOKEN", "Origin": "http://evil.example"}, 403),
+    ],
+)
+def test_the_served_app_refuses_a_request_without_the_token(
+    headers: dict[str, str], status: int
+) -> None:
+    ran: list[str] = []
+    agent = tl.Agent(tl.ScriptedModel([FINAL]), tools=[add], on_event=lambda e: ran.append(e.kind))
+
+    async def main() -> httpx.Response:
+        guard = TokenGuard(agui.app(agent))
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(serve_trio, guard, "127.0.0.1", 0)
+            sent = {k: v.replace("TOKEN", guard.token) for k, v in headers.items()}
+            body = {"threadId": "t", "runId": "r", "messages": []}
+            async with httpx.AsyncClient() as client:
+                answer = await client.post(f"http://127.0.0.1:{port}/", json=body, headers=sent)
+            nursery.cancel_scope.cancel()
+        return answer
+
+    answer = trio.run(main)
+    assert answer.status_code == status
+    assert "RUN_STARTED" not in answer.text and ran == []
