@@ -143,15 +143,15 @@ async def serve_asyncio(
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    sock.set_inheritable(True)
+    sock.listen(128)  # connections made before Hypercorn accepts wait in the backlog
     bound = sock.getsockname()[1]
     config = _config(host, bound)
     config.bind = [f"fd://{sock.fileno()}"]
     guard.bound(host, bound)
     if started is not None:
         started(bound)
+    app: Any = guard
     try:
-        app: Any = guard
         await serve(app, config, shutdown_trigger=shutdown or asyncio.Future)
     finally:
-        sock.close()
+        sock.detach()  # Hypercorn served on this descriptor and has closed it
