@@ -13,6 +13,8 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
 import tickloop as tl
 from tickloop import agui
@@ -209,3 +211,71 @@ def test_the_served_app_refuses_a_request_without_the_token(
     answer = trio.run(main)
     assert answer.status_code == status
     assert "RUN_STARTED" not in answer.text and ran == []
+
+
+def test_a_call_waiting_for_approval_shows_as_custom_events_and_the_run_waits() -> None:
+    asked: list[str] = []
+
+    async def approve(pending: tl.PendingCall) -> tl.Decision:
+        asked.append(pending.id)
+        await trio.sleep(0)
+        return tl.Deny("not today") if pending.params["b"] == 2 else tl.Approve()
+
+    careful = tl.tool(add.handler, name="add", requires_approval=True)  # type: ignore[arg-type]
+    agent = tl.Agent(tl.ScriptedModel([PLAN, FINAL]), tools=[careful, note], approve=approve)
+    body = {"threadId": "t", "runId": "r", "messages": [], "state": {"z": 10}}
+
+    async def post() -> list[dict[str, Any]]:
+        transport = httpx.ASGITransport(app=agui.app(agent))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            answer = await client.post("/", json=body)
+        return [json.loads(line[6:]) for line in answer.text.splitlines() if line]
+
+    import asyncio
+
+    events = asyncio.run(post())
+    custom = [(e["name"], e["value"]["callId"]) for e in events if e["type"] == "CUSTOM"]
+    assert custom == [
+        (agui.APPROVAL_REQUESTED, "c1.0"),
+        (agui.APPROVAL_DECIDED, "c1.0"),
+        (agui.APPROVAL_REQUESTED, "c1.2"),
+        (agui.APPROVAL_DECIDED, "c1.2"),
+    ]
+    requested = next(e for e in events if e["type"] == "CUSTOM")
+    assert requested["value"] == {"callId": "c1.0", "tool": "add", "params": {"a": 1, "b": 10}}
+    # The denied call never ran: it still ends, with its error as the result.
+    denied = [e for e in events if e.get("toolCallId") == "c1.2"]
+    assert [e["type"] for e in denied] == [
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "TOOL_CALL_RESULT",
+    ]
+    assert json.loads(denied[1]["delta"]) == {"a": 11, "b": 2}
+    assert json.loads(denied[3]["content"])["status"] == "denied"
+    assert events.index(denied[3]) < len(events) - 1 and events[-1]["type"] in (
+        "RUN_FINISHED",
+        "RUN_ERROR",
+    )
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.text("ab/~", max_size=2),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text("ab/~", max_size=2), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@given(json_values, json_values)
+def test_a_json_patch_turns_the_one_value_into_the_other(before: Any, after: Any) -> None:
+    import jsonpatch  # an RFC 6902 implementation that is not ours
+
+    patched = jsonpatch.apply_patch({"v": before}, _under_v(agui.json_patch(before, after)))
+    assert patched == {"v": after}
+
+
+def _under_v(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**op, "path": "/v" + op["path"]} for op in ops]
