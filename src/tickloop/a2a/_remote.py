@@ -71,7 +71,8 @@ class RemoteAgent(Tool):
 
         async def call(**params: Any) -> Any:
             given = {key: value for key, value in params.items() if value is not _ABSENT}
-            return await trio.to_thread.run_sync(self._ask_in_thread, given)
+            # Abandoned on cancel (a timeout): the call ends now; the thread finishes alone.
+            return await trio.to_thread.run_sync(self._ask_in_thread, given, abandon_on_cancel=True)
 
         # The handler takes exactly the schema's properties by name (the engine calls it
         # with keywords); the schema shown to the model is `parameters` itself.
