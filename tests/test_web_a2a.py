@@ -258,3 +258,25 @@ def test_the_served_agent_refuses_a_request_without_the_token(
 
     assert asyncio.run(main()) == [status, status]
     assert ran == []
+
+
+def test_send_message_without_streaming_returns_the_task_and_get_task_reads_it() -> None:
+    from a2a.types import GetTaskRequest
+
+    async def main() -> tuple[Any, Any]:
+        async with _serving(_researcher()) as (url, token):
+            headers = {"Authorization": f"Bearer {token}"}
+            async with httpx.AsyncClient(headers=headers) as http:
+                config = ClientConfig(httpx_client=http, streaming=False)
+                client = await create_client(url, client_config=config)
+                message = Message(role=Role.ROLE_USER, message_id="m", parts=[new_text_part("x")])
+                [sent] = [i async for i in client.send_message(SendMessageRequest(message=message))]
+                again = await client.get_task(GetTaskRequest(id=sent.task.id))
+                await client.close()
+        return sent.task, again
+
+    sent, again = asyncio.run(main())
+    assert TaskState.Name(sent.status.state) == "TASK_STATE_COMPLETED"
+    assert again.id == sent.id and again.status.state == sent.status.state
+    [artifact] = again.artifacts
+    assert MessageToDict(artifact.parts[0].data)["topic"] == "x"
