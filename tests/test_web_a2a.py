@@ -280,3 +280,32 @@ def test_send_message_without_streaming_returns_the_task_and_get_task_reads_it()
     assert again.id == sent.id and again.status.state == sent.status.state
     [artifact] = again.artifacts
     assert MessageToDict(artifact.parts[0].data)["topic"] == "x"
+
+
+def test_a_data_part_is_checked_against_the_input_schema() -> None:
+    from tickloop.a2a._server import InputError, input_of
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+
+    def message(part: Any) -> Message:
+        return Message(role=Role.ROLE_USER, message_id="m", parts=[part])
+
+    assert input_of(message(new_data_part({"n": 3})), schema) == {"n": 3}
+    with pytest.raises(InputError, match="does not match the agent's schema: 'n' is a required"):
+        input_of(message(new_data_part({"m": 3})), schema)
+    assert input_of(message(new_text_part("hello")), schema) == {"task": "hello"}
+
+
+def test_a_message_with_no_text_or_data_is_rejected_before_anything_runs() -> None:
+    from a2a.helpers.proto_helpers import new_url_part
+
+    ran: list[str] = []
+    agent = _researcher(on_event=lambda event: ran.append(event.kind))
+
+    async def main() -> list[StreamResponse]:
+        async with _serving(agent) as (url, token):
+            return await _send(url, token, new_url_part("https://example.com/a.png"))
+
+    seen = asyncio.run(main())
+    assert _states(seen) == ["TASK_STATE_REJECTED"]
+    assert ran == []
