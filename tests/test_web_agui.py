@@ -279,3 +279,27 @@ def test_a_json_patch_turns_the_one_value_into_the_other(before: Any, after: Any
 
 def _under_v(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**op, "path": "/v" + op["path"]} for op in ops]
+
+
+def test_a_paused_run_ends_its_calls_and_finishes_with_an_interrupt_per_deferred_call(
+    tmp_path: Path,
+) -> None:
+    careful = tl.tool(add.handler, name="add", requires_approval=True)  # type: ignore[arg-type]
+    agent = tl.Agent(
+        tl.ScriptedModel([PLAN, FINAL]),
+        tools=[careful, note],
+        approve=lambda pending: tl.Defer(),
+        store=tmp_path / "runs.db",
+    )
+    seen = trio.run(_read_with_the_client, agui.app(agent), {"z": 1}, "later")
+
+    finished = seen["events"][-1]
+    assert finished["type"] == "RUN_FINISHED"
+    assert finished["outcome"] == {
+        "type": "interrupt",
+        "interrupts": [{"id": "c1.0", "reason": "tickloop.approval", "toolCallId": "c1.0"}],
+    }
+    # The deferred call and the one waiting on it were ended (the client checks it).
+    ended = [e["toolCallId"] for e in seen["events"] if e["type"] == "TOOL_CALL_END"]
+    assert sorted(ended) == ["c1.0", "c1.1", "c1.2", "c1.3"]
+    assert tl.SQLiteStore(tmp_path / "runs.db").run("run-1").status == "paused"

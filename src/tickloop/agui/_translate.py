@@ -142,7 +142,7 @@ class Translation:
     def finished(self, output: Any, status: str, pending: list[Any]) -> list[BaseEvent]:
         """The run ended: its output as an assistant message, then `RUN_FINISHED` (with an
         interrupt per call waiting for a decision when the run paused)."""
-        out = self._close_subagents("", out=[])
+        out = self._end_open_calls()
         if output is not None:
             message_id = f"{self.run_id}:output"
             text = _text(output)
@@ -165,7 +165,17 @@ class Translation:
         return out
 
     def failed(self, message: str) -> list[BaseEvent]:
-        return [RunErrorEvent(message=message)]
+        return [*self._end_open_calls(), RunErrorEvent(message=message)]
+
+    def _end_open_calls(self) -> list[BaseEvent]:
+        """A run that stops with calls unsettled (deferred, or waiting on one that is)
+        still ends each call's AG-UI tool call; it has no result (an interrupt names the
+        deferred ones)."""
+        out: list[BaseEvent] = []
+        for call_id, call in self._calls.items():
+            if not call.ended:
+                self._end_call(call_id, call.params, out)
+        return self._close_subagents("", out)
 
     # -- calls ---------------------------------------------------------------------------
 
