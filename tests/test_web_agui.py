@@ -360,3 +360,37 @@ def test_a_sub_agents_events_are_wrapped_in_subagent_events_the_client_accepts(
     child = next(e for e in events if e.get("toolCallId") == "c1.0/c1.0")
     assert child["subagentRunId"] == "c1.0"
     assert translation.state == {"x": "found"}  # the child's state is its own run's
+
+
+def test_a_client_that_leaves_cancels_the_run() -> None:
+    stopped = trio.Event()
+
+    @tl.tool
+    async def wait_forever() -> str:
+        """Wait."""
+        try:
+            await trio.sleep_forever()
+        finally:
+            stopped.set()
+        return "never"  # pragma: no cover
+
+    plan = {"calls": [{"_tool": "wait_forever", "_outputPath": "†state.x"}]}
+    agent = tl.Agent(tl.ScriptedModel([plan, FINAL]), tools=[wait_forever])
+    body = {"threadId": "t", "runId": "r", "messages": []}
+
+    async def main() -> None:
+        guard = TokenGuard(agui.app(agent))
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(serve_trio, guard, "127.0.0.1", 0)
+            headers = {"Authorization": f"Bearer {guard.token}"}
+            async with httpx.AsyncClient(headers=headers) as client:
+                url = f"http://127.0.0.1:{port}/"
+                async with client.stream("POST", url, json=body) as answer:
+                    async for line in answer.aiter_lines():
+                        if "TOOL_CALL_END" in line:  # the call runs: leave
+                            break
+            with trio.fail_after(10):
+                await stopped.wait()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)

@@ -91,6 +91,15 @@ class _Forward(WriteListener):
             pass  # the response has ended (the client left): the run is being cancelled
 
 
+async def _cancel_when_the_client_leaves(receive: Any, scope: Any, left: anyio.Event) -> None:
+    """The request's body is read: the next message is the client going away, which
+    cancels the run (it stays resumable when it has a store)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    left.set()
+    scope.cancel()
+
+
 class _Ended:
     def __init__(self, result: Any = None, error: BaseException | None = None) -> None:
         self.result = result
@@ -128,15 +137,19 @@ class _EventStream:
         )
         await emit(translation.started())
         sender, receiver = anyio.create_memory_object_stream[Any](math.inf)
+        left = anyio.Event()
         async with anyio.create_task_group() as group:
             group.start_soon(self._run, sender)
+            group.start_soon(_cancel_when_the_client_leaves, receive, group.cancel_scope, left)
             async with receiver:
                 async for item in receiver:
                     if isinstance(item, _Ended):
                         await emit(self._ending(translation, item))
                         break
                     await emit(translation.event(item))
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+            group.cancel_scope.cancel()  # the run has ended: stop watching the client
+        if not left.is_set():
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     def _ending(self, translation: Translation, ended: _Ended) -> list[BaseEvent]:
         if ended.error is not None:
