@@ -309,3 +309,33 @@ def test_a_message_with_no_text_or_data_is_rejected_before_anything_runs() -> No
     seen = asyncio.run(main())
     assert _states(seen) == ["TASK_STATE_REJECTED"]
     assert ran == []
+
+
+def test_a_remote_agent_with_a_parameters_schema_sends_a_data_part() -> None:
+    @tl.tool
+    def shout(word: str, times: int = 1) -> str:
+        """Shout a word."""
+        return " ".join([word.upper()] * times)
+
+    plan = {"calls": [{"_tool": "shout", "word": "†input.word", "times": "†input.times",
+                       "_outputPath": "†state.said"}]}  # fmt: skip
+    remote_agent = tl.Agent(
+        tl.ScriptedModel([plan, {"calls": [], "output": "†state.said"}]), tools=[shout]
+    )
+    schema = {
+        "type": "object",
+        "properties": {"word": {"type": "string"}, "times": {"type": "integer"}, "tone": {}},
+        "required": ["word", "times"],
+    }
+
+    async def main() -> Any:
+        async with _serving(remote_agent) as (url, token):
+            remote = a2a.RemoteAgent(
+                url, name="shouter", parameters=schema, headers={"Authorization": f"Bearer {token}"}
+            )
+            assert remote.parameters == schema
+            calls = [{"_tool": "shouter", "word": "hey", "times": 3, "_outputPath": "†state.s"}]
+            return await trio_to_asyncio(lambda: tl.execute(calls, tools=[remote]))
+
+    result = asyncio.run(main())
+    assert result.state == {"s": "HEY HEY HEY"}  # "tone" left out: not sent

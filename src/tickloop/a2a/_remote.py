@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-from .._core._tools import Tool
+from .._core._tools import CallContext, Tool
 from .._errors import ConfigurationError
 
 __all__ = ["RemoteAgent", "RemoteAgentError"]
@@ -70,22 +70,25 @@ class RemoteAgent(Tool):
         required = set(schema.get("required", ()))
 
         async def call(**params: Any) -> Any:
-            given = {key: value for key, value in params.items() if value is not _ABSENT}
+            # An optional parameter the call left out is not sent (its default is None).
+            written = params.pop(_CONTEXT).call
+            given = {key: value for key, value in params.items() if key in written}
             # Abandoned on cancel (a timeout): the call ends now; the thread finishes alone.
             return await trio.to_thread.run_sync(self._ask_in_thread, given, abandon_on_cancel=True)
 
         # The handler takes exactly the schema's properties by name (the engine calls it
-        # with keywords); the schema shown to the model is `parameters` itself.
+        # with keywords), and the call's context; the model is shown `parameters` itself.
         call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
             [
                 inspect.Parameter(
                     key,
                     inspect.Parameter.KEYWORD_ONLY,
-                    default=inspect.Parameter.empty if key in required else _ABSENT,
+                    default=inspect.Parameter.empty if key in required else None,
                     annotation=Any,
                 )
                 for key in properties
             ]
+            + [inspect.Parameter(_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=CallContext)]
         )
         description = description or f"Ask the remote agent {name} (A2A, {url})."
         super().__init__(name, description, schema, output, call, **options)
@@ -138,12 +141,7 @@ class RemoteAgent(Tool):
         )
 
 
-class _Absent:
-    def __repr__(self) -> str:
-        return "<absent>"
-
-
-_ABSENT: Any = _Absent()
+_CONTEXT = "tickloop_call_context"  # the handler's `CallContext` parameter (not shown)
 
 
 def _new_id() -> str:
