@@ -245,3 +245,38 @@ def test_a_resumed_run_names_the_tools_of_calls_it_received_before(tmp_path: Pat
     about_pay = [e for e in events if getattr(e, "call_id", None) == pending.id]
     assert [e.kind for e in about_pay] == ["call.decided", "call.finished"]
     assert all(e.tool == "pay" for e in about_pay)
+
+
+def test_writes_become_events_only_for_a_write_listener() -> None:
+    from tickloop._observe._events import DataWritten, WriteListener
+
+    @tl.tool
+    def one() -> int:
+        return 1
+
+    plan = {
+        "calls": [
+            {"_tool": "one", "_outputPath": "†state.a && †state.b"},
+            {"_tool": "one"},  # writes nowhere
+        ]
+    }
+    model = tl.ScriptedModel([plan, {"calls": [], "output": "†state.a"}] * 2)
+    agent = tl.Agent(model, tools=[one])
+    plain: list[tl.RunEvent] = []
+    agent.run(on_event=plain.append)
+
+    class Mirror(WriteListener):
+        def __init__(self) -> None:
+            self.events: list[tl.RunEvent] = []
+
+        def __call__(self, event: tl.RunEvent) -> None:
+            self.events.append(event)
+
+    mirror = Mirror()
+    agent.run(on_event=mirror)
+    assert not any(event.kind == "data.written" for event in plain)
+    written = [event for event in mirror.events if isinstance(event, DataWritten)]
+    assert [(e.call_id, e.data_kind, e.path, e.data) for e in written] == [
+        ("c1.0", "state", "†state.a", {"a": 1}),
+        ("c1.0", "state", "†state.b", {"b": 1}),
+    ]

@@ -37,10 +37,26 @@ def add_serve_command(commands: Any) -> None:
         metavar="MODULE:ATTR",
         help="the agent (or a function returning it) that resumes decided runs",
     )
+    web = serve.add_mutually_exclusive_group()
+    web.add_argument(
+        "--agui",
+        metavar="MODULE:AGENT",
+        help="instead of the inbox, serve this agent to AG-UI frontends (POST /, events "
+        "as server-sent events); needs the agui extra",
+    )
+    web.add_argument(
+        "--a2a",
+        metavar="MODULE:AGENT",
+        help="instead of the inbox, serve this agent over A2A; needs the a2a extra",
+    )
 
 
 def run_serve(arguments: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
+    if arguments.agui is not None or arguments.a2a is not None:
+        from ._serve_web import run_web
+
+        return run_web(arguments, out, sys.stderr)
     try:
         from .._human._inbox import StoreInbox
         from .._human._web import WebApp, require_web, serve

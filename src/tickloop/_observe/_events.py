@@ -38,6 +38,7 @@ __all__ = [
     "CallReady",
     "CallReceived",
     "CallStarted",
+    "DataWritten",
     "EventSink",
     "EventStream",
     "Redactor",
@@ -48,6 +49,7 @@ __all__ = [
     "RunEvent",
     "RunStarted",
     "TickEnded",
+    "WriteListener",
     "event_from_dict",
     "open_event_stream",
 ]
@@ -255,6 +257,18 @@ class CallFinished(RunEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DataWritten(RunEvent):
+    """A call's result was written to the log: `data` nested under `path` as the log
+    holds it (redacted), applied with `method`. Made only for a `WriteListener`."""
+
+    kind: ClassVar[str] = "data.written"
+    data_kind: str
+    path: str
+    method: str
+    data: Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TickEnded(RunEvent):
     """The tick of `iteration` is over: its Error Messages and the calls it paused on."""
 
@@ -278,6 +292,7 @@ _KINDS: dict[str, type[RunEvent]] = {
         CallDecided,
         CallStarted,
         CallFinished,
+        DataWritten,
         TickEnded,
     )
 }
@@ -296,6 +311,18 @@ def event_from_dict(data: Mapping[str, Any]) -> RunEvent:
 
 # --------------------------------------------------------------------------------------
 # Actions in, events out
+
+
+class WriteListener:
+    """A listener that also takes `DataWritten` events: one per write a call makes.
+
+    Writes are not transitions and most listeners have no use for them, so a run makes
+    them only when a listener is one of these (a mirror of the state, e.g. the AG-UI
+    stream's deltas). Subclasses define `__call__(event)`.
+    """
+
+    def __call__(self, event: RunEvent) -> Any:
+        raise NotImplementedError
 
 
 class EventSink:
@@ -321,10 +348,10 @@ class EventSink:
         self._tools: dict[str, str | None] = {}
         self._started: dict[str, float] = {}
         self.listener_errors = 0
-
-    # A message appended to the log is the log's, not a call's transition: no event is
-    # made of a `NoteMessage` (`_translate`), so a driver may skip making them.
-    wants_messages = False
+        # A message appended to the log is the log's, not a call's transition: only a
+        # `WriteListener` has a `NoteMessage` made into an event (a write's `DataWritten`),
+        # so otherwise a driver may skip making them.
+        self.wants_messages = any(isinstance(item, WriteListener) for item in self.listeners)
 
     @property
     def wants_notes(self) -> bool:
@@ -456,7 +483,24 @@ class EventSink:
                 errors=[self.redact(error) for error in action.errors],
                 paused=list(action.paused),
             )
-        return None  # MessageAppended: the log, not a transition
+        if isinstance(action, sched.NoteMessage) and self.wants_messages:
+            return self._written(action.message, now)
+        return None
+
+    def _written(self, message: dict[str, Any], now: float) -> RunEvent | None:
+        """A call's write as an event; None for any other message (errors, the plan)."""
+        call = message.get("_call")
+        if message.get("type") != "data" or not isinstance(call, dict):
+            return None
+        return DataWritten(
+            run_id=self.run_id,
+            time=now,
+            call_id=call.get("_id"),
+            data_kind=message["kind"],
+            path=message.get("_path") or message["kind"],
+            method=message.get("_outputMethod", "set"),
+            data=self.redact(message["data"]),
+        )
 
 
 # --------------------------------------------------------------------------------------

@@ -1,0 +1,222 @@
+"""`a2a.app(agent, url=)`: a tickloop agent as an A2A server, on a2a-sdk.
+
+A message starts a run and the run is the task: `working` while it runs, `input-required`
+while a call waits for a decision (decided where the agent's own hook asks: its
+`BrowserApproval` page, the `tickloop serve` inbox, a console), `working` again once
+decided, then `completed` with the output as an artifact or `failed`. The executor keeps
+the request open for the whole run, so a streaming client sees every status, and a
+non-streaming one gets the task at `input-required` and reads the rest with GetTask.
+
+a2a-sdk runs on asyncio; the run is a trio guest of its loop (`Agent.run_asyncio`), in the
+same thread, so the run's events reach the executor through a plain asyncio queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import jsonschema
+import pydantic_core
+from a2a.helpers.proto_helpers import new_data_part, new_task_from_user_message, new_text_part
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.types import AgentCard, Message, Part
+from google.protobuf.json_format import MessageToDict, ParseDict
+
+from .._observe._events import CallAwaitingApproval, CallDecided, RunEvent
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+    from .._agent._agent import Agent
+
+__all__ = ["SCHEMAS_EXTENSION", "agent_card", "app", "input_of", "plain_json"]
+
+SCHEMAS_EXTENSION = "urn:tickloop:a2a:schemas"
+"""The card extension whose params hold the skill's input and output JSON Schemas (an
+A2A skill has no field for them)."""
+
+
+def _input_schema(agent: Agent) -> dict[str, Any] | None:
+    """The agent's input schema, if it has one. Sub-agents (issue 31) add `input=` to
+    `Agent`; with them, this body becomes `return agent.input.schema`."""
+    return None
+
+
+def _description(agent: Agent) -> str:
+    """The first line of the agent's instructions (with sub-agents: `agent.description`)."""
+    lines = (agent.instructions or "").strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def agent_card(agent: Agent, url: str) -> AgentCard:
+    """The agent's card: its name, description, one skill (the agent itself), and the
+    input and output schemas in the `SCHEMAS_EXTENSION` extension's params."""
+    name = agent.name or "agent"
+    description = _description(agent)
+    schemas: dict[str, Any] = {"skill": name}
+    input_schema = _input_schema(agent)
+    if input_schema is not None:
+        schemas["input"] = input_schema
+    if agent.output.schema is not None:
+        schemas["output"] = agent.output.schema
+    card = {
+        "name": name,
+        "description": description or f"the tickloop agent {name}",
+        "version": "1.0",
+        "supportedInterfaces": [
+            {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        ],
+        "capabilities": {
+            "streaming": True,
+            "extensions": [{"uri": SCHEMAS_EXTENSION, "params": schemas}],
+        },
+        "securitySchemes": {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}},
+        "defaultInputModes": ["text/plain", "application/json"],
+        "defaultOutputModes": ["text/plain", "application/json"],
+        "skills": [
+            {
+                "id": name,
+                "name": name,
+                "description": description or f"run the agent {name}",
+                "tags": ["tickloop"],
+            }
+        ],
+    }
+    return ParseDict(card, AgentCard())
+
+
+def app(agent: Agent, *, url: str) -> Starlette:
+    """An ASGI app serving `agent` over A2A (JSON-RPC at `/`, the card at
+    `/.well-known/agent-card.json`); `url` is where clients reach it. It checks no token
+    itself: serve it with `tickloop serve --a2a`, or behind your own authentication."""
+    from starlette.applications import Starlette
+
+    card = agent_card(agent, url)
+    handler = DefaultRequestHandler(
+        agent_executor=_Executor(agent), task_store=InMemoryTaskStore(), agent_card=card
+    )
+    routes = [*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_url="/")]
+    return Starlette(routes=routes)
+
+
+class InputError(ValueError):
+    """A message that is not an input the agent takes."""
+
+
+def plain_json(value: Any) -> Any:
+    """A value read from protobuf, with whole numbers as ints again (protobuf keeps every
+    number as a double)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: plain_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain_json(item) for item in value]
+    return value
+
+
+def input_of(message: Message | None, schema: dict[str, Any] | None) -> Any:
+    """The run's input: a data part as it is (checked against `schema`), else the text
+    parts as `{"task": text}`."""
+    if message is None:
+        raise InputError("the request has no message")
+    for part in message.parts:
+        if part.HasField("data"):
+            value = plain_json(MessageToDict(part.data))
+            if schema is not None:
+                try:
+                    jsonschema.validate(value, schema)
+                except jsonschema.ValidationError as error:
+                    raise InputError(
+                        f"the input does not match the agent's schema: {error.message}"
+                    ) from None
+            return value
+    text = "\n".join(part.text for part in message.parts if part.HasField("text"))
+    if not text:
+        raise InputError("the message has neither a text nor a data part")
+    return {"task": text}
+
+
+def _agent_message(updater: TaskUpdater, text: str, data: Any = None) -> Message:
+    parts: list[Part] = [new_text_part(text)]
+    if data is not None:
+        parts.append(new_data_part(data))
+    return updater.new_agent_message(parts)
+
+
+def _output_part(output: Any) -> Part:
+    if isinstance(output, str):
+        return new_text_part(output)
+    return new_data_part(pydantic_core.to_jsonable_python(output))
+
+
+class _Executor(AgentExecutor):
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.task_id is not None and context.context_id is not None
+        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+        if context.current_task is None and context.message is not None:
+            await event_queue.enqueue_event(new_task_from_user_message(context.message))
+        try:
+            input = input_of(context.message, _input_schema(self.agent))
+        except InputError as error:
+            await updater.reject(_agent_message(updater, str(error)))
+            return
+        await updater.start_work()
+        events: asyncio.Queue[RunEvent | None] = asyncio.Queue()
+        agent_listener = self.agent.on_event
+
+        def listen(event: RunEvent) -> None:  # in the trio guest, on this loop's thread
+            if agent_listener is not None:
+                agent_listener(event)
+            events.put_nowait(event)
+
+        run = asyncio.ensure_future(self.agent.run_asyncio(input, on_event=listen))
+        run.add_done_callback(lambda _: events.put_nowait(None))
+        try:
+            await self._follow(events, updater)
+            result = await run
+        except asyncio.CancelledError:
+            run.cancel()
+            raise
+        except Exception as error:  # the client is told; the server goes on
+            await updater.failed(_agent_message(updater, f"{type(error).__name__}: {error}"))
+            return
+        if result.status == "paused":
+            pending = [{"id": call.id, "tool": call.tool} for call in result.pending]
+            text = "the run is paused until its calls are decided (tickloop approve / serve)"
+            await updater.requires_input(_agent_message(updater, text, {"pending": pending}))
+            return
+        if result.status != "done":
+            await updater.failed(_agent_message(updater, f"the run ended {result.status}"))
+            return
+        await updater.add_artifact([_output_part(result.output)], name="output")
+        await updater.complete()
+
+    async def _follow(self, events: asyncio.Queue[RunEvent | None], updater: TaskUpdater) -> None:
+        """Task status from the run's events: `input-required` while a call waits."""
+        waiting: dict[str, dict[str, Any]] = {}
+        while (event := await events.get()) is not None:
+            if isinstance(event, CallAwaitingApproval) and event.call_id is not None:
+                waiting[event.call_id] = {
+                    "id": event.call_id,
+                    "tool": event.tool,
+                    "params": event.params,
+                }
+                text = "waiting for a decision on " + ", ".join(sorted(waiting))
+                data = {"pending": list(waiting.values())}
+                await updater.requires_input(_agent_message(updater, text, data))
+            elif isinstance(event, CallDecided) and event.call_id in waiting:
+                del waiting[event.call_id]
+                if not waiting:
+                    await updater.start_work()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        """Cancelling the request's task cancels the run (a2a-sdk cancels `execute`)."""

@@ -1,0 +1,316 @@
+"""A run's events as AG-UI events: a pure translation, no I/O.
+
+`Translation` takes tickloop's typed events in the order the run made them and returns
+the AG-UI events each one means. The shapes it keeps:
+
+- every call's `TOOL_CALL_START` comes first (when the model's stream delivers the call),
+  then exactly one `TOOL_CALL_ARGS` (the parameters that ran, or for a call that never
+  ran its resolved parameters, else `{}`), `TOOL_CALL_END`, and `TOOL_CALL_RESULT` when
+  it settles; a call that never ran (skipped, denied, invalid, refused) still gets all
+  four, its result holding the error;
+- the state is mirrored from the initial snapshot by the run's own writes, and each write
+  that changes it is one `STATE_DELTA` (RFC 6902), so a client applying them holds the
+  run's state (values under secret-looking names show as "[redacted]", as in every event);
+- a sub-agent's events (a non-empty path) are wrapped in `SUBAGENT_STARTED` and
+  `SUBAGENT_FINISHED` / `SUBAGENT_ERROR`, closed when the call that started it settles.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ag_ui.core import (
+    BaseEvent,
+    CustomEvent,
+    Interrupt,
+    RunErrorEvent,
+    RunFinishedEvent,
+    RunFinishedInterruptOutcome,
+    RunStartedEvent,
+    StateDeltaEvent,
+    StateSnapshotEvent,
+    SubagentErrorEvent,
+    SubagentFinishedEvent,
+    SubagentStartedEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+)
+
+from .._core._log import ContextLog, WriteError, copy_json
+from .._observe._events import (
+    CallAwaitingApproval,
+    CallDecided,
+    CallFinished,
+    CallReady,
+    CallReceived,
+    CallStarted,
+    DataWritten,
+    RunEvent,
+)
+
+__all__ = ["APPROVAL_DECIDED", "APPROVAL_REQUESTED", "Translation", "json_patch"]
+
+APPROVAL_REQUESTED = "tickloop.approval_requested"
+APPROVAL_DECIDED = "tickloop.approval_decided"
+
+
+def _path(event: RunEvent) -> tuple[str, ...]:
+    """The ids of the agent calls above the event's run, `()` at the root.
+
+    Sub-agents (issue 31) add `RunEvent.path`; until they are merged every event is the
+    root's. With them, this body becomes `return event.path`.
+    """
+    return ()
+
+
+def _agent_name(event: RunEvent) -> str:
+    """The name of the agent whose run made the event (with sub-agents: `event.agent`)."""
+    return "agent"
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+class _Call:
+    __slots__ = ("ended", "params", "result", "subagent")
+
+    def __init__(self, subagent: str | None) -> None:
+        self.subagent = subagent
+        self.params: Any = None
+        self.result: Any = None
+        self.ended = False
+
+
+class Translation:
+    """One run's AG-UI events; feed `started`, each `event`, then `finished` or `failed`."""
+
+    def __init__(self, thread_id: str, run_id: str, state: dict[str, Any] | None) -> None:
+        self.thread_id = thread_id
+        self.run_id = run_id
+        initial = {} if state is None else state
+        self._mirror = ContextLog([{"type": "data", "kind": "state", "data": initial}])
+        self._calls: dict[str, _Call] = {}
+        self._open: list[str] = []  # sub-agent runs started and not yet finished, outer first
+
+    @property
+    def state(self) -> Any:
+        """The state as the events so far describe it."""
+        return self._mirror.view("state")
+
+    def started(self) -> list[BaseEvent]:
+        return [
+            RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id),
+            StateSnapshotEvent(snapshot=copy_json(self.state)),
+        ]
+
+    def event(self, event: RunEvent) -> list[BaseEvent]:
+        out: list[BaseEvent] = []
+        subagent = self._enter(event, out)
+        call_id = event.call_id
+        if isinstance(event, CallReceived) and call_id is not None:
+            self._calls[call_id] = _Call(subagent)
+            out.append(
+                ToolCallStartEvent(
+                    tool_call_id=call_id,
+                    tool_call_name=event.tool or "(unknown)",
+                    subagent_run_id=subagent,
+                )
+            )
+        elif isinstance(event, CallReady) and call_id in self._calls:
+            self._calls[call_id].params = event.params
+        elif isinstance(event, CallStarted) and call_id in self._calls:
+            self._end_call(call_id, event.params, out)
+        elif isinstance(event, DataWritten):
+            self._written(event, subagent, out)
+        elif isinstance(event, CallAwaitingApproval):
+            value = {"callId": call_id, "tool": event.tool, "params": event.params}
+            out.append(CustomEvent(name=APPROVAL_REQUESTED, value=value, subagent_run_id=subagent))
+        elif isinstance(event, CallDecided):
+            value = {"callId": call_id, "decision": event.decision, **event.detail}
+            out.append(CustomEvent(name=APPROVAL_DECIDED, value=value, subagent_run_id=subagent))
+        elif isinstance(event, CallFinished) and call_id in self._calls:
+            self._settled(call_id, event, out)
+        return out
+
+    def finished(self, output: Any, status: str, pending: list[Any]) -> list[BaseEvent]:
+        """The run ended: its output as an assistant message, then `RUN_FINISHED` (with an
+        interrupt per call waiting for a decision when the run paused)."""
+        out = self._end_open_calls()
+        if output is not None:
+            message_id = f"{self.run_id}:output"
+            text = _text(output)
+            out.append(TextMessageStartEvent(message_id=message_id, role="assistant"))
+            if text:
+                out.append(TextMessageContentEvent(message_id=message_id, delta=text))
+            out.append(TextMessageEndEvent(message_id=message_id))
+        outcome = None
+        if status == "paused":
+            interrupts = [
+                Interrupt(id=call.id, reason="tickloop.approval", tool_call_id=call.id)
+                for call in pending
+            ]
+            outcome = RunFinishedInterruptOutcome(interrupts=interrupts)
+        out.append(
+            RunFinishedEvent(
+                thread_id=self.thread_id, run_id=self.run_id, result=output, outcome=outcome
+            )
+        )
+        return out
+
+    def failed(self, message: str) -> list[BaseEvent]:
+        return [*self._end_open_calls(), RunErrorEvent(message=message)]
+
+    def _end_open_calls(self) -> list[BaseEvent]:
+        """A run that stops with calls unsettled (deferred, or waiting on one that is)
+        still ends each call's AG-UI tool call; it has no result (an interrupt names the
+        deferred ones)."""
+        out: list[BaseEvent] = []
+        for call_id, call in self._calls.items():
+            if not call.ended:
+                self._end_call(call_id, call.params, out)
+        return self._close_subagents("", out)
+
+    # -- calls ---------------------------------------------------------------------------
+
+    def _end_call(self, call_id: str, params: Any, out: list[BaseEvent]) -> None:
+        call = self._calls[call_id]
+        if call.ended:
+            return
+        call.ended = True
+        delta = json.dumps({} if params is None else params, ensure_ascii=False)
+        out.append(
+            ToolCallArgsEvent(tool_call_id=call_id, delta=delta, subagent_run_id=call.subagent)
+        )
+        out.append(ToolCallEndEvent(tool_call_id=call_id, subagent_run_id=call.subagent))
+
+    def _settled(self, call_id: str, event: CallFinished, out: list[BaseEvent]) -> None:
+        call = self._calls[call_id]
+        self._end_call(call_id, call.params, out)
+        # A sub-agent this call started ends with it, before the call's own result.
+        self._close_subagents(call_id, out, failed=event.status != "done")
+        if event.status == "done":
+            content = _text(call.result)
+        else:
+            content = _text({"status": event.status, "error": event.error})
+        out.append(
+            ToolCallResultEvent(
+                message_id=f"{call_id}:result",
+                tool_call_id=call_id,
+                content=content,
+                role="tool",
+                subagent_run_id=call.subagent,
+            )
+        )
+
+    def _written(self, event: DataWritten, subagent: str | None, out: list[BaseEvent]) -> None:
+        call = self._calls.get(event.call_id or "")
+        if call is not None and call.result is None:
+            call.result = _unnest(event.data, event.path)
+        if event.data_kind != "state" or subagent is not None:
+            return  # a sub-agent's state is its own run's, not the one the client holds
+        before = copy_json(self.state)
+        message = {
+            "type": "data",
+            "kind": "state",
+            "data": event.data,
+            "_path": event.path,
+            "_outputMethod": event.method,
+        }
+        try:
+            self._mirror.append(message)
+        except (ValueError, WriteError):
+            return  # a redacted value the next write cannot apply to: the snapshot stands
+        delta = json_patch(before, self.state)
+        if delta:
+            out.append(StateDeltaEvent.model_validate({"delta": delta}))
+
+    # -- sub-agents ----------------------------------------------------------------------
+
+    def _enter(self, event: RunEvent, out: list[BaseEvent]) -> str | None:
+        """The sub-agent run id of the event (None at the root), starting the sub-agent
+        runs on its path that have not started yet."""
+        path = _path(event)
+        if not path:
+            return None
+        for depth in range(1, len(path) + 1):
+            run = "/".join(path[:depth])
+            if run not in self._open:
+                self._open.append(run)
+                parent = "/".join(path[: depth - 1]) or None
+                out.append(
+                    SubagentStartedEvent(
+                        subagent_run_id=run,
+                        name=_agent_name(event) if depth == len(path) else run,
+                        parent_subagent_run_id=parent,
+                        parent_tool_call_id=run,
+                    )
+                )
+        return "/".join(path)
+
+    def _close_subagents(
+        self, call_id: str, out: list[BaseEvent], *, failed: bool = False
+    ) -> list[BaseEvent]:
+        """Finish the sub-agent runs started by `call_id` and those below them (all of
+        them for ""), innermost first."""
+        for run in reversed(list(self._open)):
+            if call_id and run != call_id and not run.startswith(call_id + "/"):
+                continue
+            self._open.remove(run)
+            if failed:
+                out.append(SubagentErrorEvent(subagent_run_id=run, message="the sub-agent failed"))
+            else:
+                out.append(SubagentFinishedEvent(subagent_run_id=run))
+        return out
+
+
+def _unnest(data: Any, path: str) -> Any:
+    """The written value: a write's data is nested under its path's steps."""
+    from .._core._expressions import parse_term
+
+    for step in parse_term(path).path:
+        if isinstance(step, str) and isinstance(data, dict) and step in data:
+            data = data[step]
+        elif isinstance(step, int) and isinstance(data, list) and step < len(data):
+            data = data[step]
+        else:
+            return data
+    return data
+
+
+def _pointer(path: list[str | int]) -> str:
+    return "".join("/" + str(step).replace("~", "~0").replace("/", "~1") for step in path)
+
+
+def json_patch(before: Any, after: Any, at: list[str | int] | None = None) -> list[dict[str, Any]]:
+    """RFC 6902 operations that turn `before` into `after` (JSON values)."""
+    at = [] if at is None else at
+    if type(before) is not type(after) or (not isinstance(before, dict | list) and before != after):
+        return [{"op": "replace", "path": _pointer(at), "value": copy_json(after)}]
+    ops: list[dict[str, Any]] = []
+    if isinstance(before, dict):
+        for key in before:
+            if key not in after:
+                ops.append({"op": "remove", "path": _pointer([*at, key])})
+        for key, value in after.items():
+            if key not in before:
+                ops.append({"op": "add", "path": _pointer([*at, key]), "value": copy_json(value)})
+            else:
+                ops.extend(json_patch(before[key], value, [*at, key]))
+    elif isinstance(before, list):
+        common = min(len(before), len(after))
+        for index in range(common):
+            ops.extend(json_patch(before[index], after[index], [*at, index]))
+        for index in range(len(before) - 1, common - 1, -1):
+            ops.append({"op": "remove", "path": _pointer([*at, index])})
+        for index in range(common, len(after)):
+            ops.append(
+                {"op": "add", "path": _pointer([*at, "-"]), "value": copy_json(after[index])}
+            )
+    return ops
