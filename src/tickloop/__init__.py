@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, eagerly
         MaxIterationsError,
         ReferenceSyntaxError,
         ResumeError,
+        RunStopped,
         StoreError,
         TickloopError,
     )
@@ -118,6 +119,7 @@ _WHERE: dict[str, str] = {
     "MaxIterationsError": "._errors",
     "ReferenceSyntaxError": "._errors",
     "ResumeError": "._errors",
+    "RunStopped": "._errors",
     "StoreError": "._errors",
     "TickloopError": "._errors",
     "BrowserApproval": "._human._browser",
@@ -204,6 +206,7 @@ __all__ = [
     "RunInfo",
     "RunResult",
     "RunStarted",
+    "RunStopped",
     "SQLiteStore",
     "ScriptedModel",
     "SolutionRequest",
@@ -232,14 +235,18 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """A public name, imported from its module on first use and kept here after."""
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tickloop' has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value  # later reads skip this function
-    return value
+# Hidden from type checkers, which see the imports above instead: with a module
+# `__getattr__` in view they would take any name (`tl.Agnet`) as valid and `Any`.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        """A public name, imported from its module on first use and kept here after."""
+        module = _WHERE.get(name)
+        if module is None:
+            raise AttributeError(f"module 'tickloop' has no attribute {name!r}")
+        value = getattr(import_module(module, __name__), name)
+        globals()[name] = value  # later reads skip this function
+        return value
 
 
 def __dir__() -> list[str]:

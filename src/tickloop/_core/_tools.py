@@ -16,7 +16,7 @@ import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any, Union, get_args, get_origin, get_type_hints, overload
 
 import pydantic
 from pydantic_core import to_jsonable_python
@@ -530,6 +530,41 @@ def _check_positive(value: Any, tool_name: str, option: str, kind: type) -> Any:
     return kind(value)
 
 
+# `@tool` gives a Tool; `@tool(...)` gives a decorator that does (typed both ways, so a
+# user's `mypy --strict` sees a `Tool`, not an untyped decorator). The options are
+# listed in each overload and in the implementation: add a new one to all three.
+@overload
+def tool(
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: ApprovalRule = False,
+    depends_on: Iterable[str] = (),
+    output_path: str | None = None,
+    timeout: float | None = None,
+    max_concurrency: int | None = None,
+    bind: Mapping[str, str] | None = None,
+    idempotent: bool = False,
+) -> Tool: ...
+
+
+@overload
+def tool(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: ApprovalRule = False,
+    depends_on: Iterable[str] = (),
+    output_path: str | None = None,
+    timeout: float | None = None,
+    max_concurrency: int | None = None,
+    bind: Mapping[str, str] | None = None,
+    idempotent: bool = False,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
 def tool(
     fn: Callable[..., Any] | None = None,
     *,
@@ -542,7 +577,7 @@ def tool(
     max_concurrency: int | None = None,
     bind: Mapping[str, str] | None = None,
     idempotent: bool = False,
-) -> Any:
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a `Tool` from a type-hinted function; the docstring is the description.
 
     Usable bare (`@tool`) or with options (`@tool(timeout=10)`).

@@ -55,7 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from .._durable._resume import INTERRUPTED
     from .._engine._run import initial_log
     from .._engine._sources import merge_opened
-    from .._errors import ExecuteError, TickloopError, _RunStopped
+    from .._errors import ExecuteError, RunStopped, TickloopError
     from .._mcp._server import MCPServer, MCPTool
     from .._models._base import (
         ModelError,
@@ -459,7 +459,7 @@ class AgentWorkflow:
             else:
                 self._loop = _WorkflowSolutionLoop(self, log)
             result = await self._loop.run()
-        except _RunStopped as error:
+        except RunStopped as error:
             raise ApplicationError(
                 str(error),
                 {"messages": error.messages},
