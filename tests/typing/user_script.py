@@ -72,7 +72,7 @@ def plain_outputs() -> tuple[int, list[str]]:
 
 
 def tools_protocol() -> str:
-    model = tl.ScriptedModel([{"text": "hello"}])
+    model = tl.ScriptedModel(["hello"])
     text: str = tl.Agent(model, protocol="tools", output=str).run().output
     return text
 
@@ -111,6 +111,7 @@ async def inside_trio() -> int:
 if __name__ == "__main__":
     assert typed_run() == Answer(total=3, note="charged")
     assert plain_outputs() == (4, ["A", "B"])
+    assert tools_protocol() == "hello"
     assert own_client() == "echo"
     assert stopped() > 0
     assert trio.run(inside_trio) == 3

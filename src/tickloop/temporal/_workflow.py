@@ -32,7 +32,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    import pydantic
+    import pydantic  # noqa: F401 - passed through to the sandbox, as before
 
     from .._agent._agent import Agent
     from .._agent._loop import AgentConfig, RunResult
@@ -544,11 +544,8 @@ class AgentWorkflow:
         return {"events": page, "next": since + len(page), "total": len(self.events)}
 
     def _result(self, result: RunResult) -> dict[str, Any]:
-        output = result.output
-        if isinstance(output, pydantic.BaseModel):
-            output = output.model_dump(mode="json")
         return {
-            "output": output,
+            "output": self.agent.output.dump(result.output),
             "status": result.status,
             "iterations": result.iterations,
             "usage": {
