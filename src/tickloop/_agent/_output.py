@@ -15,6 +15,7 @@ import pydantic
 
 from .._core._expressions import find_references, format_location, substitute
 from .._core._log import ContextLog, copy_json
+from .._core._validation import SchemaValidator
 from .._errors import ConfigurationError, ReferenceSyntaxError
 
 __all__ = ["OutputSpec", "has_references", "resolve_output"]
@@ -37,24 +38,16 @@ class OutputSpec:
         if output is None:
             self.schema: dict[str, Any] | None = None
         elif isinstance(output, Mapping):
-            self.schema = dict(output)
+            self.schema = _checked(dict(output))
         else:
             self.adapter = _adapter(output)
-            self.schema = self.adapter.json_schema()
-        if self.schema is not None:
-            import jsonschema  # loaded by the first agent with an output schema
-
-            try:
-                jsonschema.Draft202012Validator.check_schema(self.schema)
-            except jsonschema.SchemaError as error:
-                raise ConfigurationError(
-                    f"output is not a valid JSON Schema: {error.message}"
-                ) from error
-            self._validator = jsonschema.Draft202012Validator(self.schema)
+            self.schema = self.adapter.json_schema()  # valid as pydantic made it
+        # jsonschema loads with the first answer the fast check cannot settle.
+        self._validator = None if self.schema is None else SchemaValidator(self.schema)
 
     def problem(self, value: Any) -> str | None:
         """Why `value` does not match the output schema, or None."""
-        if self.schema is None:
+        if self._validator is None:
             return None
         errors = sorted(self._validator.iter_errors(value), key=lambda e: list(map(str, e.path)))
         if not errors:
@@ -82,6 +75,17 @@ class OutputSpec:
     def dump(self, value: Any) -> Any:
         """`convert`'s inverse: the output as JSON data (to send or store it)."""
         return self.adapter.dump_python(value, mode="json") if self.adapter is not None else value
+
+
+def _checked(schema: dict[str, Any]) -> dict[str, Any]:
+    """A JSON Schema the user wrote, or a `ConfigurationError` saying what is wrong."""
+    import jsonschema  # only for a schema a user wrote
+
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as error:
+        raise ConfigurationError(f"output is not a valid JSON Schema: {error.message}") from error
+    return schema
 
 
 def _adapter(output: Any) -> pydantic.TypeAdapter[Any]:

@@ -146,16 +146,21 @@ class Tool:
         self.description = inspect.cleandoc(description or "")
         self.handler = handler
         self._signature = _HandlerSignature(handler, name) if handler is not None else None
-        if parameters is None:
-            if self._signature is None:
-                raise ConfigurationError(f"latent tool {name!r} needs a parameters schema")
-            parameters = self._signature.parameters_schema
-        self.parameters: dict[str, Any] = _schema_of(parameters, name, "parameters")
-        if output is None and self._signature is not None:
-            output = self._signature.output_schema
-        self.output: dict[str, Any] | None = (
-            None if output is None else _schema_of(output, name, "output")
-        )
+        # A schema pydantic made (from the signature, the return annotation, a model
+        # class) is valid as made; only a dict the user wrote is checked, so a tool made
+        # from a function does not load jsonschema (docs/architecture.md).
+        self.parameters: dict[str, Any]
+        if parameters is not None:
+            self.parameters = _schema_of(parameters, name, "parameters")
+        elif self._signature is not None:
+            self.parameters = dict(self._signature.parameters_schema)
+        else:
+            raise ConfigurationError(f"latent tool {name!r} needs a parameters schema")
+        self.output: dict[str, Any] | None
+        if output is not None:
+            self.output = _schema_of(output, name, "output")
+        else:
+            self.output = None if self._signature is None else self._signature.output_schema
         self.requires_approval = _check_approval_rule(requires_approval, name)
         self.depends_on: tuple[str, ...] = _check_depends_on(depends_on, name)
         self.dependency_references: tuple[Expression, ...] = ()
@@ -451,15 +456,15 @@ def _schema_of(
     schema: Mapping[str, Any] | type[pydantic.BaseModel], tool_name: str, what: str
 ) -> dict[str, Any]:
     if isinstance(schema, type) and issubclass(schema, pydantic.BaseModel):
-        result = schema.model_json_schema()
-    elif isinstance(schema, Mapping):
+        return schema.model_json_schema()  # valid as pydantic made it
+    if isinstance(schema, Mapping):
         result = dict(schema)
     else:
         raise ConfigurationError(
             f"tool {tool_name!r}: {what} must be a JSON Schema dict or a pydantic model class, "
             f"not {type(schema).__name__}"
         )
-    import jsonschema  # only for schemas a user wrote or chose
+    import jsonschema  # only for schemas a user wrote
 
     try:
         jsonschema.Draft202012Validator.check_schema(result)

@@ -21,8 +21,9 @@ were. `recover` then settles what the crash left open:
 
 Replay and the settling of calls (`reopen`) serve both protocols' loops; what a crash
 means for the request itself differs, so each protocol's loop settles its own, in
-`tickloop._agent` (`_SolutionLoop._recover`, `_TurnLoop._recover`): this module knows
-no protocol and no agent.
+`tickloop._agent` (`_SolutionLoop._recover`, `_TurnLoop._recover`): this module runs no
+protocol's loop and knows no agent. It knows the shapes of the solution protocol's plan
+and solution messages, only to store their calls once (`shared_text`).
 """
 
 from __future__ import annotations
