@@ -192,7 +192,7 @@ def _received(durable: DurableRun, path: Path) -> dict[int, Any]:
     }
 
 
-def test_a_plan_refers_only_to_the_very_wires_the_scheduler_made_on_arrival(
+def test_a_plan_refers_only_to_wires_equal_to_those_the_scheduler_made_on_arrival(
     tmp_path: Path,
 ) -> None:
     calls = [
@@ -213,7 +213,8 @@ def test_a_plan_refers_only_to_the_very_wires_the_scheduler_made_on_arrival(
     assert text is not None
     refs = json.loads(text)["calls"]
     assert refs[0] == [durable._clean[plain["_id"]][1], plain["_id"]]
-    assert refs[1] == [secret] and refs[2] == [plain]  # a copy is not the wire: whole
+    assert refs[1] == [secret]  # its row's text is redacted: the call is stored whole
+    assert refs[2] == refs[0]  # an equal copy reads back as the same call
     back = expand_shared(json.loads(text), _received(durable, tmp_path / "runs.db"))
     assert back["calls"] == [plain, secret, plain]
     # Another message shape is journaled whole.

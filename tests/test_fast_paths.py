@@ -56,7 +56,6 @@ from tickloop._core._scheduler_io import (
     ReceiveCall,
     StartCall,
 )
-from tickloop._core._status import CallStatus, Statuses
 from tickloop._core._tools import ToolSet
 from tickloop._engine import _engine
 from tickloop._json._stream import SolutionStream
@@ -374,57 +373,6 @@ def test_plain_parameters_are_passed_as_pydantic_would_pass_them(
         assert got == expected
 
 
-_EVENTS = [
-    FinishCall,
-    StartCall,
-    ReceiveCall,
-    NoteAccepted,
-    NoteReady,
-    NoteMessage,
-    NoteSettled,
-]
-
-
-@settings(max_examples=100, deadline=None)
-@given(data=st.data(), kind=st.sampled_from(_EVENTS))
-def test_quick_inits_build_what_the_dataclass_builds(data: st.DataObject, kind: type) -> None:
-    fields = dataclasses.fields(kind)
-    # The reference: a plain dataclass of the same fields, with the generated `__init__`.
-    reference = dataclasses.make_dataclass(
-        kind.__name__,
-        [(f.name, f.type, dataclasses.field(default=f.default)) for f in fields],
-        frozen=True,
-        slots=True,
-    )
-    given_count = data.draw(
-        st.integers(
-            min_value=sum(f.default is dataclasses.MISSING for f in fields),
-            max_value=len(fields),
-        )
-    )
-    arguments = [data.draw(_JSON_SCALARS) for _ in range(given_count)]
-    by_name = data.draw(st.booleans())
-    if by_name:
-        keywords = {f.name: value for f, value in zip(fields, arguments, strict=False)}
-        made, expected = kind(**keywords), reference(**keywords)
-    else:
-        made, expected = kind(*arguments), reference(*arguments)
-    assert repr(made).split("(", 1)[1] == repr(expected).split("(", 1)[1]
-    assert made == kind(*[getattr(made, f.name) for f in fields]) or repr(made).count("nan")
-    try:
-        setattr(made, fields[0].name, "x")
-    except dataclasses.FrozenInstanceError:
-        pass
-    else:
-        raise AssertionError(f"{kind.__name__} is no longer frozen")
-    try:
-        kind(*arguments, *[None] * (len(fields) - given_count + 1))
-    except TypeError:
-        pass  # too many arguments is refused, as the dataclass's own __init__ refuses it
-    else:
-        raise AssertionError("an extra argument was taken")
-
-
 # -- arrival: a plain call, and a call ready as it arrives, against the general path -------
 
 
@@ -611,12 +559,6 @@ def _naive_holds_null(value: Any) -> bool:
 @given(call=st.dictionaries(st.sampled_from(["_tool", "a", "b"]), _values))
 def test_a_call_holds_a_null_where_a_full_walk_finds_one(call: dict[str, Any]) -> None:
     assert _prompt._holds_null(call) == _naive_holds_null(call)
-
-
-def test_the_plain_statuses_are_the_enum_members() -> None:
-    plain = {name: value for name, value in vars(Statuses).items() if name.isupper()}
-    assert plain == CallStatus.__members__
-    assert all(plain[name] is member for name, member in CallStatus.__members__.items())
 
 
 # -- a written call's private copy against copy_json ------------------------------------------

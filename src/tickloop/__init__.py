@@ -10,12 +10,12 @@ parts that need them (`benchmarks/bench_import.py` holds `import tickloop` to 1.
 `import trio`).
 """
 
-from __future__ import annotations
+# Only public names and dunders at module level (`dir(tickloop)` is `__all__`): what the
+# loader needs is imported under private names.
+import importlib as _importlib
+import typing as _typing
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # what type checkers and editors see: the same names, eagerly
+if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names, eagerly
     from ._agent._agent import Agent, RunResult
     from ._agent._replay import ReplayMismatchError, ReplayModel
     from ._agent._text_stream import TextStream
@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, eagerly
         MaxIterationsError,
         ReferenceSyntaxError,
         ResumeError,
+        RunStopped,
         StoreError,
         TickloopError,
     )
@@ -122,6 +123,7 @@ _WHERE: dict[str, str] = {
     "MaxIterationsError": "._errors",
     "ReferenceSyntaxError": "._errors",
     "ResumeError": "._errors",
+    "RunStopped": "._errors",
     "StoreError": "._errors",
     "TickloopError": "._errors",
     "BrowserApproval": "._human._browser",
@@ -212,6 +214,7 @@ __all__ = [
     "RunInfo",
     "RunResult",
     "RunStarted",
+    "RunStopped",
     "SQLiteStore",
     "ScriptedModel",
     "SolutionRequest",
@@ -240,15 +243,20 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """A public name, imported from its module on first use and kept here after."""
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tickloop' has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value  # later reads skip this function
-    return value
+# Hidden from type checkers, which see the imports above instead: with a module
+# `__getattr__` in view they would take any name (`tl.Agnet`) as valid and `Any`.
+if not _typing.TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        """A public name, imported from its module on first use and kept here after."""
+        module = _WHERE.get(name)
+        if module is None:
+            raise AttributeError(f"module 'tickloop' has no attribute {name!r}")
+        value = getattr(_importlib.import_module(module, __name__), name)
+        globals()[name] = value  # later reads skip this function
+        return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    """The public names, loaded or not (`__all__`), and nothing else."""
+    return sorted(__all__)

@@ -58,19 +58,24 @@ class SchedulerUsageError(TickloopError, ValueError):
     """
 
 
-class _RunStopped(TickloopError):
-    """A run that stopped carries its log so the caller can resume from it."""
+class RunStopped(TickloopError):
+    """A run stopped before the model gave a final output.
+
+    It carries the run's log (`.messages`) so the caller can continue from it:
+    `agent.run(..., messages=error.messages)`. Catch this to handle every way a run can
+    stop short (iteration limit, model attempts used up, a budget) in one place.
+    """
 
     def __init__(self, message: str, messages: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message)
         self.messages: list[dict[str, Any]] = list(messages or [])
 
 
-class MaxIterationsError(_RunStopped, RuntimeError):
+class MaxIterationsError(RunStopped, RuntimeError):
     """The model kept asking for more requests than `max_iterations` allows."""
 
 
-class ExecuteError(_RunStopped):
+class ExecuteError(RunStopped):
     """Every attempt at one model request failed; `.messages` is the log to resume from."""
 
 

@@ -15,7 +15,8 @@ import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any
+from types import UnionType
+from typing import Any, Generic, Literal
 
 import trio
 
@@ -26,9 +27,10 @@ from .._engine._engine import check_configuration
 from .._engine._event_loops import refuse_inside_trio, require_trio
 from .._engine._sources import OpenedTools, check_sources, open_tools
 from .._errors import ConfigurationError
+from .._models._base import ModelClient, TurnClient
 from .._observe._events import DEFAULT_REDACT, Redactor, RunEvent, open_event_stream
 from .._observe._trace import make_tracer
-from ._loop import AgentConfig, LoopProtocol, RunResult
+from ._loop import AgentConfig, LoopProtocol, OutputT, RunResult
 from ._output import OutputSpec
 from ._prompt import DEFAULT_CONTEXT_BUDGET, solution_schema
 from ._replay import Reuse, fork_model, load_recording, replay_model, stale_calls
@@ -52,21 +54,25 @@ def _check_on_event(callback: Any) -> Any:
     return callback
 
 
-class Agent:
-    """A model, tools and options: `agent.run(input)` loops until the model answers."""
+class Agent(Generic[OutputT]):
+    """A model, tools and options: `agent.run(input)` loops until the model answers.
+
+    Generic in its output: `Agent(model, output=Answer)` is an `Agent[Answer]`, whose
+    runs' `RunResult.output` is an `Answer`; with a JSON Schema or no `output`, `Any`.
+    """
 
     def __init__(
         self,
-        model: Any,
+        model: ModelClient | TurnClient,
         *,
         tools: Sequence[Tool | ToolSource] | Mapping[str, Tool] = (),
-        output: Any = None,
+        output: type[OutputT] | UnionType | Mapping[str, Any] | None = None,
         instructions: str | None = None,
         approve: ApproveHook | None = None,
         max_iterations: int = 10,
         max_llm_retries: int = 3,
         max_concurrency: int | None = None,
-        protocol: str = "solution",
+        protocol: Literal["solution", "tools"] = "solution",
         strict: bool = True,
         on_event: Callable[[RunEvent], Any] | None = None,
         seed: int | None = None,
@@ -81,7 +87,9 @@ class Agent:
                 f"name must be letters, digits, '_', '-' or '.' (1 to 64 of them), not {name!r}"
             )
         self.name = name  # identifies the agent where runs outlive the process (Temporal)
-        self.model = model
+        # A `ModelClient` for protocol="solution", a `TurnClient` for "tools" (checked
+        # below by the protocol); kept untyped as either, for the code that drives it.
+        self.model: Any = model
         plain, self.tool_sources = split_tools(tools)
         self._tool_items = tools
         # The tools known now; a run adds those of its tool sources (MCP servers), which
@@ -127,7 +135,7 @@ class Agent:
         messages: Sequence[dict[str, Any]] | None = None,
         on_event: Callable[[RunEvent], Any] | None = None,
         run_id: str | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Run to the end from synchronous code (starts its own trio run)."""
         refuse_inside_trio("agent.run", "await agent.run_async(...)")
         return trio.run(
@@ -166,7 +174,7 @@ class Agent:
         messages: Sequence[dict[str, Any]] | None = None,
         on_event: Callable[[RunEvent], Any] | None = None,
         run_id: str | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Run to the end inside trio. `messages` resumes from a log (e.g. an
         ExecuteError's), in which case `input` is already in it and is ignored.
 
@@ -185,7 +193,7 @@ class Agent:
         *,
         decisions: Mapping[str, Any] | None = None,
         on_event: Callable[[RunEvent], Any] | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Continue a paused or crashed run from the store (starts its own trio run)."""
         refuse_inside_trio("agent.resume", "await agent.resume_async(...)")
         return trio.run(partial(self.resume_async, run_id, decisions=decisions, on_event=on_event))
@@ -196,7 +204,7 @@ class Agent:
         *,
         decisions: Mapping[str, Any] | None = None,
         on_event: Callable[[RunEvent], Any] | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         """Continue a paused or crashed run, from any process, inside trio.
 
         `decisions` maps deferred call ids to decisions (`tl.Approve()`, ...). Raises
@@ -375,7 +383,7 @@ class Agent:
         """
         return open_stream(self._open_for_run, self.protocol, input, **options)
 
-    async def run_asyncio(self, input: Any = None, **options: Any) -> RunResult:
+    async def run_asyncio(self, input: Any = None, **options: Any) -> RunResult[OutputT]:
         """Await a run from an asyncio program without blocking its event loop.
 
         trio runs as a guest on the asyncio loop (trio's guest mode), in the same

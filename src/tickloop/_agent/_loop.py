@@ -16,7 +16,9 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic
+
+from typing_extensions import TypeVar
 
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._log import ContextLog
@@ -26,17 +28,21 @@ from .._durable._resume import DurableRun
 from .._durable._store import SQLiteStore
 from .._engine._engine import Engine, Outcome
 from .._engine._run import ExecutionResult
-from .._errors import ExecuteError, MaxIterationsError, _RunStopped
+from .._errors import ExecuteError, MaxIterationsError, RunStopped
 from .._models._base import ModelError, Usage
 from .._observe._events import EventSink, Redactor, RequestRetried, RunEvent
 from ._output import OutputSpec
 from ._retry import attempts_made
 
-__all__ = ["AgentConfig", "LoopProtocol", "OuterLoop", "RunResult", "structural"]
+__all__ = ["AgentConfig", "LoopProtocol", "OuterLoop", "OutputT", "RunResult", "structural"]
+
+# What a run's output is: the type given as `output=` (`Agent(model, output=Answer)` is an
+# `Agent[Answer]`), `Any` for a JSON Schema or no output schema.
+OutputT = TypeVar("OutputT", default=Any)
 
 
-class RunResult(ExecutionResult):
-    """What a run ended with. `output` is typed when the agent's output is a pydantic model.
+class RunResult(ExecutionResult, Generic[OutputT]):
+    """What a run ended with: `output` is of the agent's output type (`Agent[OutputT]`).
 
     Everything an `ExecutionResult` has (state, views, errors, messages, records), plus
     what only a run with a model has.
@@ -44,7 +50,7 @@ class RunResult(ExecutionResult):
 
     def __init__(
         self,
-        output: Any,
+        output: OutputT,
         log: ContextLog,
         records: dict[str, CallRecord],
         iterations: int,
@@ -55,7 +61,7 @@ class RunResult(ExecutionResult):
         pending: list[PendingCall] | None = None,
     ) -> None:
         super().__init__(log, records, pending)
-        self.output = output
+        self.output: OutputT = output
         self.iterations = iterations
         self.usage = usage or Usage()
         self.run_id = run_id
@@ -187,7 +193,7 @@ class OuterLoop:
 
     async def run(self) -> RunResult:
         self._before_session()
-        stopped: _RunStopped | None = None
+        stopped: RunStopped | None = None
         limit = self.config.max_iterations
         async with self.engine.session():
             try:
@@ -203,7 +209,7 @@ class OuterLoop:
                             self.log.messages,
                         )
                     done, output = await self._iterate(iteration)
-            except _RunStopped as error:
+            except RunStopped as error:
                 # The run stops on its own (iteration limit, model unreachable), not on
                 # the caller's cancel: the session still ends normally, so fire-and-forget
                 # calls finish and their late errors are flushed into the log (§4).

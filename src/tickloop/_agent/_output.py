@@ -15,45 +15,39 @@ import pydantic
 
 from .._core._expressions import find_references, format_location, substitute
 from .._core._log import ContextLog, copy_json
+from .._core._validation import SchemaValidator
 from .._errors import ConfigurationError, ReferenceSyntaxError
 
 __all__ = ["OutputSpec", "has_references", "resolve_output"]
 
 
 class OutputSpec:
-    """The user's output: a pydantic model (typed result), a JSON Schema, or None (any).
+    """The user's output: any type pydantic can describe (a model class, `int`,
+    `list[str]`, a dataclass, a `TypedDict`...), a JSON Schema dict, or None (any JSON).
 
-    Both protocols judge a final output with `check`, so an answer is accepted or refused
-    by the same rule whichever way the model gave it.
+    A type is read through a `pydantic.TypeAdapter`, as Pydantic AI does: its JSON Schema
+    is what the model is asked for, and the adapter makes the run's output an instance of
+    it. Both protocols judge a final output with `check`, so an answer is accepted or
+    refused by the same rule whichever way the model gave it.
     """
 
     def __init__(self, output: Any) -> None:
-        self.model: type[pydantic.BaseModel] | None = None
+        self.adapter: pydantic.TypeAdapter[Any] | None = None
+        # `output=str` under protocol="tools": the final answer's text is the output.
+        self.is_text = output is str
         if output is None:
             self.schema: dict[str, Any] | None = None
-        elif isinstance(output, type) and issubclass(output, pydantic.BaseModel):
-            self.model = output
-            self.schema = output.model_json_schema()
         elif isinstance(output, Mapping):
-            self.schema = dict(output)
+            self.schema = _checked(dict(output))
         else:
-            raise ConfigurationError(
-                f"output must be a pydantic model class, a JSON Schema dict or None, not {output!r}"
-            )
-        if self.schema is not None:
-            import jsonschema  # loaded by the first agent with an output schema
-
-            try:
-                jsonschema.Draft202012Validator.check_schema(self.schema)
-            except jsonschema.SchemaError as error:
-                raise ConfigurationError(
-                    f"output is not a valid JSON Schema: {error.message}"
-                ) from error
-            self._validator = jsonschema.Draft202012Validator(self.schema)
+            self.adapter = _adapter(output)
+            self.schema = self.adapter.json_schema()  # valid as pydantic made it
+        # jsonschema loads with the first answer the fast check cannot settle.
+        self._validator = None if self.schema is None else SchemaValidator(self.schema)
 
     def problem(self, value: Any) -> str | None:
         """Why `value` does not match the output schema, or None."""
-        if self.schema is None:
+        if self._validator is None:
             return None
         errors = sorted(self._validator.iter_errors(value), key=lambda e: list(map(str, e.path)))
         if not errors:
@@ -65,17 +59,49 @@ class OutputSpec:
         return "the output does not match the output schema: " + "; ".join(parts)
 
     def check(self, value: Any) -> str | None:
-        """Why `value` is not a valid output (the schema, then the pydantic model), or None."""
+        """Why `value` is not a valid output (the schema, then the type), or None."""
         problem = self.problem(value)
-        if problem is None and self.model is not None:
+        if problem is None and self.adapter is not None:
             try:
-                self.model.model_validate(value)
+                self.adapter.validate_python(value)
             except pydantic.ValidationError as error:
                 problem = f"the output does not validate: {error.errors()[0].get('msg')}"
         return problem
 
     def convert(self, value: Any) -> Any:
-        return self.model.model_validate(value) if self.model is not None else value
+        """The run's output: `value` (checked JSON) as an instance of the output type."""
+        return self.adapter.validate_python(value) if self.adapter is not None else value
+
+    def dump(self, value: Any) -> Any:
+        """`convert`'s inverse: the output as JSON data (to send or store it)."""
+        return self.adapter.dump_python(value, mode="json") if self.adapter is not None else value
+
+
+def _checked(schema: dict[str, Any]) -> dict[str, Any]:
+    """A JSON Schema the user wrote, or a `ConfigurationError` saying what is wrong."""
+    import jsonschema  # only for a schema a user wrote
+
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as error:
+        raise ConfigurationError(f"output is not a valid JSON Schema: {error.message}") from error
+    return schema
+
+
+def _adapter(output: Any) -> pydantic.TypeAdapter[Any]:
+    """The adapter of an output type, or a `ConfigurationError` saying why there is none."""
+    refused = (
+        "output must be a type pydantic can describe (a pydantic model class, int, "
+        "list[str], a dataclass...), a JSON Schema dict or None"
+    )
+    if isinstance(output, str | bytes | int | float | list | tuple):
+        raise ConfigurationError(f"{refused}, not {output!r}")
+    try:
+        adapter = pydantic.TypeAdapter(output)
+        adapter.json_schema()
+    except (pydantic.PydanticUserError, pydantic.errors.PydanticSchemaGenerationError) as error:
+        raise ConfigurationError(f"{refused}, not {output!r}") from error
+    return adapter
 
 
 def has_references(output: Any) -> bool:

@@ -350,7 +350,7 @@ class _TurnLoop(OuterLoop):
             if message.get("type") == "text" and message.get("role") == "system"
         ]
         schema = self.config.output.schema
-        if schema is not None:
+        if schema is not None and not self.config.output.is_text:
             parts.append(
                 "When you have the final answer, reply without calling a tool, with only a "
                 "JSON value (no prose, no code fence) that matches this JSON Schema:\n"
@@ -535,7 +535,7 @@ class _TurnLoop(OuterLoop):
         """The answer's output as JSON data (the text itself without an output schema),
         or why it is not one; `spec.convert` makes it typed at the end of the run."""
         spec = self.config.output
-        if spec.schema is None:
+        if spec.schema is None or spec.is_text:  # output=str: the answer's text itself
             return text, None
         try:
             value = json.loads(text)

@@ -11,7 +11,7 @@ from ._call import Call
 from ._decisions import HOOK_REFUSED, PendingCall
 from ._log import copy_json
 from ._path_index import PathIndex
-from ._status import Statuses
+from ._status import CallStatus
 
 __all__ = ["ApprovalQueue", "hook_fault", "pending_call", "waited_on"]
 
@@ -36,7 +36,7 @@ class ApprovalQueue:
         question is open or none waits. A call decided meanwhile is passed over."""
         while self.asking is None and self.waiting:
             call = self.waiting.popleft()
-            if call.status == Statuses.APPROVING:
+            if call.status == CallStatus.APPROVING:
                 self.asking = call.id
                 return call
         return None

@@ -41,7 +41,7 @@ from ._log import (
     short_repr,
 )
 from ._results import check_output
-from ._status import Statuses
+from ._status import CallStatus
 from ._tools import Tool, ToolSet
 from ._validation import UNKNOWN
 
@@ -95,7 +95,7 @@ def new_call(
         params, shown = wire, {"_id": wanted}
     record_id = wanted if wanted not in calls else auto_id
     tool = tool_name if isinstance(tool_name, str) else None
-    record = CallRecord(record_id, tool, Statuses.WAITING, params, wire, iteration)
+    record = CallRecord(record_id, tool, CallStatus.WAITING, params, wire, iteration)
     call = Call(record_id, seq, iteration, record)
     call.wire = shown
     return call, given, wanted

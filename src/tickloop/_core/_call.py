@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .._errors import ReferenceSyntaxError
 from ._expressions import format_location
 from ._log import short_repr
-from ._status import Statuses
+from ._status import CallStatus
 
 if TYPE_CHECKING:
     from ._expressions import Expression, Reference, Term
@@ -77,7 +77,7 @@ class Call:
         self.seq = seq
         self.iteration = iteration
         self.record = record
-        self.status = Statuses.WAITING
+        self.status = CallStatus.WAITING
         self.tool: Tool
         self.wire: dict[str, Any] = {}
         self.params: dict[str, Any] = {}

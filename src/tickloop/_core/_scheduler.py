@@ -77,18 +77,16 @@ from ._sharing import share_parsed
 from ._status import (
     ERROR_STATUSES,
     CallStatus,
-    Statuses,
     describe,
     move,
     not_awaiting_decision,
     usage_error,
 )
 from ._tools import ToolSet
-from ._untracked import untrack_waiting
 
 __all__ = ["CallRecord", "Scheduler"]
 
-S = Statuses
+S = CallStatus
 
 
 def _by_seq(call: Call) -> int:
@@ -356,8 +354,7 @@ class Scheduler:
             return
         self._waiting[call.id] = call
         call.watching = call.watched_terms()
-        slots = self._plan.watch(call.id, call.seq, call.watching)  # and in `_waiters`
-        untrack_waiting(call, slots)  # it may wait long: no collector pass need visit them
+        self._plan.watch(call.id, call.seq, call.watching)  # and in `_waiters`
         self._dirty.add(call.id)
 
     def _stop_waiting(self, call: Call) -> None:

@@ -17,8 +17,8 @@ The durable journal stores inputs under the names they had before these ones
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import MISSING, dataclass, fields
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any
 
 from ._decisions import Decision, PendingCall
 
@@ -43,41 +43,6 @@ __all__ = [
 ]
 
 
-_Frozen = TypeVar("_Frozen")
-
-
-def _quick_init(cls: type[_Frozen]) -> type[_Frozen]:
-    """Give a frozen, slotted dataclass made once or more per call a cheaper `__init__`.
-
-    The generated one sets each field through `object.__setattr__` looked up per field
-    (about 0.8 us for five fields); this one stores through the slots' own descriptors
-    (about 0.35 us). The class stays frozen (assignment still raises), with the same
-    fields, defaults, equality and hash: only construction is cheaper.
-    """
-    specs = fields(cls)  # type: ignore[arg-type]
-    names = [spec.name for spec in specs]
-    params: list[str] = []
-    namespace: dict[str, Any] = {}
-    for spec in specs:
-        # Only plain defaults: a factory or __post_init__ would need the dataclass's own.
-        assert spec.default_factory is MISSING and spec.init
-        if spec.default is MISSING:
-            params.append(spec.name)
-        else:
-            namespace[f"_d_{spec.name}"] = spec.default
-            params.append(f"{spec.name}=_d_{spec.name}")
-        namespace[f"_s_{spec.name}"] = cls.__dict__[spec.name].__set__
-    assert not hasattr(cls, "__post_init__")
-    body = "".join(f"    _s_{name}(self, {name})\n" for name in names)
-    source = f"def __init__(self, {', '.join(params)}):\n{body}"
-    exec(source, namespace)  # built from the class's own field names
-    init = namespace["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__doc__ = cls.__init__.__doc__
-    setattr(cls, "__init__", init)  # noqa: B010 - mypy refuses assigning to a method
-    return cls
-
-
 # --------------------------------------------------------------------------------------
 # Inputs (the driver tells the scheduler)
 
@@ -93,7 +58,6 @@ class OpenTick:
     plan_order: bool = True
 
 
-@_quick_init
 @dataclass(frozen=True, slots=True)
 class ReceiveCall:
     """One call, as the model wrote it (any JSON value: the scheduler checks it)."""
@@ -127,7 +91,6 @@ class Decide:
     date: str = ""
 
 
-@_quick_init
 @dataclass(frozen=True, slots=True)
 class FinishCall:
     """A started call returned (`value`, maybe on `branch`) or failed (`error`)."""
@@ -153,7 +116,6 @@ Event = OpenTick | ReceiveCall | CloseStream | ReportFault | Decide | FinishCall
 # Actions (the scheduler tells the driver)
 
 
-@_quick_init
 @dataclass(frozen=True, slots=True)
 class NoteAccepted:
     """A call passed its arrival checks and waits for its inputs."""
@@ -163,7 +125,6 @@ class NoteAccepted:
     call: dict[str, Any]
 
 
-@_quick_init
 @dataclass(frozen=True, slots=True)
 class NoteReady:
     """A call's inputs exist: these are its resolved, checked parameters. `waits_on`: the
@@ -188,7 +149,6 @@ class NoteDecided:
     decision: Decision
 
 
-@_quick_init
 @dataclass(frozen=True, slots=True)
 class StartCall:
     """Run this explicit call's handler with these (resolved, checked) parameters; answer
@@ -200,7 +160,6 @@ class StartCall:
     call: dict[str, Any]
 
 
-@_quick_init
 @dataclass(frozen=True, slots=True)
 class NoteMessage:
     """A message the scheduler appended to the log."""
@@ -208,7 +167,6 @@ class NoteMessage:
     message: dict[str, Any]
 
 
-@_quick_init
 @dataclass(frozen=True, slots=True)
 class NoteSettled:
     """A call reached its final status."""

@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any, Union, get_args, get_origin, get_type_hints, overload
 
 import pydantic
 from pydantic_core import to_jsonable_python
@@ -147,16 +147,21 @@ class Tool:
         self.description = inspect.cleandoc(description or "")
         self.handler = handler
         self._signature = _HandlerSignature(handler, name) if handler is not None else None
-        if parameters is None:
-            if self._signature is None:
-                raise ConfigurationError(f"latent tool {name!r} needs a parameters schema")
-            parameters = self._signature.parameters_schema
-        self.parameters: dict[str, Any] = _schema_of(parameters, name, "parameters")
-        if output is None and self._signature is not None:
-            output = self._signature.output_schema
-        self.output: dict[str, Any] | None = (
-            None if output is None else _schema_of(output, name, "output")
-        )
+        # A schema pydantic made (from the signature, the return annotation, a model
+        # class) is valid as made; only a dict the user wrote is checked, so a tool made
+        # from a function does not load jsonschema (docs/architecture.md).
+        self.parameters: dict[str, Any]
+        if parameters is not None:
+            self.parameters = _schema_of(parameters, name, "parameters")
+        elif self._signature is not None:
+            self.parameters = dict(self._signature.parameters_schema)
+        else:
+            raise ConfigurationError(f"latent tool {name!r} needs a parameters schema")
+        self.output: dict[str, Any] | None
+        if output is not None:
+            self.output = _schema_of(output, name, "output")
+        else:
+            self.output = None if self._signature is None else self._signature.output_schema
         self.requires_approval = _check_approval_rule(requires_approval, name)
         self.depends_on: tuple[str, ...] = _check_depends_on(depends_on, name)
         self.dependency_references: tuple[Expression, ...] = ()
@@ -452,15 +457,15 @@ def _schema_of(
     schema: Mapping[str, Any] | type[pydantic.BaseModel], tool_name: str, what: str
 ) -> dict[str, Any]:
     if isinstance(schema, type) and issubclass(schema, pydantic.BaseModel):
-        result = schema.model_json_schema()
-    elif isinstance(schema, Mapping):
+        return schema.model_json_schema()  # valid as pydantic made it
+    if isinstance(schema, Mapping):
         result = dict(schema)
     else:
         raise ConfigurationError(
             f"tool {tool_name!r}: {what} must be a JSON Schema dict or a pydantic model class, "
             f"not {type(schema).__name__}"
         )
-    import jsonschema  # only for schemas a user wrote or chose
+    import jsonschema  # only for schemas a user wrote
 
     try:
         jsonschema.Draft202012Validator.check_schema(result)
@@ -531,6 +536,41 @@ def _check_positive(value: Any, tool_name: str, option: str, kind: type) -> Any:
     return kind(value)
 
 
+# `@tool` gives a Tool; `@tool(...)` gives a decorator that does (typed both ways, so a
+# user's `mypy --strict` sees a `Tool`, not an untyped decorator). The options are
+# listed in each overload and in the implementation: add a new one to all three.
+@overload
+def tool(
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: ApprovalRule = False,
+    depends_on: Iterable[str] = (),
+    output_path: str | None = None,
+    timeout: float | None = None,
+    max_concurrency: int | None = None,
+    bind: Mapping[str, str] | None = None,
+    idempotent: bool = False,
+) -> Tool: ...
+
+
+@overload
+def tool(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: ApprovalRule = False,
+    depends_on: Iterable[str] = (),
+    output_path: str | None = None,
+    timeout: float | None = None,
+    max_concurrency: int | None = None,
+    bind: Mapping[str, str] | None = None,
+    idempotent: bool = False,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
 def tool(
     fn: Callable[..., Any] | None = None,
     *,
@@ -543,7 +583,7 @@ def tool(
     max_concurrency: int | None = None,
     bind: Mapping[str, str] | None = None,
     idempotent: bool = False,
-) -> Any:
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a `Tool` from a type-hinted function; the docstring is the description.
 
     Usable bare (`@tool`) or with options (`@tool(timeout=10)`).

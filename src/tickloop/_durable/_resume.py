@@ -21,8 +21,9 @@ were. `recover` then settles what the crash left open:
 
 Replay and the settling of calls (`reopen`) serve both protocols' loops; what a crash
 means for the request itself differs, so each protocol's loop settles its own, in
-`tickloop._agent` (`_SolutionLoop._recover`, `_TurnLoop._recover`): this module knows
-no protocol and no agent.
+`tickloop._agent` (`_SolutionLoop._recover`, `_TurnLoop._recover`): this module runs no
+protocol's loop and knows no agent. It knows the shapes of the solution protocol's plan
+and solution messages, only to store their calls once (`shared_text`).
 """
 
 from __future__ import annotations
@@ -33,11 +34,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from json.encoder import (  # type: ignore[attr-defined]
-    c_make_encoder,
-    encode_basestring,
-    encode_basestring_ascii,
-)
+from json.encoder import JSONEncoder, encode_basestring, encode_basestring_ascii
 from typing import Any, Protocol
 
 import trio
@@ -183,18 +180,11 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
     raise ValueError(f"unknown journal event type {kind!r}")
 
 
-def _not_json(value: Any) -> Any:
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
-# The C encoder made once, not per value as `json.dumps` and `JSONEncoder.encode` do
-# (half the cost of encoding an entry). No cycle markers: a shared markers dict would keep
-# stale ids after a failed encoding; a cycle (impossible in JSON data) ends in a
-# RecursionError instead, which `dumps_entry` reports like any other unstorable value.
-_ENCODE = c_make_encoder(None, _not_json, encode_basestring, None, ":", ",", False, False, True)
-_ENCODE_ASCII = c_make_encoder(
-    None, _not_json, encode_basestring_ascii, None, ":", ",", False, False, True
-)
+# Compact JSON, made by encoders built once (`json.dumps` builds one per call). No cycle
+# check: a cycle (impossible in JSON data) ends in a RecursionError instead, which
+# `dumps_entry` reports like any other unstorable value.
+_JSON = JSONEncoder(ensure_ascii=False, check_circular=False, separators=(",", ":"))
+_JSON_ASCII = JSONEncoder(check_circular=False, separators=(",", ":"))
 
 
 def dumps_entry(value: Any) -> str:
@@ -202,8 +192,8 @@ def dumps_entry(value: Any) -> str:
     refused on arrival but journaled as it came, so the replay refuses it again) is kept
     as its `\\u` escape: SQLite stores UTF-8, which has no form for it."""
     try:
-        text = "".join(_ENCODE(value, 0))
-        return "".join(_ENCODE_ASCII(value, 0)) if has_surrogate(text) else text
+        text = _JSON.encode(value)
+        return _JSON_ASCII.encode(value) if has_surrogate(text) else text
     except (TypeError, ValueError, RecursionError) as error:
         raise StoreError(f"a value of this run cannot be stored as JSON: {error}") from error
 
@@ -218,7 +208,7 @@ def dumps_call(value: Any) -> str:
     escaped; values (results, parameters) keep `dumps_entry`'s UTF-8.
     """
     try:
-        return "".join(_ENCODE_ASCII(value, 0))
+        return _JSON_ASCII.encode(value)
     except (TypeError, ValueError, RecursionError) as error:
         raise StoreError(f"a value of this run cannot be stored as JSON: {error}") from error
 
@@ -312,7 +302,7 @@ def received_text(event: ReceiveCall) -> tuple[str, tuple[dict[str, Any], str] |
     call, date = event.call, event.date
     if type(call) is dict and type(date) is str:
         try:
-            call_text = "".join(_ENCODE_ASCII(call, 0))
+            call_text = _JSON_ASCII.encode(call)
         except (TypeError, ValueError, RecursionError):
             pass  # dumps_call says why
         else:
@@ -395,9 +385,9 @@ def shared_text(
     null), and each call as a reference (`"calls"`): `n`, the call of CallReceived entry
     `n`; `[n, id]`, that call with `_id` set to `id` (a plan's wire, as the scheduler made
     it on arrival); `[value]`, the value itself. `_store.expand_shared` puts them back.
-    Only the very objects are referenced (the wire the scheduler made from the received
-    call, `clean`; the calls handed on, `arrived`: their entries' numbers and the calls,
-    which the solution holds), so the message read back is the one journaled. A plan's
+    Only calls equal to what was journaled are referenced (the wire the scheduler made
+    from the received call, `clean`; the calls handed on, `arrived`: their entries'
+    numbers and the calls), so the message read back is the one journaled. A plan's
     wire replaced by a reviewer is its row's text (encoded once, when it was decided).
     None for any other message, for a plan of no calls, and for a solution none of whose
     calls is shared.
@@ -413,7 +403,7 @@ def shared_text(
         for call in calls:
             call_id: Any = call.get("_id") if type(call) is dict else None
             kept = clean.get(call_id) if call_id is not None else None
-            if kept is None or kept[0] is not call:
+            if kept is None or kept[0] != call:
                 parts.append(f"[{dumps_entry(call)}]")
                 continue
             number = kept[1]
@@ -429,17 +419,20 @@ def shared_text(
             return None
         path = '["solution","calls"]'
         numbers, handed = arrived
-        if len(calls) == len(handed) and all(map(operator.is_, calls, handed)):
+        if calls == handed:
             parts = list(map(int.__repr__, numbers))  # every call, in order: most solutions
         else:
-            by_id = {id(call): number for number, call in zip(numbers, handed, strict=True)}
+            # The calls handed on are in the solution in the order they arrived, among
+            # others that were not (not objects, cut off): each is referred to, the rest
+            # stored as they are.
+            position = 0
             for call in calls:
-                number = by_id.get(id(call))
-                if number is None:
-                    parts.append(f"[{dumps_entry(call)}]")
-                else:
-                    parts.append(int.__repr__(number))
+                if position < len(handed) and call == handed[position]:
+                    parts.append(int.__repr__(numbers[position]))
+                    position += 1
                     shared = True
+                else:
+                    parts.append(f"[{dumps_entry(call)}]")
             if not shared:
                 return None
         rest = {**message, "solution": {**solution, "calls": None}}

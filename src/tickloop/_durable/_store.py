@@ -147,7 +147,6 @@ CALL_COLUMNS = (
     "finished",
 )
 # A whole row is inserted by `_insert_calls` (a statement per set of NULL columns).
-_NO_VALUES = (None,) * (len(CALL_COLUMNS) + 1)
 # The columns NULL in the row of a call that was never asked about, decided or failed,
 # most rows: such a row may be given without them (the run id, then LEAN_COLUMNS).
 USUALLY_NULL = ("decision", "error", "asked", "decided")
@@ -902,7 +901,7 @@ def _insert_calls(connection: sqlite3.Connection, rows: Sequence[Sequence[Any]])
         rows = [row for row in rows if len(row) != len(LEAN_COLUMNS) + 1]
     groups: dict[tuple[bool, ...], list[Sequence[Any]]] = {}
     for row in rows:
-        shape = tuple(map(operator.is_, row, _NO_VALUES))
+        shape = tuple(value is None for value in row)
         group = groups.get(shape)
         if group is None:
             groups[shape] = [row]

@@ -16,7 +16,6 @@ import time
 import types
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
 from typing import Any
 
 import pydantic
@@ -35,24 +34,14 @@ from ._host import host_loop, run_on_host
 __all__ = ["Engine", "Journal", "Outcome", "check_configuration", "run_handler", "utc_now"]
 
 
-# The current second: its first microsecond, the next second's, and its text up to the '.'.
-_second: list[Any] = [0, 0, ""]
-
-
 def utc_now(_clock: Callable[[], int] = time.time_ns) -> str:
     """ISO-8601 UTC with a `Z` and microseconds, the `_date` of every engine write.
 
-    Every event of every call carries one, so the date and time of the current second
-    are formatted once and only the microseconds per call (from integer nanoseconds: no
-    float arithmetic per call; zero-padded as the tail of a seven-digit number).
+    Formatted whole each time, from integer nanoseconds (no float rounding): nothing is
+    kept between calls, so any number of threads may date their writes at once.
     """
-    micro = _clock() // 1000
-    current = _second
-    if not current[0] <= micro < current[1]:
-        second = micro // 1_000_000
-        current[0], current[1] = second * 1_000_000, second * 1_000_000 + 1_000_000
-        current[2] = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
-    return current[2] + str(micro - current[0] + 1_000_000)[1:] + "Z"
+    seconds, nanoseconds = divmod(_clock(), 1_000_000_000)
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{nanoseconds // 1000:06d}Z"
 
 
 Outcome = tuple[Any, str | None, dict[str, Any] | None]

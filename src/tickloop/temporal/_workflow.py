@@ -32,7 +32,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    import pydantic
+    import pydantic  # noqa: F401 - passed through to the sandbox, as before
 
     from .._agent._agent import Agent
     from .._agent._loop import AgentConfig, RunResult
@@ -55,7 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from .._durable._resume import INTERRUPTED
     from .._engine._run import initial_log
     from .._engine._sources import merge_opened
-    from .._errors import ExecuteError, TickloopError, _RunStopped
+    from .._errors import ExecuteError, RunStopped, TickloopError
     from .._mcp._server import MCPServer, MCPTool
     from .._models._base import (
         ModelError,
@@ -459,7 +459,7 @@ class AgentWorkflow:
             else:
                 self._loop = _WorkflowSolutionLoop(self, log)
             result = await self._loop.run()
-        except _RunStopped as error:
+        except RunStopped as error:
             raise ApplicationError(
                 str(error),
                 {"messages": error.messages},
@@ -544,11 +544,8 @@ class AgentWorkflow:
         return {"events": page, "next": since + len(page), "total": len(self.events)}
 
     def _result(self, result: RunResult) -> dict[str, Any]:
-        output = result.output
-        if isinstance(output, pydantic.BaseModel):
-            output = output.model_dump(mode="json")
         return {
-            "output": output,
+            "output": self.agent.output.dump(result.output),
             "status": result.status,
             "iterations": result.iterations,
             "usage": {
