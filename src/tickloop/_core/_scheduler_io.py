@@ -47,7 +47,7 @@ __all__ = [
 # Inputs (the driver tells the scheduler)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class OpenTick:
     """A new request's stream opened: calls that arrive now belong to `iteration`."""
 
@@ -58,7 +58,7 @@ class OpenTick:
     plan_order: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReceiveCall:
     """One call, as the model wrote it (any JSON value: the scheduler checks it)."""
 
@@ -66,14 +66,14 @@ class ReceiveCall:
     date: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CloseStream:
     """No more calls will arrive for this request: settling may begin."""
 
     date: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReportFault:
     """A structural fault of the iteration itself (unparseable solution, bad output)."""
 
@@ -82,7 +82,7 @@ class ReportFault:
     date: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Decide:
     """The answer to an `AskApproval` (or a later one for a deferred call)."""
 
@@ -91,7 +91,7 @@ class Decide:
     date: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FinishCall:
     """A started call returned (`value`, maybe on `branch`) or failed (`error`)."""
 
@@ -102,7 +102,7 @@ class FinishCall:
     date: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Flush:
     """The run is ending: append the errors that came after the last tick ended."""
 
@@ -116,7 +116,7 @@ Event = OpenTick | ReceiveCall | CloseStream | ReportFault | Decide | FinishCall
 # Actions (the scheduler tells the driver)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NoteAccepted:
     """A call passed its arrival checks and waits for its inputs."""
 
@@ -125,7 +125,7 @@ class NoteAccepted:
     call: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NoteReady:
     """A call's inputs exist: these are its resolved, checked parameters. `waits_on`: the
     calls whose writes (or end, for a tool's `depends_on`) it waited on, in arrival order,
@@ -136,20 +136,20 @@ class NoteReady:
     waits_on: Sequence[str] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AskApproval:
     """Ask the approval hook about this call; answer with `Decide`."""
 
     pending: PendingCall
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NoteDecided:
     id: str
     decision: Decision
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StartCall:
     """Run this explicit call's handler with these (resolved, checked) parameters; answer
     with `FinishCall`."""
@@ -160,14 +160,14 @@ class StartCall:
     call: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NoteMessage:
     """A message the scheduler appended to the log."""
 
     message: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NoteSettled:
     """A call reached its final status."""
 
@@ -176,7 +176,7 @@ class NoteSettled:
     error: dict[str, Any] | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NoteTickEnded:
     """The tick is over; `paused` lists deferred calls it could not finish without."""
 
