@@ -95,6 +95,11 @@ class AgentConfig:
     tracer: Any
     on_event: Callable[[RunEvent], Any] | None
     rng: random.Random
+    name: str | None = None
+    max_depth: int = 5  # of the tree this run is the root of (PROTOCOL §11)
+    # Where the run is in a tree of runs (`_tree.RunPlace`), when it has sub-agents or is
+    # one; its engine hands it to the calls (`CallContext.scope`) that start child runs.
+    place: Any = None
 
 
 class LoopProtocol(ABC):
@@ -169,6 +174,7 @@ class OuterLoop:
             on_action=on_action,
             journal=durable,
             run_id=self.events.run_id or None,
+            scope=config.place,
         )
 
     def _action_listener(self) -> Callable[[Any], None] | None:

@@ -43,6 +43,7 @@ from typing import Any, Protocol
 import trio
 
 from .._core._decisions import (
+    Approve,
     Decision,
     Defer,
     PendingCall,
@@ -73,6 +74,7 @@ from .._core._scheduler_io import (
     NoteSettled,
     NoteTickEnded,
     OpenTick,
+    ParkCall,
     ReceiveCall,
     ReportFault,
     StartCall,
@@ -154,6 +156,8 @@ def event_to_dict(event: Event) -> dict[str, Any]:
         body = {"type": "FaultReported", "error": event.error, "call": event.call}
     elif isinstance(event, Flush):
         body = {"type": "Flush"}
+    elif isinstance(event, ParkCall):
+        body = {"type": "CallParked", "call_id": event.call_id}
     else:
         raise TypeError(f"not a scheduler event: {event!r}")
     body["date"] = event.date
@@ -180,6 +184,8 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
         return ReportFault(data["error"], data.get("call"), date)
     if kind == "Flush":
         return Flush(date)
+    if kind == "CallParked":
+        return ParkCall(data["call_id"], date)
     raise ValueError(f"unknown journal event type {kind!r}")
 
 
@@ -589,6 +595,7 @@ class DurableRun:
         self.verdicts: dict[int, Any] = {}  # iteration -> accepted output (None: none)
         self.unresolved: set[int] = set()  # iterations whose output awaits its tick (§8)
         self.decisions: dict[str, Decision] = {}
+        self.parked: set[str] = set()  # sub-agent calls parked while their child paused
         self.resumed = False
         self._pending: list[tuple[float, str, str]] = []
         # Events recorded that `_track` has not followed yet (see `record`): (event,
@@ -873,6 +880,14 @@ class DurableRun:
             self.handed = set()
         elif isinstance(event, CloseStream):
             self.plan_due = True
+        elif type(event) is ParkCall:
+            # A sub-agent's call whose child paused: not running, and started again on
+            # resume (`reopen`), where its child replays its own journal.
+            if not mark:
+                self.running.pop(event.call_id, None)
+            self.parked.add(event.call_id)
+        elif type(event) is Decide:
+            self.parked.discard(event.call_id)  # started again
         # One lookup per action instead of a chain of isinstance tests: this runs for
         # every action of every event, several per call.
         handlers = _HANDLERS
@@ -1091,7 +1106,13 @@ class DurableRun:
             engine.ask(self.asking)
         for pending in scheduler.deferred:
             decision = self.decisions.get(pending.id)
-            if decision is not None:
+            if pending.id in self.parked:
+                # A sub-agent's call parked by its paused child: it starts again, and its
+                # child replays its journal and applies the decisions under its path (a
+                # child with nothing new to do parks it again).
+                self.parked.discard(pending.id)
+                engine.decide(pending.id, Approve())
+            elif decision is not None:
                 engine.decide(pending.id, decision)
         return True
 

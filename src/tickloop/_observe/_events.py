@@ -138,12 +138,18 @@ class Redactor:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunEvent:
-    """Base of every event: the run, the call it is about (if any), and trio time."""
+    """Base of every event: the run, the call it is about (if any), and trio time.
+
+    A sub-agent's event (PROTOCOL §11) has `path`, the ids of the agent calls above it,
+    and `agent`, the sub-agent's name; its `call_id` is the full path ("c1.2/c1.0").
+    """
 
     kind: ClassVar[str] = "event"
     run_id: str
     time: float
     call_id: str | None = None
+    path: tuple[str, ...] = ()
+    agent: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The event as JSON-ready data, with its `kind` (e.g. "call.started")."""
@@ -291,7 +297,10 @@ def event_from_dict(data: Mapping[str, Any]) -> RunEvent:
     if kind is None:
         raise ValueError(f"not a run event: {data.get('kind')!r}")
     names = {item.name for item in fields(kind)}
-    return kind(**{key: value for key, value in data.items() if key in names})
+    values = {key: value for key, value in data.items() if key in names}
+    if isinstance(values.get("path"), list):
+        values["path"] = tuple(values["path"])
+    return kind(**values)
 
 
 # --------------------------------------------------------------------------------------

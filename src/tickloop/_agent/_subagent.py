@@ -1,0 +1,159 @@
+"""Agents as tools: a call to one runs a child run (PROTOCOL §11).
+
+The child run is the sub-agent's own loop (`OuterLoop`, either protocol) on its own log,
+state, scheduler and limits, run as the activity of the call that started it, inside the
+same run: the root's approval hook, events, redaction, `max_depth` and journal serve it
+through its `RunPlace` (`_tree`). Its output is the call's result, written like any
+tool's; a child that ends without one fails its call, and never its parent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from .._core._log import copy_json
+from .._core._tools import CallContext, Tool, ToolSet
+from .._engine._engine import PARKED, CallRefused
+from .._engine._run import initial_log
+from .._errors import ConfigurationError, _RunStopped
+from .._observe._events import Redactor
+from ._loop import AgentConfig
+from ._tree import DEFAULT_MAX_DEPTH, ChildSink, RunPlace, TreeServices, TreeTool
+
+__all__ = ["DEFAULT_INPUT", "AgentTool", "check_tree", "run_child"]
+
+DEFAULT_INPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {"task": {"type": "string", "description": "what the agent is to do"}},
+    "required": ["task"],
+}
+
+
+class AgentTool(TreeTool):
+    """An agent as a tool: its call runs the agent as a child run.
+
+    Made by `Agent.as_tool` (or by placing an `Agent` in a `tools=` list). `open_config`
+    is the agent's own way of taking its configuration for one run (its tool sources
+    opened); `agent_tools` its tools, for the tree's checks.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        description: str,
+        parameters: Any,
+        output: Any,
+        open_config: Callable[[], AbstractAsyncContextManager[AgentConfig]],
+        agent_tools: ToolSet,
+        requires_approval: Any = False,
+        timeout: float | None = None,
+    ) -> None:
+        super().__init__(
+            name,
+            description,
+            parameters,
+            output,
+            handler=self._start_child,
+            requires_approval=requires_approval,
+            timeout=timeout,
+            # A crash while the child runs starts the call again: its child then replays
+            # its own journal, so no finished call of it runs again (§10 at every depth).
+            idempotent=True,
+        )
+        self.agent_name = name
+        self._open_config = open_config
+        self._agent_tools = agent_tools
+
+    def child_tools(self) -> list[Tool]:
+        return list(self._agent_tools.values())
+
+    def prepare(
+        self, params: dict[str, Any], context: CallContext | None
+    ) -> tuple[Any, dict[str, Any]]:
+        # The parameters are the child's input, checked against its schema already: they
+        # are not converted to a signature's types.
+        return self._run_child, {"params": params, "context": context}
+
+    async def _start_child(self, context: CallContext) -> Any:  # the signature `Tool` reads
+        raise NotImplementedError  # `prepare` hands `_run_child` to the engine instead
+
+    async def _run_child(self, params: dict[str, Any], context: CallContext) -> Any:
+        parent = context.scope
+        if not isinstance(parent, RunPlace):  # `run_calls`: a tree of its own
+            tree = TreeServices(
+                run_id=context.run_id or "",
+                approve=None,
+                listeners=[],
+                redact=Redactor(),
+                max_depth=DEFAULT_MAX_DEPTH,
+            )
+            parent = RunPlace(tree)
+        place = parent.child(context.id, self.agent_name)
+        tree = place.tree
+        if place.depth > tree.max_depth:
+            raise CallRefused(
+                f"sub-agent {self.agent_name!r} would run at depth {place.depth}, deeper "
+                f"than the root's max_depth of {tree.max_depth}"
+            )
+        tree.parked.pop(place.prefix[:-1], None)  # started (again): not parked
+        async with self._open_config() as config:
+            return await run_child(config, place, params)
+
+
+async def run_child(config: AgentConfig, place: RunPlace, params: dict[str, Any]) -> Any:
+    """Run a sub-agent's loop as a child run at `place`; its output (JSON), or `PARKED`
+    when it paused on decisions. A run that stops without an output raises RuntimeError
+    saying why, which fails the call."""
+    tree = place.tree
+    config = dataclasses.replace(
+        config,
+        approve=place.ask if tree.approve is not None else None,
+        store=None,
+        on_event=None,
+        tracer=None,
+        redact=tree.redact,
+        place=place,
+    )
+    log = initial_log(copy_json(params))
+    loop = config.protocol.open_loop(config, log, ChildSink(place), None)
+    try:
+        result = await loop.run()
+    except _RunStopped as stopped:
+        raise RuntimeError(
+            f"sub-agent {place.agent!r} ended without an output: {stopped}"
+        ) from None
+    finally:
+        place.finished(loop.engine.records)
+    if result.status == "paused":
+        tree.parked[place.prefix[:-1]] = place.pending_of(result.pending)
+        return PARKED
+    output = result.output
+    # A copy: nothing of the child's log is shared (a pydantic model's JSON is made anew
+    # by the engine, like any tool's result).
+    return copy_json(output) if isinstance(output, dict | list) else output
+
+
+def check_tree(tools: Iterable[Tool], approve: Any) -> None:
+    """A tool that may require approval anywhere in the tree needs the root's hook
+    (PROTOCOL §11): checked when the root run starts, before anything runs."""
+    if approve is not None:
+        return
+    seen: set[int] = set()
+    stack: list[tuple[tuple[str, ...], Tool]] = [((), tool) for tool in tools]
+    while stack:
+        agents, tool = stack.pop()
+        if id(tool) in seen:  # an agent may be a tool of itself (bounded by max_depth)
+            continue
+        seen.add(id(tool))
+        if tool.may_require_approval:
+            where = f" of sub-agent {' > '.join(agents)}" if agents else ""
+            raise ConfigurationError(
+                f"tool {tool.name!r}{where} may require approval, but no approval hook was "
+                "given (pass approve=... to the root agent: it serves the whole tree)"
+            )
+        if isinstance(tool, TreeTool):
+            stack.extend(((*agents, repr(tool.agent_name)), child) for child in tool.child_tools())
