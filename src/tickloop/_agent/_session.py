@@ -181,6 +181,8 @@ class RunSession:
             journal=self.journal,
             decisions=durable.decisions if durable is not None else None,
         )
+        if durable is not None:
+            durable.share = False  # its children's entries come between its own
         place = RunPlace(tree, (), config.name)
         approve = place.ask if config.approve is not None else None
         return dataclasses.replace(config, approve=approve, place=place), place

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
-from .._core._log import copy_json
+from .._core._log import ContextLog, copy_json
 from .._core._tools import CallContext, Tool, ToolSet
+from .._durable._resume import DurableRun
 from .._engine._engine import PARKED, CallRefused
 from .._engine._run import initial_log
 from .._errors import ConfigurationError, _RunStopped
 from .._observe._events import Redactor
-from ._loop import AgentConfig
+from ._loop import AgentConfig, OuterLoop
 from ._tree import DEFAULT_MAX_DEPTH, ChildSink, RunPlace, TreeServices, TreeTool
 
 __all__ = ["DEFAULT_INPUT", "AgentTool", "check_tree", "run_child"]
@@ -118,10 +119,43 @@ async def run_child(config: AgentConfig, place: RunPlace, params: dict[str, Any]
         redact=tree.redact,
         place=place,
     )
-    log = initial_log(copy_json(params))
-    loop = config.protocol.open_loop(config, log, ChildSink(place), None)
+    sink = ChildSink(place)
+    root = tree.durable
+    if root is None:
+        loop = config.protocol.open_loop(config, initial_log(copy_json(params)), sink, None)
+        return await _finish(place, loop, nullcontext())
+    # A durable tree: the child is journaled in the root's run under its path, and a
+    # child that journaled before (a crash, a pause) replays that and goes on from there.
+    path = place.prefix[:-1]
+    top = root.rows.get(place.path[0])
+    durable = DurableRun(
+        root.writer,
+        config.tools,
+        tree.redact,
+        sink,
+        path=path,
+        row_seq=None if top is None else top.seq,
+    )
+    journal = tree.journal_of(path)
+    if journal:
+        loop = config.protocol.open_loop(config, ContextLog(), sink, durable)
+        durable.decisions = tree.decisions_under(place.prefix)
+        durable.replay(journal, loop)
+    else:
+        log = initial_log(copy_json(params))
+        durable.journal_messages(list(log.messages))
+        loop = config.protocol.open_loop(config, log, sink, durable)
+    return await _finish(place, loop, durable.flushing())
+
+
+async def _finish(
+    place: RunPlace, loop: OuterLoop, flushing: AbstractAsyncContextManager[Any]
+) -> Any:
+    """Run a child's loop to its end: its output, or `PARKED`."""
+    tree = place.tree
     try:
-        result = await loop.run()
+        async with flushing:
+            result = await loop.run()
     except _RunStopped as stopped:
         raise RuntimeError(
             f"sub-agent {place.agent!r} ended without an output: {stopped}"

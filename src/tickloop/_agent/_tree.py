@@ -94,6 +94,26 @@ class TreeServices:
         # and, per parked agent call (full path), the pending calls of its paused child.
         self.records: dict[str, dict[str, CallRecord]] = {}  # per agent call (full path)
         self.parked: dict[str, list[PendingCall]] = {}
+        self._journals: dict[str, list[tuple[int, float, str, Any]]] | None = None
+
+    def journal_of(self, path: str) -> list[tuple[int, float, str, Any]]:
+        """The entries a child run at `path` journaled in earlier processes, their kinds
+        untagged ("event@c1.2" -> "event"), for its replay; [] for a new child."""
+        if self._journals is None:  # grouped once, on the first child that asks
+            self._journals = {}
+            for number, at, kind, body in self.journal:
+                base, _, where = kind.partition("@")
+                if where:
+                    self._journals.setdefault(where, []).append((number, at, base, body))
+        return self._journals.pop(path, [])
+
+    def decisions_under(self, prefix: str) -> dict[str, Decision]:
+        """The decisions recorded for calls below `prefix` ("c1.2/"), by their ids there."""
+        return {
+            call_id[len(prefix) :]: decision
+            for call_id, decision in self.decisions.items()
+            if call_id.startswith(prefix)
+        }
 
     async def ask(self, pending: PendingCall) -> Decision:
         """Ask the root's hook about a call of any run of the tree, one at a time."""
