@@ -264,3 +264,19 @@ def test_resume_takes_a_decision_by_path(tmp_path: Path) -> None:
     assert result.status == "done"
     assert result.records["c1.0/c1.0"].status == "denied"
     assert result.output == {"p": "post", "o": 1}  # the child fell back to its input
+
+
+def test_trace_and_timeline_nest_a_childs_calls_under_the_call_that_started_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "runs.db")
+    store = tl.SQLiteStore(db)
+    _deferring_tree(store).run({}, run_id="post-9")
+    _deferring_tree(store).resume("post-9", decisions={"c1.0/c1.0": tl.Approve()})
+    capsys.readouterr()
+    assert main(["trace", "post-9", "--store", db]) == 0
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert [line.split()[0] for line in lines] == ["c1.0", "c1.0/c1.0", "c1.1"]
+    assert lines[1].startswith("  c1.0/c1.0")  # indented under its agent call
+    page = tl.timeline_html(db, "post-9")
+    assert page.index("c1.0/c1.0") < page.index("c1.1")
