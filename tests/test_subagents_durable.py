@@ -280,3 +280,46 @@ def test_trace_and_timeline_nest_a_childs_calls_under_the_call_that_started_it(
     assert lines[1].startswith("  c1.0/c1.0")  # indented under its agent call
     page = tl.timeline_html(db, "post-9")
     assert page.index("c1.0/c1.0") < page.index("c1.1")
+
+
+def test_a_resumed_tree_reports_the_calls_of_children_that_ended_before(
+    tmp_path: Path,
+) -> None:
+    ran.clear()
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+
+    def tree() -> tl.Agent:
+        helper = tl.Agent(
+            tl.ScriptedModel(
+                [
+                    {"calls": [{"_tool": "other", "n": 5, "_outputPath": "†state.n"}]},
+                    {"calls": [], "output": "†state.n"},
+                ]
+            ),
+            tools=[other],
+            name="helper",
+        )
+        publisher = _deferring_tree(store).tools["publisher"]
+        return tl.Agent(
+            tl.ScriptedModel(
+                [
+                    {
+                        "calls": [
+                            {"_tool": "helper", "task": "count", "_outputPath": "†state.h"},
+                            {"_tool": "publisher", "task": "post", "_outputPath": "†state.p"},
+                        ]
+                    },
+                    {"calls": [], "output": {"h": "†state.h", "p": "†state.p"}},
+                ]
+            ),
+            tools=[helper, publisher],
+            approve=lambda call: tl.Defer(),
+            store=store,
+        )
+
+    assert tree().run({}, run_id="post-10").status == "paused"
+    result = tree().resume("post-10", decisions={"c1.1/c1.0": tl.Approve()})
+    assert result.output == {"h": 5, "p": "published post"}
+    assert ran == ["other:5"]  # the helper's call ran once, in the first process
+    assert list(result.records) == ["c1.0", "c1.0/c1.0", "c1.1", "c1.1/c1.0"]
+    assert result.records["c1.0/c1.0"].output == 5

@@ -290,6 +290,7 @@ class Agent:
             parameters=self.input,
             output=self.output.schema,
             open_config=partial(self._open_for_run, root=False),
+            config=self._config,
             agent_tools=self.tools,
             requires_approval=requires_approval,
             timeout=timeout,

@@ -125,7 +125,7 @@ class RunSession:
                     self.durable.replay(self.journal, loop)
                 result = await loop.run()
                 if place is not None:  # the whole tree's calls and pending calls
-                    result.records = place.gather(result.records)
+                    result.records = place.gather(result.records, config.tools)
                     result.pending = place.pending_of(result.pending)
         except Exception as error:
             reason = f"{type(error).__name__}: {error}"

@@ -15,12 +15,13 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
 from .._core._log import ContextLog, copy_json
+from .._core._scheduler import CallRecord
 from .._core._tools import CallContext, Tool, ToolSet
 from .._durable._resume import DurableRun
 from .._engine._engine import PARKED, CallRefused
 from .._engine._run import initial_log
-from .._errors import ConfigurationError, _RunStopped
-from .._observe._events import Redactor
+from .._errors import ConfigurationError, TickloopError, _RunStopped
+from .._observe._events import EventSink, Redactor
 from ._loop import AgentConfig, OuterLoop
 from ._tree import DEFAULT_MAX_DEPTH, ChildSink, RunPlace, TreeServices, TreeTool
 
@@ -49,6 +50,7 @@ class AgentTool(TreeTool):
         parameters: Any,
         output: Any,
         open_config: Callable[[], AbstractAsyncContextManager[AgentConfig]],
+        config: Callable[[], AgentConfig],
         agent_tools: ToolSet,
         requires_approval: Any = False,
         timeout: float | None = None,
@@ -67,10 +69,28 @@ class AgentTool(TreeTool):
         )
         self.agent_name = name
         self._open_config = open_config
+        self._config = config  # without its tool sources opened: for reading records back
         self._agent_tools = agent_tools
 
     def child_tools(self) -> list[Tool]:
         return list(self._agent_tools.values())
+
+    def recorded_calls(self, place: RunPlace) -> dict[str, CallRecord]:
+        tree = place.tree
+        journal = tree.journal_of(place.prefix[:-1]) if tree.durable is not None else []
+        if not journal:
+            return {}
+        config = _child_config(self._config(), place)
+        sink = EventSink(tree.run_id, tree.redact)  # a replay delivers no events
+        durable = DurableRun(
+            tree.durable.writer, config.tools, tree.redact, sink, path=place.prefix[:-1]
+        )
+        loop = config.protocol.open_loop(config, ContextLog(), sink, durable)
+        try:
+            durable.replay(journal, loop)  # nothing runs, nothing is written
+        except TickloopError:  # its tools changed since (a tool source's): no records
+            return {}
+        return place.gather(loop.engine.records, config.tools)
 
     def prepare(
         self, params: dict[str, Any], context: CallContext | None
@@ -110,15 +130,7 @@ async def run_child(config: AgentConfig, place: RunPlace, params: dict[str, Any]
     when it paused on decisions. A run that stops without an output raises RuntimeError
     saying why, which fails the call."""
     tree = place.tree
-    config = dataclasses.replace(
-        config,
-        approve=place.ask if tree.approve is not None else None,
-        store=None,
-        on_event=None,
-        tracer=None,
-        redact=tree.redact,
-        place=place,
-    )
+    config = _child_config(config, place)
     sink = ChildSink(place)
     root = tree.durable
     if root is None:
@@ -148,6 +160,20 @@ async def run_child(config: AgentConfig, place: RunPlace, params: dict[str, Any]
     return await _finish(place, loop, durable.flushing())
 
 
+def _child_config(config: AgentConfig, place: RunPlace) -> AgentConfig:
+    """A sub-agent's configuration as a child run at `place` sees it: the root's hook,
+    redaction and journal, no store, listeners or tracer of its own."""
+    return dataclasses.replace(
+        config,
+        approve=place.ask if place.tree.approve is not None else None,
+        store=None,
+        on_event=None,
+        tracer=None,
+        redact=place.tree.redact,
+        place=place,
+    )
+
+
 async def _finish(
     place: RunPlace, loop: OuterLoop, flushing: AbstractAsyncContextManager[Any]
 ) -> Any:
@@ -161,7 +187,7 @@ async def _finish(
             f"sub-agent {place.agent!r} ended without an output: {stopped}"
         ) from None
     finally:
-        place.finished(loop.engine.records)
+        place.finished(loop.engine.records, loop.config.tools)
     if result.status == "paused":
         tree.parked[place.prefix[:-1]] = place.pending_of(result.pending)
         return PARKED

@@ -52,6 +52,11 @@ class TreeTool(Tool):
     def child_tools(self) -> list[Tool]:
         raise NotImplementedError
 
+    def recorded_calls(self, place: RunPlace) -> dict[str, CallRecord]:
+        """The records of a child run at `place` that ended in an earlier process (read
+        back from the tree's journal, nothing run), for the root's result; {} if none."""
+        return {}
+
 
 def has_sub_agents(tools: Iterable[Tool]) -> bool:
     return any(isinstance(tool, TreeTool) for tool in tools)
@@ -168,9 +173,12 @@ class RunPlace:
                 found.append(self.scoped(pending))
         return found
 
-    def gather(self, records: Mapping[str, CallRecord]) -> dict[str, CallRecord]:
+    def gather(
+        self, records: Mapping[str, CallRecord], tools: Mapping[str, Tool]
+    ) -> dict[str, CallRecord]:
         """This run's records under full paths, each agent call followed by the records
-        of its child (gathered when that child ended), in arrival order."""
+        of its child in arrival order: gathered when that child ended, or, for a child
+        that ended in an earlier process of a resumed run, read back from the journal."""
         found: dict[str, CallRecord] = {}
         prefix = self.prefix
         below = self.tree.records
@@ -178,13 +186,17 @@ class RunPlace:
             full = prefix + call_id
             found[full] = dataclasses.replace(record, id=full) if prefix else record
             child = below.pop(full, None) if below else None
+            if child is None and self.tree.journal:
+                tool = tools.get(record.tool) if record.tool is not None else None
+                if isinstance(tool, TreeTool):
+                    child = tool.recorded_calls(self.child(call_id, tool.agent_name))
             if child:
                 found.update(child)
         return found
 
-    def finished(self, records: Mapping[str, CallRecord]) -> None:
+    def finished(self, records: Mapping[str, CallRecord], tools: Mapping[str, Tool]) -> None:
         """A child run ended (any way): its records wait for its parent to gather them."""
-        self.tree.records[self.prefix[:-1]] = self.gather(records)
+        self.tree.records[self.prefix[:-1]] = self.gather(records, tools)
 
     async def ask(self, pending: PendingCall) -> Decision:
         """The approval hook of a run of this tree: the root's, told the full path."""
