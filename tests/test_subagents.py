@@ -387,3 +387,11 @@ def test_a_call_that_would_start_a_child_deeper_than_max_depth_is_invalid() -> N
     result = run_on_mock_clock(deeper, {})
     assert result.records["c1.0/c1.0"].status == "done"
     assert result.records["c1.0/c1.0/c1.0"].status == "done"
+
+
+def test_a_tree_is_refused_on_temporal_with_a_clear_error() -> None:
+    from tickloop import temporal as tlt
+
+    writer = tl.Agent(tl.ScriptedModel([]), tools=[researcher()], name="writer")
+    with pytest.raises(tl.ConfigurationError, match="does not run sub-agents yet"):
+        tlt.worker(None, [writer], task_queue="q")  # type: ignore[arg-type]

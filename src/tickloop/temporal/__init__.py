@@ -43,6 +43,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from .._agent._agent import Agent
 from .._agent._loop import RunResult
+from .._agent._tree import TreeTool
 from .._core._decisions import (
     Decision,
     PendingCall,
@@ -90,6 +91,13 @@ def _check_agent(agent: Agent) -> str:
         raise ConfigurationError(
             "an agent run on Temporal needs a name (tl.Agent(..., name='billing')): it is "
             "the workflow type and the prefix of its activities"
+        )
+    children = [tool.name for tool in agent.tools.values() if isinstance(tool, TreeTool)]
+    if children:
+        raise ConfigurationError(
+            f"agent {agent.name!r} has sub-agents ({', '.join(map(repr, children))}); "
+            "tickloop.temporal does not run sub-agents yet: run this tree locally "
+            "(docs/subagents.md)"
         )
     for source in agent.tool_sources:
         if not isinstance(source, MCPServer):
