@@ -196,7 +196,7 @@ def other(n: int) -> int:
     return n
 
 
-def _deferring_tree(store: tl.SQLiteStore) -> tl.Agent:
+def _deferring_tree(store: tl.SQLiteStore | None) -> tl.Agent:
     publisher = tl.Agent(
         tl.ScriptedModel(
             [
@@ -323,3 +323,72 @@ def test_a_resumed_tree_reports_the_calls_of_children_that_ended_before(
     assert ran == ["other:5"]  # the helper's call ran once, in the first process
     assert list(result.records) == ["c1.0", "c1.0/c1.0", "c1.1", "c1.1/c1.0"]
     assert result.records["c1.0/c1.0"].output == 5
+
+
+def test_the_inbox_decides_a_child_call_by_path_and_resumes_the_tree(tmp_path: Path) -> None:
+    import io
+
+    import trio
+
+    from tickloop._human._inbox import StoreInbox
+
+    ran.clear()
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    agent = _deferring_tree(store)
+    assert agent.run({}, run_id="post-11").status == "paused"
+    inbox = StoreInbox(store, agent, log=io.StringIO())
+
+    async def main() -> None:
+        with trio.fail_after(30):  # a safety net only
+            async with trio.open_nursery() as nursery:
+                inbox._nursery = nursery
+                await inbox.decide("post-11", "c1.0/c1.0", "approve", "", "")
+                while inbox._resuming:
+                    await trio.sleep(0.01)
+
+    trio.run(main)
+    assert store.run("post-11").status == "done"
+    assert store.run("post-11").output == {"p": "published post", "o": 1}
+
+
+def test_the_browser_page_takes_a_child_call_by_its_path() -> None:
+    import io
+    import threading
+
+    import httpx
+
+    box: dict[str, Any] = {}
+    with tl.BrowserApproval(output=io.StringIO()) as hook:
+        publisher = _deferring_tree(None).tools["publisher"]
+        agent = tl.Agent(
+            tl.ScriptedModel(
+                [
+                    {"calls": [{"_tool": "publisher", "task": "post", "_outputPath": "†state.p"}]},
+                    {"calls": [], "output": "†state.p"},
+                ]
+            ),
+            tools=[publisher],
+            approve=hook,
+        )
+        thread = threading.Thread(target=lambda: box.update(result=agent.run({})), daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not hook.snapshot()[1]:
+            assert time.monotonic() < deadline, "the child's call never reached the page"
+            time.sleep(0.01)
+        [waiting] = hook.snapshot()[1]
+        assert waiting.id == "c1.0/c1.0" and waiting.tool == "publish"
+        base, token = hook.url.split("/?token=")
+        page = httpx.get(f"{base}/?token={token}").text
+        assert "c1.0/c1.0" in page
+        form = {
+            "token": token,
+            "run": waiting.run_id or "",
+            "call": "c1.0/c1.0",
+            "action": "approve",
+        }
+        answer = httpx.post(base + "/decide", data=form, headers={"Origin": base})
+        assert answer.status_code == 303, answer.text
+        thread.join(10)
+    assert box["result"].output == "published post"
+    assert box["result"].records["c1.0/c1.0"].status == "done"

@@ -59,7 +59,7 @@ class Agent:
         self,
         model: Any,
         *,
-        tools: Sequence[Tool | ToolSource] | Mapping[str, Tool] = (),
+        tools: Sequence[Tool | ToolSource | Agent] | Mapping[str, Tool | Agent] = (),
         output: Any = None,
         instructions: str | None = None,
         approve: ApproveHook | None = None,
@@ -94,9 +94,9 @@ class Agent:
         self.max_depth = max_depth
         self.model = model
         # An agent in the list is a tool that runs it as a child run (PROTOCOL §11).
-        tools = _agents_as_tools(tools)
-        plain, self.tool_sources = split_tools(tools)
-        self._tool_items = tools
+        items = _agents_as_tools(tools)
+        plain, self.tool_sources = split_tools(items)
+        self._tool_items = items
         # The tools known now; a run adds those of its tool sources (MCP servers), which
         # are known only once they are connected (see `_open_for_run`).
         self.tools = ToolSet(plain)
@@ -325,14 +325,14 @@ class Agent:
         return await run_trio_in_asyncio(partial(self.run_async, input, **options))
 
 
-def _agents_as_tools(tools: Any) -> Any:
+def _agents_as_tools(tools: Any) -> Sequence[Tool | ToolSource] | Mapping[str, Tool]:
     """`tools` with each `Agent` in it replaced by `agent.as_tool()`."""
     if isinstance(tools, Mapping):
         if not any(isinstance(item, Agent) for item in tools.values()):
             return tools
         return {key: _agent_tool(item) for key, item in tools.items()}
     if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
-        return tools  # `split_tools` says what is wrong with it
+        return tools  # type: ignore[return-value]  # `split_tools` says what is wrong
     if not any(isinstance(item, Agent) for item in tools):
         return tools
     return [_agent_tool(item) for item in tools]
