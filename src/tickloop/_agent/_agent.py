@@ -291,6 +291,7 @@ class Agent:
             output=self.output.schema,
             open_config=partial(self._open_for_run, root=False),
             config=self._config,
+            agent=self,
             agent_tools=self.tools,
             requires_approval=requires_approval,
             timeout=timeout,

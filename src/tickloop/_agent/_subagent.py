@@ -52,6 +52,7 @@ class AgentTool(TreeTool):
         open_config: Callable[[], AbstractAsyncContextManager[AgentConfig]],
         config: Callable[[], AgentConfig],
         agent_tools: ToolSet,
+        agent: Any = None,
         requires_approval: Any = False,
         timeout: float | None = None,
     ) -> None:
@@ -71,6 +72,9 @@ class AgentTool(TreeTool):
         self._open_config = open_config
         self._config = config  # without its tool sources opened: for reading records back
         self._agent_tools = agent_tools
+        # The `Agent` itself, opaque here: a driver that runs child runs its own way (a
+        # Temporal workflow) reads its options and registers its activities.
+        self.agent = agent
 
     def child_tools(self) -> list[Tool]:
         return list(self._agent_tools.values())
