@@ -389,9 +389,14 @@ def test_a_call_that_would_start_a_child_deeper_than_max_depth_is_invalid() -> N
     assert result.records["c1.0/c1.0/c1.0"].status == "done"
 
 
-def test_a_tree_is_refused_on_temporal_with_a_clear_error() -> None:
+def test_a_sub_agent_with_mcp_servers_is_refused_on_temporal() -> None:
     from tickloop import temporal as tlt
+    from tickloop._core._tools import ToolSource
 
-    writer = tl.Agent(tl.ScriptedModel([]), tools=[researcher()], name="writer")
-    with pytest.raises(tl.ConfigurationError, match="does not run sub-agents yet"):
+    class Elsewhere(ToolSource):
+        label = "a server"
+
+    child = tl.Agent(tl.ScriptedModel([]), tools=[Elsewhere()], name="child")
+    writer = tl.Agent(tl.ScriptedModel([]), tools=[child], name="writer")
+    with pytest.raises(tl.ConfigurationError, match="sub-agent 'child' has MCP servers"):
         tlt.worker(None, [writer], task_queue="q")  # type: ignore[arg-type]
