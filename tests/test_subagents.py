@@ -400,3 +400,28 @@ def test_a_sub_agent_with_mcp_servers_is_refused_on_temporal() -> None:
     writer = tl.Agent(tl.ScriptedModel([]), tools=[child], name="writer")
     with pytest.raises(tl.ConfigurationError, match="sub-agent 'child' has MCP servers"):
         tlt.worker(None, [writer], task_queue="q")  # type: ignore[arg-type]
+
+
+def test_a_model_client_is_told_the_path_of_the_run_asking() -> None:
+    paths: list[tuple[str, ...]] = []
+
+    class Recording:
+        def __init__(self, responses: list[dict[str, Any]]) -> None:
+            self.scripted = tl.ScriptedModel(responses)
+
+        def stream_solution(self, request: Any) -> Any:
+            paths.append(request.path)
+            return self.scripted.stream_solution(request)
+
+    child = tl.Agent(Recording([solution(output="child done")]), name="child", tools=[search])
+    parent = tl.Agent(
+        Recording(
+            [
+                solution({"_tool": "child", "task": "x", "_outputPath": "†state.c"}),
+                solution(output="†state.c"),
+            ]
+        ),
+        tools=[child],
+    )
+    assert run_on_mock_clock(parent, {}).output == "child done"
+    assert paths == [(), ("c1.0",), ()]

@@ -230,6 +230,11 @@ class OuterLoop:
     async def _recover(self) -> tuple[bool, Any]:
         raise NotImplementedError
 
+    def _path(self) -> tuple[str, ...]:
+        """The agent-call ids above this run (PROTOCOL §11): () at the root, or alone."""
+        place = self.config.place
+        return place.path if place is not None else ()
+
     def _iterations_done(self) -> int:
         return self.protocol.iterations_in(self.log)
 

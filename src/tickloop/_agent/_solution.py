@@ -142,6 +142,7 @@ class _SolutionLoop(OuterLoop):
             ),
             schema=config.schema,
             iteration=iteration,
+            path=self._path(),
         )
         stream = SolutionStream()
         text: list[str] = []

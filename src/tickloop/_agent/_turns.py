@@ -181,6 +181,7 @@ class _TurnLoop(OuterLoop):
             conversation=self._conversation(),
             tools=self.specs,
             iteration=iteration,
+            path=self._path(),
         )
         self.engine.open_tick(iteration)
         self._emit(RequestStarted, iteration=iteration)

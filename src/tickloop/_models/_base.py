@@ -110,6 +110,8 @@ class SolutionRequest:
     iteration: int
     schema_name: str = "solution"
     metadata: dict[str, Any] = field(default_factory=dict)
+    # The agent-call ids above the run asking: a sub-agent's (PROTOCOL §11), () at the root.
+    path: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"messages": self.messages, "schema": self.schema}
@@ -168,6 +170,8 @@ class TurnRequest:
     tools: list[ToolSpec]
     iteration: int
     metadata: dict[str, Any] = field(default_factory=dict)
+    # The agent-call ids above the run asking: a sub-agent's (PROTOCOL §11), () at the root.
+    path: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
