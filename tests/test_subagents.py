@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pydantic
@@ -402,16 +403,17 @@ def test_a_sub_agent_with_mcp_servers_is_refused_on_temporal() -> None:
         tlt.worker(None, [writer], task_queue="q")  # type: ignore[arg-type]
 
 
-def test_a_model_client_is_told_the_path_of_the_run_asking() -> None:
+def test_a_model_is_told_the_path_asking_and_the_usage_covers_the_tree() -> None:
     paths: list[tuple[str, ...]] = []
 
     class Recording:
         def __init__(self, responses: list[dict[str, Any]]) -> None:
-            self.scripted = tl.ScriptedModel(responses)
+            self.responses = responses
 
-        def stream_solution(self, request: Any) -> Any:
+        async def stream_solution(self, request: Any) -> Any:
             paths.append(request.path)
-            return self.scripted.stream_solution(request)
+            yield tl.TextDelta(json.dumps(self.responses[request.iteration - 1]))
+            yield tl.Usage(input_tokens=100, output_tokens=10)
 
     child = tl.Agent(Recording([solution(output="child done")]), name="child", tools=[search])
     parent = tl.Agent(
@@ -423,5 +425,7 @@ def test_a_model_client_is_told_the_path_of_the_run_asking() -> None:
         ),
         tools=[child],
     )
-    assert run_on_mock_clock(parent, {}).output == "child done"
+    result = run_on_mock_clock(parent, {})
+    assert result.output == "child done"
     assert paths == [(), ("c1.0",), ()]
+    assert result.usage == tl.Usage(input_tokens=300, output_tokens=30)  # the whole tree

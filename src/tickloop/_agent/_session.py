@@ -127,6 +127,7 @@ class RunSession:
                 if place is not None:  # the whole tree's calls and pending calls
                     result.records = place.gather(result.records, config.tools)
                     result.pending = place.pending_of(result.pending)
+                    result.usage = result.usage + place.tree.usage
         except Exception as error:
             reason = f"{type(error).__name__}: {error}"
             if writer is not None:

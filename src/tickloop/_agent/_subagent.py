@@ -192,6 +192,7 @@ async def _finish(
         ) from None
     finally:
         place.finished(loop.engine.records, loop.config.tools)
+        tree.usage = tree.usage + loop.usage
     if result.status == "paused":
         tree.parked[place.prefix[:-1]] = place.pending_of(result.pending)
         return PARKED

@@ -26,6 +26,7 @@ from .._core._decisions import ApproveHook, Decision, PendingCall
 from .._core._scheduler import CallRecord
 from .._core._tools import Tool
 from .._engine._asking import ask
+from .._models._base import Usage
 from .._observe._events import EventSink, Redactor, RunEvent, TickEnded
 
 __all__ = [
@@ -100,6 +101,8 @@ class TreeServices:
         self.records: dict[str, dict[str, CallRecord]] = {}  # per agent call (full path)
         self.parked: dict[str, list[PendingCall]] = {}
         self._journals: dict[str, list[tuple[int, float, str, Any]]] | None = None
+        # The model usage of every child run of this process, for the root's result.
+        self.usage = Usage()
 
     def journal_of(self, path: str) -> list[tuple[int, float, str, Any]]:
         """The entries a child run at `path` journaled in earlier processes, their kinds
