@@ -429,3 +429,33 @@ def test_a_model_is_told_the_path_asking_and_the_usage_covers_the_tree() -> None
     assert result.output == "child done"
     assert paths == [(), ("c1.0",), ()]
     assert result.usage == tl.Usage(input_tokens=300, output_tokens=30)  # the whole tree
+
+
+def test_a_sub_agent_may_use_native_tool_calling_under_a_solution_parent() -> None:
+    @tl.tool
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    child = tl.Agent(
+        tl.ScriptedModel(
+            [
+                {"tool_calls": [{"id": "t1", "name": "add", "arguments": '{"a": 2, "b": 3}'}]},
+                "The sum is 5.",
+            ]
+        ),
+        tools=[add],
+        protocol="tools",
+        name="adder",
+    )
+    parent = tl.Agent(
+        tl.ScriptedModel(
+            [
+                solution({"_tool": "adder", "task": "add 2 and 3", "_outputPath": "†state.s"}),
+                solution(output="†state.s"),
+            ]
+        ),
+        tools=[child],
+    )
+    result = run_on_mock_clock(parent, {})
+    assert result.output == "The sum is 5."
+    assert result.records["c1.0/c1.0"].output == 5
