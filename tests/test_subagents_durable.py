@@ -392,3 +392,50 @@ def test_the_browser_page_takes_a_child_call_by_its_path() -> None:
         thread.join(10)
     assert box["result"].output == "published post"
     assert box["result"].records["c1.0/c1.0"].status == "done"
+
+
+def test_a_grandchild_deferral_pauses_the_tree_and_resumes_by_its_full_path(
+    tmp_path: Path,
+) -> None:
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+
+    def tree() -> tl.Agent:
+        publisher = _deferring_tree(None).tools["publisher"]
+        editor = tl.Agent(
+            tl.ScriptedModel(
+                [
+                    {
+                        "calls": [
+                            {"_tool": "publisher", "task": "†input.task", "_outputPath": "†state.p"}
+                        ]
+                    },
+                    {"calls": [], "output": "†state.p"},
+                ]
+            ),
+            tools=[publisher],
+            name="editor",
+        )
+        return tl.Agent(
+            tl.ScriptedModel(
+                [
+                    {"calls": [{"_tool": "editor", "task": "post", "_outputPath": "†state.e"}]},
+                    {"calls": [], "output": "†state.e"},
+                ]
+            ),
+            tools=[editor],
+            approve=lambda call: tl.Defer(),
+            store=store,
+        )
+
+    first = tree().run({}, run_id="deep")
+    assert first.status == "paused"
+    [pending] = first.pending
+    assert (pending.id, pending.path, pending.agent) == (
+        "c1.0/c1.0/c1.0",
+        ("c1.0", "c1.0"),
+        "publisher",
+    )
+    assert [call.id for call in store.pending("deep")] == ["c1.0/c1.0/c1.0"]
+    result = tree().resume("deep", decisions={"c1.0/c1.0/c1.0": tl.Approve()})
+    assert result.status == "done" and result.output == "published post"
+    assert list(result.records) == ["c1.0", "c1.0/c1.0", "c1.0/c1.0/c1.0"]
