@@ -118,6 +118,13 @@ def test_a_tree_on_temporal_ends_as_the_same_local_run(temporal_address: str) ->
             handle = await tlt.start(client, agent, {}, task_queue=queue)
             result = await handle.result()
             history = await handle.workflow.fetch_history()
+            events = [event async for event in handle.events()]
+        # A child's events carry its path and agent, and the worker that ran its call.
+        [finished] = [
+            e for e in events if isinstance(e, tl.CallFinished) and e.call_id == "c1.0/c1.0"
+        ]
+        assert finished.path == ("c1.0",) and finished.agent == "same-researcher"
+        assert finished.worker
         await Replayer(
             workflows=[tlt.AgentWorkflow], workflow_runner=tlt.workflow_runner()
         ).replay_workflow(history)

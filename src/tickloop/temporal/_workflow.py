@@ -555,7 +555,8 @@ class AgentWorkflow:
         """Keep `event` for the clients, with the worker that ran what it is about."""
         worker: str | None = None
         if isinstance(event, CallFinished) and self._loop is not None:
-            record = self._loop.engine.records.get(event.call_id or "")
+            engine, local = self._engine_for(event.call_id or "")  # a child's by its path
+            record = engine.records.get(local) if engine is not None else None
             worker = record.worker if record is not None else None
         elif isinstance(event, CallDecided):
             worker = self.hook_workers.get(event.call_id or "")
