@@ -439,3 +439,38 @@ def test_a_grandchild_deferral_pauses_the_tree_and_resumes_by_its_full_path(
     result = tree().resume("deep", decisions={"c1.0/c1.0/c1.0": tl.Approve()})
     assert result.status == "done" and result.output == "published post"
     assert list(result.records) == ["c1.0", "c1.0/c1.0", "c1.0/c1.0/c1.0"]
+
+
+def test_what_reads_a_parked_agent_call_waits_and_runs_after_the_resume(tmp_path: Path) -> None:
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    shouted: list[str] = []
+
+    @tl.tool
+    def shout(text: str) -> str:
+        shouted.append(text)
+        return text.upper()
+
+    def tree() -> tl.Agent:
+        return tl.Agent(
+            tl.ScriptedModel(
+                [
+                    {
+                        "calls": [
+                            {"_tool": "publisher", "task": "post", "_outputPath": "†state.p"},
+                            {"_tool": "shout", "text": "†state.p", "_outputPath": "†state.s"},
+                        ]
+                    },
+                    {"calls": [], "output": "†state.s"},
+                ]
+            ),
+            tools=[_deferring_tree(None).tools["publisher"], shout],
+            approve=lambda call: tl.Defer(),
+            store=store,
+        )
+
+    first = tree().run({}, run_id="reads")
+    assert first.status == "paused" and shouted == []
+    assert first.records["c1.1"].status == "waiting"  # held back, not settled
+    result = tree().resume("reads", decisions={"c1.0/c1.0": tl.Approve()})
+    assert result.output == "PUBLISHED POST"
+    assert shouted == ["published post"]
