@@ -11,6 +11,8 @@ client, docs/models.md) to run the same tree on real models.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pydantic
 import trio
 
@@ -47,7 +49,7 @@ class Notes(pydantic.BaseModel):
     source: str
 
 
-RESEARCH = [
+RESEARCH: list[dict[str, Any]] = [
     {
         "calls": [
             {"_tool": "search", "query": "†input.topic", "_outputPath": "†state.hits"},
@@ -71,7 +73,7 @@ def publish(title: str, sections: list[Notes]) -> str:
     return "https://blog.example/async-in-python"
 
 
-WRITING = [
+WRITING: list[dict[str, Any]] = [
     {
         "calls": [
             {"_tool": "researcher", "topic": "trio", "_outputPath": "†state.trio"},
