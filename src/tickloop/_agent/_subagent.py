@@ -61,7 +61,7 @@ class AgentTool(TreeTool):
             description,
             parameters,
             output,
-            handler=self._start_child,
+            handler=self._run_child,
             requires_approval=requires_approval,
             timeout=timeout,
             # A crash while the child runs starts the call again: its child then replays
@@ -102,9 +102,6 @@ class AgentTool(TreeTool):
         # The parameters are the child's input, checked against its schema already: they
         # are not converted to a signature's types.
         return self._run_child, {"params": params, "context": context}
-
-    async def _start_child(self, context: CallContext) -> Any:  # the signature `Tool` reads
-        raise NotImplementedError  # `prepare` hands `_run_child` to the engine instead
 
     async def _run_child(self, params: dict[str, Any], context: CallContext) -> Any:
         parent = context.scope
