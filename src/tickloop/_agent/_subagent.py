@@ -68,7 +68,9 @@ class AgentTool(TreeTool):
             # its own journal, so no finished call of it runs again (§10 at every depth).
             idempotent=True,
         )
-        self.agent_name = name
+        # What events and pending calls name as `.agent`: the agent's own name, else the
+        # tool's (an unnamed agent given a name by `as_tool(name=...)`).
+        self.agent_name: str = getattr(agent, "name", None) or name
         self._open_config = open_config
         self._config = config  # without its tool sources opened: for reading records back
         self._agent_tools = agent_tools
