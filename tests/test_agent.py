@@ -382,8 +382,10 @@ def test_configuration_errors_before_anything_runs() -> None:
     def pay(cents: int) -> int:
         return cents
 
+    # Checked when a run starts, not when the agent is made: an agent used as a
+    # sub-agent needs no hook of its own, the root's serves it (PROTOCOL §11).
     with pytest.raises(tl.ConfigurationError, match="no approval hook"):
-        tl.Agent(model, tools=[pay])
+        tl.Agent(model, tools=[pay]).run({})
     assert model.requests == []
 
 

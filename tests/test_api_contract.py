@@ -700,8 +700,8 @@ def test_configuration_errors_are_raised_before_anything_runs() -> None:
 
     with pytest.raises(tl.ConfigurationError):  # may need approval, and no hook
         tl.run_calls([{"_tool": "guarded", "n": 1}], tools=[guarded])
-    with pytest.raises(tl.ConfigurationError):
-        tl.Agent(tl.ScriptedModel([]), tools=[guarded])
+    with pytest.raises(tl.ConfigurationError):  # when the run starts (a sub-agent needs
+        tl.Agent(tl.ScriptedModel([]), tools=[guarded]).run({})  # no hook: PROTOCOL §11)
     with pytest.raises(tl.ConfigurationError):
         tl.Agent(tl.ScriptedModel([]), tools=[add, add])
     with pytest.raises(tl.ConfigurationError):

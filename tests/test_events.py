@@ -276,7 +276,7 @@ def test_writes_become_events_only_for_a_write_listener() -> None:
     agent.run(on_event=mirror)
     assert not any(event.kind == "data.written" for event in plain)
     written = [event for event in mirror.events if isinstance(event, DataWritten)]
-    assert [(e.call_id, e.data_kind, e.path, e.data) for e in written] == [
+    assert [(e.call_id, e.data_kind, e.output_path, e.data) for e in written] == [
         ("c1.0", "state", "†state.a", {"a": 1}),
         ("c1.0", "state", "†state.b", {"b": 1}),
     ]

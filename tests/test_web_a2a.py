@@ -339,3 +339,22 @@ def test_a_remote_agent_with_a_parameters_schema_sends_a_data_part() -> None:
 
     result = asyncio.run(main())
     assert result.state == {"s": "HEY HEY HEY"}  # "tone" left out: not sent
+
+
+def test_the_card_carries_a_declared_input_schema_and_the_agents_description() -> None:
+    from tickloop.a2a._server import SCHEMAS_EXTENSION, agent_card
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    declared = tl.Agent(
+        tl.ScriptedModel([]), name="counter", description="Counts.", input=schema,
+        instructions="First line.\nMore.",
+    )  # fmt: skip
+    card = agent_card(declared, "http://127.0.0.1:1/")
+    params = next(e for e in card.capabilities.extensions if e.uri == SCHEMAS_EXTENSION).params
+    assert card.description == "Counts."
+    assert dict(params)["input"]["required"] == ["n"]
+    plain = agent_card(tl.Agent(tl.ScriptedModel([]), name="p", instructions="Hi.\nx"), "u")
+    plain_params = dict(
+        next(e for e in plain.capabilities.extensions if e.uri == SCHEMAS_EXTENSION).params
+    )
+    assert plain.description == "Hi." and "input" not in plain_params

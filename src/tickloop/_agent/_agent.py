@@ -36,7 +36,9 @@ from ._prompt import DEFAULT_CONTEXT_BUDGET, solution_schema
 from ._replay import Reuse, fork_model, load_recording, replay_model, stale_calls
 from ._session import RunSession
 from ._solution import SOLUTION
+from ._subagent import DEFAULT_INPUT, AgentTool, check_tree
 from ._text_stream import open_stream
+from ._tree import DEFAULT_MAX_DEPTH
 from ._turns import TOOLS
 
 __all__ = ["Agent", "RunResult"]
@@ -65,7 +67,7 @@ class Agent(Generic[OutputT]):
         self,
         model: ModelClient | TurnClient,
         *,
-        tools: Sequence[Tool | ToolSource] | Mapping[str, Tool] = (),
+        tools: Sequence[Tool | ToolSource | Agent[Any]] | Mapping[str, Tool | Agent[Any]] = (),
         output: type[OutputT] | UnionType | Mapping[str, Any] | None = None,
         instructions: str | None = None,
         approve: ApproveHook | None = None,
@@ -81,17 +83,30 @@ class Agent(Generic[OutputT]):
         tracer_provider: Any = None,
         context_budget: int | None = DEFAULT_CONTEXT_BUDGET,
         name: str | None = None,
+        description: str | None = None,
+        input: Any = None,
+        max_depth: int = DEFAULT_MAX_DEPTH,
     ) -> None:
         if name is not None and (not isinstance(name, str) or not _NAME.fullmatch(name)):
             raise ConfigurationError(
                 f"name must be letters, digits, '_', '-' or '.' (1 to 64 of them), not {name!r}"
             )
         self.name = name  # identifies the agent where runs outlive the process (Temporal)
+        if description is not None and not isinstance(description, str):
+            raise ConfigurationError(f"description must be a string, not {description!r}")
+        self.description = description  # what a parent agent's model reads of it as a tool
+        # The parameters of a call to this agent as a tool (PROTOCOL §11): its input.
+        self.input = DEFAULT_INPUT if input is None else input
+        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0:
+            raise ConfigurationError(f"max_depth must be a whole number >= 0, not {max_depth!r}")
+        self.max_depth = max_depth
         # A `ModelClient` for protocol="solution", a `TurnClient` for "tools" (checked
         # below by the protocol); kept untyped as either, for the code that drives it.
         self.model: Any = model
-        plain, self.tool_sources = split_tools(tools)
-        self._tool_items = tools
+        # An agent in the list is a tool that runs it as a child run (PROTOCOL §11).
+        items = _agents_as_tools(tools)
+        plain, self.tool_sources = split_tools(items)
+        self._tool_items = items
         # The tools known now; a run adds those of its tool sources (MCP servers), which
         # are known only once they are connected (see `_open_for_run`).
         self.tools = ToolSet(plain)
@@ -121,7 +136,9 @@ class Agent(Generic[OutputT]):
         self.store = as_store(store)
         self.redact = Redactor(redact)
         self.tracer = make_tracer(tracer_provider)
-        check_configuration(self.tools, approve, max_concurrency)
+        # A tool that may require approval needs a hook, the root's: checked when a run
+        # starts (`check_tree`), since a sub-agent needs no hook of its own (PROTOCOL §11).
+        check_configuration(ToolSet([]), approve, max_concurrency)
         check_sources(self.tool_sources, approve)
         PROTOCOLS[protocol].check(model, self.tools)
         self.schema = solution_schema(self.tools, self.output.schema, strict=strict)
@@ -165,6 +182,8 @@ class Agent(Generic[OutputT]):
             tracer=self.tracer,
             on_event=self.on_event,
             rng=self._rng,
+            name=self.name,
+            max_depth=self.max_depth,
         )
 
     async def run_async(
@@ -339,15 +358,23 @@ class Agent(Generic[OutputT]):
             return await session.execute()
 
     @asynccontextmanager
-    async def _open_for_run(self) -> AsyncIterator[AgentConfig]:
+    async def _open_for_run(self, *, root: bool = True) -> AsyncIterator[AgentConfig]:
         """This agent's configuration as one run sees it: its tool sources open (in this
-        task), their tools added to its own, their instructions to its instructions."""
+        task), their tools added to its own, their instructions to its instructions.
+
+        A root run checks its tree's approval needs (a child run is served by the root's
+        hook, `root=False`)."""
         config = self._config()
         if not self.tool_sources:
+            if root:
+                check_tree(config.tools.values(), config.approve)
             yield config
             return
         async with open_tools(self._tool_items) as opened:
-            yield self._config_with(config, opened)
+            config = self._config_with(config, opened)
+            if root:
+                check_tree(config.tools.values(), config.approve)
+            yield config
 
     def _config_with(self, config: AgentConfig, opened: OpenedTools) -> AgentConfig:
         """`config` with a run's listed tool sources: their tools added to the agent's,
@@ -364,6 +391,45 @@ class Agent(Generic[OutputT]):
             tools=opened.tools,
             instructions=instructions,
             schema=solution_schema(opened.tools, self.output.schema, strict=self.strict),
+        )
+
+    def as_tool(
+        self,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        requires_approval: Any = False,
+        timeout: float | None = None,
+    ) -> Tool:
+        """This agent as a tool of another agent: a call to it runs this agent as a child
+        run (PROTOCOL §11), its parameters the agent's `input` schema, its result the
+        agent's output. Placing the agent itself in `tools=` is `agent.as_tool()`.
+
+        `name` defaults to the agent's name (one of the two is required); `description`
+        to the agent's `description`, else the first line of its instructions.
+        """
+        name = name if name is not None else self.name
+        if name is None:
+            raise ConfigurationError(
+                "an agent used as a tool needs a name: tl.Agent(..., name='researcher') "
+                "or agent.as_tool(name='researcher')"
+            )
+        if description is None:
+            description = self.description
+        if description is None:
+            lines = (self.instructions or "").strip().splitlines()
+            description = lines[0] if lines else ""
+        return AgentTool(
+            name=name,
+            description=description,
+            parameters=self.input,
+            output=self.output.schema,
+            open_config=partial(self._open_for_run, root=False),
+            config=self._config,
+            agent=self,
+            agent_tools=self.tools,
+            requires_approval=requires_approval,
+            timeout=timeout,
         )
 
     def events(self, input: Any = None, **options: Any) -> Any:
@@ -393,6 +459,23 @@ class Agent(Generic[OutputT]):
         from .._engine._asyncio_bridge import run_trio_in_asyncio
 
         return await run_trio_in_asyncio(partial(self.run_async, input, **options))
+
+
+def _agents_as_tools(tools: Any) -> Sequence[Tool | ToolSource] | Mapping[str, Tool]:
+    """`tools` with each `Agent` in it replaced by `agent.as_tool()`."""
+    if isinstance(tools, Mapping):
+        if not any(isinstance(item, Agent) for item in tools.values()):
+            return tools
+        return {key: _agent_tool(item) for key, item in tools.items()}
+    if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
+        return tools  # type: ignore[return-value]  # `split_tools` says what is wrong
+    if not any(isinstance(item, Agent) for item in tools):
+        return tools
+    return [_agent_tool(item) for item in tools]
+
+
+def _agent_tool(item: Any) -> Any:
+    return item.as_tool() if isinstance(item, Agent) else item
 
 
 def _positive(value: Any, name: str) -> int:

@@ -101,6 +101,11 @@ class AgentConfig:
     tracer: Any
     on_event: Callable[[RunEvent], Any] | None
     rng: random.Random
+    name: str | None = None
+    max_depth: int = 5  # of the tree this run is the root of (PROTOCOL §11)
+    # Where the run is in a tree of runs (`_tree.RunPlace`), when it has sub-agents or is
+    # one; its engine hands it to the calls (`CallContext.scope`) that start child runs.
+    place: Any = None
     # A replayed or forked run's recorded outcome for a call id, given instead of running
     # its handler (None: run it); see `_replay`.
     answer: Callable[[str], Outcome | None] | None = None
@@ -178,6 +183,7 @@ class OuterLoop:
             on_action=on_action,
             journal=durable,
             run_id=self.events.run_id or None,
+            scope=config.place,
             answer=config.answer,
         )
 
@@ -233,6 +239,11 @@ class OuterLoop:
 
     async def _recover(self) -> tuple[bool, Any]:
         raise NotImplementedError
+
+    def _path(self) -> tuple[str, ...]:
+        """The agent-call ids above this run (PROTOCOL §11): () at the root, or alone."""
+        place = self.config.place
+        return place.path if place is not None else ()
 
     def _iterations_done(self) -> int:
         return self.protocol.iterations_in(self.log)

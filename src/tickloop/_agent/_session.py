@@ -7,6 +7,7 @@ asks the run's protocol for its loop and for how many iterations the log holds, 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
@@ -22,6 +23,7 @@ from .._engine._run import initial_log
 from .._errors import ConfigurationError, ResumeError
 from .._observe._events import EventSink, RunEnded, RunEvent, RunStarted
 from ._loop import AgentConfig, RunResult
+from ._tree import RunPlace, TreeServices, has_sub_agents
 
 __all__ = ["RunSession"]
 
@@ -113,14 +115,19 @@ class RunSession:
             RunStarted(run_id=self.run_id, time=trio.current_time(), resumed=self.resumed)
         )
         writer = self.durable.writer if self.durable is not None else None
+        config, place = self._tree_root()
         try:
             async with self.durable.flushing() if self.durable is not None else nullcontext():
                 loop = protocol.open_loop(
-                    self.config, self.log, self.sink, self.durable, on_text=on_text
+                    config, self.log, self.sink, self.durable, on_text=on_text
                 )
                 if self.durable is not None and self.journal is not None:
                     self.durable.replay(self.journal, loop)
                 result = await loop.run()
+                if place is not None:  # the whole tree's calls and pending calls
+                    result.records = place.gather(result.records, config.tools)
+                    result.pending = place.pending_of(result.pending)
+                    result.usage = result.usage + place.tree.usage
         except Exception as error:
             reason = f"{type(error).__name__}: {error}"
             if writer is not None:
@@ -156,6 +163,30 @@ class RunSession:
             )
         )
         return result
+
+    def _tree_root(self) -> tuple[AgentConfig, RunPlace | None]:
+        """The run's configuration as the root of a tree of runs, when it has sub-agents
+        (PROTOCOL §11): its place, and its hook asked one question at a time for the
+        whole tree."""
+        config = self.config
+        if not has_sub_agents(config.tools.values()):
+            return config, None
+        durable = self.durable
+        tree = TreeServices(
+            run_id=self.run_id,
+            approve=config.approve,
+            listeners=self.sink.listeners,
+            redact=config.redact,
+            max_depth=config.max_depth,
+            durable=durable,
+            journal=self.journal,
+            decisions=durable.decisions if durable is not None else None,
+        )
+        if durable is not None:
+            durable.share = False  # its children's entries come between its own
+        place = RunPlace(tree, (), config.name)
+        approve = place.ask if config.approve is not None else None
+        return dataclasses.replace(config, approve=approve, place=place), place
 
 
 def _sink(

@@ -142,6 +142,7 @@ class _SolutionLoop(OuterLoop):
             ),
             schema=config.schema,
             iteration=iteration,
+            path=self._path(),
         )
         if self.durable is not None:
             # Beside the response it gets: what a replay or fork compares a new request

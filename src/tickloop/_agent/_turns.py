@@ -181,6 +181,7 @@ class _TurnLoop(OuterLoop):
             conversation=self._conversation(),
             tools=self.specs,
             iteration=iteration,
+            path=self._path(),
         )
         if self.durable is not None:
             # Beside the response it gets: what a replay or fork compares a new request

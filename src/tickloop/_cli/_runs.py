@@ -24,6 +24,7 @@ from .._durable._resume import ROW_LAG
 from .._durable._store import SQLiteStore
 from .._errors import ResumeError, StoreError, TickloopError
 from .._observe._timeline import run_origin
+from .._observe._tree_order import depth_of, in_tree_order
 
 __all__ = ["COMMANDS", "add_commands", "run_command"]
 
@@ -188,7 +189,7 @@ def _trace(store: SQLiteStore, run_id: str, html: str | None, out: TextIO) -> in
             raise StoreError(f"cannot write {html}: {error.strerror or error}") from None
         out.write(f"wrote {html}\n")
         return 0
-    calls = store.calls(run_id)
+    calls = in_tree_order(store.calls(run_id))  # a sub-agent's calls under its call
     behind = store.rows_behind(run_id)
     if behind is not None:
         status = store.run(run_id).status
@@ -214,8 +215,9 @@ def _trace(store: SQLiteStore, run_id: str, html: str | None, out: TextIO) -> in
         )
         tool = _safe(call.tool or "?")
         why = _safe(" ".join(str(fault.get("message", "")).split())[:120])
+        shown = "  " * depth_of(call.id) + _safe(call.id)  # nested under its agent call
         out.write(
-            f"{_safe(call.id):<8} {tool:<24} {call.status:<9} {start:>9} {took:>9}"
+            f"{shown:<8} {tool:<24} {call.status:<9} {start:>9} {took:>9}"
             f"{'  ' + why if why else ''}\n".rstrip(" ")
         )
     return 0

@@ -48,6 +48,10 @@ class PendingCall:
     dependents: list[str] = field(default_factory=list)
     schema: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     output_schema: Any = field(default=None, repr=False, compare=False)
+    # A sub-agent's call (PROTOCOL §11): the ids of the agent calls above it (`id` is then
+    # the full path, "c1.2/c1.0") and the name of the agent that made it; () at the root.
+    path: tuple[str, ...] = ()
+    agent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,6 +68,7 @@ from ._scheduler_io import (
     NoteSettled,
     NoteTickEnded,
     OpenTick,
+    ParkCall,
     ReceiveCall,
     ReportFault,
     StartCall,
@@ -158,6 +159,7 @@ class Scheduler:
         self._plan = PlanOrder(self._writers, self._waiters, self._seq_of, log.lookup)
         self._handlers: dict[type, Callable[[Any], None]] = {
             FinishCall: self._on_finished,
+            ParkCall: lambda event: _park(self, event),
             ReceiveCall: self._on_received,
             Decide: self._on_decision,
             OpenTick: self._on_tick_opened,
@@ -698,3 +700,16 @@ class Scheduler:
 
     def _emit(self, action: Action) -> None:
         self._actions.append(action)
+
+
+def _park(scheduler: Scheduler, event: ParkCall) -> None:
+    """A running call waits for decisions made elsewhere (a sub-agent's whose child run
+    paused, PROTOCOL §11): it gives up its slot and is deferred; a `Decide` starts it
+    again. (Beside the class, which keeps to 600 lines.)"""
+    call = scheduler._calls.get(event.call_id)
+    if call is None or call.status != S.RUNNING:
+        status = scheduler.status(event.call_id)
+        raise usage_error(event, f"{describe(event.call_id, status)} parked but was not running")
+    scheduler._run_queue.finish(call)
+    move(call, S.DEFERRED, event)
+    scheduler._deferred[call.id] = call

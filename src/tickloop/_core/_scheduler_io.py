@@ -37,6 +37,7 @@ __all__ = [
     "NoteSettled",
     "NoteTickEnded",
     "OpenTick",
+    "ParkCall",
     "ReceiveCall",
     "ReportFault",
     "StartCall",
@@ -103,13 +104,23 @@ class FinishCall:
 
 
 @dataclass(slots=True)
+class ParkCall:
+    """A started call cannot go on until decisions are made elsewhere: a sub-agent's
+    call whose child run paused (PROTOCOL §11). It waits like a deferred call, holding no
+    slot, and a later `Decide` (any decision but `Defer`) starts it again."""
+
+    call_id: str
+    date: str = ""
+
+
+@dataclass(slots=True)
 class Flush:
     """The run is ending: append the errors that came after the last tick ended."""
 
     date: str = ""
 
 
-Event = OpenTick | ReceiveCall | CloseStream | ReportFault | Decide | FinishCall | Flush
+Event = OpenTick | ReceiveCall | CloseStream | ReportFault | Decide | FinishCall | ParkCall | Flush
 
 
 # --------------------------------------------------------------------------------------

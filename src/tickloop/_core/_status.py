@@ -62,7 +62,7 @@ TRANSITIONS: dict[CallStatus, frozenset[CallStatus]] = {
     S.APPROVING: _DECIDED,
     S.DEFERRED: _DECIDED,
     S.QUEUED: frozenset({S.RUNNING}),
-    S.RUNNING: _WITH_VALUE | {S.INVALID},
+    S.RUNNING: _WITH_VALUE | {S.INVALID, S.DEFERRED},  # deferred: parked (a sub-agent)
     S.HELD: frozenset({S.DONE, S.FAILED, S.INVALID}),
     **{final: frozenset() for final in FINAL_STATUSES},
 }

@@ -76,7 +76,7 @@ class CallContext:
     It is not part of the parameter schema: the model never sees it.
     """
 
-    __slots__ = ("_views", "call", "id", "run_id", "tool")
+    __slots__ = ("_views", "call", "id", "run_id", "scope", "tool")
 
     def __init__(
         self,
@@ -85,12 +85,16 @@ class CallContext:
         call: dict[str, Any],
         views: Callable[[str], Any],
         run_id: str | None = None,
+        scope: object = None,
     ) -> None:
         self.id = id
         self.tool = tool
         self.call = call
         self._views = views
         self.run_id = run_id  # None outside a named run (run_calls)
+        # The run's place in a tree of runs, given by its driver and opaque here: what a
+        # sub-agent's call needs to start its child run (PROTOCOL §11); None elsewhere.
+        self.scope = scope
 
     def view(self, kind: str) -> Any:
         """The current view of `kind`, read-only (None when nothing of that kind exists)."""

@@ -40,6 +40,7 @@ from typing import Any, Protocol
 import trio
 
 from .._core._decisions import (
+    Approve,
     Decision,
     Defer,
     PendingCall,
@@ -70,6 +71,7 @@ from .._core._scheduler_io import (
     NoteSettled,
     NoteTickEnded,
     OpenTick,
+    ParkCall,
     ReceiveCall,
     ReportFault,
     StartCall,
@@ -151,6 +153,8 @@ def event_to_dict(event: Event) -> dict[str, Any]:
         body = {"type": "FaultReported", "error": event.error, "call": event.call}
     elif isinstance(event, Flush):
         body = {"type": "Flush"}
+    elif isinstance(event, ParkCall):
+        body = {"type": "CallParked", "call_id": event.call_id}
     else:
         raise TypeError(f"not a scheduler event: {event!r}")
     body["date"] = event.date
@@ -177,6 +181,8 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
         return ReportFault(data["error"], data.get("call"), date)
     if kind == "Flush":
         return Flush(date)
+    if kind == "CallParked":
+        return ParkCall(data["call_id"], date)
     raise ValueError(f"unknown journal event type {kind!r}")
 
 
@@ -548,8 +554,26 @@ class DurableRun:
     """Journals one run and replays it; see the module docstring."""
 
     def __init__(
-        self, writer: RunWriter, tools: ToolSet, redact: Redactor, sink: EventSink
+        self,
+        writer: RunWriter,
+        tools: ToolSet,
+        redact: Redactor,
+        sink: EventSink,
+        *,
+        path: str = "",
+        row_seq: int | None = None,
     ) -> None:
+        # A sub-agent's child run (PROTOCOL §11) is journaled in its root's run through
+        # the same writer: `path` ("c1.2", "c1.2/c2.0") tags its entries' kinds
+        # ("event@c1.2"), which the root's replay leaves to it, and prefixes its rows' call
+        # ids ("c1.2/c1.0"); its rows sort with the root's row `row_seq` (its agent call).
+        self.path = path
+        self._prefix = f"{path}/" if path else ""
+        self._tag = f"@{path}" if path else ""
+        self._row_seq = row_seq
+        # Plan messages refer to calls by entry number (`shared_text`), which holds only
+        # while this run's entries are the journal's only ones: not in a tree of runs.
+        self.share = not path
         self.writer = writer
         self.tools = tools
         self.redact = redact
@@ -582,6 +606,7 @@ class DurableRun:
         self.verdicts: dict[int, Any] = {}  # iteration -> accepted output (None: none)
         self.unresolved: set[int] = set()  # iterations whose output awaits its tick (§8)
         self.decisions: dict[str, Decision] = {}
+        self.parked: set[str] = set()  # sub-agent calls parked while their child paused
         self.resumed = False
         self._pending: list[tuple[float, str, str]] = []
         # Events recorded that `_track` has not followed yet (see `record`): (event,
@@ -702,7 +727,9 @@ class DurableRun:
         at = self.now()
         for message in messages:
             self._track_message(message)
-            text = shared_text(message, self._clean, self.rows, self._arrived)
+            text = (
+                shared_text(message, self._clean, self.rows, self._arrived) if self.share else None
+            )
             if text is None:
                 self._add(at, "message", message)
             else:
@@ -759,6 +786,9 @@ class DurableRun:
             return
         self._committed = self._added
         entries, self._pending = self._pending, []
+        if self._tag:  # a child run's entries, in its root's journal
+            tag = self._tag
+            entries = [(at, kind + tag, text) for at, kind, text in entries]
         dirty: dict[str, _Row] = {}
         settled: dict[str, _Row] = {}
         if due:
@@ -866,6 +896,14 @@ class DurableRun:
             self.handed = set()
         elif isinstance(event, CloseStream):
             self.plan_due = True
+        elif type(event) is ParkCall:
+            # A sub-agent's call whose child paused: not running, and started again on
+            # resume (`reopen`), where its child replays its own journal.
+            if not mark:
+                self.running.pop(event.call_id, None)
+            self.parked.add(event.call_id)
+        elif type(event) is Decide:
+            self.parked.discard(event.call_id)  # started again
         # One lookup per action instead of a chain of isinstance tests: this runs for
         # every action of every event, several per call.
         handlers = _HANDLERS
@@ -928,6 +966,8 @@ class DurableRun:
             # Settled without ever being ready (its writer was denied, failed...): the
             # timeline still draws what it waited on.
             found = self.unready.waited_on(action.id, row, accepted, self.rows)
+            if found and self._prefix:
+                found = [self._prefix + other for other in found]
             if found:
                 row.deps = dumps_entry(found)
         if not self._mark:
@@ -943,6 +983,8 @@ class DurableRun:
         row.params = dumps_entry(self.redact.shared(action.params))
         self.ready_params[action.id] = action.params
         waits = action.waits_on  # the scheduler says whom it waited on
+        if waits and self._prefix:
+            waits = [self._prefix + other for other in waits]
         row.deps = deps_text(waits) if waits else "[]"
         return row
 
@@ -986,7 +1028,8 @@ class DurableRun:
         return row
 
     def _new_row(self, call_id: str, tool: str | None, at: float) -> _Row:
-        row = _Row(call_id, len(self.rows), self.iteration, tool, at)
+        seq = len(self.rows) if self._row_seq is None else self._row_seq
+        row = _Row(self._prefix + call_id, seq, self.iteration, tool, at)
         self.rows[call_id] = row
         return row
 
@@ -1024,7 +1067,10 @@ class DurableRun:
         self._dirty = dict(self.rows)
         self._settled.clear()
         self._dirty_since = self._clock.current_time()
-        self._checkpoint = self._rewrite = True
+        self._checkpoint = True
+        # A root's rows are rewritten whole (its children's are left to them); a child's
+        # are replaced one by one, every one of them being dirty.
+        self._rewrite = not self._prefix
         self.sink.remember(scheduler.records)
         self.resumed = True
 
@@ -1033,6 +1079,8 @@ class DurableRun:
     ) -> None:
         """Replay one entry; damage in it (not an object, a missing field) raises a
         ValueError, KeyError, TypeError or AttributeError, which `replay` reports."""
+        if "@" in kind:
+            return  # a sub-agent's entry (`path`): its child run replays it
         if kind == "message":
             loop.log.append(body)
             self._track_message(body)
@@ -1084,7 +1132,13 @@ class DurableRun:
             engine.ask(self.asking)
         for pending in scheduler.deferred:
             decision = self.decisions.get(pending.id)
-            if decision is not None:
+            if pending.id in self.parked:
+                # A sub-agent's call parked by its paused child: it starts again, and its
+                # child replays its journal and applies the decisions under its path (a
+                # child with nothing new to do parks it again).
+                self.parked.discard(pending.id)
+                engine.decide(pending.id, Approve())
+            elif decision is not None:
                 engine.decide(pending.id, decision)
         return True
 

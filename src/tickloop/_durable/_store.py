@@ -802,8 +802,11 @@ class RunWriter:
         try:
             with self.store._write(connection, conflict=self._conflict):
                 self.insert(entries)
-                if rewrite:
-                    connection.execute("DELETE FROM calls WHERE run_id = ?", (self.run_id,))
+                if rewrite:  # the root's rows: a sub-agent's ("c1.2/c1.0") are its child's
+                    connection.execute(
+                        "DELETE FROM calls WHERE run_id = ? AND instr(call_id, '/') = 0",
+                        (self.run_id,),
+                    )
                 if calls:
                     _insert_calls(connection, calls)
                 if changed:
@@ -849,7 +852,8 @@ class RunWriter:
             # form (exact, and a third of `repr`'s cost for a 17-digit time).
             parts = ["["]
             for entry_at, entry_kind, text in entries:
-                parts += ('["', float.hex(entry_at), '"', _KINDS[entry_kind], text, "],")
+                kind_text = _KINDS.get(entry_kind) or f",{json.dumps(entry_kind)},"  # a child's
+                parts += ('["', float.hex(entry_at), '"', kind_text, text, "],")
             parts[-1] = "]]"
             body = "".join(parts)
         # Refused, in the same statement, when an entry this row numbers exists already.

@@ -24,14 +24,48 @@ import trio
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._driver import Journal, SchedulerDriver, check_configuration
 from .._core._log import MAX_VALUE_DEPTH, SURROGATE_FAULT, ContextLog, has_surrogate
-from .._core._scheduler_io import Action, Decide, FinishCall, Flush, NoteTickEnded, StartCall
+from .._core._scheduler_io import (
+    Action,
+    Decide,
+    FinishCall,
+    Flush,
+    NoteTickEnded,
+    ParkCall,
+    StartCall,
+)
 from .._core._status import FINAL_STATUSES, CallStatus
 from .._core._tools import Branch, CallContext, Tool, ToolSet
 from .._errors import describe_error, is_call_error, unwrap_single
 from ._asking import ask, passing_here
 from ._host import host_loop, run_on_host
 
-__all__ = ["Engine", "Journal", "Outcome", "check_configuration", "run_handler", "utc_now"]
+__all__ = [
+    "PARKED",
+    "CallRefused",
+    "Engine",
+    "Journal",
+    "Outcome",
+    "check_configuration",
+    "run_handler",
+    "utc_now",
+]
+
+
+class _Parked:
+    def __repr__(self) -> str:
+        return "PARKED"
+
+
+PARKED: Any = _Parked()
+"""What a handler returns when its call must wait for decisions made elsewhere (a
+sub-agent whose child run paused, PROTOCOL §11): the engine parks the call (`ParkCall`)
+instead of finishing it, and it runs again once decided."""
+
+
+class CallRefused(Exception):
+    """Raised by a handler that finds its call structurally wrong before it does anything
+    (a sub-agent call deeper than `max_depth`): the call ends `invalid` with this
+    message as a structural error, not `failed`."""
 
 
 def utc_now(_clock: Callable[[], int] = time.time_ns) -> str:
@@ -70,7 +104,11 @@ class Engine(SchedulerDriver):
         journal: Journal | None = None,
         run_id: str | None = None,
         answer: Callable[[str], Outcome | None] | None = None,
+        scope: object = None,
     ) -> None:
+        # Handed to every call's `CallContext.scope`: what a sub-agent's call needs of
+        # the run it belongs to (`_agent._tree.RunPlace`); opaque to the engine.
+        self.scope = scope
         super().__init__(
             tools,
             log,
@@ -177,12 +215,17 @@ class Engine(SchedulerDriver):
         else:
             tool = self.tools[action.tool]
             context = (
-                CallContext(action.id, tool.name, action.call, self.log.view, self.run_id)
+                CallContext(
+                    action.id, tool.name, action.call, self.log.view, self.run_id, self.scope
+                )
                 if tool.takes_context
                 else None  # most handlers take none: not made for every call
             )
             value, branch, error = await run_handler(tool, action.params, context, self._threads)
         assert self._clock is not None  # set with the nursery this task runs in
+        if value is PARKED and error is None:  # a sub-agent's child run paused
+            self.feed(ParkCall(action.id, self._date()))
+            return
         self.scheduler.records[action.id].finished = self._clock.current_time()
         self.feed(FinishCall(action.id, value, branch, error, self._date()))
 
@@ -246,6 +289,8 @@ async def run_handler(
                     value = await _invoke(handler, arguments, thread, tool.name)
             if isinstance(value, Branch):
                 branch, value = value.term, value.value
+            if value is PARKED:
+                return value, None, None
             if not _surely_json(value):  # else `dump_output` and `_not_json` change nothing
                 try:
                     value = tool.dump_output(value)
@@ -257,6 +302,8 @@ async def run_handler(
                         error = {"type": "runtime", "message": f"the result is not JSON: {fault}"}
                 if error is not None:
                     value = branch = None
+        except CallRefused as problem:
+            error = {"type": "structural", "message": str(problem)}
         except trio.TooSlowError as problem:
             message = (
                 f"TimeoutError: {tool.name} ran over {_seconds(timeout)}"

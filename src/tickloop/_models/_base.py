@@ -111,6 +111,7 @@ class SolutionRequest:
     iteration: int
     schema_name: str = "solution"
     metadata: dict[str, Any] = field(default_factory=dict)
+    # The agent-call ids above the run asking: a sub-agent's (PROTOCOL §11), () at the root.
     path: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -170,6 +171,7 @@ class TurnRequest:
     tools: list[ToolSpec]
     iteration: int
     metadata: dict[str, Any] = field(default_factory=dict)
+    # The agent-call ids above the run asking: a sub-agent's (PROTOCOL §11), () at the root.
     path: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:

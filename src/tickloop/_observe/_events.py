@@ -140,12 +140,18 @@ class Redactor:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunEvent:
-    """Base of every event: the run, the call it is about (if any), and trio time."""
+    """Base of every event: the run, the call it is about (if any), and trio time.
+
+    A sub-agent's event (PROTOCOL §11) has `path`, the ids of the agent calls above it,
+    and `agent`, the sub-agent's name; its `call_id` is the full path ("c1.2/c1.0").
+    """
 
     kind: ClassVar[str] = "event"
     run_id: str
     time: float
     call_id: str | None = None
+    path: tuple[str, ...] = ()
+    agent: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The event as JSON-ready data, with its `kind` (e.g. "call.started")."""
@@ -258,12 +264,12 @@ class CallFinished(RunEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DataWritten(RunEvent):
-    """A call's result was written to the log: `data` nested under `path` as the log
-    holds it (redacted), applied with `method`. Made only for a `WriteListener`."""
+    """A call's result was written to the log: `data` nested under `output_path` as the
+    log holds it (redacted), applied with `method`. Made only for a `WriteListener`."""
 
     kind: ClassVar[str] = "data.written"
     data_kind: str
-    path: str
+    output_path: str
     method: str
     data: Any
 
@@ -306,7 +312,10 @@ def event_from_dict(data: Mapping[str, Any]) -> RunEvent:
     if kind is None:
         raise ValueError(f"not a run event: {data.get('kind')!r}")
     names = {item.name for item in fields(kind)}
-    return kind(**{key: value for key, value in data.items() if key in names})
+    values = {key: value for key, value in data.items() if key in names}
+    if isinstance(values.get("path"), list):
+        values["path"] = tuple(values["path"])
+    return kind(**values)
 
 
 # --------------------------------------------------------------------------------------
@@ -497,7 +506,7 @@ class EventSink:
             time=now,
             call_id=call.get("_id"),
             data_kind=message["kind"],
-            path=message.get("_path") or message["kind"],
+            output_path=message.get("_path") or message["kind"],
             method=message.get("_outputMethod", "set"),
             data=self.redact(message["data"]),
         )

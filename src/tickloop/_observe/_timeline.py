@@ -22,6 +22,7 @@ from typing import Any
 
 from .._core._status import ERROR_STATUSES, CallStatus
 from ._records import CallInfo, RunInfo
+from ._tree_order import in_tree_order
 
 __all__ = ["render_run", "run_origin"]
 
@@ -58,7 +59,7 @@ def render_run(
 ) -> str:
     """One run as one HTML page (a string), from what a store holds of it."""
     requests, resumes = _requests(journal)
-    return _render(run, calls, requests, resumes, journal)
+    return _render(run, in_tree_order(calls), requests, resumes, journal)
 
 
 def _requests(journal: list[tuple[int, float, str, Any]]) -> tuple[list[_Request], list[float]]:

@@ -27,6 +27,8 @@ from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import AgentCard, Message, Part
 from google.protobuf.json_format import MessageToDict, ParseDict
 
+from .._agent._subagent import DEFAULT_INPUT
+from .._core._tools import Tool
 from .._observe._events import CallAwaitingApproval, CallDecided, RunEvent
 
 if TYPE_CHECKING:
@@ -42,13 +44,16 @@ A2A skill has no field for them)."""
 
 
 def _input_schema(agent: Agent) -> dict[str, Any] | None:
-    """The agent's input schema, if it has one. Sub-agents (issue 31) add `input=` to
-    `Agent`; with them, this body becomes `return agent.input.schema`."""
-    return None
+    """The agent's declared `input=` schema as JSON Schema; None when it declared none."""
+    if agent.input is DEFAULT_INPUT:
+        return None
+    return Tool("input", parameters=agent.input).parameters
 
 
 def _description(agent: Agent) -> str:
-    """The first line of the agent's instructions (with sub-agents: `agent.description`)."""
+    """The agent's `description=`, else the first line of its instructions."""
+    if agent.description is not None:
+        return agent.description
     lines = (agent.instructions or "").strip().splitlines()
     return lines[0] if lines else ""
 

@@ -61,17 +61,13 @@ APPROVAL_DECIDED = "tickloop.approval_decided"
 
 
 def _path(event: RunEvent) -> tuple[str, ...]:
-    """The ids of the agent calls above the event's run, `()` at the root.
-
-    Sub-agents (issue 31) add `RunEvent.path`; until they are merged every event is the
-    root's. With them, this body becomes `return event.path`.
-    """
-    return ()
+    """The ids of the agent calls above the event's run, `()` at the root."""
+    return event.path
 
 
 def _agent_name(event: RunEvent) -> str:
-    """The name of the agent whose run made the event (with sub-agents: `event.agent`)."""
-    return "agent"
+    """The name of the agent whose run made the event."""
+    return event.agent or "agent"
 
 
 def _text(value: Any) -> str:
@@ -212,7 +208,7 @@ class Translation:
     def _written(self, event: DataWritten, subagent: str | None, out: list[BaseEvent]) -> None:
         call = self._calls.get(event.call_id or "")
         if call is not None and call.result is None:
-            call.result = _unnest(event.data, event.path)
+            call.result = _unnest(event.data, event.output_path)
         if event.data_kind != "state" or subagent is not None:
             return  # a sub-agent's state is its own run's, not the one the client holds
         before = copy_json(self.state)
@@ -220,7 +216,7 @@ class Translation:
             "type": "data",
             "kind": "state",
             "data": event.data,
-            "_path": event.path,
+            "_path": event.output_path,
             "_outputMethod": event.method,
         }
         try:

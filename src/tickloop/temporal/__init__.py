@@ -43,6 +43,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from .._agent._agent import Agent
 from .._agent._loop import RunResult
+from .._agent._subagent import AgentTool
 from .._core._decisions import (
     Decision,
     PendingCall,
@@ -100,6 +101,30 @@ def _check_agent(agent: Agent) -> str:
     return agent.name
 
 
+def _with_sub_agents(agents: Sequence[Agent]) -> list[Agent]:
+    """`agents` and every sub-agent of their trees (PROTOCOL §11), each once: a worker
+    serves the activities (model, tools, hook) of every agent of the trees it is given.
+    A child runs inside its root's workflow, so a sub-agent needs a name (its activities'
+    prefix) and no MCP servers there."""
+    found: list[Agent] = []
+    stack = list(reversed(agents))
+    while stack:
+        agent = stack.pop()
+        if any(agent is known for known in found):
+            continue
+        found.append(agent)
+        for tool in agent.tools.values():
+            if isinstance(tool, AgentTool):
+                child = tool.agent
+                if isinstance(child, Agent) and child.tool_sources:
+                    raise ConfigurationError(
+                        f"sub-agent {child.name!r} has MCP servers, which tickloop.temporal "
+                        "runs for a root agent only"
+                    )
+                stack.append(child)
+    return found
+
+
 def workflow_runner() -> SandboxedWorkflowRunner:
     """Temporal's sandbox with tickloop passed through: tickloop keeps no per-run global
     state, and re-importing it per workflow would cost more than the run. Use it for a
@@ -124,6 +149,7 @@ def worker(
     `await worker.run()`). `options` go to `Worker` as they are."""
     if not agents:
         raise ConfigurationError("worker() needs at least one agent")
+    agents = _with_sub_agents(agents)
     names = [_check_agent(agent) for agent in agents]
     if len(set(names)) != len(names):
         raise ConfigurationError(f"two agents share a name: {names}")
@@ -242,6 +268,8 @@ class RunHandle:
                 run_id=row.get("run_id"),
                 waits_on=row.get("waits_on") or [],
                 dependents=row.get("dependents") or [],
+                path=tuple(row.get("path") or ()),
+                agent=row.get("agent"),
                 schema=tools[row["tool"]].parameters if row["tool"] in tools else row.get("schema"),
                 output_schema=(
                     tools[row["tool"]].output if row["tool"] in tools else row.get("output_schema")

@@ -188,6 +188,8 @@ def make_activities(
                             "attempt": attempt,
                             "index": index,
                             "text": piece,
+                            # whose request: a sub-agent's ("c1.2") or the root's ("")
+                            "path": data.get("path", ""),
                         },
                     )
                 except Exception:  # eagerness is lost, not a call: the result has all text
@@ -228,6 +230,8 @@ def make_activities(
                 run_id=data.get("run_id"),
                 waits_on=data.get("waits_on") or [],
                 dependents=data.get("dependents") or [],
+                path=tuple(data.get("path") or ()),  # a sub-agent's call (PROTOCOL §11)
+                agent=data.get("agent"),
                 # an MCP server's tool is known to the run, not to the worker's agent
                 schema=tool.parameters if tool is not None else data.get("schema"),
                 output_schema=tool.output if tool is not None else data.get("output_schema"),

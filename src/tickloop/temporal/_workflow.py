@@ -16,6 +16,7 @@ so the registry of agents below is the one the worker filled.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict
@@ -32,12 +33,14 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    import pydantic  # noqa: F401 - passed through to the sandbox, as before
+    import pydantic
 
     from .._agent._agent import Agent
     from .._agent._loop import AgentConfig, RunResult
     from .._agent._retry import StreamBroken
     from .._agent._solution import StreamRestarted, _SolutionLoop
+    from .._agent._subagent import AgentTool
+    from .._agent._tree import ChildSink, RunPlace, TreeServices
     from .._agent._turns import _TurnLoop
     from .._core._decisions import (
         Decision,
@@ -49,13 +52,14 @@ with workflow.unsafe.imports_passed_through():
         decision_from_dict,
     )
     from .._core._driver import SchedulerDriver
+    from .._core._log import copy_json
     from .._core._scheduler_io import Decide, FinishCall, Flush, NoteTickEnded, StartCall
     from .._core._status import FINAL_STATUSES, CallStatus
     from .._core._tools import Tool
     from .._durable._resume import INTERRUPTED
     from .._engine._run import initial_log
     from .._engine._sources import merge_opened
-    from .._errors import ExecuteError, RunStopped, TickloopError
+    from .._errors import ExecuteError, RunStopped, TickloopError, describe_error
     from .._mcp._server import MCPServer, MCPTool
     from .._models._base import (
         ModelError,
@@ -135,9 +139,12 @@ def _pending_to_dict(pending: PendingCall, tools: Any) -> dict[str, Any]:
         "run_id": pending.run_id,
         "waits_on": list(pending.waits_on),
         "dependents": list(pending.dependents),
+        "path": list(pending.path),
+        "agent": pending.agent,
     }
     tool = tools.get(pending.tool)
-    if isinstance(tool, MCPTool):  # known to the run only: its schemas go along
+    # Known to the run only (an MCP server's tool, a sub-agent's): its schemas go along.
+    if isinstance(tool, MCPTool) or (tool is not None and pending.path):
         row["schema"], row["output_schema"] = tool.parameters, tool.output
     return row
 
@@ -174,8 +181,24 @@ class WorkflowEngine(SchedulerDriver):
             run_id=workflow.info().workflow_id,
         )
         self.host = host
+        # The agent-call ids above this run (PROTOCOL §11): () at the root.
+        self.path: tuple[str, ...] = host.path
         self._tasks: set[asyncio.Task[None]] = set()
         self._failure: BaseException | None = None
+
+    def scoped(self, pending: PendingCall) -> PendingCall:
+        """A pending call as the tree shows it: its full path, its path and agent."""
+        if not self.path:
+            return pending
+        prefix = "/".join(self.path) + "/"
+        return dataclasses.replace(
+            pending,
+            id=prefix + pending.id,
+            waits_on=[prefix + other for other in pending.waits_on],
+            dependents=[prefix + other for other in pending.dependents],
+            path=self.path,
+            agent=self.host.agent.name,
+        )
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[WorkflowEngine]:
@@ -245,12 +268,12 @@ class WorkflowEngine(SchedulerDriver):
             try:
                 answer = await workflow.execute_activity(
                     host.names["approve"],
-                    _pending_to_dict(pending, self.tools),
+                    _pending_to_dict(self.scoped(pending), self.tools),
                     start_to_close_timeout=host.option("approve_timeout", 300),
                     heartbeat_timeout=host.option("heartbeat_timeout", 10),
                     retry_policy=RetryPolicy(maximum_attempts=3),
                 )
-                host.hook_workers[pending.id] = answer.pop("worker", None)
+                host.hook_workers[self.scoped(pending).id] = answer.pop("worker", None)
                 decision = decision_from_dict(answer)
             except ActivityError as error:  # the hook could not be asked: fail closed (§6)
                 decision = Deny(f"the approval hook could not be asked: {_cause(error)}")
@@ -259,6 +282,11 @@ class WorkflowEngine(SchedulerDriver):
     async def _run(self, action: StartCall) -> None:
         host = self.host
         tool = self.tools[action.tool]
+        if isinstance(tool, AgentTool):  # a child run, inside this workflow (§11)
+            output, fault = await host.root.run_child(tool, action, self.path)
+            self.records[action.id].finished = workflow.time()
+            self.feed(FinishCall(action.id, output, None, fault, self._date()))
+            return
         data: dict[str, Any] = {
             "id": action.id,
             "tool": tool.name,
@@ -399,7 +427,11 @@ class AgentWorkflow:
         self.options: dict[str, Any] = {}
         self.requests: list[dict[str, Any]] = []
         self.sources: list[Any] = []  # the agent's MCP servers (listed once per run)
-        self._deltas: list[dict[str, Any]] = []
+        self._deltas: dict[str, list[dict[str, Any]]] = {}  # by the path of the run asking
+        self.path: tuple[str, ...] = ()  # the root's place in its tree (PROTOCOL §11)
+        self.root = self
+        self.children: dict[str, Any] = {}  # each child run's loop, by its agent call's path
+        self._tree: TreeServices | None = None
         self._loop: _WorkflowSolutionLoop | _WorkflowTurnLoop | None = None
         # The run's events, as a local run delivers them to `on_event`: made here from
         # the scheduler's actions (deterministic, stamped with the workflow's clock) and
@@ -523,7 +555,8 @@ class AgentWorkflow:
         """Keep `event` for the clients, with the worker that ran what it is about."""
         worker: str | None = None
         if isinstance(event, CallFinished) and self._loop is not None:
-            record = self._loop.engine.records.get(event.call_id or "")
+            engine, local = self._engine_for(event.call_id or "")  # a child's by its path
+            record = engine.records.get(local) if engine is not None else None
             worker = record.worker if record is not None else None
         elif isinstance(event, CallDecided):
             worker = self.hook_workers.get(event.call_id or "")
@@ -558,107 +591,112 @@ class AgentWorkflow:
     # -- the model request ----------------------------------------------------------------
 
     def model_activity(self, data: dict[str, Any]) -> Any:
-        agent = self.agent
-        return workflow.start_activity(
-            self.names["model"],
-            data,
-            start_to_close_timeout=self.option("model_timeout", 600),
-            heartbeat_timeout=self.option("heartbeat_timeout", 10),
-            # PROTOCOL §8 as Temporal's retry policy: the activity marks a non-retryable
-            # answer (a 4xx other than 408/409/429, a client bug) as such.
-            retry_policy=RetryPolicy(
-                maximum_attempts=agent.max_llm_retries,
-                initial_interval=timedelta(seconds=2),
-                backoff_coefficient=2.0,
-                maximum_interval=timedelta(seconds=60),
-            ),
-        )
+        return _model_activity(self, data)
 
-    async def solution_request(self, request: Any, on_item: Callable[[Any], None]) -> None:
-        """One solution request: its calls reach the tick as their objects close.
-
-        The activity signals the text up to each closed call (`delta`), keyed by
-        iteration, attempt and index; a later attempt (the worker died mid-stream)
-        restarts the stream, and the loop drops the calls it had already handed over.
-        """
-        iteration = request.iteration
-        data: dict[str, Any] = {
-            "protocol": "solution",
-            "messages": request.messages,
-            "iteration": iteration,
-        }
-        if self.sources:  # the worker's agent does not know the run's MCP tools
-            data["schema"] = self.config.schema
-        problem = too_big(data, f"the request of iteration {iteration}")
-        if problem is not None:  # the run ends with its log, never a stuck workflow
-            raise ModelError(problem, status=413)
-        handle = self.model_activity(data)
-        started = workflow.time()
-        attempt, index, fed = 1, 0, 0
-
-        def take(delta: dict[str, Any]) -> None:
-            nonlocal attempt, index, fed
-            if delta.get("iteration") != iteration or delta.get("attempt", 0) < attempt:
-                return  # an earlier request's, or an abandoned attempt's
-            if delta["attempt"] > attempt:
-                on_item(StreamRestarted())
-                attempt, index, fed = delta["attempt"], 0, 0
-            if delta.get("index") != index:
-                return  # out of order: the activity's full text makes up for it
-            index += 1
-            fed += len(delta["text"])
-            on_item(TextDelta(delta["text"]))
-
-        while True:
-            await workflow.wait_condition(lambda: bool(self._deltas) or handle.done())
-            while self._deltas:
-                take(self._deltas.pop(0))
-            if handle.done() and not self._deltas:
-                break
-        try:
-            result = handle.result()
-        except ActivityError as error:
-            raise ModelError(_cause(error)) from error
-        if result["attempt"] != attempt:
-            on_item(StreamRestarted())
-            attempt, fed = result["attempt"], 0
-        rest = result["text"][fed:]
-        if rest:
-            on_item(TextDelta(rest))
-        on_item(Usage(**result["usage"]))
-        self.requests.append(
-            {
-                "iteration": iteration,
-                "attempt": attempt,
-                "worker": result.get("worker"),
-                "started": started,
-                "finished": workflow.time(),
-            }
-        )
-        if result.get("broken"):
-            raise StreamBroken(ModelError(result["broken"]))
+    async def solution_request(
+        self, request: Any, on_item: Callable[[Any], None], host: Any = None
+    ) -> None:
+        """One solution request of the root, or of the child run `host` (§11)."""
+        await _solution_request(self, host or self, request, on_item)
 
     @workflow.signal(name=DELTA_SIGNAL)
     def delta(self, data: dict[str, Any]) -> None:
-        self._deltas.append(data)
+        self._deltas.setdefault(str(data.get("path") or ""), []).append(data)
+
+    # -- sub-agents -------------------------------------------------------------------------
+
+    async def run_child(
+        self, tool: AgentTool, action: StartCall, above: tuple[str, ...]
+    ) -> tuple[Any, dict[str, Any] | None]:
+        """Run a sub-agent's call as a child run inside this workflow: the same loop on
+        the child's configuration, its calls activities of this workflow, its questions
+        the root's, its decisions taken by path (`decide`). (value, error) for its call."""
+        path = (*above, action.id)
+        agent = tool.agent
+        if len(path) > self.agent.max_depth:
+            return None, {
+                "type": "structural",
+                "message": f"sub-agent {tool.agent_name!r} would run at depth {len(path)}, "
+                f"deeper than the root's max_depth of {self.agent.max_depth}",
+            }
+        child = _ChildHost(self, agent, path)
+        log = initial_log(copy_json(action.params))
+        loop: _WorkflowSolutionLoop | _WorkflowTurnLoop
+        if agent.protocol == "tools":
+            loop = _WorkflowTurnLoop(child, log)  # type: ignore[arg-type]
+        else:
+            loop = _WorkflowSolutionLoop(child, log)  # type: ignore[arg-type]
+        self.children["/".join(path)] = loop
+        try:
+            result = await loop.run()
+        except RunStopped as stopped:
+            problem = RuntimeError(
+                f"sub-agent {tool.agent_name!r} ended without an output: {stopped}"
+            )
+            return None, {"type": "runtime", "message": describe_error(problem)}
+        output = result.output
+        if isinstance(output, pydantic.BaseModel):
+            output = output.model_dump(mode="json")
+        return output, None
+
+    def tree(self) -> TreeServices:
+        """What the children share with this run: its event list and redaction."""
+        if self._tree is None:
+            self._tree = TreeServices(
+                run_id=workflow.info().workflow_id,
+                approve=None,
+                listeners=[self._keep_event],
+                redact=self.agent.redact,
+                max_depth=self.agent.max_depth,
+            )
+        return self._tree
+
+    def _engine_for(self, call_id: str) -> tuple[WorkflowEngine | None, str]:
+        """The engine of the run a call id (a path) belongs to, and its local id."""
+        prefix, slash, local = call_id.rpartition("/")
+        loop = self.children.get(prefix) if slash else self._loop
+        engine = loop.engine if loop is not None else None
+        assert engine is None or isinstance(engine, WorkflowEngine)
+        return engine, local
+
+    def _tree_records(self, engine: Any, prefix: str = "") -> list[dict[str, Any]]:
+        """Every call of the tree under its path, each agent call followed by its child's."""
+        rows: list[dict[str, Any]] = []
+        for call_id, record in engine.records.items():
+            row = record_to_dict(record)
+            row["id"] = prefix + call_id
+            rows.append(row)
+            child = self.children.get(prefix + call_id)
+            if child is not None:
+                rows.extend(self._tree_records(child.engine, f"{prefix}{call_id}/"))
+        return rows
+
+    def _tree_pending(self) -> list[tuple[PendingCall, Any]]:
+        found = []
+        for loop in [self._loop, *self.children.values()]:
+            if loop is None:
+                continue
+            engine = loop.engine
+            assert isinstance(engine, WorkflowEngine)
+            found += [(engine.scoped(p), engine.tools) for p in engine.scheduler.deferred]
+        return found
 
     # -- a person's decisions -------------------------------------------------------------
 
     @workflow.update(name=DECIDE_UPDATE)
     def decide(self, call_id: str, decision: dict[str, Any]) -> str:
-        assert self._loop is not None
-        engine = self._loop.engine
-        assert isinstance(engine, WorkflowEngine)
-        engine.apply_decision(call_id, decision_from_dict(decision))
-        return self._loop.engine.scheduler.status(call_id) or ""
+        engine, local = self._engine_for(call_id)  # a child's call by its path (§11)
+        assert engine is not None
+        engine.apply_decision(local, decision_from_dict(decision))
+        return engine.scheduler.status(local) or ""
 
     @decide.validator
     def _check_decision(self, call_id: str, decision: dict[str, Any]) -> None:
         """A bad decision is refused to its sender, before anything is recorded."""
-        engine = self._loop.engine if self._loop is not None else None
-        status = engine.scheduler.status(call_id) if engine is not None else None
+        engine, local = self._engine_for(call_id)
+        status = engine.scheduler.status(local) if engine is not None else None
         if engine is None or status != CallStatus.DEFERRED:
-            waiting = [pending.id for pending in engine.scheduler.deferred] if engine else []
+            waiting = [pending.id for pending, _ in self._tree_pending()]
             raise ValueError(
                 f"call {call_id!r} is not waiting for a decision"
                 + (f" (it is {status})" if status else " (no such call)")
@@ -670,7 +708,7 @@ class AgentWorkflow:
             raise ValueError(f"not a decision: {decision!r}") from error
         if isinstance(parsed, Defer):
             raise ValueError(f"call {call_id!r} is deferred already")
-        record = engine.records[call_id]
+        record = engine.records[local]
         tool = engine.tools.get(record.tool) if record.tool else None
         if isinstance(parsed, Edit):
             params = parsed.params
@@ -694,10 +732,7 @@ class AgentWorkflow:
 
     @workflow.query(name=PENDING_QUERY)
     def pending(self) -> list[dict[str, Any]]:
-        if self._loop is None:
-            return []
-        engine = self._loop.engine
-        return [_pending_to_dict(pending, engine.tools) for pending in engine.scheduler.deferred]
+        return [_pending_to_dict(pending, tools) for pending, tools in self._tree_pending()]
 
     @workflow.query(name=SNAPSHOT_QUERY)
     def snapshot(self) -> dict[str, Any]:
@@ -706,6 +741,127 @@ class AgentWorkflow:
             return {"messages": [], "records": [], "requests": []}
         return {
             "messages": list(self._loop.log.messages),
-            "records": [record_to_dict(r) for r in self._loop.engine.records.values()],
+            "records": self._tree_records(self._loop.engine),
             "requests": list(self.requests),
         }
+
+
+class _ChildHost:
+    """What a child run's loop and engine read of their host (PROTOCOL §11): the
+    sub-agent's own configuration, activities and requests, with the root's hook,
+    options, redaction and event list. The loop and engine are the root's classes."""
+
+    def __init__(self, root: AgentWorkflow, agent: Agent, path: tuple[str, ...]) -> None:
+        self.root = root
+        self.agent = agent
+        self.path = path
+        self.config = dataclasses.replace(
+            agent._config(), approve=root.config.approve, redact=root.agent.redact
+        )
+        assert agent.name is not None  # a worker refuses a sub-agent without one
+        # Its model and tools are its own activities; its questions go to the root's hook.
+        self.names = {**activity_names(agent.name), "approve": root.names["approve"]}
+        self.options = root.options
+        self.sources: list[Any] = []
+        self.requests: list[dict[str, Any]] = []
+        self.hook_workers = root.hook_workers
+        self.sink = ChildSink(RunPlace(root.tree(), path, agent.name), clock=workflow.time)
+
+    def option(self, name: str, default: float) -> timedelta:
+        return self.root.option(name, default)
+
+    def model_activity(self, data: dict[str, Any]) -> Any:
+        return _model_activity(self, data)
+
+    async def solution_request(self, request: Any, on_item: Callable[[Any], None]) -> None:
+        await self.root.solution_request(request, on_item, host=self)
+
+
+def _model_activity(host: Any, data: dict[str, Any]) -> Any:
+    """A model request of `host`'s agent (the root's, or a child run's) as an activity."""
+    agent = host.agent
+    return workflow.start_activity(
+        host.names["model"],
+        data,
+        start_to_close_timeout=host.option("model_timeout", 600),
+        heartbeat_timeout=host.option("heartbeat_timeout", 10),
+        # PROTOCOL §8 as Temporal's retry policy: the activity marks a non-retryable
+        # answer (a 4xx other than 408/409/429, a client bug) as such.
+        retry_policy=RetryPolicy(
+            maximum_attempts=agent.max_llm_retries,
+            initial_interval=timedelta(seconds=2),
+            backoff_coefficient=2.0,
+            maximum_interval=timedelta(seconds=60),
+        ),
+    )
+
+
+async def _solution_request(
+    root: AgentWorkflow, host: Any, request: Any, on_item: Callable[[Any], None]
+) -> None:
+    """One solution request: its calls reach the tick as their objects close.
+
+    The activity signals the text up to each closed call (`delta`), keyed by
+    iteration, attempt and index; a later attempt (the worker died mid-stream)
+    restarts the stream, and the loop drops the calls it had already handed over.
+    """
+    iteration = request.iteration
+    key = "/".join(host.path)  # whose deltas: a child run's ("c1.2") or the root's ("")
+    data: dict[str, Any] = {
+        "protocol": "solution",
+        "messages": request.messages,
+        "iteration": iteration,
+    }
+    if key:
+        data["path"] = key
+    if host.sources:  # the worker's agent does not know the run's MCP tools
+        data["schema"] = host.config.schema
+    problem = too_big(data, f"the request of iteration {iteration}")
+    if problem is not None:  # the run ends with its log, never a stuck workflow
+        raise ModelError(problem, status=413)
+    handle = host.model_activity(data)
+    deltas = root._deltas.setdefault(key, [])
+    started = workflow.time()
+    attempt, index, fed = 1, 0, 0
+
+    def take(delta: dict[str, Any]) -> None:
+        nonlocal attempt, index, fed
+        if delta.get("iteration") != iteration or delta.get("attempt", 0) < attempt:
+            return  # an earlier request's, or an abandoned attempt's
+        if delta["attempt"] > attempt:
+            on_item(StreamRestarted())
+            attempt, index, fed = delta["attempt"], 0, 0
+        if delta.get("index") != index:
+            return  # out of order: the activity's full text makes up for it
+        index += 1
+        fed += len(delta["text"])
+        on_item(TextDelta(delta["text"]))
+
+    while True:
+        await workflow.wait_condition(lambda: bool(deltas) or handle.done())
+        while deltas:
+            take(deltas.pop(0))
+        if handle.done() and not deltas:
+            break
+    try:
+        result = handle.result()
+    except ActivityError as error:
+        raise ModelError(_cause(error)) from error
+    if result["attempt"] != attempt:
+        on_item(StreamRestarted())
+        attempt, fed = result["attempt"], 0
+    rest = result["text"][fed:]
+    if rest:
+        on_item(TextDelta(rest))
+    on_item(Usage(**result["usage"]))
+    host.requests.append(
+        {
+            "iteration": iteration,
+            "attempt": attempt,
+            "worker": result.get("worker"),
+            "started": started,
+            "finished": workflow.time(),
+        }
+    )
+    if result.get("broken"):
+        raise StreamBroken(ModelError(result["broken"]))

@@ -1,0 +1,223 @@
+"""Agents as tools: a call to one runs a child run (PROTOCOL §11).
+
+The child run is the sub-agent's own loop (`OuterLoop`, either protocol) on its own log,
+state, scheduler and limits, run as the activity of the call that started it, inside the
+same run: the root's approval hook, events, redaction, `max_depth` and journal serve it
+through its `RunPlace` (`_tree`). Its output is the call's result, written like any
+tool's; a child that ends without one fails its call, and never its parent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from contextlib import AbstractAsyncContextManager, nullcontext
+from typing import Any
+
+from .._core._log import ContextLog, copy_json
+from .._core._scheduler import CallRecord
+from .._core._tools import CallContext, Tool, ToolSet
+from .._durable._resume import DurableRun
+from .._engine._engine import PARKED, CallRefused
+from .._engine._run import initial_log
+from .._errors import ConfigurationError, RunStopped, TickloopError
+from .._observe._events import EventSink, Redactor
+from ._loop import AgentConfig, OuterLoop
+from ._tree import DEFAULT_MAX_DEPTH, ChildSink, RunPlace, TreeServices, TreeTool
+
+__all__ = ["DEFAULT_INPUT", "AgentTool", "check_tree", "run_child"]
+
+DEFAULT_INPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {"task": {"type": "string", "description": "what the agent is to do"}},
+    "required": ["task"],
+}
+
+
+class AgentTool(TreeTool):
+    """An agent as a tool: its call runs the agent as a child run.
+
+    Made by `Agent.as_tool` (or by placing an `Agent` in a `tools=` list). `open_config`
+    is the agent's own way of taking its configuration for one run (its tool sources
+    opened); `agent_tools` its tools, for the tree's checks.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        description: str,
+        parameters: Any,
+        output: Any,
+        open_config: Callable[[], AbstractAsyncContextManager[AgentConfig]],
+        config: Callable[[], AgentConfig],
+        agent_tools: ToolSet,
+        agent: Any = None,
+        requires_approval: Any = False,
+        timeout: float | None = None,
+    ) -> None:
+        super().__init__(
+            name,
+            description,
+            parameters,
+            output,
+            handler=self._run_child,
+            requires_approval=requires_approval,
+            timeout=timeout,
+            # A crash while the child runs starts the call again: its child then replays
+            # its own journal, so no finished call of it runs again (§10 at every depth).
+            idempotent=True,
+        )
+        # What events and pending calls name as `.agent`: the agent's own name, else the
+        # tool's (an unnamed agent given a name by `as_tool(name=...)`).
+        self.agent_name: str = getattr(agent, "name", None) or name
+        self._open_config = open_config
+        self._config = config  # without its tool sources opened: for reading records back
+        self._agent_tools = agent_tools
+        # The `Agent` itself, opaque here: a driver that runs child runs its own way (a
+        # Temporal workflow) reads its options and registers its activities.
+        self.agent = agent
+
+    def child_tools(self) -> list[Tool]:
+        return list(self._agent_tools.values())
+
+    def recorded_calls(self, place: RunPlace) -> dict[str, CallRecord]:
+        tree = place.tree
+        journal = tree.journal_of(place.prefix[:-1]) if tree.durable is not None else []
+        if not journal:
+            return {}
+        config = _child_config(self._config(), place)
+        sink = EventSink(tree.run_id, tree.redact)  # a replay delivers no events
+        durable = DurableRun(
+            tree.durable.writer, config.tools, tree.redact, sink, path=place.prefix[:-1]
+        )
+        loop = config.protocol.open_loop(config, ContextLog(), sink, durable)
+        try:
+            durable.replay(journal, loop)  # nothing runs, nothing is written
+        except TickloopError:  # its tools changed since (a tool source's): no records
+            return {}
+        return place.gather(loop.engine.records, config.tools)
+
+    def prepare(
+        self, params: dict[str, Any], context: CallContext | None
+    ) -> tuple[Any, dict[str, Any]]:
+        # The parameters are the child's input, checked against its schema already: they
+        # are not converted to a signature's types.
+        return self._run_child, {"params": params, "context": context}
+
+    async def _run_child(self, params: dict[str, Any], context: CallContext) -> Any:
+        parent = context.scope
+        if not isinstance(parent, RunPlace):  # `run_calls`: a tree of its own
+            tree = TreeServices(
+                run_id=context.run_id or "",
+                approve=None,
+                listeners=[],
+                redact=Redactor(),
+                max_depth=DEFAULT_MAX_DEPTH,
+            )
+            parent = RunPlace(tree)
+        place = parent.child(context.id, self.agent_name)
+        tree = place.tree
+        if place.depth > tree.max_depth:
+            raise CallRefused(
+                f"sub-agent {self.agent_name!r} would run at depth {place.depth}, deeper "
+                f"than the root's max_depth of {tree.max_depth}"
+            )
+        tree.parked.pop(place.prefix[:-1], None)  # started (again): not parked
+        async with self._open_config() as config:
+            return await run_child(config, place, params)
+
+
+async def run_child(config: AgentConfig, place: RunPlace, params: dict[str, Any]) -> Any:
+    """Run a sub-agent's loop as a child run at `place`; its output (JSON), or `PARKED`
+    when it paused on decisions. A run that stops without an output raises RuntimeError
+    saying why, which fails the call."""
+    tree = place.tree
+    config = _child_config(config, place)
+    sink = ChildSink(place)
+    root = tree.durable
+    if root is None:
+        loop = config.protocol.open_loop(config, initial_log(copy_json(params)), sink, None)
+        return await _finish(place, loop, nullcontext())
+    # A durable tree: the child is journaled in the root's run under its path, and a
+    # child that journaled before (a crash, a pause) replays that and goes on from there.
+    path = place.prefix[:-1]
+    top = root.rows.get(place.path[0])
+    durable = DurableRun(
+        root.writer,
+        config.tools,
+        tree.redact,
+        sink,
+        path=path,
+        row_seq=None if top is None else top.seq,
+    )
+    journal = tree.journal_of(path)
+    if journal:
+        loop = config.protocol.open_loop(config, ContextLog(), sink, durable)
+        durable.decisions = tree.decisions_under(place.prefix)
+        durable.replay(journal, loop)
+    else:
+        log = initial_log(copy_json(params))
+        durable.journal_messages(list(log.messages))
+        loop = config.protocol.open_loop(config, log, sink, durable)
+    return await _finish(place, loop, durable.flushing())
+
+
+def _child_config(config: AgentConfig, place: RunPlace) -> AgentConfig:
+    """A sub-agent's configuration as a child run at `place` sees it: the root's hook,
+    redaction and journal, no store, listeners or tracer of its own."""
+    return dataclasses.replace(
+        config,
+        approve=place.ask if place.tree.approve is not None else None,
+        store=None,
+        on_event=None,
+        tracer=None,
+        redact=place.tree.redact,
+        place=place,
+    )
+
+
+async def _finish(
+    place: RunPlace, loop: OuterLoop, flushing: AbstractAsyncContextManager[Any]
+) -> Any:
+    """Run a child's loop to its end: its output, or `PARKED`."""
+    tree = place.tree
+    try:
+        async with flushing:
+            result = await loop.run()
+    except RunStopped as stopped:
+        raise RuntimeError(
+            f"sub-agent {place.agent!r} ended without an output: {stopped}"
+        ) from None
+    finally:
+        place.finished(loop.engine.records, loop.config.tools)
+        tree.usage = tree.usage + loop.usage
+    if result.status == "paused":
+        tree.parked[place.prefix[:-1]] = place.pending_of(result.pending)
+        return PARKED
+    output = result.output
+    # A copy: nothing of the child's log is shared (a pydantic model's JSON is made anew
+    # by the engine, like any tool's result).
+    return copy_json(output) if isinstance(output, dict | list) else output
+
+
+def check_tree(tools: Iterable[Tool], approve: Any) -> None:
+    """A tool that may require approval anywhere in the tree needs the root's hook
+    (PROTOCOL §11): checked when the root run starts, before anything runs."""
+    if approve is not None:
+        return
+    seen: set[int] = set()
+    stack: list[tuple[tuple[str, ...], Tool]] = [((), tool) for tool in tools]
+    while stack:
+        agents, tool = stack.pop()
+        if id(tool) in seen:  # an agent may be a tool of itself (bounded by max_depth)
+            continue
+        seen.add(id(tool))
+        if tool.may_require_approval:
+            where = f" of sub-agent {' > '.join(agents)}" if agents else ""
+            raise ConfigurationError(
+                f"tool {tool.name!r}{where} may require approval, but no approval hook was "
+                "given (pass approve=... to the root agent: it serves the whole tree)"
+            )
+        if isinstance(tool, TreeTool):
+            stack.extend(((*agents, repr(tool.agent_name)), child) for child in tool.child_tools())
