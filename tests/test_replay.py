@@ -303,3 +303,62 @@ def test_a_tools_protocol_run_replays_and_forks_too(tmp_path: Path) -> None:
     assert forked.output == first.output
     with pytest.raises(tl.ConfigurationError, match="protocol='tools'"):
         make_agent().replay("t1", store=store)
+
+
+def _tree(store: tl.SQLiteStore | None = None) -> tl.Agent:
+    """A writer whose researcher (a sub-agent) fetches and summarizes (PROTOCOL §11)."""
+    researcher = tl.Agent(
+        tl.ScriptedModel(
+            [
+                {
+                    "calls": [
+                        {"_tool": "fetch", "url": "†input.task", "_outputPath": "†state.page"},
+                        {"_tool": "summarize", "text": "†state.page", "_outputPath": "†state.s"},
+                    ]
+                },
+                {"calls": [], "output": "†state.s"},
+            ]
+        ),
+        tools=[fetch, summarize],
+        name="researcher",
+        description="Research a topic.",
+    )
+    return tl.Agent(
+        tl.ScriptedModel(
+            [
+                {
+                    "calls": [
+                        {"_tool": "researcher", "task": "trio", "_outputPath": "†state.notes"},
+                        {"_tool": "count_words", "text": "†state.notes", "_outputPath": "†state.n"},
+                        {"_tool": "fetch", "url": "elsewhere", "_outputPath": "†state.other"},
+                    ]
+                },
+                {"calls": [], "output": {"notes": "†state.notes", "n": "†state.n"}},
+            ]
+        ),
+        tools=[researcher, count_words, fetch],
+        store=store,
+    )
+
+
+def test_a_tree_replays_by_path_and_forks_re_running_a_childs_call_and_what_reads_it(
+    tmp_path: Path,
+) -> None:
+    global SUMMARY_V2
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    first = _tree(store).run(run_id="tree")
+    assert first.output == {"notes": "summary(page of trio)", "n": 3}
+    RAN.clear()
+    again = _tree().replay("tree", store=store)
+    assert again.output == first.output and sum(RAN.values()) == 0
+    assert set(again.records) == set(first.records) >= {"c1.0/c1.0", "c1.0/c1.1"}
+
+    SUMMARY_V2 = True  # the child's summarize changed: it, its agent call and the count
+    forked = _tree().fork("tree", "tree-b", store=store, rerun=["c1.0/c1.1"])
+    assert RAN == Counter(summarize=1, count_words=1)  # no fetch: the child reused its own
+    assert forked.output == {"notes": "summary v2(page of trio)", "n": 4}
+    RAN.clear()
+    whole = _tree().fork("tree", "tree-c", store=store, rerun=["c1.0"])
+    # The agent call named: its whole child runs again, and what reads it.
+    assert RAN == Counter(fetch=1, summarize=1, count_words=1)
+    assert whole.output == forked.output

@@ -33,7 +33,7 @@ from .._observe._trace import make_tracer
 from ._loop import AgentConfig, LoopProtocol, OutputT, RunResult
 from ._output import OutputSpec
 from ._prompt import DEFAULT_CONTEXT_BUDGET, solution_schema
-from ._replay import Reuse, fork_model, load_recording, replay_model, stale_calls
+from ._replay import Replaying, load_recording, stale_calls
 from ._session import RunSession
 from ._solution import SOLUTION
 from ._subagent import DEFAULT_INPUT, AgentTool, check_tree
@@ -265,25 +265,15 @@ class Agent(Generic[OutputT]):
         store: SQLiteStore | str | os.PathLike[str],
         tools: str = "recorded",
         on_event: Callable[[RunEvent], Any] | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         if tools not in ("recorded", "live"):
             raise ConfigurationError(f'tools must be "recorded" or "live", not {tools!r}')
         _check_on_event(on_event)
         recording = load_recording(store, run_id, self.protocol)
-        recorded_tools = tools == "recorded"
-        reuse = Reuse(recording, recorded_tools=recorded_tools, hook=self.approve)
-        async with self._open_for_run() as config:
-            config = dataclasses.replace(
-                config,
-                model=replay_model(recording, self.model, self.protocol),
-                approve=reuse.decide,
-                answer=reuse.answer if recorded_tools else None,
-                store=None,
-            )
-            session = RunSession.new(
-                config, None, recording.opening, on_event or self.on_event, None
-            )
-            return await session.execute()
+        replaying = Replaying(
+            recording, fork=False, recorded_tools=tools == "recorded", hook=self.approve
+        )
+        return await self._run_recorded(replaying, None, None, on_event)
 
     def fork(
         self,
@@ -327,34 +317,43 @@ class Agent(Generic[OutputT]):
         rerun_tools: Sequence[str] = (),
         model: Any = None,
         on_event: Callable[[RunEvent], Any] | None = None,
-    ) -> RunResult:
+    ) -> RunResult[OutputT]:
         _check_on_event(on_event)
         if isinstance(rerun, str) or isinstance(rerun_tools, str):
             raise ConfigurationError("rerun and rerun_tools take lists of names, not a string")
-        recording = load_recording(store, run_id, self.protocol)
-        stale = stale_calls(recording, rerun, rerun_tools)
-        live = self.model if model is None else model
         if model is not None:
             PROTOCOLS[self.protocol].check(model, self.tools)
-        forked = fork_model(recording, live, self.protocol)
-        reuse = Reuse(
+        recording = load_recording(store, run_id, self.protocol)
+        replaying = Replaying(
             recording,
+            fork=True,
             recorded_tools=False,
-            stale=stale,
-            answered=forked.reused.__contains__,
             hook=self.approve,
+            stale=stale_calls(recording, rerun, rerun_tools),
+            root_model=model,
         )
+        return await self._run_recorded(replaying, as_store(store), new_run_id, on_event)
+
+    async def _run_recorded(
+        self,
+        replaying: Replaying,
+        store: SQLiteStore | None,
+        run_id: str | None,
+        on_event: Callable[[RunEvent], Any] | None,
+    ) -> RunResult[OutputT]:
+        """Run the recorded run again from its opening messages, as `replaying` says:
+        a replay in memory (`store` None), or a fork stored as `run_id`."""
         async with self._open_for_run() as config:
             config = dataclasses.replace(
                 config,
-                model=forked,
-                approve=reuse.decide,
-                answer=reuse.answer,
-                store=as_store(store),
+                model=replaying.model_for((), config.model, self.protocol),
+                approve=replaying.decide,
+                answer=replaying.answer_under(""),
+                replaying=replaying,
+                store=store,
             )
-            session = RunSession.new(
-                config, None, recording.opening, on_event or self.on_event, new_run_id
-            )
+            opening = replaying.recording.root.opening
+            session = RunSession.new(config, None, opening, on_event or self.on_event, run_id)
             return await session.execute()
 
     @asynccontextmanager

@@ -109,6 +109,9 @@ class AgentConfig:
     # A replayed or forked run's recorded outcome for a call id, given instead of running
     # its handler (None: run it); see `_replay`.
     answer: Callable[[str], Outcome | None] | None = None
+    # The root of a replayed or forked tree: what each of its runs takes from the record
+    # (`_replay.Replaying`: a child's model and answers, by path).
+    replaying: Any = None
 
 
 class LoopProtocol(ABC):

@@ -7,23 +7,25 @@ tools: no handler runs); `Agent.fork` runs a new stored run that reuses every re
 answer and result nothing re-run reaches, like an incremental build:
 
 * a call is re-run when it is named in `rerun`, is a call of a tool in `rerun_tools`, or
-  read (directly or through other calls) what such a call wrote; everything else keeps
-  its recorded result and decision;
+  depends on such a call (read what it wrote, directly or not; an agent call depends on
+  the calls of its child run); everything else keeps its recorded result and decision;
 * an iteration whose request is exactly the recorded one keeps its recorded answer; from
   the first request that differs, the model is asked again, and nothing recorded after it
   is reused (its calls are new calls, whatever their ids).
 
-The record is read once, before the run starts; nothing here writes to the recorded run.
+A tree of runs (PROTOCOL §11) is replayed run by run, by path: each child gets its own
+recorded answers, and its calls' outcomes and decisions by their full paths. The record
+is read once, before the run starts; nothing here writes to the recorded run.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Collection, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from .._core._decisions import ApproveHook, Decision, Deny, PendingCall
-from .._durable._recording import Recording
+from .._durable._recording import RecordedCall, RecordedRun, Recording
 from .._durable._store import SQLiteStore, as_store
 from .._engine._asking import ask
 from .._engine._engine import Outcome
@@ -41,10 +43,8 @@ from ._turns import response_of
 __all__ = [
     "ReplayMismatchError",
     "ReplayModel",
-    "Reuse",
-    "fork_model",
+    "Replaying",
     "load_recording",
-    "replay_model",
     "stale_calls",
 ]
 
@@ -69,6 +69,15 @@ def load_recording(
     return recording
 
 
+def _unrecorded(run_id: str, run: RecordedRun, iteration: int) -> ModelError:
+    where = f" (sub-agent run {run.path})" if run.path else ""
+    return ModelError(
+        f"run {run_id!r}{where} recorded {len(run.responses)} requests; nothing was "
+        f"recorded for request {iteration}",
+        status=400,
+    )
+
+
 class ReplayModel:
     """A model client that answers each request of a stored run with the recorded answer.
 
@@ -80,33 +89,23 @@ class ReplayModel:
 
     model = "replay"
 
-    def __init__(
-        self,
-        store: SQLiteStore | str | Any,
-        run_id: str,
-        *,
-        strict: bool = False,
-        recording: Recording | None = None,
-    ) -> None:
+    def __init__(self, store: SQLiteStore | str | Any, run_id: str, *, strict: bool = False) -> None:
         self.run_id = run_id
         self.strict = strict
         self._store = store
-        self._recording = recording
+        self._run: RecordedRun | None = None
 
     @property
-    def recording(self) -> Recording:
-        if self._recording is None:
-            self._recording = load_recording(self._store, self.run_id)
-        return self._recording
+    def recorded(self) -> RecordedRun:
+        if self._run is None:
+            self._run = load_recording(self._store, self.run_id).root
+        return self._run
 
     async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
-        recorded = self.recording.responses.get(request.iteration)
+        run = self.recorded
+        recorded = run.responses.get(request.iteration)
         if recorded is None:
-            raise ModelError(
-                f"run {self.run_id!r} recorded {len(self.recording.responses)} requests; "
-                f"nothing was recorded for request {request.iteration}",
-                status=400,
-            )
+            raise _unrecorded(self.run_id, run, request.iteration)
         if self.strict:
             difference = first_difference(recorded.request, request.to_dict())
             if difference is not None:
@@ -117,112 +116,127 @@ class ReplayModel:
         yield TextDelta(recorded.text)
 
 
-class _TurnReplay:
-    """Protocol "tools": each request answered with its recorded assistant turn, in the
-    wire format of `like` (the agent's own client, which made the record)."""
+class _RunModel:
+    """The model of one run of a replayed or forked tree.
 
-    def __init__(self, recording: Recording, like: Any) -> None:
-        self.recording = recording
-        self.turn_format = like.turn_format
-        self.tool_result_messages = like.tool_result_messages
+    Replaying (`live` None): every request gets its recorded answer. Forking: requests
+    get their recorded answers while each is exactly the recorded one; from the first that
+    differs, `live` answers this run's requests. Either protocol: a "tools" run's turns
+    are answered in the wire format of `like`, the run's own client, which made them.
+    """
 
-    async def stream_turn(self, request: TurnRequest) -> AsyncIterator[TurnItem]:
-        turn = self.recording.turns.get(request.iteration)
-        if turn is None:
-            raise ModelError(
-                f"run {self.recording.run_id!r} recorded no answer for request {request.iteration}",
-                status=400,
-            )
-        yield response_of(turn)
-
-
-class _ForkModel:
-    """Recorded answers while the requests are the recorded ones, then the live model."""
-
-    def __init__(self, recording: Recording, live: Any, protocol: str) -> None:
-        self.recording = recording
+    def __init__(self, run_id: str, run: RecordedRun, like: Any, live: Any, turns: bool) -> None:
+        self.run_id = run_id
+        self.run = run
         self.live = live
         self.reused: set[int] = set()  # iterations answered from the record
         self.diverged = False
-        if protocol == "tools":
-            self.turn_format = live.turn_format
-            self.tool_result_messages = live.tool_result_messages
+        if turns:
+            self.turn_format = like.turn_format
+            self.tool_result_messages = like.tool_result_messages
 
-    def _reuses(self, iteration: int, request: dict[str, Any]) -> bool:
-        """Whether request `iteration` takes its recorded answer: it and every request
-        before it are exactly the recorded ones."""
-        recorded = self.recording.responses.get(iteration)
-        if (
-            not self.diverged
-            and recorded is not None
-            and recorded.request is not None
-            and first_difference(recorded.request, request) is None
+    def _recorded(self, iteration: int, request: dict[str, Any]) -> Any:
+        """The recorded answer to take for request `iteration`, or None for a live one."""
+        recorded = self.run.responses.get(iteration)
+        if self.live is None:
+            if recorded is None:
+                raise _unrecorded(self.run_id, self.run, iteration)
+        elif (
+            self.diverged
+            or recorded is None
+            or first_difference(recorded.request, request) is not None
         ):
-            self.reused.add(iteration)
-            return True
-        self.diverged = True
-        return False
+            self.diverged = True
+            return None
+        self.reused.add(iteration)
+        return recorded
 
     async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
-        if self._reuses(request.iteration, request.to_dict()):
-            yield TextDelta(self.recording.responses[request.iteration].text)
+        recorded = self._recorded(request.iteration, request.to_dict())
+        if recorded is not None:
+            yield TextDelta(recorded.text)
             return
         async for item in self.live.stream_solution(request):
             yield item
 
     async def stream_turn(self, request: TurnRequest) -> AsyncIterator[TurnItem]:
-        if self._reuses(request.iteration, request.to_dict()):
-            yield response_of(self.recording.turns[request.iteration])
+        recorded = self._recorded(request.iteration, request.to_dict())
+        if recorded is not None:
+            yield response_of(recorded.turn or {})
             return
         async for item in self.live.stream_turn(request):
             yield item
 
 
-class Reuse:
-    """Which recorded outcomes and decisions a replayed or forked run takes.
+class Replaying:
+    """What a replayed or forked tree of runs takes from its record, run by run.
 
-    `recorded_tools`: a call with a recorded outcome gets it instead of running (a call
-    with none fails, saying so). `stale`: calls that run again and are asked again.
-    `answered`: the iterations whose recorded answer was reused (None: all of them).
+    `fork`: requests are compared and a run goes live from the first that differs, and
+    calls in `stale` run again; otherwise every request is answered from the record.
+    `recorded_tools`: a replay's calls get their recorded outcomes (one with none fails,
+    saying so); a replay with live tools and a fork run what they do not reuse. Recorded
+    decisions of reused calls are reused; anything else is asked of `hook`.
     """
 
     def __init__(
         self,
         recording: Recording,
         *,
+        fork: bool,
         recorded_tools: bool,
-        stale: Collection[str] = (),
-        answered: Callable[[int], bool] | None = None,
-        hook: ApproveHook | None = None,
+        hook: ApproveHook | None,
+        stale: Iterable[str] = (),
+        root_model: Any = None,
     ) -> None:
         self.recording = recording
+        self.fork = fork
         self.recorded_tools = recorded_tools
-        self.stale = stale
-        self.answered = answered
         self.hook = hook
+        self.stale = set(stale)
+        self.root_model = root_model  # a fork's model= for the root run; None: the agent's
+        self._models: dict[str, _RunModel] = {}
 
-    def _reusable(self, call_id: str) -> Any:
+    def model_for(self, path: tuple[str, ...], model: Any, protocol: str) -> Any:
+        """The model of the run at `path` of `protocol`, whose own client is `model`."""
+        where = "/".join(path)
+        live = None
+        if self.fork:
+            live = self.root_model if not path and self.root_model is not None else model
+        run_model = _RunModel(
+            self.recording.run_id, self.recording.run(where), model, live, protocol == "tools"
+        )
+        self._models[where] = run_model
+        return run_model
+
+    def answer_under(self, prefix: str) -> Callable[[str], Outcome | None] | None:
+        """The engine's recorded outcomes for the run whose calls' full paths start with
+        `prefix`; None when every call runs its handler."""
+        if not self.fork and not self.recorded_tools:
+            return None
+        return lambda call_id: self._answer(prefix + call_id)
+
+    def _reusable(self, call_id: str) -> RecordedCall | None:
         call = self.recording.calls.get(call_id)
         if call is None or call_id in self.stale:
             return None
-        if self.answered is not None and not self.answered(call.iteration):
-            return None  # a call of a request the model answered anew
+        if self.fork:
+            run_model = self._models.get(call_id.rpartition("/")[0])
+            if run_model is None or call.iteration not in run_model.reused:
+                return None  # a call of a request the model answered anew
         return call
 
-    def answer(self, call_id: str) -> Outcome | None:
+    def _answer(self, call_id: str) -> Outcome | None:
+        if call_id in self.recording.runs:
+            return None  # an agent call: its child run replays, answered from its record
         call = self._reusable(call_id)
         if call is not None and call.outcome is not None:
             return call.outcome
         if self.recorded_tools:
-            return (
-                None,
-                None,
-                {
-                    "type": "runtime",
-                    "message": f"replay: run {self.recording.run_id!r} recorded no result for "
-                    f"call {call_id}",
-                },
-            )
+            return None, None, {
+                "type": "runtime",
+                "message": f"replay: run {self.recording.run_id!r} recorded no result for "
+                f"call {call_id}",
+            }
         return None
 
     async def decide(self, pending: PendingCall) -> Decision | bool:
@@ -234,20 +248,12 @@ class Reuse:
         return await ask(self.hook, pending)
 
 
-def fork_model(recording: Recording, live: Any, protocol: str) -> _ForkModel:
-    return _ForkModel(recording, live, protocol)
-
-
-def replay_model(recording: Recording, like: Any, protocol: str) -> Any:
-    """The model of `agent.replay`: the recorded answers, in `like`'s wire format."""
-    if protocol == "tools":
-        return _TurnReplay(recording, like)
-    return ReplayModel(None, recording.run_id, recording=recording)
-
-
-def stale_calls(recording: Recording, rerun: Iterable[str], rerun_tools: Iterable[str]) -> set[str]:
-    """The recorded calls a fork runs again: those named, those of the tools named, and
-    everything downstream of them. A name the run does not have is a caller's mistake."""
+def stale_calls(
+    recording: Recording, rerun: Iterable[str], rerun_tools: Iterable[str]
+) -> set[str]:
+    """The recorded calls a fork runs again: those named, those of the tools named, the
+    calls of the child runs they started, and every call that depends on any of them. A
+    name the run does not have is a caller's mistake."""
     rerun, rerun_tools = list(rerun), list(rerun_tools)
     for item, kind in [(i, "rerun") for i in rerun] + [(t, "rerun_tools") for t in rerun_tools]:
         if not isinstance(item, str):
@@ -259,7 +265,7 @@ def stale_calls(recording: Recording, rerun: Iterable[str], rerun_tools: Iterabl
         )
     tools = set(rerun_tools)
     roots = set(rerun) | {c.id for c in recording.calls.values() if c.tool in tools}
-    return recording.downstream_of(roots)
+    return recording.downstream_of(roots | recording.below(roots))
 
 
 def first_difference(recorded: Any, new: Any) -> str | None:

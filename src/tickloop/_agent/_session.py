@@ -181,6 +181,7 @@ class RunSession:
             durable=durable,
             journal=self.journal,
             decisions=durable.decisions if durable is not None else None,
+            replaying=config.replaying,
         )
         if durable is not None:
             durable.share = False  # its children's entries come between its own

@@ -166,6 +166,13 @@ async def run_child(config: AgentConfig, place: RunPlace, params: dict[str, Any]
 def _child_config(config: AgentConfig, place: RunPlace) -> AgentConfig:
     """A sub-agent's configuration as a child run at `place` sees it: the root's hook,
     redaction and journal, no store, listeners or tracer of its own."""
+    replaying = place.tree.replaying
+    if replaying is not None:  # a replayed or forked tree: the child's record, by path
+        config = dataclasses.replace(
+            config,
+            model=replaying.model_for(place.path, config.model, config.protocol.name),
+            answer=replaying.answer_under(place.prefix),
+        )
     return dataclasses.replace(
         config,
         approve=place.ask if place.tree.approve is not None else None,

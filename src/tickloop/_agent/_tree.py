@@ -81,8 +81,12 @@ class TreeServices:
         durable: Any = None,
         journal: list[tuple[int, float, str, Any]] | None = None,
         decisions: Mapping[str, Decision] | None = None,
+        replaying: Any = None,
     ) -> None:
         self.run_id = run_id
+        # A replayed or forked tree (`_replay.Replaying`): each child run's recorded model
+        # and answers, by path; None for a run of its own.
+        self.replaying = replaying
         self.approve = approve
         # A person answers one question at a time, for the whole tree (PROTOCOL §6): a
         # trio.Lock is fair, so questions are asked in the order they came.

@@ -1,9 +1,11 @@
 """A stored run read back as a recording: what was asked, answered, decided and returned.
 
 Replay and fork (docs/replay.md) run an agent again from what a run's journal holds:
-each model request it sent (a `request` note beside its `solution` message), each call's
-outcome (its `CallFinished` event) and decision, and the calls' dependency arrows (the
-`deps` of their rows). This module only reads: it never writes to the store.
+each model request it sent (a `request` note beside its answer), each call's outcome (its
+`CallFinished` event) and decision, and the calls' dependency arrows (the `deps` of their
+rows). A tree of runs (PROTOCOL §11) is one journal: a child's entries are tagged with its
+path ("event@c1.2"), so each run of the tree is read back on its own, by path. This
+module only reads: it never writes to the store.
 """
 
 from __future__ import annotations
@@ -16,21 +18,24 @@ from typing import Any
 from .._core._decisions import Decision, Defer, decision_from_dict
 from ._store import SQLiteStore
 
-__all__ = ["RecordedCall", "RecordedResponse", "Recording"]
+__all__ = ["RecordedCall", "RecordedResponse", "RecordedRun", "Recording"]
+
+TURN_KIND = "turn"  # the data kind of protocol "tools" turns (`_agent._turns.TURN_KIND`)
 
 
 @dataclass(slots=True)
 class RecordedResponse:
-    """One request of the run and the model's answer to it, as its log keeps them."""
+    """One request of a run and the model's answer to it, as its log keeps them."""
 
     iteration: int
     text: str  # what the model streamed: the solution as JSON, or the raw text it wrote
-    request: dict[str, Any] | None  # {"messages", "schema"}; None in a run made before
+    request: dict[str, Any] | None  # what was sent; None in a run made before requests
+    turn: dict[str, Any] | None = None  # protocol "tools": the assistant turn as logged
 
 
 @dataclass(slots=True)
 class RecordedCall:
-    """One call of the run: how it ended, the decision it got, what it waited on."""
+    """One call of the tree (by full path): how it ended, its decision, what it read."""
 
     id: str
     tool: str | None
@@ -42,74 +47,112 @@ class RecordedCall:
 
 
 @dataclass(slots=True)
+class RecordedRun:
+    """One run of the tree: the messages it began with and the answers it got."""
+
+    path: str  # "" for the root, "c1.2" for the child its call c1.2 started
+    opening: list[dict[str, Any]] = field(default_factory=list)
+    responses: dict[int, RecordedResponse] = field(default_factory=dict)
+    _requests: dict[int, dict[str, Any] | None] = field(default_factory=dict)
+    _asked: bool = False
+
+    def read(self, kind: str, body: Any) -> None:
+        if not isinstance(body, dict):
+            return
+        if kind == "note":
+            if body.get("note") == "request":
+                self._requests[int(body["iteration"])] = body.get("request")
+                self._asked = True
+            return
+        if kind == "event":
+            self._asked = self._asked or body.get("type") == "TickOpened"
+            return
+        if body.get("type") == "solution":
+            self._asked = True
+            iteration = int(body["iteration"])
+            self.responses[iteration] = RecordedResponse(
+                iteration, _solution_text(body), self._requests.get(iteration)
+            )
+        elif body.get("type") == "data" and body.get("kind") == TURN_KIND and self._asked:
+            turn = body.get("data")
+            if isinstance(turn, dict) and turn.get("role") == "assistant":
+                iteration = int(turn["iteration"])
+                if not turn.get("broken"):
+                    self.responses[iteration] = RecordedResponse(
+                        iteration, str(turn.get("text", "")), self._requests.get(iteration), turn
+                    )
+        elif not self._asked:
+            self.opening.append(body)
+
+
+@dataclass(slots=True)
 class Recording:
     run_id: str
     protocol: str
-    opening: list[dict[str, Any]]  # the messages the run began with, before any request
-    responses: dict[int, RecordedResponse] = field(default_factory=dict)
-    calls: dict[str, RecordedCall] = field(default_factory=dict)
-    # protocol "tools": each answered request's assistant turn, as the log keeps it
-    turns: dict[int, dict[str, Any]] = field(default_factory=dict)
+    runs: dict[str, RecordedRun] = field(default_factory=dict)  # by path; "" the root
+    calls: dict[str, RecordedCall] = field(default_factory=dict)  # by full path
 
     @classmethod
     def load(cls, store: SQLiteStore, run_id: str) -> Recording:
         """The run `run_id` of `store`; `ResumeError` when there is none, `StoreError`
         when the file is not a store."""
-        protocol = store.protocol(run_id)
-        journal = store.journal(run_id)
-        recording = cls(run_id, protocol, [])
-        for info in store.calls(run_id):
+        recording = cls(run_id, store.protocol(run_id))
+        infos = store.calls(run_id)
+        for info in infos:
             recording.calls[info.id] = RecordedCall(
                 info.id, info.tool, info.iteration, info.status, list(info.deps or ())
             )
-        recording._read(body for _, _, kind, body in journal if kind in _READ)
-        for info in store.calls(run_id):
-            if info.decision is not None and recording.calls[info.id].decision is None:
-                recording.calls[info.id].decision = decision_from_dict(info.decision)
+        recording._read((kind, body) for _, _, kind, body in store.journal(run_id))
+        for info in infos:
+            call = recording.calls[info.id]
+            if info.decision is not None and call.decision is None:
+                call.decision = decision_from_dict(info.decision)
         return recording
 
-    def _read(self, entries: Iterable[Any]) -> None:
-        requests: dict[int, dict[str, Any] | None] = {}
-        asked = False
-        for body in entries:
-            if not isinstance(body, dict):
-                continue
-            if body.get("note") == "request":
-                requests[body["iteration"]] = body.get("request")
-                asked = True
-            elif body.get("type") == "solution":
-                asked = True
-                self.responses[body["iteration"]] = RecordedResponse(
-                    body["iteration"], _solution_text(body), requests.get(body["iteration"])
-                )
-            elif body.get("type") == "data" and body.get("kind") == TURN_KIND and asked:
-                turn = body.get("data")
-                if isinstance(turn, dict) and turn.get("role") == "assistant":
-                    iteration = int(turn["iteration"])
-                    if not turn.get("broken"):
-                        self.turns[iteration] = turn
-                        self.responses[iteration] = RecordedResponse(
-                            iteration, str(turn.get("text", "")), requests.get(iteration)
-                        )
-            elif body.get("type") == "CallFinished":
-                call = self.calls.get(body["call_id"])
-                if call is not None:
-                    call.outcome = (body.get("value"), body.get("branch"), body.get("error"))
-            elif body.get("type") == "DecisionMade":
-                call = self.calls.get(body["call_id"])
-                decision = decision_from_dict(body["decision"])
-                # A deferred call's last decision is the one it ran (or was denied) by.
-                if call is not None and (call.decision is None or not isinstance(decision, Defer)):
-                    call.decision = decision
-            elif "type" in body and "note" not in body and not asked:
-                self.opening.append(body)
+    @property
+    def root(self) -> RecordedRun:
+        return self.run("")
+
+    def run(self, path: str) -> RecordedRun:
+        """The run at `path` ("" the root); an empty one when the record has none."""
+        return self.runs.get(path) or RecordedRun(path)
+
+    def _read(self, entries: Iterable[tuple[str, Any]]) -> None:
+        for tagged, body in entries:
+            kind, _, path = tagged.partition("@")
+            run = self.runs.get(path)
+            if run is None:
+                run = self.runs[path] = RecordedRun(path)
+            run.read(kind, body)
+            if kind == "event" and isinstance(body, dict):
+                self._read_event(path, body)
+
+    def _read_event(self, path: str, body: dict[str, Any]) -> None:
+        kind = body.get("type")
+        if kind not in ("CallFinished", "DecisionMade"):
+            return
+        call = self.calls.get(f"{path}/{body['call_id']}" if path else body["call_id"])
+        if call is None:
+            return
+        if kind == "CallFinished":
+            call.outcome = (body.get("value"), body.get("branch"), body.get("error"))
+            return
+        decision = decision_from_dict(body["decision"])
+        # A deferred call's last decision is the one it ran (or was denied) by.
+        if call.decision is None or not isinstance(decision, Defer):
+            call.decision = decision
 
     def downstream_of(self, roots: Iterable[str]) -> set[str]:
-        """`roots` and every recorded call that read, directly or not, what they wrote."""
+        """`roots` and every recorded call that depends on one of them: read, directly or
+        not, what it wrote, or is the agent call whose child run it is part of (a child's
+        result is its agent call's)."""
         readers: dict[str, list[str]] = {}
         for call in self.calls.values():
             for dep in call.deps:
                 readers.setdefault(dep, []).append(call.id)
+            parent, _, _ = call.id.rpartition("/")
+            if parent:
+                readers.setdefault(call.id, []).append(parent)
         seen: set[str] = set()
         todo = [root for root in roots if root in self.calls]
         while todo:
@@ -120,9 +163,10 @@ class Recording:
             todo.extend(readers.get(call_id, ()))
         return seen
 
-
-_READ = frozenset({"message", "note", "event"})
-TURN_KIND = "turn"  # the data kind of protocol "tools" turns (`_agent._turns.TURN_KIND`)
+    def below(self, call_ids: Iterable[str]) -> set[str]:
+        """Every recorded call of the child runs the agent calls `call_ids` started."""
+        prefixes = tuple(f"{call_id}/" for call_id in call_ids)
+        return {call_id for call_id in self.calls if call_id.startswith(prefixes)}
 
 
 def _solution_text(message: dict[str, Any]) -> str:
