@@ -247,7 +247,7 @@ def _render_kind(
     view = {} if view is None and kind == "state" else view
     if budget is not None:
         view = cut_to_budget(view, kind, budget)
-    lines.append(_view_json(view))
+    lines.append(_view_json(view, written=kind != "input"))
     return "\n".join(lines)
 
 
@@ -263,11 +263,11 @@ def cut_to_budget(value: Any, kind: str, budget: int) -> Any:
     reference still reaches all of it. An object over budget is opened one level at a
     time, so the model still sees its keys and every small value in it.
     """
-    return _cut(value, REF + kind, budget)
+    return _cut(value, REF + kind, budget, kind != "input")
 
 
-def _cut(value: Any, path: str, budget: int) -> Any:
-    text = _view_json(value)
+def _cut(value: Any, path: str, budget: int, written: bool = True) -> Any:
+    text = _view_json(value, written)
     if len(text) <= budget:
         return value
     if (
@@ -275,7 +275,7 @@ def _cut(value: Any, path: str, budget: int) -> Any:
         and 0 < len(value) <= _MAX_SHOWN_KEYS
         and all(_KEY.fullmatch(key) for key in value)
     ):
-        return {key: _cut(item, f"{path}.{key}", budget) for key, item in value.items()}
+        return {key: _cut(item, f"{path}.{key}", budget, written) for key, item in value.items()}
     preview = text[: min(budget // 2, _PREVIEW)]
     return (
         f"<cut: {len(text):,} characters; starts {preview}…; pass {path} to a tool to use "
@@ -294,11 +294,13 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=None, default=str)
 
 
-def _view_json(value: Any) -> str:
-    """A view as a request shows it: keys sorted, so the text is a function of the value
-    alone, not of the order the calls that wrote it finished in (the same state always
-    gives the same request: replay and fork compare requests, docs/replay.md)."""
-    return json.dumps(value, ensure_ascii=False, indent=None, default=str, sort_keys=True)
+def _view_json(value: Any, written: bool) -> str:
+    """A view as a request shows it. The views calls write (the state, a user's kinds)
+    have their keys sorted, so the text is a function of the value alone, not of the
+    order the calls that wrote it finished in: the same state always gives the same
+    request (replay and fork compare requests, docs/replay.md). The input is shown in the
+    order its keys were given."""
+    return json.dumps(value, ensure_ascii=False, indent=None, default=str, sort_keys=written)
 
 
 # ---------------------------------------------------------------------------------------

@@ -89,7 +89,9 @@ class ReplayModel:
 
     model = "replay"
 
-    def __init__(self, store: SQLiteStore | str | Any, run_id: str, *, strict: bool = False) -> None:
+    def __init__(
+        self, store: SQLiteStore | str | Any, run_id: str, *, strict: bool = False
+    ) -> None:
         self.run_id = run_id
         self.strict = strict
         self._store = store
@@ -232,11 +234,15 @@ class Replaying:
         if call is not None and call.outcome is not None:
             return call.outcome
         if self.recorded_tools:
-            return None, None, {
-                "type": "runtime",
-                "message": f"replay: run {self.recording.run_id!r} recorded no result for "
-                f"call {call_id}",
-            }
+            return (
+                None,
+                None,
+                {
+                    "type": "runtime",
+                    "message": f"replay: run {self.recording.run_id!r} recorded no result for "
+                    f"call {call_id}",
+                },
+            )
         return None
 
     async def decide(self, pending: PendingCall) -> Decision | bool:
@@ -248,9 +254,7 @@ class Replaying:
         return await ask(self.hook, pending)
 
 
-def stale_calls(
-    recording: Recording, rerun: Iterable[str], rerun_tools: Iterable[str]
-) -> set[str]:
+def stale_calls(recording: Recording, rerun: Iterable[str], rerun_tools: Iterable[str]) -> set[str]:
     """The recorded calls a fork runs again: those named, those of the tools named, the
     calls of the child runs they started, and every call that depends on any of them. A
     name the run does not have is a caller's mistake."""
