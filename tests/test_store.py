@@ -141,8 +141,8 @@ def _damaged(table: str) -> Callable[[Path], None]:
     ("damage", "message"),
     [
         (_garbage, "is not a tickloop store \\(not an SQLite database\\)"),
-        (_truncated, "is truncated"),
-        (_truncated_at_a_page, "is truncated"),
+        (_truncated, "may be truncated"),
+        (_truncated_at_a_page, "may be truncated"),
         (_foreign, "is an SQLite database but not a tickloop store"),
         (_newer, "was written by a newer tickloop"),
         (_damaged("runs"), "the store is damaged: "),

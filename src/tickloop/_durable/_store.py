@@ -18,14 +18,18 @@ The file is opened with the standard library's `sqlite3` in WAL mode with
 `synchronous=NORMAL`: a committed transaction survives the process being killed (not a
 power cut, which would need `FULL` and an fsync per event). Several processes may share
 one file; writes take the lock up front (`BEGIN IMMEDIATE`) and wait on a busy timeout.
+SQLite's locks are POSIX locks, which closing any descriptor of a process on the file
+drops: so no descriptor is opened on the file but SQLite's own (`SQLiteStore.open`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import operator
 import os
+import secrets
 import socket
 import sqlite3
 import stat
@@ -56,7 +60,6 @@ __all__ = ["CallInfo", "PendingDecision", "RunInfo", "SQLiteStore", "as_store"]
 
 SCHEMA_VERSION = 1
 _ACTIVE: set[tuple[Path, str]] = set()  # (store, run id) of the runs this process runs
-_HEADER = b"SQLite format 3\x00"
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
@@ -279,19 +282,29 @@ class SQLiteStore:
         self.close()
 
     def open(self) -> sqlite3.Connection:
-        """A new checked connection, which the caller closes."""
+        """A new checked connection, which the caller closes.
+
+        No descriptor is ever opened on the file but SQLite's own: SQLite's locks are
+        POSIX locks, held per process, and closing *any* descriptor of this process on
+        the file drops them all, SQLite's included. Another connection of this process
+        (another store object, a reader beside a run) would then write unlocked, and a
+        process closing its last connection would fold and delete the WAL it still writes
+        to, losing committed transactions. So the file is checked by path (`os.lstat`,
+        `os.chmod`), made under another name and linked into place, and read through
+        SQLite alone (which catches a file that is not a database or is cut short).
+        """
         self._create_file()
-        size = self._check_header()
+        size = self._check_file()
         if not self._checked:
             if size:  # a new (empty) file has nothing to check
-                self._check_pages()
+                self._check_pages(size)
             self._checked = True
         try:
             connection = sqlite3.connect(
                 self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
             )
         except sqlite3.Error as error:
-            raise StoreError(f"{self.path}: cannot open the store: {error}") from error
+            raise self._open_error(error) from error
         try:
             self._prepare(connection)
         except BaseException:
@@ -299,17 +312,45 @@ class SQLiteStore:
             raise
         return connection
 
+    def _open_error(self, error: sqlite3.Error) -> StoreError:
+        return StoreError(f"{self.path}: cannot open the store: {error}")
+
     def _create_file(self) -> None:
+        """Make a missing store file, mode 0600 from its first moment.
+
+        The file is made under a name of its own and linked to the store's path, which
+        fails when another process made the store meanwhile (then that one is used): the
+        descriptor closed is one no SQLite connection can have open (see `open`). Where
+        the file system has no hard links, the file is made at the path itself.
+        """
+        if os.path.lexists(self.path):
+            return
+        fresh = self.path.with_name(f".{self.path.name}.{os.getpid()}.{secrets.token_hex(6)}")
+        self._make_file(fresh)
+        try:
+            os.link(fresh, self.path)
+        except FileExistsError:
+            pass  # another process or thread made the store first: it is the store
+        except OSError:
+            self._make_file(self.path)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(fresh)
+
+    def _make_file(self, path: Path) -> None:
+        """Make an empty file of mode 0600 at `path`, unless one is there already."""
         try:
             descriptor = os.open(
-                self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW | _CLOEXEC, 0o600
+                path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW | _CLOEXEC, 0o600
             )
         except FileExistsError:
-            self._check_file()
             return
         except OSError as error:
-            raise StoreError(f"{self.path}: cannot create the store: {error}") from error
+            raise self._create_error(error) from error
         os.close(descriptor)
+
+    def _create_error(self, error: OSError) -> StoreError:
+        return StoreError(f"{self.path}: cannot create the store: {error}")
 
     def _check_file(self) -> int:
         """Refuse anything but a regular file of this user's; give an empty one mode 0600.
@@ -318,83 +359,44 @@ class SQLiteStore:
         someone else made (an empty file left in a shared directory) would keep it
         readable and writable to them, a symbolic link would put it elsewhere, a device
         (`/dev/null`) would be chmodded for the whole machine, and a FIFO would block the
-        open forever. So the file is opened without following links and without blocking,
-        and checked on the descriptor (no race with a rename). An empty file is taken as a
-        new store, so it gets a new store's mode, and failing to set it is an error. A file
-        with data keeps its mode: its owner chose it. Returns the file's size.
+        open forever. So the path itself is checked (`lstat`: a link is not followed)
+        before SQLite opens it. An empty file is taken as a new store, so it gets a new
+        store's mode, and failing to set it is an error. A file with data keeps its mode:
+        its owner chose it. Returns the file's size.
         """
         try:
-            descriptor = os.open(self.path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK | _CLOEXEC)
+            info = os.lstat(self.path)
         except OSError as error:
-            if os.path.islink(self.path):
-                raise StoreError(
-                    f"{self.path}: the store is a symbolic link; give the file's own path"
-                ) from None
-            raise StoreError(f"{self.path}: cannot open the store: {error}") from error
-        try:
-            info = os.fstat(descriptor)
-            if not stat.S_ISREG(info.st_mode):
-                raise StoreError(
-                    f"{self.path} is not a regular file ({_file_kind(info.st_mode)}); a store "
-                    "is a file of its own"
-                )
-            if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
-                raise StoreError(
-                    f"{self.path} is owned by another user (uid {info.st_uid}); a store holds "
-                    "unredacted parameters and must be its user's own file"
-                )
-            if info.st_size == 0 and stat.S_IMODE(info.st_mode) != 0o600:
-                try:
-                    os.fchmod(descriptor, 0o600)
-                except OSError as error:
-                    raise StoreError(
-                        f"{self.path}: cannot restrict the new store to its owner (mode "
-                        f"0600): {error}"
-                    ) from error
-            return info.st_size
-        finally:
-            os.close(descriptor)
-
-    def _check_header(self) -> int:
-        """Reject a file that is not SQLite, or was cut short, before sqlite touches it.
-
-        SQLite itself would treat some damaged files as empty databases and write to them;
-        the header says how big the file must be, so a truncated store is caught here.
-        """
-        try:
-            with open(self.path, "rb") as file:
-                header = file.read(100)
-                size = os.fstat(file.fileno()).st_size
-        except OSError as error:
-            raise StoreError(f"{self.path}: cannot read the store: {error}") from error
-        if size == 0:
-            return 0  # a new store (or one whose creation was interrupted): made on first use
-        if len(header) < 100 or not header.startswith(_HEADER):
-            raise StoreError(f"{self.path} is not a tickloop store (not an SQLite database)")
-        page_size = int.from_bytes(header[16:18], "big")
-        page_size = 65536 if page_size == 1 else page_size
-        pages = int.from_bytes(header[28:32], "big")
-        valid_count = header[24:28] == header[92:96] and pages > 0
-        if page_size < 512 or page_size & (page_size - 1):
-            raise StoreError(f"{self.path}: the store is damaged (bad page size {page_size})")
-        if _nonempty(Path(f"{self.path}-wal")):
-            # The newest pages are in the WAL, and the main file may be shorter than its
-            # header says (a checkpoint cut short when the disk filled up): SQLite reads
-            # the file with its WAL, and `quick_check` decides whether that is intact.
-            return size
-        if valid_count and size < pages * page_size:
             raise StoreError(
-                f"{self.path}: the store is truncated ({size} bytes, its header says "
-                f"{pages * page_size})"
+                f"{self.path}: cannot open the store: {error.strerror or error}"
+            ) from error
+        if stat.S_ISLNK(info.st_mode):
+            raise StoreError(f"{self.path}: the store is a symbolic link; give the file's own path")
+        if not stat.S_ISREG(info.st_mode):
+            raise StoreError(
+                f"{self.path} is not a regular file ({_file_kind(info.st_mode)}); a store "
+                "is a file of its own"
             )
-        if size % page_size:
-            raise StoreError(f"{self.path}: the store is damaged (its size does not fit its pages)")
-        return size
+        if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
+            raise StoreError(
+                f"{self.path} is owned by another user (uid {info.st_uid}); a store holds "
+                "unredacted parameters and must be its user's own file"
+            )
+        if info.st_size == 0 and stat.S_IMODE(info.st_mode) != 0o600:
+            try:
+                os.chmod(self.path, 0o600)  # by path: no descriptor (see `open`)
+            except OSError as error:
+                raise StoreError(
+                    f"{self.path}: cannot restrict the new store to its owner (mode 0600): {error}"
+                ) from error
+        return info.st_size
 
-    def _check_pages(self) -> None:
+    def _check_pages(self, size: int) -> None:
         """Refuse a store whose pages are damaged (`PRAGMA quick_check`), writing nothing.
 
-        The header and the table list can be intact while a table's pages are not, which
+        A file that is not SQLite, or one cut short of the pages its header counts, SQLite
+        refuses as it reads the header (NOTADB, CORRUPT), before it writes anything. The
+        header and the table list can be intact while a table's pages are not, which
         SQLite only notices when a statement reaches them: perhaps after a run has written
         to the file. The check runs on a connection of its own, before any connection
         switches to WAL or writes. To leave a refused file as it was: read only when a
@@ -414,13 +416,21 @@ class SQLiteStore:
             else:
                 connection = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
         except sqlite3.Error as error:
-            raise StoreError(f"{self.path}: cannot open the store: {error}") from error
+            raise self._open_error(error) from error
         try:
             problems = [row[0] for row in connection.execute("PRAGMA quick_check")]
         except sqlite3.OperationalError as error:  # locked, I/O: not a verdict on the pages
             raise StoreError(f"{self.path}: cannot read the store: {error}") from error
         except sqlite3.DatabaseError as error:  # so damaged that the check cannot go on
-            problems = [str(error)]
+            if getattr(error, "sqlite_errorname", None) == "SQLITE_NOTADB":
+                raise StoreError(
+                    f"{self.path} is not a tickloop store (not an SQLite database)"
+                ) from None
+            if getattr(error, "sqlite_errorname", None) == "SQLITE_CORRUPT" and not _nonempty(wal):
+                # Refused as the header was read: the file is shorter than its pages.
+                problems = [f"{error} (the file may be truncated: {size} bytes)"]
+            else:
+                problems = [str(error)]
         finally:
             connection.close()
         if problems != ["ok"]:
