@@ -1092,6 +1092,11 @@ class DurableRun:
         for pending in scheduler.deferred:
             decision = self.decisions.get(pending.id)
             if decision is not None:
+                if not scheduler.tick_active:
+                    # The previous decision settled its call at once (a Deny, a Respond)
+                    # and so ended the tick, paused on the calls still to be decided
+                    # here; this one opens it again, and its end is the one to wait for.
+                    engine.expect_tick()
                 engine.decide(pending.id, decision)
         return True
 
