@@ -117,7 +117,9 @@ class StoreInbox:
 
     # -- deciding --------------------------------------------------------------------
 
-    async def decide(self, run_id: str, call_id: str, action: str, reason: str, text: str) -> str:
+    async def decide(
+        self, run_id: str, call_id: str, action: str, reason: str, text: str, slot: str = ""
+    ) -> str:
         decision = await trio.to_thread.run_sync(
             self._decide, run_id, call_id, action, reason, text
         )

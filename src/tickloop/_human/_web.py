@@ -76,8 +76,10 @@ class Backend(Protocol):
     def timeline(self, run_id: str) -> str | None: ...
 
     async def decide(
-        self, run_id: str, call_id: str, action: str, reason: str, text: str
-    ) -> str: ...
+        self, run_id: str, call_id: str, action: str, reason: str, text: str, slot: str = ""
+    ) -> str:
+        """Decide a call; `slot` is the page's number for a call without a run id."""
+        ...
 
 
 class WebApp:
@@ -204,8 +206,9 @@ class WebApp:
             action = str(form.get("action") or "")
             reason = str(form.get("reason") or "")
             text = str(form.get("params") or form.get("value") or "")
+            slot = str(form.get("slot") or "")
             try:
-                message = await backend.decide(run_id, call_id, action, reason, text)
+                message = await backend.decide(run_id, call_id, action, reason, text, slot)
             except Refused as refusal:
                 if wants_json:
                     return json_response({"error": str(refusal)}, 409)
