@@ -25,6 +25,7 @@ drops: so no descriptor is opened on the file but SQLite's own (`SQLiteStore.ope
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import operator
@@ -250,7 +251,7 @@ class SQLiteStore:
         try:
             yield connection
         except sqlite3.Error as error:
-            raise StoreError(f"{self.path}: cannot read the store: {error}") from error
+            raise self._failure("cannot read the store", error) from error
         finally:
             self.release(connection)
 
@@ -313,7 +314,28 @@ class SQLiteStore:
         return connection
 
     def _open_error(self, error: sqlite3.Error) -> StoreError:
-        return StoreError(f"{self.path}: cannot open the store: {error}")
+        return self._failure("cannot open the store", error)
+
+    def _failure(self, doing: str, error: sqlite3.Error) -> StoreError:
+        """The StoreError for an SQLite error; one a read-only file causes says so.
+
+        SQLite says "unable to open database file" when it cannot make the WAL's files
+        beside a store in a read-only directory, and "attempt to write a readonly
+        database" for a read-only file: neither names the cause a person can fix.
+        """
+        name = getattr(error, "sqlite_errorname", "") or ""
+        if name.startswith(("SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_IOERR")) and (
+            self._read_only()
+        ):
+            return StoreError(
+                f"{self.path}: the store is read-only: tickloop needs to write the file "
+                f"and its directory (SQLite keeps the WAL beside it, even to read) ({error})"
+            )
+        return StoreError(f"{self.path}: {doing}: {error}")
+
+    def _read_only(self) -> bool:
+        directory = self.path.parent
+        return not os.access(self.path, os.W_OK) or not os.access(directory, os.W_OK)
 
     def _create_file(self) -> None:
         """Make a missing store file, mode 0600 from its first moment.
@@ -350,6 +372,10 @@ class SQLiteStore:
         os.close(descriptor)
 
     def _create_error(self, error: OSError) -> StoreError:
+        if isinstance(error, PermissionError) or error.errno == errno.EROFS:
+            return StoreError(
+                f"{self.path}: cannot create the store: its directory is read-only ({error})"
+            )
         return StoreError(f"{self.path}: cannot create the store: {error}")
 
     def _check_file(self) -> int:
@@ -420,7 +446,7 @@ class SQLiteStore:
         try:
             problems = [row[0] for row in connection.execute("PRAGMA quick_check")]
         except sqlite3.OperationalError as error:  # locked, I/O: not a verdict on the pages
-            raise StoreError(f"{self.path}: cannot read the store: {error}") from error
+            raise self._failure("cannot read the store", error) from error
         except sqlite3.DatabaseError as error:  # so damaged that the check cannot go on
             if getattr(error, "sqlite_errorname", None) == "SQLITE_NOTADB":
                 raise StoreError(
@@ -474,6 +500,8 @@ class SQLiteStore:
                         connection.execute(
                             "INSERT INTO tickloop_schema (version) VALUES (?)", (SCHEMA_VERSION,)
                         )
+        except sqlite3.OperationalError as error:  # read-only, locked: not damage
+            raise self._failure("cannot open the store", error) from error
         except sqlite3.DatabaseError as error:
             raise StoreError(
                 f"{self.path}: the store is damaged or not a store: {error}"
@@ -516,7 +544,7 @@ class SQLiteStore:
         try:
             connection.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as error:
-            raise StoreError(f"{self.path}: cannot write to the store: {error}") from error
+            raise self._failure("cannot write to the store", error) from error
         try:
             yield connection
         except BaseException as error:
@@ -524,7 +552,7 @@ class SQLiteStore:
             if conflict is not None and isinstance(error, sqlite3.IntegrityError):
                 raise StoreError(conflict) from error
             if isinstance(error, sqlite3.Error):
-                raise StoreError(f"{self.path}: cannot write to the store: {error}") from error
+                raise self._failure("cannot write to the store", error) from error
             if isinstance(error, UnicodeError):  # a lone surrogate that slipped through
                 raise StoreError(
                     f"{self.path}: cannot write to the store: a value is not Unicode text "
