@@ -186,7 +186,7 @@ def as_store(store: SQLiteStore | str | os.PathLike[str] | None) -> SQLiteStore 
     if store is None or isinstance(store, SQLiteStore):
         return store
     if isinstance(store, str | os.PathLike):
-        return SQLiteStore(store)
+        return SQLiteStore._at_path(store)
     raise TypeError(f"store must be a path or a SQLiteStore, not {store!r}")
 
 
@@ -217,24 +217,45 @@ class SQLiteStore:
     """A store of durable runs in one SQLite file (created with mode 0600).
 
     An existing file is checked when the store is made: a file that is not a tickloop
-    store, or one whose pages are damaged (`PRAGMA quick_check`, once per instance),
-    raises `StoreError` naming the path, and is left exactly as it was. Any later error
-    from SQLite is raised as a `StoreError` naming the path too.
+    store, or one whose pages are damaged (`PRAGMA quick_check`, once per file), raises
+    `StoreError` naming the path, and is left exactly as it was. Any later error from
+    SQLite is raised as a `StoreError` naming the path too. The store is the file at its
+    path at each use: when that file is deleted, rotated or replaced, the next use opens
+    (or makes) what is there then.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 10.0) -> None:
+        self._setup(path, timeout)
+        if os.path.lexists(self.path) and self._check_file()[0] > 0:
+            with self.connect():
+                pass  # checks the file; raises StoreError for one that is not a store
+
+    @classmethod
+    def _at_path(cls, path: str | os.PathLike[str]) -> SQLiteStore:
+        """The store at `path` for `Agent(store="runs.db")`: opened when a run needs it,
+        and closed when nothing uses it, so that between runs no connection holds the
+        file (a file moved while SQLite has it open keeps its newest transactions in a
+        WAL left under the old name: rotating it then would lose them)."""
+        store = cls.__new__(cls)
+        store._setup(path, 10.0)
+        store._reuse = False
+        return store
+
+    def _setup(self, path: str | os.PathLike[str], timeout: float) -> None:
         self.path = Path(path)
         self.timeout = timeout
         # Connections are kept for reuse: opening checks the file, and closing the last
         # one checkpoints the WAL into the main file, neither of which a run should pay.
+        # Each is kept with the file it was opened on (st_dev, st_ino): one whose file is
+        # no longer at the path (deleted, rotated, replaced) is closed instead of reused,
+        # so the next run uses the file there now.
+        self._reuse = True  # keep released connections for the next use
         self._idle: list[sqlite3.Connection] = []
+        self._files: dict[sqlite3.Connection, tuple[int, int]] = {}
         self._lock = threading.Lock()
-        # Whether the file passed `PRAGMA quick_check`: once per instance, before its first
-        # use (a check per connection would cost a scan of the file each time one opens).
-        self._checked = False
-        if os.path.lexists(self.path) and self._check_file() > 0:
-            with self.connect():
-                pass  # checks the file; raises StoreError for one that is not a store
+        # The file that passed `PRAGMA quick_check`: once per file, before its first use
+        # (a check per connection would cost a scan of the file each time one opens).
+        self._checked: tuple[int, int] | None = None
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
@@ -257,14 +278,22 @@ class SQLiteStore:
 
     def acquire(self) -> sqlite3.Connection:
         """A connection of this store's own (a running run keeps one); `release` it."""
+        current = _file_at(self.path)
         with self._lock:
-            if self._idle:
-                return self._idle.pop()
-        return self.open()
+            stale = [c for c in self._idle if self._files.get(c) != current]
+            if stale:
+                self._idle = [c for c in self._idle if self._files.get(c) == current]
+            reused = self._idle.pop() if self._idle else None
+        # Closed before a new file is opened: the last connection of a moved file folds
+        # its WAL into it and removes the WAL by name, which a new file's must not meet.
+        for connection in stale:
+            self._close(connection)
+        return reused if reused is not None else self.open()
 
     def release(self, connection: sqlite3.Connection) -> None:
-        if connection.in_transaction:  # only after an error: never reuse a half transaction
-            connection.close()
+        # After an error, never reuse a half transaction.
+        if connection.in_transaction or not self._reuse:
+            self._close(connection)
             return
         with self._lock:
             self._idle.append(connection)
@@ -274,7 +303,12 @@ class SQLiteStore:
         with self._lock:
             idle, self._idle = self._idle, []
         for connection in idle:
-            connection.close()
+            self._close(connection)
+
+    def _close(self, connection: sqlite3.Connection) -> None:
+        with self._lock:
+            self._files.pop(connection, None)
+        connection.close()
 
     def __enter__(self) -> SQLiteStore:
         return self
@@ -295,11 +329,11 @@ class SQLiteStore:
         SQLite alone (which catches a file that is not a database or is cut short).
         """
         self._create_file()
-        size = self._check_file()
-        if not self._checked:
+        size, file = self._check_file()
+        if self._checked != file:
             if size:  # a new (empty) file has nothing to check
                 self._check_pages(size)
-            self._checked = True
+            self._checked = file
         try:
             connection = sqlite3.connect(
                 self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
@@ -311,6 +345,8 @@ class SQLiteStore:
         except BaseException:
             connection.close()
             raise
+        with self._lock:
+            self._files[connection] = file
         return connection
 
     def _open_error(self, error: sqlite3.Error) -> StoreError:
@@ -378,7 +414,7 @@ class SQLiteStore:
             )
         return StoreError(f"{self.path}: cannot create the store: {error}")
 
-    def _check_file(self) -> int:
+    def _check_file(self) -> tuple[int, tuple[int, int]]:
         """Refuse anything but a regular file of this user's; give an empty one mode 0600.
 
         The journal holds parameters unredacted, and its decisions are acted on: a file
@@ -388,7 +424,7 @@ class SQLiteStore:
         open forever. So the path itself is checked (`lstat`: a link is not followed)
         before SQLite opens it. An empty file is taken as a new store, so it gets a new
         store's mode, and failing to set it is an error. A file with data keeps its mode:
-        its owner chose it. Returns the file's size.
+        its owner chose it. Returns the file's size and identity (st_dev, st_ino).
         """
         try:
             info = os.lstat(self.path)
@@ -415,7 +451,7 @@ class SQLiteStore:
                 raise StoreError(
                     f"{self.path}: cannot restrict the new store to its owner (mode 0600): {error}"
                 ) from error
-        return info.st_size
+        return info.st_size, (info.st_dev, info.st_ino)
 
     def _check_pages(self, size: int) -> None:
         """Refuse a store whose pages are damaged (`PRAGMA quick_check`), writing nothing.
@@ -1128,6 +1164,15 @@ def _nonempty(path: Path) -> bool:
         return path.stat().st_size > 0
     except OSError:
         return False
+
+
+def _file_at(path: Path) -> tuple[int, int] | None:
+    """The identity (st_dev, st_ino) of the file at `path` now; None when there is none."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def _file_kind(mode: int) -> str:
