@@ -111,7 +111,7 @@ if __name__ == "__main__":
 
 WRITERS = 3
 RUNS_PER_WRITER = 30
-BILLS = 6
+BILLS = 10
 
 
 @pytest.fixture
@@ -153,7 +153,7 @@ def _wait_for(
                     f"{what}:\n{error.decode(errors='replace')[-2000:]}"
                 )
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+        time.sleep(0.1)
 
 
 def _integrity(path: Path) -> list[str]:
@@ -209,50 +209,76 @@ def test_writers_with_several_connections_and_a_reader_lose_no_committed_run(
     assert lost == [], f"{len(lost)} committed runs lost or not done: {lost[:5]}"
 
 
+def _serve(db: Path, cwd: Path) -> subprocess.Popen[bytes]:
+    serve = _start(
+        "-m", "tickloop._cli", "serve", "--store", str(db), "--agent", "sharedworker:make_agent",
+        cwd=cwd,
+    )  # fmt: skip
+    assert serve.stdout is not None
+    assert serve.stdout.readline().startswith(b"tickloop serve: http://127.0.0.1:")
+    return serve
+
+
+def _statuses(db: Path) -> dict[str, str]:
+    with tl.SQLiteStore(db) as store:
+        return {run.run_id: run.status for run in store.runs()}
+
+
 def test_serve_and_approve_from_other_processes_run_each_approved_charge_once(
     tmp_path: Path, worker: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """`tickloop serve --agent` resumes runs as `tickloop approve` (another process)
+    decides them, while a reader opens and closes the store; the first serve is killed
+    as its charges run, a second one takes over. A charge that ran is never run again."""
     db = tmp_path / "runs.db"
     stop, charges = tmp_path / "stop", tmp_path / "charges"
     subprocess.run(
         [sys.executable, str(worker), "pause", str(db), str(BILLS)], cwd=tmp_path, check=True
     )
-    serve = _start(
-        "-m", "tickloop._cli", "serve", "--store", str(db), "--agent", "sharedworker:make_agent",
-        cwd=tmp_path,
-    )  # fmt: skip
-    reader = _start(str(worker), "read", str(db), str(stop), cwd=tmp_path)
     bills = [f"bill-{n}" for n in range(BILLS)]
+    for run_id in bills[: BILLS // 2]:  # decided before serve starts: resumed at once
+        assert main(["approve", run_id, "c1.0", "--store", str(db)]) == 0
+    reader = _start(str(worker), "read", str(db), str(stop), cwd=tmp_path)
+    serves = [_serve(db, tmp_path)]
     try:
-        assert serve.stdout is not None
-        assert serve.stdout.readline().startswith(b"tickloop serve: http://127.0.0.1:")
-        for run_id in bills:  # `tickloop approve` from this process, one run at a time
+        for run_id in bills[BILLS // 2 :]:  # `tickloop approve` as serve runs
             assert main(["approve", run_id, "c1.0", "--store", str(db)]) == 0
         capsys.readouterr()
-
-        def finished() -> bool:
-            with tl.SQLiteStore(db) as store:
-                return all(run.status == "done" for run in store.runs())
-
-        _wait_for(finished, "serve to resume and finish every approved run", [serve, reader])
-        serve.send_signal(signal.SIGKILL)  # what it committed must outlive it
-        serve.wait()
+        _wait_for(lambda: len(_lines(charges)) >= BILLS // 2, "half the charges", [*serves, reader])
+        serves[0].send_signal(signal.SIGKILL)  # as it resumes: some charges cut short
+        serves[0].wait()
+        serves.append(_serve(db, tmp_path))  # resumes the runs still paused and decided
+        _wait_for(
+            lambda: "paused" not in _statuses(db).values(),
+            "the second serve to resume every decided run",
+            [serves[1], reader],
+        )
+        serves[1].send_signal(signal.SIGKILL)  # what it committed must outlive it
+        serves[1].wait()
         stop.touch()
-        reader.communicate(timeout=30)
+        _, error = reader.communicate(timeout=30)
+        assert reader.returncode == 0, error.decode()
     finally:
-        for process in (serve, reader):
+        for process in [*serves, reader]:
             _stop(process)
 
     assert _integrity(db) == ["ok"]
-    with tl.SQLiteStore(db) as store:
-        statuses = {run.run_id: run.status for run in store.runs()}
-        # A run whose finished charge was lost would be paused, with its decision
-        # recorded again: resuming it would charge a second time.
-        import sharedworker  # type: ignore[import-not-found]
+    import sharedworker  # type: ignore[import-not-found]
 
+    with tl.SQLiteStore(db) as store:
+        # A run whose finished charge was lost would be paused again with its decision
+        # recorded: resuming it would charge twice. A charge cut short by the kill is
+        # not run again (not idempotent): the run goes on with it failed.
         agent = sharedworker.make_agent(store)
-        for run_id, status in statuses.items():
+        for run_id, status in _statuses(db).items():
             if status != "done":
-                agent.resume(run_id)
-    assert statuses == dict.fromkeys(bills, "done")
-    assert Counter(_lines(charges)) == Counter(f"o{n}" for n in range(BILLS))
+                assert agent.resume(run_id).status == "done"
+        charged = Counter(_lines(charges))
+        for number, run_id in enumerate(bills):
+            [call] = store.calls(run_id)
+            ran = charged[f"o{number}"]
+            assert ran <= 1, f"{run_id}: charged {ran} times"
+            if call.status == "done":
+                assert ran == 1, f"{run_id}: a charge recorded done never ran"
+    assert _statuses(db) == dict.fromkeys(bills, "done")
+    assert set(charged) <= {f"o{n}" for n in range(BILLS)}
