@@ -1206,9 +1206,12 @@ def test_a_bad_store_file_raises_store_error_and_is_left_unchanged(
         another_apps_database(path)
     content = path.read_bytes()
     before = path.stat()
+    agent = durable_agent(str(path))  # a store given as a path is opened by a run
+    PAY_LOG.clear()
     with pytest.raises(tl.StoreError) as caught:
-        durable_agent(str(path))
+        agent.run({"customer": "ada"})
     assert str(path) in str(caught.value)
+    assert PAY_LOG == []  # before anything ran
     with pytest.raises(tl.StoreError):
         tl.SQLiteStore(path)
     assert path.read_bytes() == content

@@ -253,3 +253,47 @@ def test_without_a_store_a_deferred_run_still_pauses_and_names_its_pending_calls
         ("c1.2", "pay", {"cents": 250}),
         ("c1.4", "refund", {"cents": 7}),
     ]
+
+
+@tl.tool(requires_approval=True)
+async def pay_once(cents: int) -> str:
+    return f"paid {cents}"
+
+
+def _two_payments(store: tl.SQLiteStore, protocol: str) -> tl.Agent:
+    if protocol == "tools":
+        calls = [{"name": "pay_once", "arguments": {"cents": n}} for n in (1, 2)]
+        responses: list[Any] = [{"tool_calls": calls}, "ok"]
+    else:
+        plan = [
+            {"_tool": "pay_once", "cents": 1, "_outputPath": "†state.a"},
+            {"_tool": "pay_once", "cents": 2, "_outputPath": "†state.b"},
+        ]
+        responses = [{"calls": plan, "output": None}, {"calls": [], "output": "ok"}]
+    return tl.Agent(
+        tl.ScriptedModel(responses),
+        tools=[pay_once],
+        approve=lambda call: tl.Defer(),
+        store=store,
+        protocol=protocol,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize("protocol", ["solution", "tools"])
+@pytest.mark.parametrize("first", [tl.Deny("no"), tl.Respond("paid by hand")], ids=repr)
+def test_a_resume_that_settles_one_call_before_approving_another_goes_on(
+    tmp_path: Path, protocol: str, first: tl.Decision
+) -> None:
+    """A decision that settles its call at once (Deny, Respond) applied before an Approve
+    must not end the resumed tick: the run goes on, it is not left paused on nothing."""
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    paused = _two_payments(store, protocol).run({}, run_id="r")
+    assert paused.status == "paused"
+    [first_id, second_id] = [p.id for p in paused.pending]
+
+    result = _two_payments(store, protocol).resume(
+        "r", decisions={first_id: first, second_id: tl.Approve()}
+    )
+    assert (result.status, result.pending, result.output) == ("done", [], "ok")
+    assert result.records[second_id].status == "done"
+    assert store.run("r").status == "done" and store.pending("r") == []

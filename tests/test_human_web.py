@@ -8,7 +8,9 @@ are escaped and secrets redacted.
 from __future__ import annotations
 
 import builtins
+import html
 import io
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -335,3 +337,53 @@ def test_the_run_goes_on_while_the_page_waits_for_a_person(
     )
     thread.join(10)
     assert box["result"].state == {"r": {"customer": "ada", "cents": 5, "key": ""}, "i": "ok"}
+
+
+def test_concurrent_run_calls_with_the_same_call_ids_are_each_shown_and_decided(
+    approval: tl.BrowserApproval,
+) -> None:
+    """Two `run_calls` at once (no run id) both have a call c1.0: the page shows both and
+    a person decides each; neither is hidden behind the other and left waiting."""
+    first, first_box = _pending_run(approval, customer="ada", cents=1)
+    second, second_box = _pending_run_after(approval, 2, customer="bo", cents=2)
+    base, token = _split(approval.url)
+    page = httpx.get(base + "/", params={"token": token}).text
+    assert len(set(re.findall(r'name="slot" value="([^"]+)"', page))) == 2  # one per card
+    assert "&quot;customer&quot;: &quot;ada&quot;" in page
+    assert "&quot;customer&quot;: &quot;bo&quot;" in page
+
+    # Without telling them apart, a decision for "c1.0" is refused, not guessed.
+    form = {"token": token, "run": "", "call": "c1.0"}
+    refused = httpx.post(base + "/decide", data={**form, "action": "approve"})
+    assert refused.status_code == 409 and "several calls c1.0" in html.unescape(refused.text)
+
+    views = {view.params["customer"]: view for view in approval.snapshot()[1]}
+    ada, bo = str(views["ada"].slot), str(views["bo"].slot)
+    assert httpx.post(base + "/decide", data={**form, "slot": bo, "action": "approve"}).is_redirect
+    deny = {**form, "slot": ada, "action": "deny", "reason": "not ada"}
+    assert httpx.post(base + "/decide", data=deny).is_redirect
+    first.join(10)
+    second.join(10)
+    assert not first.is_alive() and not second.is_alive()
+    assert first_box["result"].records["c1.0"].status == "denied"
+    assert second_box["result"].state == {"r": {"customer": "bo", "cents": 2, "key": ""}}
+    again = httpx.post(base + "/decide", data={**form, "slot": bo, "action": "deny"})
+    assert again.status_code == 409 and "already decided" in again.text
+
+
+def _pending_run_after(
+    hook: tl.BrowserApproval, count: int, **params: Any
+) -> tuple[threading.Thread, dict]:
+    """`_pending_run` for the `count`-th call waiting at once on the page."""
+    box: dict[str, Any] = {}
+    call = {"_tool": "charge", "_outputPath": "†state.r", **params}
+    thread = threading.Thread(
+        target=lambda: box.update(result=tl.run_calls([call], tools=[charge], approve=hook)),
+        daemon=True,
+    )
+    thread.start()
+    deadline = time.monotonic() + 10
+    while len(hook.snapshot()[1]) < count:
+        assert time.monotonic() < deadline, f"{count} calls never waited on the page at once"
+        time.sleep(0.01)
+    return thread, box

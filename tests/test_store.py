@@ -141,8 +141,8 @@ def _damaged(table: str) -> Callable[[Path], None]:
     ("damage", "message"),
     [
         (_garbage, "is not a tickloop store \\(not an SQLite database\\)"),
-        (_truncated, "is truncated"),
-        (_truncated_at_a_page, "is truncated"),
+        (_truncated, "may be truncated"),
+        (_truncated_at_a_page, "may be truncated"),
         (_foreign, "is an SQLite database but not a tickloop store"),
         (_newer, "was written by a newer tickloop"),
         (_damaged("runs"), "the store is damaged: "),
@@ -522,3 +522,56 @@ def test_a_second_writer_of_a_run_is_refused_even_where_rows_hold_several_entrie
         assert second.seq == start
     assert len(store.journal("r")) == end + 3
     store.close()
+
+
+def test_a_store_given_as_a_path_uses_the_file_there_at_each_run(tmp_path: Path) -> None:
+    """`Agent(store="runs.db")` opens the store when a run needs it: a file rotated away
+    or deleted between runs is not written on, and its run ids are not taken."""
+    path = tmp_path / "runs.db"
+    _garbage(path)
+    agent = _agent(path)  # nothing is opened yet: a bad file is refused by the run
+    with pytest.raises(tl.StoreError, match="not a tickloop store"):
+        agent.run({"q": 0}, run_id="order-1")
+    path.unlink()
+
+    assert agent.run({"q": 1}, run_id="order-1").status == "done"
+    rotated = tmp_path / "runs.db.1"
+    path.rename(rotated)  # as logrotate does, between runs
+    assert agent.run({"q": 2}, run_id="order-1").status == "done"  # a new store, a free id
+    with tl.SQLiteStore(rotated) as old, tl.SQLiteStore(path) as new:
+        assert [run.run_id for run in old.runs()] == ["order-1"]
+        assert [run.run_id for run in new.runs()] == ["order-1"]
+        assert old.journal("order-1")[0] != new.journal("order-1")[0]  # inputs {q: 1}, {q: 2}
+
+    for suffix in ("", "-wal", "-shm"):  # deleted outright
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    assert agent.run({"q": 3}, run_id="order-1").status == "done"
+    replacement = tmp_path / "other.db"
+    _make_store_with_a_run(replacement)  # holds a run "first"
+    replacement.replace(path)  # replaced by another store
+    assert agent.run({"q": 4}, run_id="order-2").status == "done"
+    with tl.SQLiteStore(path) as now:
+        assert [run.run_id for run in now.runs()] == ["first", "order-2"]
+        assert _integrity_ok(path)
+
+
+def _integrity_ok(path: Path) -> bool:
+    connection = sqlite3.connect(path)
+    try:
+        return connection.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    finally:
+        connection.close()
+
+
+def test_a_store_object_whose_file_was_deleted_makes_a_new_one(tmp_path: Path) -> None:
+    """A `SQLiteStore` keeps connections between uses; when its file is deleted, the next
+    run writes a new file at the path rather than the deleted one nobody can read."""
+    path = tmp_path / "runs.db"
+    store = tl.SQLiteStore(path)
+    assert _agent(store).run({"q": 1}, run_id="order-1").status == "done"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    assert _agent(store).run({"q": 2}, run_id="order-1").status == "done"
+    store.close()
+    with tl.SQLiteStore(path) as now:
+        assert [(run.run_id, run.status) for run in now.runs()] == [("order-1", "done")]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 import trio
@@ -83,12 +84,25 @@ def run_serve(arguments: argparse.Namespace, out: TextIO | None = None) -> int:
 
     try:
         trio.run(main)
-    except KeyboardInterrupt:
-        pass
-    except OSError as error:
+    except BaseException as error:  # trio raises what ended it inside exception groups
+        leaves = list(_leaves(error))
+        if all(isinstance(leaf, KeyboardInterrupt) for leaf in leaves):
+            return 0  # Ctrl-C: the way to stop it, not an error
+        listening = [leaf for leaf in leaves if isinstance(leaf, OSError)]
+        if not listening or len(listening) != len(leaves):
+            raise
         print(
-            f"tickloop serve: cannot listen on {arguments.host}:{arguments.port}: {error}",
+            f"tickloop serve: cannot listen on {arguments.host}:{arguments.port}: {listening[0]}",
             file=sys.stderr,
         )
         return 2
     return 0
+
+
+def _leaves(error: BaseException) -> Iterator[BaseException]:
+    """The exceptions an exception group holds, however deeply; else the exception."""
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield error

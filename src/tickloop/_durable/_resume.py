@@ -1137,8 +1137,13 @@ class DurableRun:
                 # child replays its journal and applies the decisions under its path (a
                 # child with nothing new to do parks it again).
                 self.parked.discard(pending.id)
-                engine.decide(pending.id, Approve())
-            elif decision is not None:
+                decision = Approve()
+            if decision is not None:
+                if not scheduler.tick_active:
+                    # The previous decision settled its call at once (a Deny, a Respond)
+                    # and so ended the tick, paused on the calls still to be decided
+                    # here; this one opens it again, and its end is the one to wait for.
+                    engine.expect_tick()
                 engine.decide(pending.id, decision)
         return True
 

@@ -18,14 +18,19 @@ The file is opened with the standard library's `sqlite3` in WAL mode with
 `synchronous=NORMAL`: a committed transaction survives the process being killed (not a
 power cut, which would need `FULL` and an fsync per event). Several processes may share
 one file; writes take the lock up front (`BEGIN IMMEDIATE`) and wait on a busy timeout.
+SQLite's locks are POSIX locks, which closing any descriptor of a process on the file
+drops: so no descriptor is opened on the file but SQLite's own (`SQLiteStore.open`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import json
 import operator
 import os
+import secrets
 import socket
 import sqlite3
 import stat
@@ -56,7 +61,6 @@ __all__ = ["CallInfo", "PendingDecision", "RunInfo", "SQLiteStore", "as_store"]
 
 SCHEMA_VERSION = 1
 _ACTIVE: set[tuple[Path, str]] = set()  # (store, run id) of the runs this process runs
-_HEADER = b"SQLite format 3\x00"
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
@@ -181,7 +185,7 @@ def as_store(store: SQLiteStore | str | os.PathLike[str] | None) -> SQLiteStore 
     if store is None or isinstance(store, SQLiteStore):
         return store
     if isinstance(store, str | os.PathLike):
-        return SQLiteStore(store)
+        return SQLiteStore._at_path(store)
     raise TypeError(f"store must be a path or a SQLiteStore, not {store!r}")
 
 
@@ -212,24 +216,45 @@ class SQLiteStore:
     """A store of durable runs in one SQLite file (created with mode 0600).
 
     An existing file is checked when the store is made: a file that is not a tickloop
-    store, or one whose pages are damaged (`PRAGMA quick_check`, once per instance),
-    raises `StoreError` naming the path, and is left exactly as it was. Any later error
-    from SQLite is raised as a `StoreError` naming the path too.
+    store, or one whose pages are damaged (`PRAGMA quick_check`, once per file), raises
+    `StoreError` naming the path, and is left exactly as it was. Any later error from
+    SQLite is raised as a `StoreError` naming the path too. The store is the file at its
+    path at each use: when that file is deleted, rotated or replaced, the next use opens
+    (or makes) what is there then.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 10.0) -> None:
+        self._setup(path, timeout)
+        if os.path.lexists(self.path) and self._check_file()[0] > 0:
+            with self.connect():
+                pass  # checks the file; raises StoreError for one that is not a store
+
+    @classmethod
+    def _at_path(cls, path: str | os.PathLike[str]) -> SQLiteStore:
+        """The store at `path` for `Agent(store="runs.db")`: opened when a run needs it,
+        and closed when nothing uses it, so that between runs no connection holds the
+        file (a file moved while SQLite has it open keeps its newest transactions in a
+        WAL left under the old name: rotating it then would lose them)."""
+        store = cls.__new__(cls)
+        store._setup(path, 10.0)
+        store._reuse = False
+        return store
+
+    def _setup(self, path: str | os.PathLike[str], timeout: float) -> None:
         self.path = Path(path)
         self.timeout = timeout
         # Connections are kept for reuse: opening checks the file, and closing the last
         # one checkpoints the WAL into the main file, neither of which a run should pay.
+        # Each is kept with the file it was opened on (st_dev, st_ino): one whose file is
+        # no longer at the path (deleted, rotated, replaced) is closed instead of reused,
+        # so the next run uses the file there now.
+        self._reuse = True  # keep released connections for the next use
         self._idle: list[sqlite3.Connection] = []
+        self._files: dict[sqlite3.Connection, tuple[int, int]] = {}
         self._lock = threading.Lock()
-        # Whether the file passed `PRAGMA quick_check`: once per instance, before its first
-        # use (a check per connection would cost a scan of the file each time one opens).
-        self._checked = False
-        if os.path.lexists(self.path) and self._check_file() > 0:
-            with self.connect():
-                pass  # checks the file; raises StoreError for one that is not a store
+        # The file that passed `PRAGMA quick_check`: once per file, before its first use
+        # (a check per connection would cost a scan of the file each time one opens).
+        self._checked: tuple[int, int] | None = None
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
@@ -246,20 +271,28 @@ class SQLiteStore:
         try:
             yield connection
         except sqlite3.Error as error:
-            raise StoreError(f"{self.path}: cannot read the store: {error}") from error
+            raise self._failure("cannot read the store", error) from error
         finally:
             self.release(connection)
 
     def acquire(self) -> sqlite3.Connection:
         """A connection of this store's own (a running run keeps one); `release` it."""
+        current = _file_at(self.path)
         with self._lock:
-            if self._idle:
-                return self._idle.pop()
-        return self.open()
+            stale = [c for c in self._idle if self._files.get(c) != current]
+            if stale:
+                self._idle = [c for c in self._idle if self._files.get(c) == current]
+            reused = self._idle.pop() if self._idle else None
+        # Closed before a new file is opened: the last connection of a moved file folds
+        # its WAL into it and removes the WAL by name, which a new file's must not meet.
+        for connection in stale:
+            self._close(connection)
+        return reused if reused is not None else self.open()
 
     def release(self, connection: sqlite3.Connection) -> None:
-        if connection.in_transaction:  # only after an error: never reuse a half transaction
-            connection.close()
+        # After an error, never reuse a half transaction.
+        if connection.in_transaction or not self._reuse:
+            self._close(connection)
             return
         with self._lock:
             self._idle.append(connection)
@@ -269,7 +302,12 @@ class SQLiteStore:
         with self._lock:
             idle, self._idle = self._idle, []
         for connection in idle:
-            connection.close()
+            self._close(connection)
+
+    def _close(self, connection: sqlite3.Connection) -> None:
+        with self._lock:
+            self._files.pop(connection, None)
+        connection.close()
 
     def __enter__(self) -> SQLiteStore:
         return self
@@ -278,122 +316,148 @@ class SQLiteStore:
         self.close()
 
     def open(self) -> sqlite3.Connection:
-        """A new checked connection, which the caller closes."""
+        """A new checked connection, which the caller closes.
+
+        No descriptor is ever opened on the file but SQLite's own: SQLite's locks are
+        POSIX locks, held per process, and closing *any* descriptor of this process on
+        the file drops them all, SQLite's included. Another connection of this process
+        (another store object, a reader beside a run) would then write unlocked, and a
+        process closing its last connection would fold and delete the WAL it still writes
+        to, losing committed transactions. So the file is checked by path (`os.lstat`,
+        `os.chmod`), made under another name and linked into place, and read through
+        SQLite alone (which catches a file that is not a database or is cut short).
+        """
         self._create_file()
-        size = self._check_header()
-        if not self._checked:
+        size, file = self._check_file()
+        if self._checked != file:
             if size:  # a new (empty) file has nothing to check
-                self._check_pages()
-            self._checked = True
+                self._check_pages(size)
+            self._checked = file
         try:
             connection = sqlite3.connect(
                 self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
             )
         except sqlite3.Error as error:
-            raise StoreError(f"{self.path}: cannot open the store: {error}") from error
+            raise self._open_error(error) from error
         try:
             self._prepare(connection)
         except BaseException:
             connection.close()
             raise
+        with self._lock:
+            self._files[connection] = file
         return connection
 
+    def _open_error(self, error: sqlite3.Error) -> StoreError:
+        return self._failure("cannot open the store", error)
+
+    def _failure(self, doing: str, error: sqlite3.Error) -> StoreError:
+        """The StoreError for an SQLite error; one a read-only file causes says so.
+
+        SQLite says "unable to open database file" when it cannot make the WAL's files
+        beside a store in a read-only directory, and "attempt to write a readonly
+        database" for a read-only file: neither names the cause a person can fix.
+        """
+        name = getattr(error, "sqlite_errorname", "") or ""
+        if name.startswith(("SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_IOERR")) and (
+            self._read_only()
+        ):
+            return StoreError(
+                f"{self.path}: the store is read-only: tickloop needs to write the file "
+                f"and its directory (SQLite keeps the WAL beside it, even to read) ({error})"
+            )
+        return StoreError(f"{self.path}: {doing}: {error}")
+
+    def _read_only(self) -> bool:
+        directory = self.path.parent
+        return not os.access(self.path, os.W_OK) or not os.access(directory, os.W_OK)
+
     def _create_file(self) -> None:
+        """Make a missing store file, mode 0600 from its first moment.
+
+        The file is made under a name of its own and linked to the store's path, which
+        fails when another process made the store meanwhile (then that one is used): the
+        descriptor closed is one no SQLite connection can have open (see `open`). Where
+        the file system has no hard links, the file is made at the path itself.
+        """
+        if os.path.lexists(self.path):
+            return
+        fresh = self.path.with_name(f".{self.path.name}.{os.getpid()}.{secrets.token_hex(6)}")
+        self._make_file(fresh)
+        try:
+            os.link(fresh, self.path)
+        except FileExistsError:
+            pass  # another process or thread made the store first: it is the store
+        except OSError:
+            self._make_file(self.path)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(fresh)
+
+    def _make_file(self, path: Path) -> None:
+        """Make an empty file of mode 0600 at `path`, unless one is there already."""
         try:
             descriptor = os.open(
-                self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW | _CLOEXEC, 0o600
+                path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW | _CLOEXEC, 0o600
             )
         except FileExistsError:
-            self._check_file()
             return
         except OSError as error:
-            raise StoreError(f"{self.path}: cannot create the store: {error}") from error
+            raise self._create_error(error) from error
         os.close(descriptor)
 
-    def _check_file(self) -> int:
+    def _create_error(self, error: OSError) -> StoreError:
+        if isinstance(error, PermissionError) or error.errno == errno.EROFS:
+            return StoreError(
+                f"{self.path}: cannot create the store: its directory is read-only ({error})"
+            )
+        return StoreError(f"{self.path}: cannot create the store: {error}")
+
+    def _check_file(self) -> tuple[int, tuple[int, int]]:
         """Refuse anything but a regular file of this user's; give an empty one mode 0600.
 
         The journal holds parameters unredacted, and its decisions are acted on: a file
         someone else made (an empty file left in a shared directory) would keep it
         readable and writable to them, a symbolic link would put it elsewhere, a device
         (`/dev/null`) would be chmodded for the whole machine, and a FIFO would block the
-        open forever. So the file is opened without following links and without blocking,
-        and checked on the descriptor (no race with a rename). An empty file is taken as a
-        new store, so it gets a new store's mode, and failing to set it is an error. A file
-        with data keeps its mode: its owner chose it. Returns the file's size.
+        open forever. So the path itself is checked (`lstat`: a link is not followed)
+        before SQLite opens it. An empty file is taken as a new store, so it gets a new
+        store's mode, and failing to set it is an error. A file with data keeps its mode:
+        its owner chose it. Returns the file's size and identity (st_dev, st_ino).
         """
         try:
-            descriptor = os.open(self.path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK | _CLOEXEC)
+            info = os.lstat(self.path)
         except OSError as error:
-            if os.path.islink(self.path):
-                raise StoreError(
-                    f"{self.path}: the store is a symbolic link; give the file's own path"
-                ) from None
-            raise StoreError(f"{self.path}: cannot open the store: {error}") from error
-        try:
-            info = os.fstat(descriptor)
-            if not stat.S_ISREG(info.st_mode):
-                raise StoreError(
-                    f"{self.path} is not a regular file ({_file_kind(info.st_mode)}); a store "
-                    "is a file of its own"
-                )
-            if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
-                raise StoreError(
-                    f"{self.path} is owned by another user (uid {info.st_uid}); a store holds "
-                    "unredacted parameters and must be its user's own file"
-                )
-            if info.st_size == 0 and stat.S_IMODE(info.st_mode) != 0o600:
-                try:
-                    os.fchmod(descriptor, 0o600)
-                except OSError as error:
-                    raise StoreError(
-                        f"{self.path}: cannot restrict the new store to its owner (mode "
-                        f"0600): {error}"
-                    ) from error
-            return info.st_size
-        finally:
-            os.close(descriptor)
-
-    def _check_header(self) -> int:
-        """Reject a file that is not SQLite, or was cut short, before sqlite touches it.
-
-        SQLite itself would treat some damaged files as empty databases and write to them;
-        the header says how big the file must be, so a truncated store is caught here.
-        """
-        try:
-            with open(self.path, "rb") as file:
-                header = file.read(100)
-                size = os.fstat(file.fileno()).st_size
-        except OSError as error:
-            raise StoreError(f"{self.path}: cannot read the store: {error}") from error
-        if size == 0:
-            return 0  # a new store (or one whose creation was interrupted): made on first use
-        if len(header) < 100 or not header.startswith(_HEADER):
-            raise StoreError(f"{self.path} is not a tickloop store (not an SQLite database)")
-        page_size = int.from_bytes(header[16:18], "big")
-        page_size = 65536 if page_size == 1 else page_size
-        pages = int.from_bytes(header[28:32], "big")
-        valid_count = header[24:28] == header[92:96] and pages > 0
-        if page_size < 512 or page_size & (page_size - 1):
-            raise StoreError(f"{self.path}: the store is damaged (bad page size {page_size})")
-        if _nonempty(Path(f"{self.path}-wal")):
-            # The newest pages are in the WAL, and the main file may be shorter than its
-            # header says (a checkpoint cut short when the disk filled up): SQLite reads
-            # the file with its WAL, and `quick_check` decides whether that is intact.
-            return size
-        if valid_count and size < pages * page_size:
             raise StoreError(
-                f"{self.path}: the store is truncated ({size} bytes, its header says "
-                f"{pages * page_size})"
+                f"{self.path}: cannot open the store: {error.strerror or error}"
+            ) from error
+        if stat.S_ISLNK(info.st_mode):
+            raise StoreError(f"{self.path}: the store is a symbolic link; give the file's own path")
+        if not stat.S_ISREG(info.st_mode):
+            raise StoreError(
+                f"{self.path} is not a regular file ({_file_kind(info.st_mode)}); a store "
+                "is a file of its own"
             )
-        if size % page_size:
-            raise StoreError(f"{self.path}: the store is damaged (its size does not fit its pages)")
-        return size
+        if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
+            raise StoreError(
+                f"{self.path} is owned by another user (uid {info.st_uid}); a store holds "
+                "unredacted parameters and must be its user's own file"
+            )
+        if info.st_size == 0 and stat.S_IMODE(info.st_mode) != 0o600:
+            try:
+                os.chmod(self.path, 0o600)  # by path: no descriptor (see `open`)
+            except OSError as error:
+                raise StoreError(
+                    f"{self.path}: cannot restrict the new store to its owner (mode 0600): {error}"
+                ) from error
+        return info.st_size, (info.st_dev, info.st_ino)
 
-    def _check_pages(self) -> None:
+    def _check_pages(self, size: int) -> None:
         """Refuse a store whose pages are damaged (`PRAGMA quick_check`), writing nothing.
 
-        The header and the table list can be intact while a table's pages are not, which
+        A file that is not SQLite, or one cut short of the pages its header counts, SQLite
+        refuses as it reads the header (NOTADB, CORRUPT), before it writes anything. The
+        header and the table list can be intact while a table's pages are not, which
         SQLite only notices when a statement reaches them: perhaps after a run has written
         to the file. The check runs on a connection of its own, before any connection
         switches to WAL or writes. To leave a refused file as it was: read only when a
@@ -413,13 +477,21 @@ class SQLiteStore:
             else:
                 connection = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
         except sqlite3.Error as error:
-            raise StoreError(f"{self.path}: cannot open the store: {error}") from error
+            raise self._open_error(error) from error
         try:
             problems = [row[0] for row in connection.execute("PRAGMA quick_check")]
         except sqlite3.OperationalError as error:  # locked, I/O: not a verdict on the pages
-            raise StoreError(f"{self.path}: cannot read the store: {error}") from error
+            raise self._failure("cannot read the store", error) from error
         except sqlite3.DatabaseError as error:  # so damaged that the check cannot go on
-            problems = [str(error)]
+            if getattr(error, "sqlite_errorname", None) == "SQLITE_NOTADB":
+                raise StoreError(
+                    f"{self.path} is not a tickloop store (not an SQLite database)"
+                ) from None
+            if getattr(error, "sqlite_errorname", None) == "SQLITE_CORRUPT" and not _nonempty(wal):
+                # Refused as the header was read: the file is shorter than its pages.
+                problems = [f"{error} (the file may be truncated: {size} bytes)"]
+            else:
+                problems = [str(error)]
         finally:
             connection.close()
         if problems != ["ok"]:
@@ -463,6 +535,8 @@ class SQLiteStore:
                         connection.execute(
                             "INSERT INTO tickloop_schema (version) VALUES (?)", (SCHEMA_VERSION,)
                         )
+        except sqlite3.OperationalError as error:  # read-only, locked: not damage
+            raise self._failure("cannot open the store", error) from error
         except sqlite3.DatabaseError as error:
             raise StoreError(
                 f"{self.path}: the store is damaged or not a store: {error}"
@@ -505,7 +579,7 @@ class SQLiteStore:
         try:
             connection.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as error:
-            raise StoreError(f"{self.path}: cannot write to the store: {error}") from error
+            raise self._failure("cannot write to the store", error) from error
         try:
             yield connection
         except BaseException as error:
@@ -513,7 +587,7 @@ class SQLiteStore:
             if conflict is not None and isinstance(error, sqlite3.IntegrityError):
                 raise StoreError(conflict) from error
             if isinstance(error, sqlite3.Error):
-                raise StoreError(f"{self.path}: cannot write to the store: {error}") from error
+                raise self._failure("cannot write to the store", error) from error
             if isinstance(error, UnicodeError):  # a lone surrogate that slipped through
                 raise StoreError(
                     f"{self.path}: cannot write to the store: a value is not Unicode text "
@@ -1103,6 +1177,15 @@ def _nonempty(path: Path) -> bool:
         return path.stat().st_size > 0
     except OSError:
         return False
+
+
+def _file_at(path: Path) -> tuple[int, int] | None:
+    """The identity (st_dev, st_ino) of the file at `path` now; None when there is none."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def _file_kind(mode: int) -> str:

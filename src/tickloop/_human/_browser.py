@@ -12,6 +12,7 @@ page keeps, per run, what the timeline needs (calls and the time of each transit
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 import time
@@ -109,8 +110,11 @@ class BrowserApproval:
         self._redactor = make_redactor(redact)
         self._timeout = timeout
         self._lock = threading.Lock()
+        # Keyed by `CallView.key`: the run id and call id, or for a call without a run
+        # id (`run_calls`, whose ids repeat from one call of it to the next) its slot.
         self._waiting: dict[str, _Waiting] = {}
         self._decided: dict[str, str] = {}  # key -> how it was decided: refuse a second
+        self._slots = itertools.count(1)
         self._runs: dict[str, _LiveRun] = {}
         self._token: trio.lowlevel.TrioToken | None = None
         self._cancel: trio.CancelScope | None = None
@@ -185,6 +189,8 @@ class BrowserApproval:
         with self._lock:
             if not self._thread.is_alive():
                 return Deny(_CLOSED)
+            if view.run_id is None:
+                view.slot = next(self._slots)
             self._waiting[view.key] = waiting
             self._decided.pop(view.key, None)
         self._changed()
@@ -259,7 +265,38 @@ class BrowserApproval:
             call.status, call.finished, call.error = event.status, at, event.error
 
     def _waiting_for(self, run_id: str | None, call_id: str) -> _Waiting | None:
-        return self._waiting.get(f"{run_id or ''}/{call_id}")
+        for waiting in self._waiting.values():
+            if waiting.view.run_id == run_id and waiting.view.id == call_id:
+                return waiting  # (of calls without a run id that share an id: one of them)
+        return None
+
+    def _key(self, run_id: str, call_id: str, slot: str) -> str:
+        """The key of the call a person decides (called with the lock held).
+
+        A call without a run id is named by its slot; a form without one (an older page,
+        a script) names such a call by its id alone, which is refused when several calls
+        of that id wait, rather than guessed.
+        """
+        if run_id:
+            return f"{run_id}/{call_id}"
+        if slot:
+            return f"#{slot}/{call_id}"
+        keys = [
+            key
+            for key, w in self._waiting.items()
+            if w.view.run_id is None and w.view.id == call_id
+        ]
+        if len(keys) > 1:
+            raise Refused(
+                f"several calls {call_id} without a run wait for a decision; decide each on "
+                "the page, which tells them apart"
+            )
+        if keys:
+            return keys[0]
+        decided = [
+            key for key in self._decided if key.startswith("#") and key.endswith(f"/{call_id}")
+        ]
+        return decided[-1] if decided else f"/{call_id}"
 
     # -- the backend of the page ---------------------------------------------------------
 
@@ -318,9 +355,11 @@ class BrowserApproval:
             requests = [_Request(iteration, start, end) for iteration, start, end in run.requests]
         return _render(info, calls, requests, [], [])
 
-    async def decide(self, run_id: str, call_id: str, action: str, reason: str, text: str) -> str:
-        key = f"{run_id}/{call_id}"
+    async def decide(
+        self, run_id: str, call_id: str, action: str, reason: str, text: str, slot: str = ""
+    ) -> str:
         with self._lock:
+            key = self._key(run_id, call_id, slot)
             waiting = self._waiting.get(key)
             if waiting is None:
                 earlier = self._decided.get(key)

@@ -52,9 +52,14 @@ class CallView:
     output_schema: Any = None
     known_tool: bool = True
     decided: str | None = None  # a stored decision a resume has not applied yet
+    # A call without a run id (`run_calls`): its number on the page, which tells it apart
+    # from a call of the same id of another `run_calls` waiting at the same time.
+    slot: int | None = None
 
     @property
     def key(self) -> str:
+        if self.run_id is None and self.slot is not None:
+            return f"#{self.slot}/{self.id}"
         return f"{self.run_id or ''}/{self.id}"
 
 

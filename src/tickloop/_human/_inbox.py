@@ -11,6 +11,7 @@ polled about once a second and the page is told when what it shows changed.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import Any, TextIO
 
@@ -117,7 +118,9 @@ class StoreInbox:
 
     # -- deciding --------------------------------------------------------------------
 
-    async def decide(self, run_id: str, call_id: str, action: str, reason: str, text: str) -> str:
+    async def decide(
+        self, run_id: str, call_id: str, action: str, reason: str, text: str, slot: str = ""
+    ) -> str:
         decision = await trio.to_thread.run_sync(
             self._decide, run_id, call_id, action, reason, text
         )
@@ -127,7 +130,7 @@ class StoreInbox:
         then = (
             "; the run resumes once every call it waits on is decided"
             if self.agent is not None
-            else f"; continue it with: tickloop resume {run_id} --agent MODULE:ATTR"
+            else f"; continue it with: tickloop resume {shlex.quote(run_id)} --agent MODULE:ATTR"
         )
         return f"{verb} {call_id} of run {run_id}{then}"
 

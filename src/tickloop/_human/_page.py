@@ -75,6 +75,9 @@ def _call_card(view: CallView, token: str) -> str:
         f'<input type="hidden" name="run" value="{escape(view.run_id or "")}">'
         f'<input type="hidden" name="call" value="{escape(view.id)}">'
     )
+    if view.slot is not None:
+        hidden += f'<input type="hidden" name="slot" value="{view.slot}">'
+
     params_text = escape(pretty(view.params))
     if view.decided is not None:
         actions = (

@@ -16,8 +16,9 @@ import hmac
 import json
 import secrets
 from collections.abc import Awaitable, Callable
+from html import escape as html_escape
 from typing import Any, Protocol
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import trio
 
@@ -28,6 +29,22 @@ from ._page import CallRow, RunView, render_index, render_run
 __all__ = ["Backend", "Changes", "WebApp", "require_web", "serve"]
 
 EXTRA_HINT = "pip install 'tickloop[web]'"
+_LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+# The headers of a plain-text answer (an error): nothing in it runs, is framed or sniffed.
+_PLAIN_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def _host_name(host: str) -> str:
+    """The name of a Host header, without its port: `[::1]:80` -> `::1`."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:].split("]", 1)[0]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 def require_web() -> None:
@@ -76,8 +93,10 @@ class Backend(Protocol):
     def timeline(self, run_id: str) -> str | None: ...
 
     async def decide(
-        self, run_id: str, call_id: str, action: str, reason: str, text: str
-    ) -> str: ...
+        self, run_id: str, call_id: str, action: str, reason: str, text: str, slot: str = ""
+    ) -> str:
+        """Decide a call; `slot` is the page's number for a call without a run id."""
+        ...
 
 
 class WebApp:
@@ -88,7 +107,11 @@ class WebApp:
         self.backend = backend
         self.token = token or secrets.token_urlsafe(24)
         self.origins: set[str] = set()
-        self.asgi = self._build()
+        # The names a request may give in its Host header (None: any). A page of another
+        # site whose name an attacker pointed at 127.0.0.1 (DNS rebinding) reaches this
+        # port with its own name there, and is refused.
+        self.hosts: set[str] | None = set(_LOOPBACK_NAMES)
+        self.asgi = self._guard_host(self._build())
 
     def url(self, host: str, port: int) -> str:
         shown = f"[{host}]" if ":" in host else host
@@ -99,6 +122,29 @@ class WebApp:
         self.origins = {f"http://{shown}:{port}", f"http://localhost:{port}"}
         if host in ("0.0.0.0", "::"):
             self.origins.add(f"http://127.0.0.1:{port}")
+            self.hosts = None  # every address of the machine, by any of its names
+        else:
+            self.hosts = {*_LOOPBACK_NAMES, host.lower()}
+
+    def _guard_host(self, app: Any) -> Any:
+        """The app, refusing (403) a request whose Host is not a name of this server."""
+        from starlette.responses import Response
+
+        async def guarded(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http" and self.hosts is not None:
+                given = dict(scope.get("headers") or ()).get(b"host", b"")
+                if _host_name(given.decode("latin-1")) not in self.hosts:
+                    refused = Response(
+                        "refused: this request names a host that is not this server\n",
+                        status_code=403,
+                        media_type="text/plain",
+                        headers=_PLAIN_HEADERS,
+                    )
+                    await refused(scope, receive, send)
+                    return
+            await app(scope, receive, send)
+
+        return guarded
 
     # -- the routes ----------------------------------------------------------------------
 
@@ -158,13 +204,29 @@ class WebApp:
                 status=409 if kind == "refused" else 200,
             )
 
-        async def run_page(request: Any) -> Any:
+        def not_found(run_id: str) -> Any:
+            # Plain text that no browser may sniff as markup, the id escaped all the same.
+            return Response(
+                f"no run {html_escape(run_id)}\n",
+                status_code=404,
+                media_type="text/plain",
+                headers=_PLAIN_HEADERS,
+            )
+
+        async def run_route(request: Any) -> Any:
+            """/runs/ID and /runs/ID/timeline, ID path-quoted: it may hold a `/`."""
             if not allowed(request.query_params.get("token")):
                 return forbidden()
-            run_id = request.path_params["run_id"]
+            raw = request.scope.get("raw_path") or quote(request.scope["path"]).encode()
+            rest = raw.decode("latin-1").split("/runs/", 1)[1]
+            if rest.endswith("/timeline"):
+                return await timeline(unquote(rest.removesuffix("/timeline")))
+            return await run_page(request, unquote(rest))
+
+        async def run_page(request: Any, run_id: str) -> Any:
             found = await trio.to_thread.run_sync(backend.run_page, run_id)
             if found is None:
-                return Response(f"no run {run_id}\n", status_code=404, media_type="text/plain")
+                return not_found(run_id)
             run, calls, pending = found
             return html(
                 lambda nonce: render_run(
@@ -178,12 +240,10 @@ class WebApp:
                 )
             )
 
-        async def timeline(request: Any) -> Any:
-            if not allowed(request.query_params.get("token")):
-                return forbidden()
-            page = await trio.to_thread.run_sync(backend.timeline, request.path_params["run_id"])
+        async def timeline(run_id: str) -> Any:
+            page = await trio.to_thread.run_sync(backend.timeline, run_id)
             if page is None:
-                return Response("no such run\n", status_code=404, media_type="text/plain")
+                return not_found(run_id)
             nonce = secrets.token_urlsafe(16)
             page = page.replace("<script>", f'<script nonce="{nonce}">')
             return Response(page, media_type="text/html", headers=headers(nonce, frame="'self'"))
@@ -197,15 +257,18 @@ class WebApp:
             ):
                 return forbidden()
             if origin is not None and origin not in self.origins:
-                message = f"refused: a decision from another site ({origin})"
-                return Response(message + "\n", status_code=403, media_type="text/plain")
+                message = f"refused: a decision from another site ({html_escape(origin)})"
+                return Response(
+                    message + "\n", status_code=403, media_type="text/plain", headers=_PLAIN_HEADERS
+                )
             run_id = str(form.get("run") or "")
             call_id = str(form.get("call") or "")
             action = str(form.get("action") or "")
             reason = str(form.get("reason") or "")
             text = str(form.get("params") or form.get("value") or "")
+            slot = str(form.get("slot") or "")
             try:
-                message = await backend.decide(run_id, call_id, action, reason, text)
+                message = await backend.decide(run_id, call_id, action, reason, text, slot)
             except Refused as refusal:
                 if wants_json:
                     return json_response({"error": str(refusal)}, 409)
@@ -245,8 +308,7 @@ class WebApp:
         return Starlette(
             routes=[
                 Route("/", index),
-                Route("/runs/{run_id:str}", run_page),
-                Route("/runs/{run_id:str}/timeline", timeline),
+                Route("/runs/{rest:path}", run_route),
                 Route("/decide", decide, methods=["POST"]),
                 Route("/events", events),
             ]
