@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # what type checkers and editors see: the same names, eagerly
     from ._agent._agent import Agent, RunResult
     from ._agent._text_stream import TextStream
+    from ._core._budget import Budget, BudgetRequest, Price, RunUsage
     from ._core._decisions import (
         Approve,
         Decision,
@@ -35,11 +36,13 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, eagerly
     from ._durable._timeline import timeline_html
     from ._engine._run import ExecutionResult, execute, run_calls
     from ._errors import (
+        BudgetExceeded,
         ConfigurationError,
         ExecuteError,
         MaxIterationsError,
         ReferenceSyntaxError,
         ResumeError,
+        RunStopped,
         StoreError,
         TickloopError,
     )
@@ -89,6 +92,10 @@ _WHERE: dict[str, str] = {
     "Agent": "._agent._agent",
     "RunResult": "._agent._agent",
     "TextStream": "._agent._text_stream",
+    "Budget": "._core._budget",
+    "BudgetRequest": "._core._budget",
+    "Price": "._core._budget",
+    "RunUsage": "._core._budget",
     "Approve": "._core._decisions",
     "Decision": "._core._decisions",
     "Defer": "._core._decisions",
@@ -113,11 +120,13 @@ _WHERE: dict[str, str] = {
     "ExecutionResult": "._engine._run",
     "execute": "._engine._run",
     "run_calls": "._engine._run",
+    "BudgetExceeded": "._errors",
     "ConfigurationError": "._errors",
     "ExecuteError": "._errors",
     "MaxIterationsError": "._errors",
     "ReferenceSyntaxError": "._errors",
     "ResumeError": "._errors",
+    "RunStopped": "._errors",
     "StoreError": "._errors",
     "TickloopError": "._errors",
     "BrowserApproval": "._human._browser",
@@ -164,6 +173,9 @@ __all__ = [
     "Approve",
     "Branch",
     "BrowserApproval",
+    "Budget",
+    "BudgetExceeded",
+    "BudgetRequest",
     "CallAwaitingApproval",
     "CallContext",
     "CallDecided",
@@ -191,6 +203,7 @@ __all__ = [
     "OpenAIResponses",
     "PendingCall",
     "PendingDecision",
+    "Price",
     "Redactor",
     "ReferenceSyntaxError",
     "Replace",
@@ -204,6 +217,8 @@ __all__ = [
     "RunInfo",
     "RunResult",
     "RunStarted",
+    "RunStopped",
+    "RunUsage",
     "SQLiteStore",
     "ScriptedModel",
     "SolutionRequest",

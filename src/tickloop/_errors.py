@@ -58,7 +58,7 @@ class SchedulerUsageError(TickloopError, ValueError):
     """
 
 
-class _RunStopped(TickloopError):
+class RunStopped(TickloopError):
     """A run that stopped carries its log so the caller can resume from it."""
 
     def __init__(self, message: str, messages: list[dict[str, Any]] | None = None) -> None:
@@ -66,12 +66,34 @@ class _RunStopped(TickloopError):
         self.messages: list[dict[str, Any]] = list(messages or [])
 
 
-class MaxIterationsError(_RunStopped, RuntimeError):
+_RunStopped = RunStopped  # the name it had while private
+
+
+class MaxIterationsError(RunStopped, RuntimeError):
     """The model kept asking for more requests than `max_iterations` allows."""
 
 
-class ExecuteError(_RunStopped):
+class ExecuteError(RunStopped):
     """Every attempt at one model request failed; `.messages` is the log to resume from."""
+
+
+class BudgetExceeded(RunStopped):
+    """A limit of the run's budget left no room for the next model request, or its wall
+    time ran out (PROTOCOL §12). `.limit` names it ("cost", "requests", ...), `.usage`
+    (a `tl.RunUsage`) is what the run used, `.messages` the log to continue from with
+    more budget."""
+
+    def __init__(
+        self,
+        message: str,
+        messages: list[dict[str, Any]] | None = None,
+        *,
+        limit: str = "",
+        usage: Any = None,
+    ) -> None:
+        super().__init__(message, messages)
+        self.limit = limit
+        self.usage = usage
 
 
 class ResumeError(TickloopError):

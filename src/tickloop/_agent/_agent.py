@@ -19,6 +19,7 @@ from typing import Any
 
 import trio
 
+from .._core._budget import Budget, BudgetRequest, Price
 from .._core._decisions import ApproveHook
 from .._core._tools import Tool, ToolSet, ToolSource, split_tools
 from .._durable._store import SQLiteStore, as_store
@@ -27,6 +28,7 @@ from .._engine._sources import OpenedTools, check_sources, open_tools
 from .._errors import ConfigurationError
 from .._observe._events import DEFAULT_REDACT, Redactor, RunEvent, open_event_stream
 from .._observe._trace import make_tracer
+from ._budgeting import check_budget, check_pricing
 from ._loop import AgentConfig, LoopProtocol, RunResult
 from ._output import OutputSpec
 from ._prompt import DEFAULT_CONTEXT_BUDGET, solution_schema
@@ -73,6 +75,9 @@ class Agent:
         tracer_provider: Any = None,
         context_budget: int | None = DEFAULT_CONTEXT_BUDGET,
         name: str | None = None,
+        budget: Budget | None = None,
+        pricing: Mapping[str, Price] | None = None,
+        on_budget: Callable[[BudgetRequest], Any] | None = None,
     ) -> None:
         if name is not None and (not isinstance(name, str) or not _NAME.fullmatch(name)):
             raise ConfigurationError(
@@ -115,6 +120,12 @@ class Agent:
         check_sources(self.tool_sources, approve)
         PROTOCOLS[protocol].check(model, self.tools)
         self.schema = solution_schema(self.tools, self.output.schema, strict=strict)
+        # Budgets (PROTOCOL §12, docs/budgets.md): checked now, before anything runs.
+        self.budget = check_budget(budget)
+        self.pricing = check_pricing(pricing, self.budget, model)
+        if on_budget is not None and not callable(on_budget):
+            raise ConfigurationError(f"on_budget must be callable, not {on_budget!r}")
+        self.on_budget = on_budget
 
     # -- running -----------------------------------------------------------------------------
 
@@ -125,13 +136,21 @@ class Agent:
         messages: Sequence[dict[str, Any]] | None = None,
         on_event: Callable[[RunEvent], Any] | None = None,
         run_id: str | None = None,
+        budget: Budget | None = None,
     ) -> RunResult:
         """Run to the end from synchronous code (starts its own trio run)."""
         return trio.run(
-            partial(self.run_async, input, messages=messages, on_event=on_event, run_id=run_id)
+            partial(
+                self.run_async,
+                input,
+                messages=messages,
+                on_event=on_event,
+                run_id=run_id,
+                budget=budget,
+            )
         )
 
-    def _config(self) -> AgentConfig:
+    def _config(self, budget: Budget | None = None) -> AgentConfig:
         """This agent's options as one run sees them, fixed for that run.
 
         Taken when a run starts, not at construction: an option set on the agent
@@ -154,6 +173,9 @@ class Agent:
             tracer=self.tracer,
             on_event=self.on_event,
             rng=self._rng,
+            budget=self.budget if budget is None else budget,
+            pricing=self.pricing,
+            on_budget=self.on_budget,
         )
 
     async def run_async(
@@ -163,15 +185,18 @@ class Agent:
         messages: Sequence[dict[str, Any]] | None = None,
         on_event: Callable[[RunEvent], Any] | None = None,
         run_id: str | None = None,
+        budget: Budget | None = None,
     ) -> RunResult:
         """Run to the end inside trio. `messages` resumes from a log (e.g. an
         ExecuteError's), in which case `input` is already in it and is ignored.
 
         `run_id` names the run (a unique one is made otherwise); with a store, an id the
         store already has is refused with `ResumeError`: continue it with `resume`.
+        `budget` replaces the agent's for this run (PROTOCOL §12).
         """
         _check_on_event(on_event)
-        async with self._open_for_run() as config:
+        check_pricing(self.pricing, check_budget(budget), self.model)
+        async with self._open_for_run(budget) as config:
             session = RunSession.new(config, input, messages, on_event or self.on_event, run_id)
             return await session.execute()
 
@@ -181,9 +206,14 @@ class Agent:
         *,
         decisions: Mapping[str, Any] | None = None,
         on_event: Callable[[RunEvent], Any] | None = None,
+        budget: Budget | None = None,
     ) -> RunResult:
         """Continue a paused or crashed run from the store (starts its own trio run)."""
-        return trio.run(partial(self.resume_async, run_id, decisions=decisions, on_event=on_event))
+        return trio.run(
+            partial(
+                self.resume_async, run_id, decisions=decisions, on_event=on_event, budget=budget
+            )
+        )
 
     async def resume_async(
         self,
@@ -191,23 +221,27 @@ class Agent:
         *,
         decisions: Mapping[str, Any] | None = None,
         on_event: Callable[[RunEvent], Any] | None = None,
+        budget: Budget | None = None,
     ) -> RunResult:
         """Continue a paused or crashed run, from any process, inside trio.
 
         `decisions` maps deferred call ids to decisions (`tl.Approve()`, ...). Raises
         `ResumeError` before anything runs for an unknown or finished run, a decision
-        for a call that is not waiting for one, or a call decided already.
+        for a call that is not waiting for one, or a call decided already. `budget` is
+        more room, added to what the run has left (PROTOCOL §12).
         """
         _check_on_event(on_event)
+        grant = check_budget(budget)
         async with self._open_for_run() as config:
             session = RunSession.claim(config, run_id, decisions, on_event or self.on_event)
+            session.grant = grant
             return await session.execute()
 
     @asynccontextmanager
-    async def _open_for_run(self) -> AsyncIterator[AgentConfig]:
+    async def _open_for_run(self, budget: Budget | None = None) -> AsyncIterator[AgentConfig]:
         """This agent's configuration as one run sees it: its tool sources open (in this
         task), their tools added to its own, their instructions to its instructions."""
-        config = self._config()
+        config = self._config(budget)
         if not self.tool_sources:
             yield config
             return

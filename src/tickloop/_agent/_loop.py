@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .._core._budget import Budget, BudgetRequest, Price, RunUsage
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._log import ContextLog
 from .._core._scheduler import CallRecord
@@ -26,9 +27,10 @@ from .._durable._resume import DurableRun
 from .._durable._store import SQLiteStore
 from .._engine._engine import Engine
 from .._engine._run import ExecutionResult
-from .._errors import ExecuteError, MaxIterationsError, _RunStopped
+from .._errors import BudgetExceeded, ExecuteError, MaxIterationsError, _RunStopped
 from .._models._base import ModelError, Usage
 from .._observe._events import EventSink, Redactor, RequestRetried, RunEvent
+from ._budgeting import RequestMeter, Reservation, run_ledger
 from ._output import OutputSpec
 from ._retry import attempts_made
 
@@ -48,16 +50,15 @@ class RunResult(ExecutionResult):
         log: ContextLog,
         records: dict[str, CallRecord],
         iterations: int,
-        usage: Usage | None = None,
+        usage: RunUsage | None = None,
         *,
         run_id: str | None = None,
         status: str = "done",
         pending: list[PendingCall] | None = None,
     ) -> None:
-        super().__init__(log, records, pending)
+        super().__init__(log, records, pending, usage)
         self.output = output
         self.iterations = iterations
-        self.usage = usage or Usage()
         self.run_id = run_id
         self.status = status
 
@@ -95,6 +96,10 @@ class AgentConfig:
     tracer: Any
     on_event: Callable[[RunEvent], Any] | None
     rng: random.Random
+    # Budgets (PROTOCOL §12): the run's limits, the prices of its models, the hook.
+    budget: Budget | None = None
+    pricing: Mapping[str, Price] = field(default_factory=dict)
+    on_budget: Callable[[BudgetRequest], Any] | None = None
 
 
 class LoopProtocol(ABC):
@@ -146,7 +151,8 @@ class OuterLoop:
     ) -> None:
         self.config = config
         self.log = log
-        self.usage = Usage()
+        self.usage = Usage()  # the tokens the model reported (`ledger`: the whole count)
+        self.ledger = run_ledger(config.budget, config.pricing)
         self.events = (
             on_event
             if isinstance(on_event, EventSink)
@@ -154,7 +160,16 @@ class OuterLoop:
         )
         self.durable = durable
         self.paused = False  # a tick ended with deferred calls: the run pauses
+        self.grant: Budget | None = None  # more room a resume brings (added, journaled)
         self.engine = self._make_engine(self._action_listener(), durable)
+        self.meter = RequestMeter(
+            self.ledger,
+            self.engine,
+            config.model,
+            config.on_budget,
+            durable=durable is not None,
+            run_id=self.events.run_id or None,
+        )
 
     def _make_engine(
         self, on_action: Callable[[Any], None] | None, durable: DurableRun | None
@@ -169,6 +184,8 @@ class OuterLoop:
             on_action=on_action,
             journal=durable,
             run_id=self.events.run_id or None,
+            budget=self.ledger,
+            on_budget=config.on_budget,
         )
 
     def _action_listener(self) -> Callable[[Any], None] | None:
@@ -187,6 +204,8 @@ class OuterLoop:
         limit = self.config.max_iterations
         async with self.engine.session():
             try:
+                if self.grant is not None:  # a resume's `budget=`: added to what is left
+                    self.meter.grant(self.grant)
                 done, output = await self._recover()  # a resumed run: what it left open
                 iteration = self._iterations_done()  # a resumed log continues its count
                 while not done and not self.paused:
@@ -206,6 +225,8 @@ class OuterLoop:
                 stopped = error
         if stopped is not None:
             stopped.messages = list(self.log.messages)  # with what the session flushed
+            if isinstance(stopped, BudgetExceeded):
+                stopped.usage = self.ledger.usage
             raise stopped
         paused = self.paused
         return RunResult(
@@ -213,7 +234,7 @@ class OuterLoop:
             self.log,
             self.engine.records,
             self._iterations_done(),
-            self.usage,
+            self.ledger.usage,
             status="paused" if paused else "done",
             pending=self.engine.scheduler.deferred if paused else None,
         )
@@ -251,6 +272,23 @@ class OuterLoop:
         self.log.append(message)
         if self.durable is not None:
             self.durable.journal_messages([message])
+
+    async def _reserve(self, request: Any) -> Reservation | None:
+        """Room for the next model request (PROTOCOL §12), before its tick opens; None:
+        the budget hook deferred, and the run pauses here (a resume asks again)."""
+        reservation = await self.meter.reserve(request, lambda: self.log.messages)
+        if reservation is None:
+            self.paused = True
+        return reservation
+
+    def _metered(self, reservation: Reservation, before: Usage, text: str, cut_off: bool) -> None:
+        """The request ended: what it used replaces its reservation (`before`: the
+        reported usage before it, so the difference is this request's)."""
+        reported = Usage(
+            self.usage.input_tokens - before.input_tokens,
+            self.usage.output_tokens - before.output_tokens,
+        )
+        self.meter.settle(reservation, reported, text, cut_off)
 
     def _request_failed(self, error: Exception) -> ExecuteError:
         """The run's error for a model request that failed for good: it carries the log."""

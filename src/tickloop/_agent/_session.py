@@ -47,7 +47,7 @@ class RunSession:
         self.durable = durable
         self.resumed = resumed
         self.journal = journal
-
+        self.grant: Any = None  # a resume's `budget=`: room added once replayed
     @classmethod
     def new(
         cls,
@@ -120,6 +120,7 @@ class RunSession:
                 )
                 if self.durable is not None and self.journal is not None:
                     self.durable.replay(self.journal, loop)
+                loop.grant = self.grant
                 result = await loop.run()
         except Exception as error:
             reason = f"{type(error).__name__}: {error}"

@@ -143,6 +143,10 @@ class _SolutionLoop(OuterLoop):
             schema=config.schema,
             iteration=iteration,
         )
+        reservation = await self._reserve(request)  # PROTOCOL §12: room before it is sent
+        if reservation is None:
+            return False, None  # the budget hook deferred: the run pauses before asking
+        before = Usage(self.usage.input_tokens, self.usage.output_tokens)
         stream = SolutionStream()
         text: list[str] = []
         handed = 0  # calls given to the tick (a restarted stream's first ones were)
@@ -182,6 +186,7 @@ class _SolutionLoop(OuterLoop):
         except StreamBroken as error:
             broken = error
         except _CallNotTaken as failure:
+            self.meter.release(reservation)
             cause = failure.error
             raise ExecuteError(
                 f"tickloop could not take a call the model wrote ({type(cause).__name__}: "
@@ -189,7 +194,9 @@ class _SolutionLoop(OuterLoop):
                 self.log.messages,
             ) from cause
         except Exception as error:
+            self.meter.release(reservation)  # nothing arrived: retries were used up
             raise self._request_failed(error) from error
+        self._metered(reservation, before, "".join(text), cut_off=broken is not None)
         outcome = stream.close()  # the stream of the attempt that answered
         solution = outcome.solution
         self._emit(

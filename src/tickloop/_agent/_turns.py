@@ -182,11 +182,16 @@ class _TurnLoop(OuterLoop):
             tools=self.specs,
             iteration=iteration,
         )
+        reservation = await self._reserve(request)  # PROTOCOL §12: room before it is sent
+        if reservation is None:
+            return False, None  # the budget hook deferred: the run pauses before asking
+        before = Usage(self.usage.input_tokens, self.usage.output_tokens)
         self.engine.open_tick(iteration)
         self._emit(RequestStarted, iteration=iteration)
         try:
             response = await self._ask(request)
         except StreamBroken as broken:
+            self._metered(reservation, before, "", cut_off=True)
             # Text of it was already shown, so it could not be retried whole; nothing ran.
             # The next iteration asks again with the same conversation.
             self._emit(RequestFinished, iteration=iteration, error=f"broke off: {broken}")
@@ -197,6 +202,11 @@ class _TurnLoop(OuterLoop):
             self.engine.close_stream()
             await self._end_tick()
             return False, None
+        except BaseException:
+            self.meter.release(reservation)
+            raise
+        answer = response.text + "".join(call.arguments for call in response.tool_calls)
+        self._metered(reservation, before, answer, cut_off=False)
         self._emit(RequestFinished, iteration=iteration)
         # Recorded, handed over and closed in one synchronous step (no checkpoint), so a
         # durable run commits the response together with every call it made.

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 import trio
 
+from .._core._budget import Budget
 from .._core._decisions import (
     Decision,
     Defer,
@@ -60,6 +61,7 @@ from .._core._log import ContextLog, has_surrogate
 from .._core._path_index import PathIndex as _PathIndex
 from .._core._scheduler_io import (
     Action,
+    AnswerBudget,
     AskApproval,
     CloseStream,
     Decide,
@@ -75,6 +77,7 @@ from .._core._scheduler_io import (
     OpenTick,
     ReceiveCall,
     ReportFault,
+    SpendBudget,
     StartCall,
 )
 from .._core._status import CallStatus
@@ -154,6 +157,11 @@ def event_to_dict(event: Event) -> dict[str, Any]:
         body = {"type": "FaultReported", "error": event.error, "call": event.call}
     elif isinstance(event, Flush):
         body = {"type": "Flush"}
+    elif isinstance(event, SpendBudget):
+        body = {"type": "BudgetSpent", "amount": event.amount}
+    elif isinstance(event, AnswerBudget):
+        grant = event.grant.to_dict() if isinstance(event.grant, Budget) else event.grant
+        body = {"type": "BudgetAnswered", "limit": event.limit, "grant": grant}
     else:
         raise TypeError(f"not a scheduler event: {event!r}")
     body["date"] = event.date
@@ -180,6 +188,13 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
         return ReportFault(data["error"], data.get("call"), date)
     if kind == "Flush":
         return Flush(date)
+    if kind == "BudgetSpent":
+        return SpendBudget(dict(data["amount"]), date)
+    if kind == "BudgetAnswered":
+        grant = data.get("grant")
+        return AnswerBudget(
+            data["limit"], Budget.from_dict(grant) if isinstance(grant, dict) else grant, date
+        )
     raise ValueError(f"unknown journal event type {kind!r}")
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import pydantic
 import trio
 
+from .._core._budget import BudgetRequest, Ledger
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._driver import Journal, SchedulerDriver, check_configuration
 from .._core._log import MAX_VALUE_DEPTH, SURROGATE_FAULT, ContextLog, has_surrogate
@@ -30,6 +31,7 @@ from .._core._status import FINAL_STATUSES, CallStatus
 from .._core._tools import Branch, CallContext, Tool, ToolSet
 from .._errors import describe_error, is_call_error, unwrap_single
 from ._asking import ask, passing_here
+from ._budgeting import BudgetHook, ask_budget
 from ._host import host_loop, run_on_host
 
 __all__ = ["Engine", "Journal", "check_configuration", "run_handler", "utc_now"]
@@ -76,6 +78,8 @@ class Engine(SchedulerDriver):
         clock: Callable[[], str] = utc_now,
         journal: Journal | None = None,
         run_id: str | None = None,
+        budget: Ledger | None = None,
+        on_budget: BudgetHook | None = None,
     ) -> None:
         super().__init__(
             tools,
@@ -86,6 +90,8 @@ class Engine(SchedulerDriver):
             clock=clock,
             journal=journal,
             run_id=run_id,
+            budget=budget,
+            on_budget=on_budget,
         )
         self._nursery: trio.Nursery | None = None
         self._clock: trio.abc.Clock | None = None  # the run's, read twice per call
@@ -150,6 +156,18 @@ class Engine(SchedulerDriver):
 
     def _request_approval(self, pending: PendingCall) -> None:
         self._spawn(self._ask, pending)
+
+    def _request_budget(self, request: BudgetRequest) -> None:
+        self._spawn(self._ask_budget, request)
+
+    async def _ask_budget(self, request: BudgetRequest) -> None:
+        assert self._on_budget is not None  # the scheduler asks only when there is a hook
+        if self._journal is not None:
+            self._journal.commit()  # what led to the question is stored before it is asked
+        answer = await ask_budget(
+            self._on_budget, request, durable=self._journal is not None
+        )
+        self.answer_budget(request.limit, answer)
 
     def _spawn(self, function: Callable[..., Any], *args: Any) -> None:
         if self._nursery is None:

@@ -35,6 +35,7 @@ __all__ = [
     "Usage",
     "chat_assistant_message",
     "chat_tool_messages",
+    "estimate_tokens",
     "is_retryable_status",
     "wire_conversation",
 ]
@@ -96,13 +97,22 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
 
+def estimate_tokens(text_chars: int) -> int:
+    """Tokens estimated from characters: about four a token, the usual rule of thumb for
+    English and JSON. Budgets (PROTOCOL §12) reserve a request's prompt by it, and count
+    it for a request whose server reports no usage."""
+    return -(-text_chars // 4)
+
+
 @dataclass(slots=True)
 class SolutionRequest:
     """One request of the solution protocol.
 
     `messages` are chat messages `{"role": "system"|"user"|"assistant", "content": str}`;
     `schema` is the solution's JSON Schema (strict-mode compatible); `iteration` counts
-    requests of the run from 1 (a scripted model answers by it).
+    requests of the run from 1 (a scripted model answers by it). `max_output_tokens`,
+    when set, is the most the answer may write (a budget's room, PROTOCOL §12): a client
+    sends it as the request's output limit.
     """
 
     messages: list[dict[str, Any]]
@@ -110,6 +120,7 @@ class SolutionRequest:
     iteration: int
     schema_name: str = "solution"
     metadata: dict[str, Any] = field(default_factory=dict)
+    max_output_tokens: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"messages": self.messages, "schema": self.schema}
@@ -168,6 +179,7 @@ class TurnRequest:
     tools: list[ToolSpec]
     iteration: int
     metadata: dict[str, Any] = field(default_factory=dict)
+    max_output_tokens: int | None = None  # as `SolutionRequest.max_output_tokens`
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -551,10 +551,7 @@ class AgentWorkflow:
             "output": output,
             "status": result.status,
             "iterations": result.iterations,
-            "usage": {
-                "input_tokens": result.usage.input_tokens,
-                "output_tokens": result.usage.output_tokens,
-            },
+            "usage": asdict(result.usage),
             **self.snapshot(),
         }
 

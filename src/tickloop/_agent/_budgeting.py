@@ -1,0 +1,219 @@
+"""Budgets in an agent run (PROTOCOL §12): which ledger a run uses, and model requests.
+
+`run_ledger` is the one place that says which ledger a run draws from: a root run's
+own (its budget and pricing), or a child run's under its parent's (one tree, one count).
+`RequestMeter` reserves room for each model request before it is sent and replaces the
+reservation by what the request used when it ends; what was used is fed to the engine
+(`SpendBudget`), so a durable run journals it and a resume never counts it twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from .._core._budget import (
+    Budget,
+    BudgetRequest,
+    Ledger,
+    Price,
+    request_reservation,
+    used_amount,
+)
+from .._engine._budgeting import ask_budget
+from .._errors import BudgetExceeded, ConfigurationError
+from .._models._base import SolutionRequest, TurnRequest, Usage, estimate_tokens
+
+__all__ = [
+    "RequestMeter",
+    "Reservation",
+    "check_budget",
+    "check_pricing",
+    "model_name",
+    "run_ledger",
+]
+
+
+def run_ledger(
+    budget: Budget | None, pricing: Mapping[str, Price], parent: Ledger | None = None
+) -> Ledger:
+    """The ledger a run draws from: its own at the root, a child of its parent's below
+    (a child's budget can only make it tighter; the root's pricing prices the tree)."""
+    if parent is not None:
+        return parent.child(budget)
+    return Ledger(budget, pricing=pricing)
+
+
+def model_name(model: Any) -> str | None:
+    """The name `pricing` knows a model client by: its `model` (`OpenAIChat("gpt-4.1")`
+    is "gpt-4.1", a `ScriptedModel` "scripted" unless named)."""
+    name = getattr(model, "model", None)
+    return name if isinstance(name, str) else None
+
+
+def check_budget(budget: Any, name: str = "budget") -> Budget | None:
+    if budget is not None and not isinstance(budget, Budget):
+        raise ConfigurationError(f"{name} must be a tl.Budget or None, not {budget!r}")
+    return budget
+
+
+def check_pricing(pricing: Any, budget: Budget | None, model: Any) -> dict[str, Price]:
+    """`pricing` as a dict; a `cost` limit without a price for the model is refused."""
+    if pricing is None:
+        pricing = {}
+    if not isinstance(pricing, Mapping) or not all(
+        isinstance(key, str) and isinstance(value, Price) for key, value in pricing.items()
+    ):
+        raise ConfigurationError(
+            f"pricing must be a dict from model name to tl.Price, not {pricing!r}"
+        )
+    if budget is not None and budget.cost is not None:
+        name = model_name(model)
+        if name not in pricing:
+            raise ConfigurationError(
+                f"the budget limits cost, but pricing has no price for the model {name!r} "
+                f"({model!r}): pass pricing={{{name!r}: tl.Price(input=..., output=...)}}"
+            )
+    return dict(pricing)
+
+
+def _prompt_chars(request: SolutionRequest | TurnRequest) -> int:
+    if isinstance(request, SolutionRequest):
+        text = sum(len(str(message.get("content", ""))) for message in request.messages)
+        return text + len(json.dumps(request.schema))
+    return len(json.dumps(request.to_dict(), ensure_ascii=False))
+
+
+@dataclass
+class Reservation:
+    """A request's room in flight: what was reserved, and the prompt's estimate."""
+
+    amount: dict[str, float]
+    estimate: int
+    cap: int | None
+
+
+class RequestMeter:
+    """Room for one run's model requests (PROTOCOL §12); see the module docstring."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        engine: Any,
+        model: Any,
+        on_budget: Callable[[BudgetRequest], Any] | None,
+        *,
+        durable: bool,
+        run_id: str | None,
+    ) -> None:
+        self.ledger = ledger
+        self.engine = engine
+        # Whether the engine's scheduler keeps this ledger (and a journal its inputs);
+        # a driver without one (a Temporal workflow's) leaves the counting to the meter.
+        self.fed = getattr(engine, "budget", None) is ledger
+        self.model = model_name(model)
+        self.max_output = _client_max_output(model)
+        self.on_budget = on_budget
+        self.durable = durable
+        self.run_id = run_id
+        self._room: trio.Event | None = None
+        ledger.listeners.append(self._room_came_back)
+
+    def _room_came_back(self) -> None:
+        if self._room is not None:
+            self._room.set()
+
+    async def reserve(
+        self, request: SolutionRequest | TurnRequest, messages: Callable[[], list[Any]]
+    ) -> Reservation | None:
+        """Reserve room for `request` (setting its output limit), waiting while others
+        hold room; None when the hook deferred (the run pauses). Raises
+        `BudgetExceeded` when no room comes and none is granted."""
+        estimate = estimate_tokens(_prompt_chars(request))
+        while True:
+            found = request_reservation(self.ledger, self.model, estimate, self.max_output)
+            if not isinstance(found, str):
+                amount, cap = found
+                self.ledger.reserve(amount)
+                request.max_output_tokens = cap
+                return Reservation(amount, estimate, cap)
+            limit = found
+            if self.ledger.in_flight:  # room may come back: wait for it (PROTOCOL §12)
+                self._room = trio.Event()
+                await self._room.wait()
+                self._room = None
+                continue
+            root = self.ledger.root
+            if self.on_budget is None or limit in root.refused:
+                raise self._exceeded(limit, messages())
+            asked = BudgetRequest(
+                limit, _asked(limit, estimate), root.usage, root.limits, self.run_id
+            )
+            answer = await ask_budget(self.on_budget, asked, durable=self.durable)
+            self._answer(limit, answer)
+            if answer == "defer":
+                return None
+            if answer is None:
+                raise self._exceeded(limit, messages())
+
+    def settle(
+        self, reservation: Reservation, reported: Usage | None, text: str, cut_off: bool
+    ) -> None:
+        """Replace the reservation by what the request used: the server's usage; else,
+        for a request cut off, its whole reservation; else the estimate."""
+        if reported is not None and (reported.input_tokens or reported.output_tokens):
+            used = (reported.input_tokens, reported.output_tokens)
+        elif cut_off:
+            output = reservation.cap if reservation.cap is not None else estimate_tokens(len(text))
+            used = (reservation.estimate, output)
+        else:
+            used = (reservation.estimate, estimate_tokens(len(text)))
+        self.ledger.release(reservation.amount)
+        amount = used_amount(self.ledger, self.model, *used)
+        if self.fed:
+            self.engine.spend(amount)  # journaled: a resume never counts it twice
+        else:
+            self.ledger.spend(amount)
+
+    def grant(self, budget: Budget) -> None:
+        """More room from outside the hook (a resume's `budget=`), journaled."""
+        self._answer("", budget)
+
+    def _answer(self, limit: str, answer: Any) -> None:
+        if self.fed:
+            self.engine.answer_budget(limit, answer)  # journaled; a grant adds room
+        elif isinstance(answer, Budget):
+            self.ledger.grant(answer)
+        elif answer is None:
+            self.ledger.root.refused.add(limit)
+
+    def release(self, reservation: Reservation) -> None:
+        """A request that failed before anything arrived: it used nothing."""
+        self.ledger.release(reservation.amount)
+
+    def _exceeded(self, limit: str, messages: list[Any]) -> BudgetExceeded:
+        return BudgetExceeded(
+            f"no room left in the budget for the next model request: "
+            f"{self.ledger.describe(limit)}; continue from .messages with more budget",
+            messages,
+            limit=limit,
+            usage=self.ledger.root.usage,
+        )
+
+
+def _asked(limit: str, estimate: int) -> float:
+    """What the next request needs of `limit` at the least."""
+    return {"requests": 1, "input_tokens": estimate, "total_tokens": estimate + 1}.get(limit, 1)
+
+
+def _client_max_output(model: Any) -> int | None:
+    """A client's own cap on a request's output, when it has one (Anthropic's)."""
+    for name in ("max_tokens", "max_output_tokens"):
+        value = getattr(model, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
