@@ -129,7 +129,7 @@ def test_a_fan_out_of_50_with_tool_calls_9_runs_exactly_9_every_time() -> None:
         assert len(errors) == 41
         assert errors[0] == {
             "type": "budget",
-            "message": "no room left in the budget: the tool_calls limit of 9 is reached; "
+            "message": "no room left in the budget: the tool_calls limit of 9 is used up; "
             "this call did not run",
             "limit": "tool_calls",
         }
@@ -250,3 +250,228 @@ def test_calls_started_never_exceed_any_limit(
             assert started == tool_calls
         else:
             assert error["limit"] == "per_tool.charge" and STARTED["charge"] == charges
+
+
+# -- model requests ---------------------------------------------------------------------------
+
+PLAN = {"calls": [{"_tool": "fetch", "n": 1}]}
+DONE = {"calls": [], "output": "done"}
+
+
+def virtual(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    return trio.run(partial(fn, *args, **kwargs), clock=MockClock(autojump_threshold=0))
+
+
+class Metered:
+    """A model client that answers from a script and reports fixed usage per request,
+    recording the output limit each request carried."""
+
+    def __init__(
+        self,
+        responses: list[Any],
+        usage: tuple[int, int] | None = (100, 10),
+        model: str = "metered",
+        break_off: tuple[int, ...] = (),
+    ) -> None:
+        self.responses = responses
+        self.usage = usage
+        self.model = model
+        self.break_off = break_off
+        self.limits: list[int | None] = []
+
+    async def stream_solution(self, request: tl.SolutionRequest) -> Any:
+        self.limits.append(request.max_output_tokens)
+        text = __import__("json").dumps(self.responses[request.iteration - 1])
+        yield tl.TextDelta(text)
+        if request.iteration in self.break_off:
+            raise tl.ModelError("connection reset", status=None)
+        if self.usage is not None:
+            given, wrote = self.usage
+            limit = request.max_output_tokens
+            yield tl.Usage(given, wrote if limit is None else min(wrote, limit))
+
+
+def test_a_requests_limit_stops_the_run_with_the_log_to_continue_from() -> None:
+    model = tl.ScriptedModel([PLAN, PLAN, PLAN, DONE])
+    agent = tl.Agent(model, tools=TOOLS, output={"type": "string"}, budget=tl.Budget(requests=2))
+    with pytest.raises(tl.BudgetExceeded) as caught:
+        agent.run("go")
+    stopped = caught.value
+    assert stopped.limit == "requests"
+    assert "requests limit of 2 is used up" in str(stopped)
+    assert len(model.requests) == 2  # the third was never sent
+    assert stopped.usage.requests == 2 and stopped.usage.tool_calls == 2
+    assert sum(m.get("type") == "solution" for m in stopped.messages) == 2
+    # The log continues with more budget: the script's third and fourth answers.
+    more = tl.Agent(
+        tl.ScriptedModel([PLAN, PLAN, PLAN, DONE]),
+        tools=TOOLS,
+        output={"type": "string"},
+        budget=tl.Budget(requests=2),
+    )
+    result = more.run(messages=stopped.messages)
+    assert result.output == "done" and result.usage.requests == 2
+
+
+def test_usage_is_what_the_server_reports_priced_by_the_model() -> None:
+    model = Metered([PLAN, DONE])
+    agent = tl.Agent(
+        model,
+        tools=TOOLS,
+        output={"type": "string"},
+        pricing={"metered": tl.Price(input=2.0, output=8.0)},
+    )
+    result = agent.run("go")
+    assert result.usage == tl.RunUsage(
+        requests=2,
+        input_tokens=200,
+        output_tokens=20,
+        tool_calls=1,
+        per_tool={"fetch": 1},
+        cost=pytest.approx((200 * 2.0 + 20 * 8.0) / 1e6),
+    )
+    assert model.limits == [None, None]  # no limit on output: none is sent
+
+
+def test_without_reported_usage_the_estimate_counts() -> None:
+    result = tl.Agent(Metered([DONE], usage=None), output={"type": "string"}, tools=TOOLS).run("go")
+    import json
+
+    assert result.usage.output_tokens == -(-len(json.dumps(DONE)) // 4)  # four chars a token
+    assert result.usage.input_tokens > 0
+
+
+def test_the_output_limit_sent_is_what_remains() -> None:
+    model = Metered([PLAN, PLAN, PLAN, DONE], usage=(100, 10))
+    agent = tl.Agent(
+        model, tools=TOOLS, output={"type": "string"}, budget=tl.Budget(output_tokens=25)
+    )
+    with pytest.raises(tl.BudgetExceeded) as caught:
+        agent.run("go")
+    assert model.limits == [25, 15, 5]  # what remained before each request
+    assert caught.value.limit == "output_tokens"
+    assert caught.value.usage.output_tokens == 25 and caught.value.usage.requests == 3
+
+
+def test_a_total_tokens_limit_caps_the_output_after_the_prompt() -> None:
+    model = Metered([DONE], usage=(100, 10))
+    agent = tl.Agent(model, output={"type": "string"}, budget=tl.Budget(total_tokens=100_000))
+    agent.run("go")
+    [limit] = model.limits
+    assert limit is not None and 99_000 < limit < 100_000  # the prompt's estimate is reserved
+
+
+def test_a_cost_limit_stops_before_the_request_that_could_overshoot() -> None:
+    price = tl.Price(input=10.0, output=1000.0)  # a cent per 1000 tokens in, per 10 out
+    model = Metered([PLAN] * 30 + [DONE], usage=(100, 10))
+    agent = tl.Agent(
+        model,
+        tools=TOOLS,
+        output={"type": "string"},
+        budget=tl.Budget(cost=0.1),
+        pricing={"metered": price},
+        max_iterations=31,
+    )
+    with pytest.raises(tl.BudgetExceeded) as caught:
+        agent.run("go")
+    stopped = caught.value
+    assert stopped.limit == "cost"
+    assert 0.05 < stopped.usage.cost <= 0.1
+    assert stopped.usage.requests == len(model.limits) >= 2
+    assert all(limit is not None and limit >= 1 for limit in model.limits)
+
+
+def test_a_cost_budget_needs_a_price_for_the_model() -> None:
+    model = tl.ScriptedModel([DONE])
+    with pytest.raises(tl.ConfigurationError, match="'scripted'"):
+        tl.Agent(model, budget=tl.Budget(cost=1.0))
+    agent = tl.Agent(model)
+    with pytest.raises(tl.ConfigurationError, match="price"):
+        agent.run("go", budget=tl.Budget(cost=1.0))
+    named = tl.ScriptedModel([DONE], model="gpt-test")
+    priced = tl.Agent(
+        named,
+        output={"type": "string"},
+        budget=tl.Budget(cost=1.0),
+        pricing={"gpt-test": tl.Price(input=1.0, output=1.0)},
+    )
+    result = priced.run("go")
+    assert result.usage.cost > 0 and result.usage.requests == 1
+
+
+def test_a_request_cut_off_counts_its_whole_reservation() -> None:
+    model = Metered([DONE, DONE], break_off=(1,))
+    agent = tl.Agent(
+        model, tools=TOOLS, output={"type": "string"}, budget=tl.Budget(output_tokens=40)
+    )
+    with pytest.raises(tl.BudgetExceeded) as caught:
+        agent.run("go")
+    assert model.limits == [40]  # the second request had no room left
+    assert caught.value.usage.output_tokens == 40 and caught.value.usage.requests == 1
+
+
+# -- clients send the budget's room as the request's output limit -----------------------------
+
+
+def _refusing_client() -> tuple[Any, list[dict[str, Any]]]:
+    """An httpx client whose server keeps each request body and answers 400."""
+    import json
+
+    import httpx
+
+    bodies: list[dict[str, Any]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(400, json={"error": {"message": "stop here"}})
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(answer)), bodies
+
+
+@pytest.mark.parametrize(
+    ("make", "field", "expected"),
+    [
+        (lambda c: tl.OpenAIChat("gpt-x", api_key="k", client=c), "max_completion_tokens", 300),
+        (lambda c: tl.OpenAIResponses("gpt-x", api_key="k", client=c), "max_output_tokens", 300),
+        (
+            lambda c: tl.OpenAIResponses("gpt-x", api_key="k", client=c, max_output_tokens=200),
+            "max_output_tokens",
+            200,
+        ),
+        (lambda c: tl.Anthropic("claude-x", api_key="k", client=c), "max_tokens", 300),
+        (
+            lambda c: tl.Anthropic("claude-x", api_key="k", client=c, max_tokens=100),
+            "max_tokens",
+            100,
+        ),
+    ],
+)
+def test_clients_send_the_room_left_as_the_output_limit(
+    make: Any, field: str, expected: int
+) -> None:
+    client, bodies = _refusing_client()
+    agent = tl.Agent(make(client), budget=tl.Budget(output_tokens=300))
+    with pytest.raises(tl.ExecuteError):
+        agent.run("go")
+    assert bodies[0][field] == expected
+
+
+def test_without_an_output_limit_chat_sends_none() -> None:
+    client, bodies = _refusing_client()
+    with pytest.raises(tl.ExecuteError):
+        tl.Agent(tl.OpenAIChat("gpt-x", api_key="k", client=client)).run("go")
+    assert "max_completion_tokens" not in bodies[0]
+    assert bodies[0]["stream_options"] == {"include_usage": True}
+
+
+def test_a_budget_error_matches_error_json() -> None:
+    import json
+    from pathlib import Path
+
+    import jsonschema
+
+    schema = json.loads((Path(__file__).parent.parent / "schemas" / "error.json").read_text())
+    result = run([{"_tool": "fetch"}] * 2, tools=TOOLS, budget=tl.Budget(per_tool={"fetch": 1}))
+    [message] = result.errors
+    jsonschema.validate(message, schema)
+    assert message["data"]["error"]["limit"] == "per_tool.fetch"

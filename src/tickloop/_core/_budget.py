@@ -384,8 +384,12 @@ class Ledger:
         return min(values) if values else None
 
     def describe(self, name: str) -> str:
-        """'the tool_calls limit of 9 is reached', for errors and `BudgetExceeded`."""
-        return f"the {name} limit of {_number(self.limit_value(name))} is reached"
+        """'the tool_calls limit of 9 is used up' (or 'has only 0.02 left'), for errors."""
+        left = self.room(name)
+        limit = f"the {name} limit of {_number(self.limit_value(name))}"
+        if left is None or left < 1e-9:
+            return f"{limit} is used up"
+        return f"{limit} has only {_number(left)} left"
 
 
 def _number(value: float | None) -> str:

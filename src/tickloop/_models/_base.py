@@ -37,6 +37,7 @@ __all__ = [
     "chat_tool_messages",
     "estimate_tokens",
     "is_retryable_status",
+    "output_limit",
     "wire_conversation",
 ]
 
@@ -102,6 +103,13 @@ def estimate_tokens(text_chars: int) -> int:
     English and JSON. Budgets (PROTOCOL §12) reserve a request's prompt by it, and count
     it for a request whose server reports no usage."""
     return -(-text_chars // 4)
+
+
+def output_limit(own: int | None, request: SolutionRequest | TurnRequest) -> int | None:
+    """The output limit a client sends: its own, or the request's (a budget's room) when
+    that is lower; None when neither says."""
+    limits = [limit for limit in (own, request.max_output_tokens) if limit is not None]
+    return min(limits) if limits else None
 
 
 @dataclass(slots=True)
