@@ -475,3 +475,127 @@ def test_a_budget_error_matches_error_json() -> None:
     [message] = result.errors
     jsonschema.validate(message, schema)
     assert message["data"]["error"]["limit"] == "per_tool.fetch"
+
+
+# -- the budget hook ---------------------------------------------------------------------------
+
+
+def test_the_hook_grants_more_calls_once_per_exhaustion_then_refuses() -> None:
+    asked: list[tl.BudgetRequest] = []
+
+    def on_budget(request: tl.BudgetRequest) -> tl.Budget | None:
+        asked.append(request)
+        return tl.Budget(tool_calls=2) if len(asked) == 1 else None
+
+    calls = [{"_tool": "fetch", "n": i, "seconds": 1} for i in range(7)]
+    result = run(calls, tools=TOOLS, budget=tl.Budget(tool_calls=2), on_budget=on_budget)
+    assert STARTED["fetch"] == 4 and result.usage.tool_calls == 4
+    assert [r.status for r in result.records.values()] == ["done"] * 4 + ["failed"] * 3
+    assert [request.limit for request in asked] == ["tool_calls", "tool_calls"]
+    first = asked[0]
+    assert first.asked == 1 and first.limits.tool_calls == 2
+    assert first.usage.tool_calls == 2  # what the run had used when it asked
+    assert asked[1].limits.tool_calls == 4  # the grant was added to the limit
+    assert {e["limit"] for e in budget_errors(result)} == {"tool_calls"}
+
+
+def test_an_async_hook_and_a_per_tool_limit() -> None:
+    async def on_budget(request: tl.BudgetRequest) -> tl.Budget:
+        await trio.sleep(5)  # a person takes their time; other calls keep running
+        return tl.Budget(per_tool={"charge": 10})
+
+    calls = [{"_tool": "charge", "n": i} for i in range(3)] + [{"_tool": "fetch", "seconds": 1}]
+    result = run(
+        calls, tools=TOOLS, budget=tl.Budget(per_tool={"charge": 1}), on_budget=on_budget
+    )
+    assert STARTED == {"charge": 3, "fetch": 1}
+    assert all(r.status == "done" for r in result.records.values())
+
+
+def test_a_hook_that_raises_refuses(caplog: pytest.LogCaptureFixture) -> None:
+    def on_budget(request: tl.BudgetRequest) -> tl.Budget:
+        raise RuntimeError("no idea")
+
+    result = run(
+        [{"_tool": "fetch"}] * 2, tools=TOOLS, budget=tl.Budget(tool_calls=1), on_budget=on_budget
+    )
+    assert [r.status for r in result.records.values()] == ["done", "failed"]
+    assert "budget hook bug" in caplog.text
+
+
+def test_the_hook_extends_the_requests_of_a_run() -> None:
+    asked: list[tl.BudgetRequest] = []
+
+    def on_budget(request: tl.BudgetRequest) -> tl.Budget | None:
+        asked.append(request)
+        return tl.Budget(requests=1)
+
+    model = tl.ScriptedModel([PLAN, PLAN, DONE])
+    agent = tl.Agent(
+        model,
+        tools=TOOLS,
+        output={"type": "string"},
+        budget=tl.Budget(requests=1),
+        on_budget=on_budget,
+    )
+    result = agent.run("go")
+    assert result.output == "done" and result.usage.requests == 3
+    assert [request.limit for request in asked] == ["requests", "requests"]
+    assert asked[0].usage.requests == 1 and asked[1].limits.requests == 2
+
+
+def test_a_refused_request_stops_the_run() -> None:
+    agent = tl.Agent(
+        tl.ScriptedModel([PLAN, DONE]),
+        tools=TOOLS,
+        output={"type": "string"},
+        budget=tl.Budget(requests=1),
+        on_budget=lambda request: None,
+    )
+    with pytest.raises(tl.BudgetExceeded) as caught:
+        agent.run("go")
+    assert caught.value.limit == "requests"
+
+
+# -- durability ---------------------------------------------------------------------------------
+
+
+def stored_agent(store: Any, **options: Any) -> tl.Agent:
+    return tl.Agent(
+        tl.ScriptedModel([PLAN, PLAN, PLAN, DONE]),
+        tools=TOOLS,
+        output={"type": "string"},
+        store=store,
+        **options,
+    )
+
+
+def test_a_deferred_budget_question_pauses_a_stored_run_until_a_resume_adds_room(
+    tmp_path: Any,
+) -> None:
+    store = tmp_path / "runs.db"
+    asked: list[str] = []
+
+    def later(request: tl.BudgetRequest) -> tl.Defer:
+        asked.append(request.limit)
+        return tl.Defer()
+
+    first = stored_agent(store, budget=tl.Budget(requests=2), on_budget=later)
+    result = first.run("go", run_id="r1")
+    assert result.status == "paused" and asked == ["requests"]
+    assert result.usage.requests == 2 and result.usage.tool_calls == 2
+    # Another process: the same agent, more room given on resume (added to what is left).
+    again = stored_agent(store, budget=tl.Budget(requests=2))
+    result = again.resume("r1", budget=tl.Budget(requests=2))
+    assert result.status == "done" and result.output == "done"
+    assert result.usage.requests == 4 and result.usage.tool_calls == 3  # across the resume
+
+
+def test_a_resume_never_resets_the_budget(tmp_path: Any) -> None:
+    store = tmp_path / "runs.db"
+    result = stored_agent(store, budget=tl.Budget(requests=2), on_budget=lambda r: tl.Defer())
+    assert result.run("go", run_id="r2").status == "paused"
+    # Resumed without more room: the two spent requests are still spent, so it stops.
+    with pytest.raises(tl.BudgetExceeded) as caught:
+        stored_agent(store, budget=tl.Budget(requests=2)).resume("r2")
+    assert caught.value.usage.requests == 2
