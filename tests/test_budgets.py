@@ -505,9 +505,7 @@ def test_an_async_hook_and_a_per_tool_limit() -> None:
         return tl.Budget(per_tool={"charge": 10})
 
     calls = [{"_tool": "charge", "n": i} for i in range(3)] + [{"_tool": "fetch", "seconds": 1}]
-    result = run(
-        calls, tools=TOOLS, budget=tl.Budget(per_tool={"charge": 1}), on_budget=on_budget
-    )
+    result = run(calls, tools=TOOLS, budget=tl.Budget(per_tool={"charge": 1}), on_budget=on_budget)
     assert STARTED == {"charge": 3, "fetch": 1}
     assert all(r.status == "done" for r in result.records.values())
 
@@ -599,3 +597,25 @@ def test_a_resume_never_resets_the_budget(tmp_path: Any) -> None:
     with pytest.raises(tl.BudgetExceeded) as caught:
         stored_agent(store, budget=tl.Budget(requests=2)).resume("r2")
     assert caught.value.usage.requests == 2
+
+
+def test_tickloop_budget_adds_room_on_the_command_line(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tickloop._cli._main import main
+
+    store = str(tmp_path / "runs.db")
+    paused = stored_agent(store, budget=tl.Budget(requests=2), on_budget=lambda r: tl.Defer())
+    assert paused.run("go", run_id="r3").status == "paused"
+    assert main(["budget", "r3", "--add", "requests=1", "--add", "cost=1", "--store", store]) == 0
+    assert "tickloop resume r3" in capsys.readouterr().out
+    assert main(["budget", "r3", "--add", "speed=3", "--store", store]) == 2
+    assert "no limit is called 'speed'" in capsys.readouterr().err
+    assert main(["budget", "nope", "--add", "requests=1", "--store", store]) == 2
+    # The next resume adds it to what is left: one more request, then a deferral again.
+    result = stored_agent(store, budget=tl.Budget(requests=2), on_budget=lambda r: tl.Defer())
+    resumed = result.resume("r3")
+    assert resumed.status == "paused" and resumed.usage.requests == 3
+    assert main(["budget", "r3", "--add", "requests=5", "--store", store]) == 0
+    done = stored_agent(store, budget=tl.Budget(requests=2)).resume("r3")
+    assert done.status == "done" and done.usage.requests == 4

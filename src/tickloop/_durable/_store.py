@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._core._budget import Budget
 from .._core._decisions import (
     Approve,
     Decision,
@@ -726,6 +727,27 @@ class SQLiteStore:
             connection.execute(
                 "INSERT INTO decisions (run_id, call_id, decision, recorded) VALUES (?, ?, ?, ?)",
                 (run_id, call_id, json.dumps(decision_to_dict(decision)), now),
+            )
+
+    def add_budget(self, run_id: str, budget: Budget) -> None:
+        """Give a stopped or paused run more room (PROTOCOL §12), added to what it has
+        left when it is next resumed: a journal entry, replayed like the hook's grants.
+
+        Refused with `ResumeError` for an unknown or finished run, or one running now.
+        """
+        body = {"type": "BudgetAnswered", "limit": "", "grant": budget.to_dict(), "date": ""}
+        with self.connect() as connection, self._write(connection):
+            run = self._run(connection, run_id)
+            if run.status == "done":
+                raise ResumeError(f"run {run_id!r} is finished; it takes no more budget")
+            if run.status == "running":  # its process is alive (else: "interrupted")
+                raise ResumeError(f"run {run_id!r} is running; its budget hook answers for it")
+            (last,) = connection.execute(
+                "SELECT coalesce(max(seq), 0) FROM journal WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            connection.execute(
+                "INSERT INTO journal (run_id, seq, at, kind, body) VALUES (?, ?, ?, ?, ?)",
+                (run_id, last + 1, time.time(), "event", json.dumps(body)),
             )
 
     @staticmethod
