@@ -619,3 +619,62 @@ def test_tickloop_budget_adds_room_on_the_command_line(
     assert main(["budget", "r3", "--add", "requests=5", "--store", store]) == 0
     done = stored_agent(store, budget=tl.Budget(requests=2)).resume("r3")
     assert done.status == "done" and done.usage.requests == 4
+
+
+# -- wall time ----------------------------------------------------------------------------------
+
+
+def test_wall_time_ends_running_calls_as_timed_out_and_stops_the_run() -> None:
+    slow_plan = {
+        "calls": [
+            {"_tool": "fetch", "n": 1, "seconds": 2, "_outputPath": "†state.a"},
+            {"_tool": "fetch", "n": 2, "seconds": 60, "_outputPath": "†state.b"},
+        ]
+    }
+    agent = tl.Agent(
+        tl.ScriptedModel([slow_plan, DONE]),
+        tools=TOOLS,
+        output={"type": "string"},
+        budget=tl.Budget(wall_time=10),
+    )
+
+    async def main() -> None:
+        with pytest.raises(tl.BudgetExceeded) as caught:
+            await agent.run_async("go")
+        assert trio.current_time() == 10  # stopped at the deadline, on the run's clock
+        stopped = caught.value
+        assert stopped.limit == "wall_time"
+        errors = [m["data"] for m in stopped.messages if m.get("kind") == "error"]
+        assert [e["call"]["n"] for e in errors] == [2]
+        assert "wall_time budget ran out" in errors[0]["error"]["message"]
+
+    virtual(main)
+
+
+def test_wall_time_left_carries_over_a_resume(tmp_path: Any) -> None:
+    store = tmp_path / "runs.db"
+    plan = {"calls": [{"_tool": "fetch", "n": 1, "seconds": 4, "_outputPath": "†state.a"}]}
+
+    def agent(**options: Any) -> tl.Agent:
+        return tl.Agent(
+            tl.ScriptedModel([plan, plan, plan, DONE]),
+            tools=TOOLS,
+            output={"type": "string"},
+            store=store,
+            budget=tl.Budget(wall_time=10, requests=2),
+            **options,
+        )
+
+    async def first() -> None:
+        result = await agent(on_budget=lambda r: tl.Defer()).run_async("go", run_id="w")
+        assert result.status == "paused"  # after 8 s: two requests of 4 s each
+
+    async def second() -> None:
+        start = trio.current_time()
+        with pytest.raises(tl.BudgetExceeded) as caught:
+            await agent().resume_async("w", budget=tl.Budget(requests=5))
+        assert caught.value.limit == "wall_time"
+        assert trio.current_time() - start == 2  # what was left of the 10 s
+
+    virtual(first)
+    virtual(second)

@@ -10,7 +10,9 @@ reservation by what the request used when it ends; what was used is fed to the e
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +33,7 @@ from .._models._base import SolutionRequest, TurnRequest, Usage, estimate_tokens
 __all__ = [
     "RequestMeter",
     "Reservation",
+    "WallClock",
     "check_budget",
     "check_pricing",
     "model_name",
@@ -121,6 +124,8 @@ class RequestMeter:
         self.durable = durable
         self.run_id = run_id
         self._room: trio.Event | None = None
+        self.open: Reservation | None = None  # the request in flight, if any
+        self.clock = WallClock(None)  # the run's, once it runs (`OuterLoop.run`)
         ledger.listeners.append(self._room_came_back)
 
     def _room_came_back(self) -> None:
@@ -140,7 +145,8 @@ class RequestMeter:
                 amount, cap = found
                 self.ledger.reserve(amount)
                 request.max_output_tokens = cap
-                return Reservation(amount, estimate, cap)
+                self.open = Reservation(amount, estimate, cap)
+                return self.open
             limit = found
             if self.ledger.in_flight:  # room may come back: wait for it (PROTOCOL §12)
                 self._room = trio.Event()
@@ -153,7 +159,8 @@ class RequestMeter:
             asked = BudgetRequest(
                 limit, _asked(limit, estimate), root.usage, root.limits, self.run_id
             )
-            answer = await ask_budget(self.on_budget, asked, durable=self.durable)
+            with self.clock.for_people():  # time a person takes is not the run's (§12)
+                answer = await ask_budget(self.on_budget, asked, durable=self.durable)
             self._answer(limit, answer)
             if answer == "defer":
                 return None
@@ -165,6 +172,7 @@ class RequestMeter:
     ) -> None:
         """Replace the reservation by what the request used: the server's usage; else,
         for a request cut off, its whole reservation; else the estimate."""
+        self.open = None
         if reported is not None and (reported.input_tokens or reported.output_tokens):
             used = (reported.input_tokens, reported.output_tokens)
         elif cut_off:
@@ -193,7 +201,26 @@ class RequestMeter:
 
     def release(self, reservation: Reservation) -> None:
         """A request that failed before anything arrived: it used nothing."""
+        self.open = None
         self.ledger.release(reservation.amount)
+
+    def out_of_time(self) -> BudgetExceeded:
+        """The run's wall time ran out: a request cut off by it counts whole."""
+        if self.open is not None:
+            self.settle(self.open, None, "", cut_off=True)
+        return BudgetExceeded(
+            "the run's wall_time budget ran out; running calls ended as timed out; "
+            "continue from .messages with more budget",
+            limit="wall_time",
+        )
+
+    def spend_time(self, seconds: float) -> None:
+        """The run's time on its clock, journaled so a resume goes on from what is left."""
+        amount = {"wall_time": seconds}
+        if self.fed:
+            self.engine.spend(amount)
+        else:
+            self.ledger.spend(amount)
 
     def _exceeded(self, limit: str, messages: list[Any]) -> BudgetExceeded:
         return BudgetExceeded(
@@ -217,3 +244,60 @@ def _client_max_output(model: Any) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
+
+
+class WallClock:
+    """A run's `wall_time` budget on its own clock (trio's): the deadline of this process's
+    part of the run, from what earlier parts left (journaled), and the time it took.
+
+    Time the run spends paused between processes is not counted; time waiting for an
+    approval inside a running process is (docs/decisions.md). Without a wall_time limit
+    nothing reads the clock (a Temporal workflow has none of trio's).
+    """
+
+    def __init__(self, ledger: Ledger | None, engine: Any = None) -> None:
+        left = None if ledger is None else ledger.room("wall_time")
+        self.engine = engine
+        self.started = trio.current_time() if left is not None else 0.0
+        self.deadline: float | None = None if left is None else self.started + max(left, 0.0)
+        self._scope: trio.CancelScope | None = None
+        if engine is not None:
+            engine.deadline = self.deadline  # running calls end as timed out at it
+
+    @contextmanager
+    def scope(self) -> Iterator[trio.CancelScope | None]:
+        """Cancels what is inside at the deadline (nothing without one)."""
+        if self.deadline is None:
+            yield None
+            return
+        with trio.move_on_at(self.deadline) as scope:
+            self._scope = scope
+            try:
+                yield scope
+            finally:
+                self._scope = None
+
+    @contextmanager
+    def for_people(self) -> Iterator[None]:
+        """Time inside is a person's (the budget hook): the deadline moves by it. Calls
+        already running keep theirs (none run while a request waits, but fire-and-forget
+        ones)."""
+        scope, deadline = self._scope, self.deadline
+        if scope is None or deadline is None:
+            yield
+            return
+        since = trio.current_time()
+        scope.deadline = math.inf
+        try:
+            yield
+        finally:
+            waited = trio.current_time() - since
+            self.deadline = deadline + waited
+            self.started += waited
+            scope.deadline = self.deadline
+            if self.engine is not None:
+                self.engine.deadline = self.deadline
+
+    def spent(self, meter: RequestMeter) -> None:
+        if self.deadline is not None:
+            meter.spend_time(max(0.0, trio.current_time() - self.started))

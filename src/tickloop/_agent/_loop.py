@@ -30,7 +30,7 @@ from .._engine._run import ExecutionResult
 from .._errors import BudgetExceeded, ExecuteError, MaxIterationsError, _RunStopped
 from .._models._base import ModelError, Usage
 from .._observe._events import EventSink, Redactor, RequestRetried, RunEvent
-from ._budgeting import RequestMeter, Reservation, run_ledger
+from ._budgeting import RequestMeter, Reservation, WallClock, run_ledger
 from ._output import OutputSpec
 from ._retry import attempts_made
 
@@ -201,28 +201,21 @@ class OuterLoop:
     async def run(self) -> RunResult:
         self._before_session()
         stopped: _RunStopped | None = None
-        limit = self.config.max_iterations
+        output: Any = None
+        # The wall_time budget, on the run's clock (§12): running calls end at it.
+        clock = self.meter.clock = WallClock(self.ledger, self.engine)
         async with self.engine.session():
             try:
-                if self.grant is not None:  # a resume's `budget=`: added to what is left
-                    self.meter.grant(self.grant)
-                done, output = await self._recover()  # a resumed run: what it left open
-                iteration = self._iterations_done()  # a resumed log continues its count
-                while not done and not self.paused:
-                    iteration += 1
-                    if iteration > limit:
-                        raise MaxIterationsError(
-                            f"the agent made {limit} requests without a final "
-                            f"{self.final_answer}; raise max_iterations or check the "
-                            "tools and instructions",
-                            self.log.messages,
-                        )
-                    done, output = await self._iterate(iteration)
+                with clock.scope() as wall:
+                    output = await self._iterate_until_done()
+                if wall is not None and wall.cancelled_caught:
+                    raise self.meter.out_of_time()
             except _RunStopped as error:
                 # The run stops on its own (iteration limit, model unreachable), not on
                 # the caller's cancel: the session still ends normally, so fire-and-forget
                 # calls finish and their late errors are flushed into the log (§4).
                 stopped = error
+            clock.spent(self.meter)
         if stopped is not None:
             stopped.messages = list(self.log.messages)  # with what the session flushed
             if isinstance(stopped, BudgetExceeded):
@@ -238,6 +231,25 @@ class OuterLoop:
             status="paused" if paused else "done",
             pending=self.engine.scheduler.deferred if paused else None,
         )
+
+    async def _iterate_until_done(self) -> Any:
+        """Iterate until an output, a pause or a stop; the output (None when paused)."""
+        limit = self.config.max_iterations
+        if self.grant is not None:  # a resume's `budget=`: added to what is left
+            self.meter.grant(self.grant)
+        done, output = await self._recover()  # a resumed run: what it left open
+        iteration = self._iterations_done()  # a resumed log continues its count
+        while not done and not self.paused:
+            iteration += 1
+            if iteration > limit:
+                raise MaxIterationsError(
+                    f"the agent made {limit} requests without a final "
+                    f"{self.final_answer}; raise max_iterations or check the "
+                    "tools and instructions",
+                    self.log.messages,
+                )
+            done, output = await self._iterate(iteration)
+        return output
 
     def _before_session(self) -> None:
         """Checks a loop makes before anything runs (none by default)."""

@@ -96,6 +96,9 @@ class Engine(SchedulerDriver):
         self._nursery: trio.Nursery | None = None
         self._clock: trio.abc.Clock | None = None  # the run's, read twice per call
         self._tick_done: trio.Event | None = None
+        # The run's wall_time budget (PROTOCOL §12), on trio's clock: at it, running calls
+        # end as timed out. None: no limit, and no cancel scope per call.
+        self.deadline: float | None = None
         # Worker threads of sync handlers: as many as calls may run (PROTOCOL §2: a
         # max_concurrency of None means no limit, for sync tools too).
         self._threads = trio.CapacityLimiter(
@@ -164,9 +167,7 @@ class Engine(SchedulerDriver):
         assert self._on_budget is not None  # the scheduler asks only when there is a hook
         if self._journal is not None:
             self._journal.commit()  # what led to the question is stored before it is asked
-        answer = await ask_budget(
-            self._on_budget, request, durable=self._journal is not None
-        )
+        answer = await ask_budget(self._on_budget, request, durable=self._journal is not None)
         self.answer_budget(request.limit, answer)
 
     def _spawn(self, function: Callable[..., Any], *args: Any) -> None:
@@ -198,13 +199,25 @@ class Engine(SchedulerDriver):
             if tool.takes_context
             else None  # most handlers take none: not made for every call
         )
-        value, branch, error = await run_handler(tool, action.params, context, self._threads)
+        if self.deadline is None:
+            value, branch, error = await run_handler(tool, action.params, context, self._threads)
+        else:
+            with trio.move_on_at(self.deadline) as wall:
+                value, branch, error = await run_handler(
+                    tool, action.params, context, self._threads
+                )
+            if wall.cancelled_caught:
+                value, branch, error = None, None, dict(WALL_TIME_OUT)
         assert self._clock is not None  # set with the nursery this task runs in
         self.scheduler.records[action.id].finished = self._clock.current_time()
         self.feed(FinishCall(action.id, value, branch, error, self._date()))
 
 
 _RUN_TASK_NAME = f"{Engine._run.__module__}.{Engine._run.__qualname__}"
+WALL_TIME_OUT = {
+    "type": "runtime",
+    "message": "TimeoutError: the run's wall_time budget ran out while this call ran",
+}
 
 
 async def run_handler(
