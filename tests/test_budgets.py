@@ -678,3 +678,60 @@ def test_wall_time_left_carries_over_a_resume(tmp_path: Any) -> None:
 
     virtual(first)
     virtual(second)
+
+
+def test_a_resumed_run_makes_the_same_refusals_and_counts_nothing_twice(tmp_path: Any) -> None:
+    store = tmp_path / "runs.db"
+    guarded = tl.tool(requires_approval=True, name="guarded")(charge.handler)
+    script = [
+        {"calls": [{"_tool": "fetch", "n": i, "_outputPath": f"†state.f{i}"} for i in range(3)]},
+        {"calls": [{"_tool": "guarded", "n": 1, "_outputPath": "†state.g"}]},
+        {"calls": [{"_tool": "fetch", "n": 9, "_outputPath": "†state.late"}]},
+        DONE,
+    ]
+
+    def agent() -> tl.Agent:
+        return tl.Agent(
+            tl.ScriptedModel(script),
+            tools=[fetch, guarded],
+            output={"type": "string"},
+            store=store,
+            approve=lambda pending: tl.Defer(),
+            budget=tl.Budget(per_tool={"fetch": 2}),
+        )
+
+    paused = agent().run("go", run_id="same")
+    assert paused.status == "paused" and paused.usage.per_tool == {"fetch": 2}
+    STARTED.clear()
+    done = agent().resume("same", decisions={"c2.0": tl.Approve()})
+    assert done.status == "done"
+    assert STARTED == {"charge": 1}  # nothing ran again; the late fetch had no room
+    statuses = {r.id: r.status for r in done.records.values()}
+    assert statuses == {
+        "c1.0": "done",
+        "c1.1": "done",
+        "c1.2": "failed",
+        "c2.0": "done",
+        "c3.0": "failed",
+    }
+    assert done.records["c3.0"].error["limit"] == "per_tool.fetch"
+    assert done.usage.per_tool == {"fetch": 2, "guarded": 1}
+    assert done.usage.requests == 4
+
+
+def test_the_hook_is_shown_the_run_id() -> None:
+    asked: list[tl.BudgetRequest] = []
+
+    def on_budget(request: tl.BudgetRequest) -> None:
+        asked.append(request)
+
+    agent = tl.Agent(
+        tl.ScriptedModel([{"calls": [{"_tool": "fetch"}] * 2}, DONE]),
+        tools=TOOLS,
+        output={"type": "string"},
+        budget=tl.Budget(tool_calls=1, requests=1),
+        on_budget=on_budget,
+    )
+    with pytest.raises(tl.BudgetExceeded):
+        agent.run("go", run_id="named")
+    assert [(r.limit, r.run_id) for r in asked] == [("tool_calls", "named"), ("requests", "named")]

@@ -270,6 +270,7 @@ class Ledger:
         self.reserved: dict[str, float] = {}
         self.refused: set[str] = set()  # limits the budget hook refused more room for
         self.asks = False  # a budget hook answers questions about the root's limits
+        self.run_id: str | None = None  # shown to the hook (`BudgetRequest.run_id`)
         self.listeners: list[Callable[[], None]] = []
 
     # -- the tree ---------------------------------------------------------------------------

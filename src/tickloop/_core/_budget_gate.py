@@ -129,5 +129,6 @@ class BudgetedRunQueue(RunQueue):
             if calls:
                 self.asking = limit
                 root = self.ledger.root
-                self._emit(AskBudget(BudgetRequest(limit, 1, root.usage, root.limits)))
+                request = BudgetRequest(limit, 1, root.usage, root.limits, root.run_id)
+                self._emit(AskBudget(request))
                 return

@@ -121,8 +121,10 @@ class SchedulerDriver:
             budget=budget,
         )
         self.budget = budget  # the run's ledger (PROTOCOL §12), shared with its tree
-        if budget is not None and on_budget is not None:
-            budget.root.asks = True  # the hook answers questions about the tree's limits
+        if budget is not None:
+            root = budget.root
+            root.asks = root.asks or on_budget is not None  # the hook answers for the tree
+            root.run_id = root.run_id or run_id
         self._on_budget = on_budget
         self._approve = approve
         self._on_action = on_action
