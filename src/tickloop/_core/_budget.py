@@ -272,6 +272,9 @@ class Ledger:
         self.asks = False  # a budget hook answers questions about the root's limits
         self.run_id: str | None = None  # shown to the hook (`BudgetRequest.run_id`)
         self.listeners: list[Callable[[], None]] = []
+        # Calls started per tool in runs of the tree without a call limit (counted there,
+        # not booked here per call: see `tally`).
+        self._tallies: list[dict[str, int]] = []
 
     # -- the tree ---------------------------------------------------------------------------
 
@@ -294,9 +297,23 @@ class Ledger:
 
     # -- room -------------------------------------------------------------------------------
 
+    def tally(self, counts: dict[str, int]) -> None:
+        """Count `counts` (calls started per tool, kept by a run queue whose chain has no
+        call limit) as spent in every ledger of the chain. No room is ever asked of them:
+        a grant adds only to limits there are, so none can appear."""
+        for ledger in self.chain():
+            ledger._tallies.append(counts)
+
     @property
     def usage(self) -> RunUsage:
-        return RunUsage.from_amounts(self.spent)
+        if not self._tallies:
+            return RunUsage.from_amounts(self.spent)
+        spent = dict(self.spent)
+        for counts in self._tallies:
+            for tool, count in counts.items():
+                spent["tool_calls"] = spent.get("tool_calls", 0) + count
+                spent[_PER_TOOL + tool] = spent.get(_PER_TOOL + tool, 0) + count
+        return RunUsage.from_amounts(spent)
 
     def room(self, name: str) -> float | None:
         """What is left of limit `name` in the tightest ledger of the chain (None: no limit)."""

@@ -43,7 +43,7 @@ class BudgetedRunQueue(RunQueue):
     waits) without being in a tool's queue.
     """
 
-    __slots__ = ("_emit", "_settle", "asking", "ledger", "limited", "waiting")
+    __slots__ = ("_emit", "_settle", "asking", "counts", "ledger", "limited", "waiting")
 
     def __init__(
         self,
@@ -63,6 +63,11 @@ class BudgetedRunQueue(RunQueue):
         self.limited = any(
             each.limits.tool_calls is not None or each.limits.per_tool for each in ledger.chain()
         )
+        # Without a limit, starts are only counted, here, per tool: every ledger of the
+        # chain reads this dict for its usage (`Ledger.tally`), no booking per call.
+        self.counts: dict[str, int] = {}
+        if not self.limited:
+            ledger.tally(self.counts)
 
     def inputs(self) -> dict[type, Callable[[Any], None]]:
         """The scheduler inputs this queue takes (`Scheduler.handle` dispatches them)."""
@@ -88,12 +93,15 @@ class BudgetedRunQueue(RunQueue):
 
     def start(self, limit: int | None) -> list[Call]:
         started = super().start(limit)
-        for call in started:  # counted when it starts (PROTOCOL §12)
+        if not self.limited:  # counted when it starts (PROTOCOL §12)
+            counts = self.counts
+            for call in started:
+                name = call.tool.name
+                counts[name] = counts.get(name, 0) + 1
+            return started
+        for call in started:
             amount = call_amount(call.tool.name)
-            if self.limited:
-                self.ledger.settle(amount, amount)
-            else:
-                self.ledger.spend(amount)
+            self.ledger.settle(amount, amount)
         return started
 
     def spend(self, event: SpendBudget) -> None:
