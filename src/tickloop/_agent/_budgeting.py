@@ -84,10 +84,12 @@ def check_pricing(pricing: Any, budget: Budget | None, model: Any) -> dict[str, 
     return dict(pricing)
 
 
-def _prompt_chars(request: SolutionRequest | TurnRequest) -> int:
+def _prompt_chars(request: SolutionRequest | TurnRequest, schema_chars: int) -> int:
+    """Characters of the prompt: a solution request's messages and its schema (the
+    run's, whose JSON length is given), or a turn request as JSON."""
     if isinstance(request, SolutionRequest):
         text = sum(len(str(message.get("content", ""))) for message in request.messages)
-        return text + len(json.dumps(request.schema))
+        return text + schema_chars
     return len(json.dumps(request.to_dict(), ensure_ascii=False))
 
 
@@ -112,6 +114,7 @@ class RequestMeter:
         *,
         durable: bool,
         run_id: str | None,
+        schema: Any = None,
     ) -> None:
         self.ledger = ledger
         self.engine = engine
@@ -121,6 +124,7 @@ class RequestMeter:
         self.model = model_name(model)
         self.max_output = _client_max_output(model)
         self.on_budget = on_budget
+        self.schema_chars = len(json.dumps(schema)) if schema is not None else 0
         self.durable = durable
         self.run_id = run_id
         self._room: trio.Event | None = None
@@ -138,7 +142,7 @@ class RequestMeter:
         """Reserve room for `request` (setting its output limit), waiting while others
         hold room; None when the hook deferred (the run pauses). Raises
         `BudgetExceeded` when no room comes and none is granted."""
-        estimate = estimate_tokens(_prompt_chars(request))
+        estimate = estimate_tokens(_prompt_chars(request, self.schema_chars))
         while True:
             found = request_reservation(self.ledger, self.model, estimate, self.max_output)
             if not isinstance(found, str):

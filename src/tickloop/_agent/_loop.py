@@ -169,6 +169,7 @@ class OuterLoop:
             config.on_budget,
             durable=durable is not None,
             run_id=self.events.run_id or None,
+            schema=config.schema,
         )
 
     def _make_engine(
