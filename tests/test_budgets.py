@@ -735,3 +735,35 @@ def test_the_hook_is_shown_the_run_id() -> None:
     with pytest.raises(tl.BudgetExceeded):
         agent.run("go", run_id="named")
     assert [(r.limit, r.run_id) for r in asked] == [("tool_calls", "named"), ("requests", "named")]
+
+
+def test_the_worked_example_of_docs_budgets(tmp_path: Any) -> None:
+    """docs/budgets.md: a money cap, a person asked to extend it, the run resumed."""
+    store = tmp_path / "runs.db"
+    notified: list[str] = []
+
+    def ask_finance(request: tl.BudgetRequest) -> tl.Defer | None:
+        if request.limit == "cost":
+            notified.append(f"run {request.run_id} has spent ${request.usage.cost:.4f}")
+            return tl.Defer()
+        return None
+
+    def shop() -> tl.Agent:
+        return tl.Agent(
+            tl.ScriptedModel([PLAN] * 8 + [DONE], model="gpt-4.1-mini"),
+            tools=TOOLS,
+            output={"type": "string"},
+            budget=tl.Budget(cost=0.002, per_tool={"fetch": 2}),
+            pricing={"gpt-4.1-mini": tl.Price(input=0.40, output=1.60)},
+            on_budget=ask_finance,
+            store=store,
+        )
+
+    result = shop().run({"task": "find and buy"}, run_id="trip-7")
+    assert result.status == "paused" and notified == ["run trip-7 has spent $" + notified[0][-6:]]
+    assert result.usage.cost <= 0.002
+    spent = result.usage
+    more = shop().resume("trip-7", budget=tl.Budget(cost=0.01))
+    assert more.status == "done" and more.output == "done"
+    assert more.usage.cost > spent.cost and more.usage.requests == 9
+    assert more.usage.per_tool == {"fetch": 2}  # the per-tool cap held across the resume
