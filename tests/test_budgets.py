@@ -767,3 +767,35 @@ def test_the_worked_example_of_docs_budgets(tmp_path: Any) -> None:
     assert more.status == "done" and more.output == "done"
     assert more.usage.cost > spent.cost and more.usage.requests == 9
     assert more.usage.per_tool == {"fetch": 2}  # the per-tool cap held across the resume
+
+
+# -- one tree, one count (the ledger sub-agents draw from; no public API of its own yet) ---
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.one_of(st.none(), st.integers(0, 6)),
+    st.lists(st.one_of(st.none(), st.integers(0, 6)), min_size=1, max_size=3),
+    st.lists(st.tuples(st.integers(0, 2), st.sampled_from(["a", "b"]), st.booleans()), max_size=40),
+)
+def test_a_child_ledger_never_lets_the_tree_overshoot(
+    root_limit: int | None, child_limits: list[int | None], steps: list[tuple[int, str, bool]]
+) -> None:
+    from tickloop._core._budget import Ledger, call_amount
+
+    root = Ledger(tl.Budget(tool_calls=root_limit))
+    children = [root.child(tl.Budget(tool_calls=limit)) for limit in child_limits]
+    held: list[tuple[Ledger, dict[str, float]]] = []
+    for index, tool, settle_one in steps:
+        child = children[index % len(children)]
+        amount = call_amount(tool)
+        if child.reserve(amount) is None:
+            held.append((child, amount))
+        if settle_one and held:
+            ledger, taken = held.pop(0)
+            ledger.settle(taken, taken)  # started: the reservation becomes spending
+        for ledger in (root, *children):
+            limit = ledger.limits.tool_calls
+            taken_here = ledger.spent.get("tool_calls", 0) + ledger.reserved.get("tool_calls", 0)
+            assert limit is None or taken_here <= limit
+    assert root.spent.get("tool_calls", 0) == sum(c.spent.get("tool_calls", 0) for c in children)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .._core._budget import Budget, BudgetRequest, Price, RunUsage
+from .._core._budget import Budget, BudgetRequest, Ledger, Price, RunUsage
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._log import ContextLog
 from .._core._scheduler import CallRecord
@@ -96,10 +96,12 @@ class AgentConfig:
     tracer: Any
     on_event: Callable[[RunEvent], Any] | None
     rng: random.Random
-    # Budgets (PROTOCOL §12): the run's limits, the prices of its models, the hook.
+    # Budgets (PROTOCOL §12): the run's limits, the prices of its models, the hook, and
+    # for a child run the ledger of the run that started it (`run_ledger` says how).
     budget: Budget | None = None
     pricing: Mapping[str, Price] = field(default_factory=dict)
     on_budget: Callable[[BudgetRequest], Any] | None = None
+    parent_ledger: Ledger | None = None
 
 
 class LoopProtocol(ABC):
@@ -152,7 +154,7 @@ class OuterLoop:
         self.config = config
         self.log = log
         self.usage = Usage()  # the tokens the model reported (`ledger`: the whole count)
-        self.ledger = run_ledger(config.budget, config.pricing)
+        self.ledger = run_ledger(config.budget, config.pricing, config.parent_ledger)
         self.events = (
             on_event
             if isinstance(on_event, EventSink)
