@@ -158,13 +158,17 @@ class RequestMeter:
                 self._room = None
                 continue
             root = self.ledger.root
-            if self.on_budget is None or limit in root.refused:
+            # A driver that does not keep the ledger (a Temporal workflow's) cannot ask a
+            # person from inside it: there, an exhausted limit stops the run.
+            if self.on_budget is None or not self.fed or limit in root.refused:
                 raise self._exceeded(limit, messages())
             asked = BudgetRequest(
                 limit, _asked(limit, estimate), root.usage, root.limits, self.run_id
             )
-            with self.clock.for_people():  # time a person takes is not the run's (§12)
-                answer = await ask_budget(self.on_budget, asked, durable=self.durable)
+            # One question at a time (the engine's lock); a person's time is not the run's.
+            async with self.engine.budget_questions:
+                with self.clock.for_people():
+                    answer = await ask_budget(self.on_budget, asked, durable=self.durable)
             self._answer(limit, answer)
             if answer == "defer":
                 return None

@@ -99,6 +99,9 @@ class Engine(SchedulerDriver):
         # The run's wall_time budget (PROTOCOL §12), on trio's clock: at it, running calls
         # end as timed out. None: no limit, and no cancel scope per call.
         self.deadline: float | None = None
+        # The budget hook is asked one question at a time, the scheduler's (a call's limit)
+        # and the loop's (a model request's) alike.
+        self.budget_questions = trio.Lock()
         # Worker threads of sync handlers: as many as calls may run (PROTOCOL §2: a
         # max_concurrency of None means no limit, for sync tools too).
         self._threads = trio.CapacityLimiter(
@@ -167,7 +170,8 @@ class Engine(SchedulerDriver):
         assert self._on_budget is not None  # the scheduler asks only when there is a hook
         if self._journal is not None:
             self._journal.commit()  # what led to the question is stored before it is asked
-        answer = await ask_budget(self._on_budget, request, durable=self._journal is not None)
+        async with self.budget_questions:
+            answer = await ask_budget(self._on_budget, request, durable=self._journal is not None)
         self.answer_budget(request.limit, answer)
 
     def _spawn(self, function: Callable[..., Any], *args: Any) -> None:
