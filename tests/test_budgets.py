@@ -799,3 +799,37 @@ def test_a_child_ledger_never_lets_the_tree_overshoot(
             taken_here = ledger.spent.get("tool_calls", 0) + ledger.reserved.get("tool_calls", 0)
             assert limit is None or taken_here <= limit
     assert root.spent.get("tool_calls", 0) == sum(c.spent.get("tool_calls", 0) for c in children)
+
+
+def test_a_request_cut_off_by_the_process_ending_stays_counted_whole(tmp_path: Any) -> None:
+    store = tmp_path / "runs.db"
+
+    class Hanging(Metered):
+        max_tokens = 300  # the client's own cap on a request's output
+        hang = True
+
+        async def stream_solution(self, request: tl.SolutionRequest) -> Any:
+            self.limits.append(request.max_output_tokens)
+            if self.hang:
+                yield tl.TextDelta('{"calls": [')
+                await trio.sleep(1000)  # the process is stopped meanwhile
+            async for item in Metered.stream_solution(self, request):
+                yield item
+
+    model = Hanging([DONE], usage=(100, 10))
+
+    def agent() -> tl.Agent:
+        return tl.Agent(
+            model, output={"type": "string"}, store=store, budget=tl.Budget(output_tokens=1500)
+        )
+
+    async def interrupted() -> None:
+        with trio.move_on_after(5):  # as if the process stopped mid-request
+            await agent().run_async("go", run_id="cut")
+
+    virtual(interrupted)
+    model.hang = False
+    result = agent().resume("cut")
+    assert result.status == "done" and model.limits[:2] == [300, 300]
+    assert result.usage.requests == 2
+    assert result.usage.output_tokens == 300 + 10  # the cut one counts its whole cap

@@ -147,7 +147,10 @@ class RequestMeter:
             found = request_reservation(self.ledger, self.model, estimate, self.max_output)
             if not isinstance(found, str):
                 amount, cap = found
-                self.ledger.reserve(amount)
+                # Counted whole now, and journaled before the request is sent: a process
+                # that dies mid-request leaves it counted (a request cut off, §12).
+                self._spend(amount, commit=True)
+                self.ledger.root.flights += 1
                 request.max_output_tokens = cap
                 self.open = Reservation(amount, estimate, cap)
                 return self.open
@@ -188,12 +191,10 @@ class RequestMeter:
             used = (reservation.estimate, output)
         else:
             used = (reservation.estimate, estimate_tokens(len(text)))
-        self.ledger.release(reservation.amount)
         amount = used_amount(self.ledger, self.model, *used)
-        if self.fed:
-            self.engine.spend(amount)  # journaled: a resume never counts it twice
-        else:
-            self.ledger.spend(amount)
+        reserved = reservation.amount
+        self._spend({name: amount.get(name, 0) - reserved.get(name, 0) for name in reserved})
+        self._landed()
 
     def grant(self, budget: Budget) -> None:
         """More room from outside the hook (a resume's `budget=`), journaled."""
@@ -210,7 +211,20 @@ class RequestMeter:
     def release(self, reservation: Reservation) -> None:
         """A request that failed before anything arrived: it used nothing."""
         self.open = None
-        self.ledger.release(reservation.amount)
+        self._spend({name: -value for name, value in reservation.amount.items()})
+        self._landed()
+
+    def _landed(self) -> None:
+        self.ledger.root.flights -= 1
+        self.ledger.wake()  # room may have come back for a request that waits
+
+    def _spend(self, amount: dict[str, float], *, commit: bool = False) -> None:
+        """Count `amount` (negative: give back); journaled, as a scheduler input, where
+        the engine keeps the ledger, so a resume never counts it twice."""
+        if self.fed:
+            self.engine.spend(amount, commit=commit)
+        else:
+            self.ledger.spend(amount)
 
     def out_of_time(self) -> BudgetExceeded:
         """The run's wall time ran out: a request cut off by it counts whole."""
@@ -224,11 +238,7 @@ class RequestMeter:
 
     def spend_time(self, seconds: float) -> None:
         """The run's time on its clock, journaled so a resume goes on from what is left."""
-        amount = {"wall_time": seconds}
-        if self.fed:
-            self.engine.spend(amount)
-        else:
-            self.ledger.spend(amount)
+        self._spend({"wall_time": seconds})
 
     def _exceeded(self, limit: str, messages: list[Any]) -> BudgetExceeded:
         return BudgetExceeded(

@@ -271,6 +271,7 @@ class Ledger:
         self.refused: set[str] = set()  # limits the budget hook refused more room for
         self.asks = False  # a budget hook answers questions about the root's limits
         self.run_id: str | None = None  # shown to the hook (`BudgetRequest.run_id`)
+        self.flights = 0  # model requests under way in the tree (counted on the root)
         self.listeners: list[Callable[[], None]] = []
         # Calls started per tool in runs of the tree without a call limit (counted there,
         # not booked here per call: see `tally`).
@@ -365,8 +366,15 @@ class Ledger:
 
     @property
     def in_flight(self) -> bool:
-        """Whether anything holds a reservation anywhere in the tree (room may come back)."""
-        return any(value > 1e-12 for value in self.root.reserved.values())
+        """Whether a request is under way or a reservation held anywhere in the tree: room
+        may come back (a request's whole reservation is counted as spent while it runs,
+        and replaced by what it used)."""
+        root = self.root
+        return root.flights > 0 or any(value > 1e-12 for value in root.reserved.values())
+
+    def wake(self) -> None:
+        """Tell whoever waits for room to look again."""
+        self._room_came_back()
 
     def grant(self, budget: Budget) -> None:
         """More room, added to the root's limits; a limit the grant names is asked again."""

@@ -175,9 +175,12 @@ class SchedulerDriver:
         """The budget hook's answer about `limit`: a `Budget`, None or "defer"."""
         self.feed(AnswerBudget(limit, grant, self._date()))
 
-    def spend(self, amount: dict[str, float]) -> None:
-        """Room spent outside the scheduler (a model request), journaled as an input."""
+    def spend(self, amount: dict[str, float], *, commit: bool = False) -> None:
+        """Room spent outside the scheduler (a model request), journaled as an input;
+        `commit`: stored before the caller acts (sends the request)."""
         self.feed(SpendBudget(amount, self._date()))
+        if commit and self._journal is not None:
+            self._journal.commit()
 
     def expect_tick(self) -> None:
         """Wait for the end of a tick opened earlier (a resume, a deferred call decided)."""
