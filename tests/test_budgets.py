@@ -833,3 +833,28 @@ def test_a_request_cut_off_by_the_process_ending_stays_counted_whole(tmp_path: A
     assert result.status == "done" and model.limits[:2] == [300, 300]
     assert result.usage.requests == 2
     assert result.usage.output_tokens == 300 + 10  # the cut one counts its whole cap
+
+
+def test_a_deferred_call_limit_refuses_the_calls_and_pauses_before_the_next_request(
+    tmp_path: Any,
+) -> None:
+    store = tmp_path / "runs.db"
+    three = {"calls": [{"_tool": "fetch", "n": i, "_outputPath": f"†state.f{i}"} for i in range(3)]}
+    script = [three, three, DONE]
+
+    def agent(**options: Any) -> tl.Agent:
+        return tl.Agent(
+            tl.ScriptedModel(script),
+            tools=TOOLS,
+            output={"type": "string"},
+            store=store,
+            budget=tl.Budget(tool_calls=2),
+            **options,
+        )
+
+    paused = agent(on_budget=lambda r: tl.Defer()).run("go", run_id="calls")
+    assert paused.status == "paused" and paused.usage.requests == 1
+    [refused] = budget_errors(paused)
+    assert refused["limit"] == "tool_calls" and "the run pauses for more" in refused["message"]
+    done = agent().resume("calls", budget=tl.Budget(tool_calls=3))
+    assert done.status == "done" and done.usage.tool_calls == 5 and done.usage.requests == 3

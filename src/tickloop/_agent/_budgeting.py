@@ -142,6 +142,8 @@ class RequestMeter:
         """Reserve room for `request` (setting its output limit), waiting while others
         hold room; None when the hook deferred (the run pauses). Raises
         `BudgetExceeded` when no room comes and none is granted."""
+        if self.ledger.root.deferred and self.durable:
+            return None  # a call's limit was deferred: pause until more room is given
         estimate = estimate_tokens(_prompt_chars(request, self.schema_chars))
         while True:
             found = request_reservation(self.ledger, self.model, estimate, self.max_output)

@@ -238,6 +238,7 @@ class OuterLoop:
     async def _iterate_until_done(self) -> Any:
         """Iterate until an output, a pause or a stop; the output (None when paused)."""
         limit = self.config.max_iterations
+        self.ledger.root.deferred.clear()  # a resume answers the budget questions it paused on
         if self.grant is not None:  # a resume's `budget=`: added to what is left
             self.meter.grant(self.grant)
         done, output = await self._recover()  # a resumed run: what it left open

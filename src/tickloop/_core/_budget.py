@@ -269,6 +269,7 @@ class Ledger:
         self.spent: dict[str, float] = {}
         self.reserved: dict[str, float] = {}
         self.refused: set[str] = set()  # limits the budget hook refused more room for
+        self.deferred: set[str] = set()  # limits it deferred: the run pauses, asks again
         self.asks = False  # a budget hook answers questions about the root's limits
         self.run_id: str | None = None  # shown to the hook (`BudgetRequest.run_id`)
         self.flights = 0  # model requests under way in the tree (counted on the root)
@@ -377,11 +378,13 @@ class Ledger:
         self._room_came_back()
 
     def grant(self, budget: Budget) -> None:
-        """More room, added to the root's limits; a limit the grant names is asked again."""
+        """More room, added to the root's limits; a limit the grant names is asked again,
+        and the deferrals are answered (someone gave room)."""
         root = self.root
         root.limits = root.limits + budget
         for name, _ in budget.limits():
             root.refused.discard(name)
+        root.deferred.clear()
         self._room_came_back()
 
     def _room_came_back(self) -> None:

@@ -110,8 +110,8 @@ class BudgetedRunQueue(RunQueue):
     def answer(self, event: AnswerBudget) -> None:
         """The hook's answer about `event.limit`: more room, or a refusal.
 
-        A deferral ("defer") refuses what waits too: only a model request can pause a
-        run on its budget (docs/decisions.md).
+        A deferral ("defer") refuses what waits too, and the run pauses before its next
+        model request until more room is given (docs/decisions.md).
         """
         limit, grant = event.limit, event.grant
         if self.asking == limit:
@@ -126,8 +126,11 @@ class BudgetedRunQueue(RunQueue):
                 waiting = []
         elif grant is None:
             self.ledger.root.refused.add(limit)
+        else:
+            self.ledger.root.deferred.add(limit)
+        what = "this call did not run" if grant != "defer" else "the run pauses for more"
         for call in waiting:
-            self._settle(call, CallStatus.FAILED, budget_error(self.ledger, limit))
+            self._settle(call, CallStatus.FAILED, budget_error(self.ledger, limit, what))
         self._ask_next()
 
     def _ask_next(self) -> None:
