@@ -858,3 +858,43 @@ def test_a_deferred_call_limit_refuses_the_calls_and_pauses_before_the_next_requ
     assert refused["limit"] == "tool_calls" and "the run pauses for more" in refused["message"]
     done = agent().resume("calls", budget=tl.Budget(tool_calls=3))
     assert done.status == "done" and done.usage.tool_calls == 5 and done.usage.requests == 3
+
+
+def test_a_budget_question_left_open_is_asked_again_on_resume(tmp_path: Any) -> None:
+    store = tmp_path / "runs.db"
+    plan = {"calls": [{"_tool": "fetch", "n": i, "_outputPath": f"†state.f{i}"} for i in range(3)]}
+    asked: list[str] = []
+
+    async def slow_person(request: tl.BudgetRequest) -> tl.Budget:
+        asked.append(request.limit)
+        await trio.sleep(1000)  # the process stops before the answer
+        return tl.Budget(tool_calls=5)
+
+    def agent(on_budget: Any) -> tl.Agent:
+        return tl.Agent(
+            tl.ScriptedModel([plan, DONE]),
+            tools=TOOLS,
+            output={"type": "string"},
+            store=store,
+            budget=tl.Budget(tool_calls=1),
+            on_budget=on_budget,
+        )
+
+    async def interrupted() -> None:
+        with trio.move_on_after(5):
+            await agent(slow_person).run_async("go", run_id="open")
+
+    virtual(interrupted)
+    assert asked == ["tool_calls"]
+
+    async def grants(request: tl.BudgetRequest) -> tl.Budget:
+        asked.append(request.limit)
+        return tl.Budget(tool_calls=5)
+
+    async def resumed() -> tl.RunResult:
+        with trio.fail_after(100):  # without the question asked again, the tick never ends
+            return await agent(grants).resume_async("open")
+
+    done = virtual(resumed)
+    assert done.status == "done" and asked == ["tool_calls", "tool_calls"]
+    assert done.usage.tool_calls == 3

@@ -273,6 +273,9 @@ class Ledger:
         self.asks = False  # a budget hook answers questions about the root's limits
         self.run_id: str | None = None  # shown to the hook (`BudgetRequest.run_id`)
         self.flights = 0  # model requests under way in the tree (counted on the root)
+        # The question this run's scheduler asked the hook and has no answer to: asked
+        # again when a resume finds it open (a crash, or a stop, came first).
+        self.question: BudgetRequest | None = None
         self.listeners: list[Callable[[], None]] = []
         # Calls started per tool in runs of the tree without a call limit (counted there,
         # not booked here per call: see `tally`).

@@ -115,7 +115,7 @@ class BudgetedRunQueue(RunQueue):
         """
         limit, grant = event.limit, event.grant
         if self.asking == limit:
-            self.asking = None
+            self.asking = self.ledger.question = None
         waiting = self.waiting.pop(limit, [])
         self.queued -= len(waiting)
         if isinstance(grant, Budget):
@@ -141,5 +141,6 @@ class BudgetedRunQueue(RunQueue):
                 self.asking = limit
                 root = self.ledger.root
                 request = BudgetRequest(limit, 1, root.usage, root.limits, root.run_id)
+                self.ledger.question = request
                 self._emit(AskBudget(request))
                 return

@@ -1104,6 +1104,7 @@ class DurableRun:
                 scheduler.records[call_id].finished = trio.current_time()
         if self.asking is not None and scheduler.status(self.asking.id) == CallStatus.APPROVING:
             engine.ask(self.asking)
+        engine.ask_budget_again()  # a budget question left open (PROTOCOL §12)
         for pending in scheduler.deferred:
             decision = self.decisions.get(pending.id)
             if decision is not None:

@@ -163,6 +163,12 @@ class Engine(SchedulerDriver):
     def _request_approval(self, pending: PendingCall) -> None:
         self._spawn(self._ask, pending)
 
+    def ask_budget_again(self) -> None:
+        """Ask the budget hook again a question a crash (or a stop) left unanswered."""
+        question = self.budget.question if self.budget is not None else None
+        if question is not None and self._on_budget is not None:
+            self._spawn(self._ask_budget, question)
+
     def _request_budget(self, request: BudgetRequest) -> None:
         self._spawn(self._ask_budget, request)
 
