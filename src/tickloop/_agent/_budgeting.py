@@ -163,9 +163,9 @@ class RequestMeter:
                 self._room = None
                 continue
             root = self.ledger.root
-            # A driver that does not keep the ledger (a Temporal workflow's) cannot ask a
-            # person from inside it: there, an exhausted limit stops the run.
-            if self.on_budget is None or not self.fed or limit in root.refused:
+            # Only a driver that asks the hook (`asks`: trio's engine with one) is asked
+            # through; in a Temporal workflow an exhausted limit stops the run.
+            if self.on_budget is None or not root.asks or limit in root.refused:
                 raise self._exceeded(limit, messages())
             asked = BudgetRequest(
                 limit, _asked(limit, estimate), root.usage, root.limits, self.run_id
@@ -277,6 +277,8 @@ class WallClock:
 
     def __init__(self, ledger: Ledger | None, engine: Any = None) -> None:
         left = None if ledger is None else ledger.room("wall_time")
+        if left is not None and not trio.lowlevel.in_trio_run():
+            left = None  # a Temporal workflow: not enforced there (docs/budgets.md)
         self.engine = engine
         self.started = trio.current_time() if left is not None else 0.0
         self.deadline: float | None = None if left is None else self.started + max(left, 0.0)
