@@ -898,3 +898,22 @@ def test_a_budget_question_left_open_is_asked_again_on_resume(tmp_path: Any) -> 
     done = virtual(resumed)
     assert done.status == "done" and asked == ["tool_calls", "tool_calls"]
     assert done.usage.tool_calls == 3
+
+
+def test_a_request_cut_off_after_reporting_its_prompt_counts_its_whole_output_cap() -> None:
+    class PromptFirst(Metered):
+        async def stream_solution(self, request: tl.SolutionRequest) -> Any:
+            self.limits.append(request.max_output_tokens)
+            yield tl.Usage(100, 0)  # as Anthropic reports the prompt at the start
+            yield tl.TextDelta('{"calls": [')
+            raise tl.ModelError("connection reset", status=None)
+
+    agent = tl.Agent(
+        PromptFirst([DONE]),
+        output={"type": "string"},
+        budget=tl.Budget(output_tokens=40),
+    )
+    with pytest.raises(tl.BudgetExceeded) as caught:
+        agent.run("go")
+    usage = caught.value.usage
+    assert (usage.requests, usage.input_tokens, usage.output_tokens) == (1, 100, 40)

@@ -186,11 +186,13 @@ class RequestMeter:
         """Replace the reservation by what the request used: the server's usage; else,
         for a request cut off, its whole reservation; else the estimate."""
         self.open = None
-        if reported is not None and (reported.input_tokens or reported.output_tokens):
-            used = (reported.input_tokens, reported.output_tokens)
-        elif cut_off:
+        given = reported.input_tokens if reported is not None else 0
+        wrote = reported.output_tokens if reported is not None else 0
+        if cut_off:  # what it reported so far (Anthropic: the prompt first), else the whole
             output = reservation.cap if reservation.cap is not None else estimate_tokens(len(text))
-            used = (reservation.estimate, output)
+            used = (given or reservation.estimate, max(wrote, output))
+        elif given or wrote:
+            used = (given, wrote)
         else:
             used = (reservation.estimate, estimate_tokens(len(text)))
         amount = used_amount(self.ledger, self.model, *used)
