@@ -917,3 +917,16 @@ def test_a_request_cut_off_after_reporting_its_prompt_counts_its_whole_output_ca
         agent.run("go")
     usage = caught.value.usage
     assert (usage.requests, usage.input_tokens, usage.output_tokens) == (1, 100, 40)
+
+
+def test_agent_stream_takes_a_budget_too() -> None:
+    agent = tl.Agent(tl.ScriptedModel(["the answer"] * 2, model="scripted"), protocol="tools")
+
+    async def main() -> tl.RunResult:
+        async with agent.stream("go", budget=tl.Budget(requests=0)) as stream:
+            async for _ in stream.text():
+                pass
+        return stream.result
+
+    with pytest.raises(tl.BudgetExceeded):
+        virtual(main)
