@@ -930,3 +930,13 @@ def test_agent_stream_takes_a_budget_too() -> None:
 
     with pytest.raises(tl.BudgetExceeded):
         virtual(main)
+
+
+def test_a_stored_run_stopped_by_its_budget_resumes_with_more(tmp_path: Any) -> None:
+    store = tmp_path / "runs.db"
+    with pytest.raises(tl.BudgetExceeded):
+        stored_agent(store, budget=tl.Budget(requests=1)).run("go", run_id="stopped")
+    done = stored_agent(store, budget=tl.Budget(requests=1)).resume(
+        "stopped", budget=tl.Budget(requests=3)
+    )
+    assert done.status == "done" and done.usage.requests == 4 and done.usage.tool_calls == 3
