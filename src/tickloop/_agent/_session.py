@@ -48,6 +48,7 @@ class RunSession:
         self.resumed = resumed
         self.journal = journal
         self.grant: Any = None  # a resume's `budget=`: room added once replayed
+
     @classmethod
     def new(
         cls,
