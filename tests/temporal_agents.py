@@ -200,6 +200,13 @@ FAN_SCRIPT = [
 ]
 
 fan_agent = tl.Agent(tl.ScriptedModel(FAN_SCRIPT), tools=[work], name="fan")
+# The same fan-out under a budget of 9 tool calls (PROTOCOL §12).
+budget_fan_agent = tl.Agent(
+    tl.ScriptedModel(FAN_SCRIPT),
+    tools=[work],
+    name="fan-budget",
+    budget=tl.Budget(tool_calls=9),
+)
 
 
 # -- a model activity killed mid-stream ---------------------------------------------------------

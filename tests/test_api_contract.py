@@ -323,6 +323,8 @@ def test_run_calls_and_execute_signatures() -> None:
         ("input", K, None),
         ("approve", K, None),
         ("max_concurrency", K, None),
+        ("budget", K, None),  # PROTOCOL §12
+        ("on_budget", K, None),
     ]
     assert signature_of(tl.run_calls) == expected
     assert signature_of(tl.execute) == expected
@@ -625,7 +627,7 @@ def test_agent_run_sync_and_run_async_give_a_typed_result() -> None:
     assert set(result.records) == {"c1.0", "c1.1"}
     assert all(isinstance(m, dict) for m in result.messages)
     assert result.view("input") == {"question": "..."}
-    assert isinstance(result.usage, tl.Usage) and result.usage.input_tokens > 0
+    assert isinstance(result.usage, tl.RunUsage) and result.usage.input_tokens > 0
     assert isinstance(result.run_id, str) and result.run_id
     assert result.status == "done" and result.pending == []
 

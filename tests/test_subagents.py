@@ -428,7 +428,8 @@ def test_a_model_is_told_the_path_asking_and_the_usage_covers_the_tree() -> None
     result = run_on_mock_clock(parent, {})
     assert result.output == "child done"
     assert paths == [(), ("c1.0",), ()]
-    assert result.usage == tl.Usage(input_tokens=300, output_tokens=30)  # the whole tree
+    usage = result.usage  # the whole tree's: the root's two requests and the child's one
+    assert (usage.requests, usage.input_tokens, usage.output_tokens) == (3, 300, 30)
 
 
 def test_a_sub_agent_may_use_native_tool_calling_under_a_solution_parent() -> None:

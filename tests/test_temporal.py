@@ -90,6 +90,24 @@ def test_a_run_on_temporal_ends_as_the_same_local_run(temporal_address: str) -> 
     assert result.records["c1.6"].error["message"] == "ValueError: no 3"
 
 
+def test_a_budget_holds_on_temporal_as_it_does_locally(temporal_address: str) -> None:
+    local = agents.budget_fan_agent.run(None)
+    agent = agents.budget_fan_agent
+    queue = _queue()
+
+    async def on_temporal(client: Client) -> tl.RunResult:
+        async with tlt.worker(client, [agent], task_queue=queue):
+            handle = await tlt.start(client, agent, None, task_queue=queue)
+            result: tl.RunResult = await handle.result()
+            return result
+
+    result = _run(on_temporal, temporal_address)
+    assert _statuses(result) == _statuses(local)
+    assert list(_statuses(result).values()).count("done") == 9
+    assert result.usage.tool_calls == local.usage.tool_calls == 9
+    assert result.usage.per_tool == {"work": 9}
+
+
 def test_native_tool_calling_on_temporal_ends_as_the_same_local_run(
     temporal_address: str,
 ) -> None:

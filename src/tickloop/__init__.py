@@ -19,6 +19,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
     from ._agent._agent import Agent, RunResult
     from ._agent._replay import ReplayMismatchError, ReplayModel
     from ._agent._text_stream import TextStream
+    from ._core._budget import Budget, BudgetRequest, Price, RunUsage
     from ._core._decisions import (
         Approve,
         Decision,
@@ -36,6 +37,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
     from ._durable._timeline import timeline_html
     from ._engine._run import ExecutionResult, execute, run_calls
     from ._errors import (
+        BudgetExceeded,
         ConfigurationError,
         ExecuteError,
         MaxIterationsError,
@@ -94,6 +96,10 @@ _WHERE: dict[str, str] = {
     "ReplayMismatchError": "._agent._replay",
     "ReplayModel": "._agent._replay",
     "TextStream": "._agent._text_stream",
+    "Budget": "._core._budget",
+    "BudgetRequest": "._core._budget",
+    "Price": "._core._budget",
+    "RunUsage": "._core._budget",
     "Approve": "._core._decisions",
     "Decision": "._core._decisions",
     "Defer": "._core._decisions",
@@ -118,6 +124,7 @@ _WHERE: dict[str, str] = {
     "ExecutionResult": "._engine._run",
     "execute": "._engine._run",
     "run_calls": "._engine._run",
+    "BudgetExceeded": "._errors",
     "ConfigurationError": "._errors",
     "ExecuteError": "._errors",
     "MaxIterationsError": "._errors",
@@ -171,6 +178,9 @@ __all__ = [
     "Approve",
     "Branch",
     "BrowserApproval",
+    "Budget",
+    "BudgetExceeded",
+    "BudgetRequest",
     "CallAwaitingApproval",
     "CallContext",
     "CallDecided",
@@ -199,6 +209,7 @@ __all__ = [
     "OpenAIResponses",
     "PendingCall",
     "PendingDecision",
+    "Price",
     "Redactor",
     "ReferenceSyntaxError",
     "Replace",
@@ -215,6 +226,7 @@ __all__ = [
     "RunResult",
     "RunStarted",
     "RunStopped",
+    "RunUsage",
     "SQLiteStore",
     "ScriptedModel",
     "SolutionRequest",

@@ -79,6 +79,25 @@ class ExecuteError(RunStopped):
     """Every attempt at one model request failed; `.messages` is the log to resume from."""
 
 
+class BudgetExceeded(RunStopped):
+    """A limit of the run's budget left no room for the next model request, or its wall
+    time ran out (PROTOCOL §12). `.limit` names it ("cost", "requests", ...), `.usage`
+    (a `tl.RunUsage`) is what the run used, `.messages` the log to continue from with
+    more budget."""
+
+    def __init__(
+        self,
+        message: str,
+        messages: list[dict[str, Any]] | None = None,
+        *,
+        limit: str = "",
+        usage: Any = None,
+    ) -> None:
+        super().__init__(message, messages)
+        self.limit = limit
+        self.usage = usage
+
+
 class ResumeError(TickloopError):
     """A resume that cannot go ahead: unknown run, finished run, or a bad decision."""
 

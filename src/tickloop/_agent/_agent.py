@@ -20,6 +20,7 @@ from typing import Any, Generic, Literal
 
 import trio
 
+from .._core._budget import Budget, BudgetRequest, Price
 from .._core._decisions import ApproveHook
 from .._core._tools import Tool, ToolSet, ToolSource, split_tools
 from .._durable._store import SQLiteStore, as_store
@@ -30,6 +31,7 @@ from .._errors import ConfigurationError
 from .._models._base import ModelClient, TurnClient
 from .._observe._events import DEFAULT_REDACT, Redactor, RunEvent, open_event_stream
 from .._observe._trace import make_tracer
+from ._budgeting import check_budget, check_pricing
 from ._loop import AgentConfig, LoopProtocol, OutputT, RunResult
 from ._output import OutputSpec
 from ._prompt import DEFAULT_CONTEXT_BUDGET, solution_schema
@@ -86,6 +88,9 @@ class Agent(Generic[OutputT]):
         description: str | None = None,
         input: Any = None,
         max_depth: int = DEFAULT_MAX_DEPTH,
+        budget: Budget | None = None,
+        pricing: Mapping[str, Price] | None = None,
+        on_budget: Callable[[BudgetRequest], Any] | None = None,
     ) -> None:
         if name is not None and (not isinstance(name, str) or not _NAME.fullmatch(name)):
             raise ConfigurationError(
@@ -142,6 +147,12 @@ class Agent(Generic[OutputT]):
         check_sources(self.tool_sources, approve)
         PROTOCOLS[protocol].check(model, self.tools)
         self.schema = solution_schema(self.tools, self.output.schema, strict=strict)
+        # Budgets (PROTOCOL §12, docs/budgets.md): checked now, before anything runs.
+        self.budget = check_budget(budget)
+        self.pricing = check_pricing(pricing, self.budget, model)
+        if on_budget is not None and not callable(on_budget):
+            raise ConfigurationError(f"on_budget must be callable, not {on_budget!r}")
+        self.on_budget = on_budget
 
     # -- running -----------------------------------------------------------------------------
 
@@ -152,14 +163,22 @@ class Agent(Generic[OutputT]):
         messages: Sequence[dict[str, Any]] | None = None,
         on_event: Callable[[RunEvent], Any] | None = None,
         run_id: str | None = None,
+        budget: Budget | None = None,
     ) -> RunResult[OutputT]:
         """Run to the end from synchronous code (starts its own trio run)."""
         refuse_inside_trio("agent.run", "await agent.run_async(...)")
         return trio.run(
-            partial(self.run_async, input, messages=messages, on_event=on_event, run_id=run_id)
+            partial(
+                self.run_async,
+                input,
+                messages=messages,
+                on_event=on_event,
+                run_id=run_id,
+                budget=budget,
+            )
         )
 
-    def _config(self) -> AgentConfig:
+    def _config(self, budget: Budget | None = None) -> AgentConfig:
         """This agent's options as one run sees them, fixed for that run.
 
         Taken when a run starts, not at construction: an option set on the agent
@@ -184,6 +203,9 @@ class Agent(Generic[OutputT]):
             rng=self._rng,
             name=self.name,
             max_depth=self.max_depth,
+            budget=self.budget if budget is None else budget,
+            pricing=self.pricing,
+            on_budget=self.on_budget,
         )
 
     async def run_async(
@@ -193,16 +215,19 @@ class Agent(Generic[OutputT]):
         messages: Sequence[dict[str, Any]] | None = None,
         on_event: Callable[[RunEvent], Any] | None = None,
         run_id: str | None = None,
+        budget: Budget | None = None,
     ) -> RunResult[OutputT]:
         """Run to the end inside trio. `messages` resumes from a log (e.g. an
         ExecuteError's), in which case `input` is already in it and is ignored.
 
         `run_id` names the run (a unique one is made otherwise); with a store, an id the
         store already has is refused with `ResumeError`: continue it with `resume`.
+        `budget` replaces the agent's for this run (PROTOCOL §12).
         """
         require_trio("agent.run_async", "use `await agent.run_asyncio(...)` instead")
         _check_on_event(on_event)
-        async with self._open_for_run() as config:
+        check_pricing(self.pricing, check_budget(budget), self.model)
+        async with self._open_for_run(budget) as config:
             session = RunSession.new(config, input, messages, on_event or self.on_event, run_id)
             return await session.execute()
 
@@ -212,10 +237,15 @@ class Agent(Generic[OutputT]):
         *,
         decisions: Mapping[str, Any] | None = None,
         on_event: Callable[[RunEvent], Any] | None = None,
+        budget: Budget | None = None,
     ) -> RunResult[OutputT]:
         """Continue a paused or crashed run from the store (starts its own trio run)."""
         refuse_inside_trio("agent.resume", "await agent.resume_async(...)")
-        return trio.run(partial(self.resume_async, run_id, decisions=decisions, on_event=on_event))
+        return trio.run(
+            partial(
+                self.resume_async, run_id, decisions=decisions, on_event=on_event, budget=budget
+            )
+        )
 
     async def resume_async(
         self,
@@ -223,20 +253,24 @@ class Agent(Generic[OutputT]):
         *,
         decisions: Mapping[str, Any] | None = None,
         on_event: Callable[[RunEvent], Any] | None = None,
+        budget: Budget | None = None,
     ) -> RunResult[OutputT]:
         """Continue a paused or crashed run, from any process, inside trio.
 
         `decisions` maps deferred call ids to decisions (`tl.Approve()`, ...). Raises
         `ResumeError` before anything runs for an unknown or finished run, a decision
-        for a call that is not waiting for one, or a call decided already.
+        for a call that is not waiting for one, or a call decided already. `budget` is
+        more room, added to what the run has left (PROTOCOL §12).
         """
         require_trio(
             "agent.resume_async",
             "call `agent.resume(...)` in a thread (`await asyncio.to_thread(agent.resume, ...)`)",
         )
         _check_on_event(on_event)
+        grant = check_budget(budget)
         async with self._open_for_run() as config:
             session = RunSession.claim(config, run_id, decisions, on_event or self.on_event)
+            session.grant = grant
             return await session.execute()
 
     # -- replay and fork (docs/replay.md) ---------------------------------------------------
@@ -357,22 +391,24 @@ class Agent(Generic[OutputT]):
             return await session.execute()
 
     @asynccontextmanager
-    async def _open_for_run(self, *, root: bool = True) -> AsyncIterator[AgentConfig]:
+    async def _open_for_run(
+        self, budget: Budget | None = None, *, root: bool = True
+    ) -> AsyncIterator[AgentConfig]:
         """This agent's configuration as one run sees it: its tool sources open (in this
         task), their tools added to its own, their instructions to its instructions.
 
         A root run checks its tree's approval needs (a child run is served by the root's
         hook, `root=False`)."""
-        config = self._config()
+        config = self._config(budget)
         if not self.tool_sources:
             if root:
-                check_tree(config.tools.values(), config.approve)
+                check_tree(config.tools.values(), config.approve, config.pricing, config.budget)
             yield config
             return
         async with open_tools(self._tool_items) as opened:
             config = self._config_with(config, opened)
             if root:
-                check_tree(config.tools.values(), config.approve)
+                check_tree(config.tools.values(), config.approve, config.pricing, config.budget)
             yield config
 
     def _config_with(self, config: AgentConfig, opened: OpenedTools) -> AgentConfig:

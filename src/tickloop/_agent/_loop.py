@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic
 
 from typing_extensions import TypeVar
 
+from .._core._budget import Budget, BudgetRequest, Ledger, Price, RunUsage
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._log import ContextLog
 from .._core._scheduler import CallRecord
@@ -28,9 +29,10 @@ from .._durable._resume import DurableRun
 from .._durable._store import SQLiteStore
 from .._engine._engine import Engine, Outcome
 from .._engine._run import ExecutionResult
-from .._errors import ExecuteError, MaxIterationsError, RunStopped
+from .._errors import BudgetExceeded, ExecuteError, MaxIterationsError, RunStopped
 from .._models._base import ModelError, Usage
 from .._observe._events import EventSink, Redactor, RequestRetried, RunEvent
+from ._budgeting import RequestMeter, Reservation, WallClock, run_ledger
 from ._output import OutputSpec
 from ._retry import attempts_made
 
@@ -54,16 +56,15 @@ class RunResult(ExecutionResult, Generic[OutputT]):
         log: ContextLog,
         records: dict[str, CallRecord],
         iterations: int,
-        usage: Usage | None = None,
+        usage: RunUsage | None = None,
         *,
         run_id: str | None = None,
         status: str = "done",
         pending: list[PendingCall] | None = None,
     ) -> None:
-        super().__init__(log, records, pending)
+        super().__init__(log, records, pending, usage)
         self.output: OutputT = output
         self.iterations = iterations
-        self.usage = usage or Usage()
         self.run_id = run_id
         self.status = status
 
@@ -112,6 +113,12 @@ class AgentConfig:
     # The root of a replayed or forked tree: what each of its runs takes from the record
     # (`_replay.Replaying`: a child's model and answers, by path).
     replaying: Any = None
+    # Budgets (PROTOCOL §12): the run's limits, the prices of its models, the hook, and
+    # for a child run the ledger of the run that started it (`run_ledger` says how).
+    budget: Budget | None = None
+    pricing: Mapping[str, Price] = field(default_factory=dict)
+    on_budget: Callable[[BudgetRequest], Any] | None = None
+    parent_ledger: Ledger | None = None
 
 
 class LoopProtocol(ABC):
@@ -163,7 +170,10 @@ class OuterLoop:
     ) -> None:
         self.config = config
         self.log = log
-        self.usage = Usage()
+        self.usage = Usage()  # the tokens the model reported (`ledger`: the whole count)
+        self.ledger = run_ledger(config.budget, config.pricing, config.parent_ledger)
+        if config.place is not None:  # a tree's run: its children draw from this ledger
+            config.place.tree.ledgers[config.place.path] = self.ledger
         self.events = (
             on_event
             if isinstance(on_event, EventSink)
@@ -171,7 +181,17 @@ class OuterLoop:
         )
         self.durable = durable
         self.paused = False  # a tick ended with deferred calls: the run pauses
+        self.grant: Budget | None = None  # more room a resume brings (added, journaled)
         self.engine = self._make_engine(self._action_listener(), durable)
+        self.meter = RequestMeter(
+            self.ledger,
+            self.engine,
+            config.model,
+            config.on_budget,
+            durable=durable is not None,
+            run_id=self.events.run_id or None,
+            schema=config.schema,
+        )
 
     def _make_engine(
         self, on_action: Callable[[Any], None] | None, durable: DurableRun | None
@@ -188,6 +208,8 @@ class OuterLoop:
             run_id=self.events.run_id or None,
             scope=config.place,
             answer=config.answer,
+            budget=self.ledger,
+            on_budget=config.on_budget,
         )
 
     def _action_listener(self) -> Callable[[Any], None] | None:
@@ -203,28 +225,25 @@ class OuterLoop:
     async def run(self) -> RunResult:
         self._before_session()
         stopped: RunStopped | None = None
-        limit = self.config.max_iterations
+        output: Any = None
+        # The wall_time budget, on the run's clock (§12): running calls end at it.
+        clock = self.meter.clock = WallClock(self.ledger, self.engine)
         async with self.engine.session():
             try:
-                done, output = await self._recover()  # a resumed run: what it left open
-                iteration = self._iterations_done()  # a resumed log continues its count
-                while not done and not self.paused:
-                    iteration += 1
-                    if iteration > limit:
-                        raise MaxIterationsError(
-                            f"the agent made {limit} requests without a final "
-                            f"{self.final_answer}; raise max_iterations or check the "
-                            "tools and instructions",
-                            self.log.messages,
-                        )
-                    done, output = await self._iterate(iteration)
+                with clock.scope() as wall:
+                    output = await self._iterate_until_done()
+                if wall is not None and wall.cancelled_caught:
+                    raise self.meter.out_of_time()
             except RunStopped as error:
                 # The run stops on its own (iteration limit, model unreachable), not on
                 # the caller's cancel: the session still ends normally, so fire-and-forget
                 # calls finish and their late errors are flushed into the log (§4).
                 stopped = error
+            clock.spent(self.meter)
         if stopped is not None:
             stopped.messages = list(self.log.messages)  # with what the session flushed
+            if isinstance(stopped, BudgetExceeded):
+                stopped.usage = self.ledger.usage
             raise stopped
         paused = self.paused
         return RunResult(
@@ -232,10 +251,30 @@ class OuterLoop:
             self.log,
             self.engine.records,
             self._iterations_done(),
-            self.usage,
+            self.ledger.usage,
             status="paused" if paused else "done",
             pending=self.engine.scheduler.deferred if paused else None,
         )
+
+    async def _iterate_until_done(self) -> Any:
+        """Iterate until an output, a pause or a stop; the output (None when paused)."""
+        limit = self.config.max_iterations
+        self.ledger.root.deferred.clear()  # a resume answers the budget questions it paused on
+        if self.grant is not None:  # a resume's `budget=`: added to what is left
+            self.meter.grant(self.grant)
+        done, output = await self._recover()  # a resumed run: what it left open
+        iteration = self._iterations_done()  # a resumed log continues its count
+        while not done and not self.paused:
+            iteration += 1
+            if iteration > limit:
+                raise MaxIterationsError(
+                    f"the agent made {limit} requests without a final "
+                    f"{self.final_answer}; raise max_iterations or check the "
+                    "tools and instructions",
+                    self.log.messages,
+                )
+            done, output = await self._iterate(iteration)
+        return output
 
     def _before_session(self) -> None:
         """Checks a loop makes before anything runs (none by default)."""
@@ -275,6 +314,23 @@ class OuterLoop:
         self.log.append(message)
         if self.durable is not None:
             self.durable.journal_messages([message])
+
+    async def _reserve(self, request: Any) -> Reservation | None:
+        """Room for the next model request (PROTOCOL §12), before its tick opens; None:
+        the budget hook deferred, and the run pauses here (a resume asks again)."""
+        reservation = await self.meter.reserve(request, lambda: self.log.messages)
+        if reservation is None:
+            self.paused = True
+        return reservation
+
+    def _metered(self, reservation: Reservation, before: Usage, text: str, cut_off: bool) -> None:
+        """The request ended: what it used replaces its reservation (`before`: the
+        reported usage before it, so the difference is this request's)."""
+        reported = Usage(
+            self.usage.input_tokens - before.input_tokens,
+            self.usage.output_tokens - before.output_tokens,
+        )
+        self.meter.settle(reservation, reported, text, cut_off)
 
     def _request_failed(self, error: Exception) -> ExecuteError:
         """The run's error for a model request that failed for good: it carries the log."""

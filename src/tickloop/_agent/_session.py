@@ -49,6 +49,7 @@ class RunSession:
         self.durable = durable
         self.resumed = resumed
         self.journal = journal
+        self.grant: Any = None  # a resume's `budget=`: room added once replayed
 
     @classmethod
     def new(
@@ -123,11 +124,11 @@ class RunSession:
                 )
                 if self.durable is not None and self.journal is not None:
                     self.durable.replay(self.journal, loop)
+                loop.grant = self.grant
                 result = await loop.run()
                 if place is not None:  # the whole tree's calls and pending calls
                     result.records = place.gather(result.records, config.tools)
                     result.pending = place.pending_of(result.pending)
-                    result.usage = result.usage + place.tree.usage
         except Exception as error:
             reason = f"{type(error).__name__}: {error}"
             if writer is not None:
@@ -182,6 +183,7 @@ class RunSession:
             journal=self.journal,
             decisions=durable.decisions if durable is not None else None,
             replaying=config.replaying,
+            on_budget=config.on_budget,
         )
         if durable is not None:
             durable.share = False  # its children's entries come between its own

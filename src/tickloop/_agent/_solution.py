@@ -144,6 +144,10 @@ class _SolutionLoop(OuterLoop):
             iteration=iteration,
             path=self._path(),
         )
+        reservation = await self._reserve(request)  # PROTOCOL §12: room before it is sent
+        if reservation is None:
+            return False, None  # the budget hook deferred: the run pauses before asking
+        before = Usage(self.usage.input_tokens, self.usage.output_tokens)
         if self.durable is not None:
             # Beside the response it gets: what a replay or fork compares a new request
             # with (docs/replay.md). The last note of an iteration asked twice wins.
@@ -187,6 +191,7 @@ class _SolutionLoop(OuterLoop):
         except StreamBroken as error:
             broken = error
         except _CallNotTaken as failure:
+            self.meter.release(reservation)
             cause = failure.error
             raise ExecuteError(
                 f"tickloop could not take a call the model wrote ({type(cause).__name__}: "
@@ -194,7 +199,9 @@ class _SolutionLoop(OuterLoop):
                 self.log.messages,
             ) from cause
         except Exception as error:
+            self.meter.release(reservation)  # nothing arrived: retries were used up
             raise self._request_failed(error) from error
+        self._metered(reservation, before, "".join(text), cut_off=broken is not None)
         outcome = stream.close()  # the stream of the attempt that answered
         solution = outcome.solution
         self._emit(

@@ -10,10 +10,11 @@ tool's; a child that ends without one fails its call, and never its parent.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
+from .._core._budget import Budget, Price
 from .._core._log import ContextLog, copy_json
 from .._core._scheduler import CallRecord
 from .._core._tools import CallContext, Tool, ToolSet
@@ -22,6 +23,7 @@ from .._engine._engine import PARKED, CallRefused
 from .._engine._run import initial_log
 from .._errors import ConfigurationError, RunStopped, TickloopError
 from .._observe._events import EventSink, Redactor
+from ._budgeting import check_pricing
 from ._loop import AgentConfig, OuterLoop
 from ._tree import DEFAULT_MAX_DEPTH, ChildSink, RunPlace, TreeServices, TreeTool
 
@@ -173,8 +175,13 @@ def _child_config(config: AgentConfig, place: RunPlace) -> AgentConfig:
             model=replaying.model_for(place.path, config.model, config.protocol.name),
             answer=replaying.answer_under(place.prefix),
         )
+    tree = place.tree
     return dataclasses.replace(
         config,
+        # One budget for the tree (PROTOCOL §12): the child draws from its parent's ledger
+        # (its own budget can only make it tighter), and the root's hook answers.
+        parent_ledger=tree.ledgers.get(place.path[:-1]),
+        on_budget=tree.on_budget,
         approve=place.ask if place.tree.approve is not None else None,
         store=None,
         on_event=None,
@@ -198,7 +205,6 @@ async def _finish(
         ) from None
     finally:
         place.finished(loop.engine.records, loop.config.tools)
-        tree.usage = tree.usage + loop.usage
     if result.status == "paused":
         tree.parked[place.prefix[:-1]] = place.pending_of(result.pending)
         return PARKED
@@ -208,11 +214,34 @@ async def _finish(
     return copy_json(output) if isinstance(output, dict | list) else output
 
 
-def check_tree(tools: Iterable[Tool], approve: Any) -> None:
-    """A tool that may require approval anywhere in the tree needs the root's hook
-    (PROTOCOL §11): checked when the root run starts, before anything runs."""
-    if approve is not None:
-        return
+def check_tree(
+    tools: Iterable[Tool],
+    approve: Any,
+    pricing: Mapping[str, Price] | None = None,
+    budget: Budget | None = None,
+) -> None:
+    """Checks of the whole tree, made when the root run starts, before anything runs: a
+    tool that may require approval anywhere needs the root's hook (PROTOCOL §11), and
+    where a `cost` limit holds (the root's budget, or a sub-agent's own) the root's
+    `pricing` must price the sub-agent's model (PROTOCOL §12)."""
+    for agents, tool in _tree_tools(tools):
+        where = f" of sub-agent {' > '.join(agents)}" if agents else ""
+        if approve is None and tool.may_require_approval:
+            raise ConfigurationError(
+                f"tool {tool.name!r}{where} may require approval, but no approval hook was "
+                "given (pass approve=... to the root agent: it serves the whole tree)"
+            )
+        if isinstance(tool, AgentTool) and tool.agent is not None:
+            child = tool.agent
+            limited = budget if budget is not None and budget.cost is not None else child.budget
+            try:
+                check_pricing(pricing or {}, limited, child.model)
+            except ConfigurationError as error:
+                raise ConfigurationError(f"sub-agent {tool.agent_name!r}{where}: {error}") from None
+
+
+def _tree_tools(tools: Iterable[Tool]) -> Iterator[tuple[tuple[str, ...], Tool]]:
+    """Every tool of the tree, with the names of the sub-agents above it."""
     seen: set[int] = set()
     stack: list[tuple[tuple[str, ...], Tool]] = [((), tool) for tool in tools]
     while stack:
@@ -220,11 +249,6 @@ def check_tree(tools: Iterable[Tool], approve: Any) -> None:
         if id(tool) in seen:  # an agent may be a tool of itself (bounded by max_depth)
             continue
         seen.add(id(tool))
-        if tool.may_require_approval:
-            where = f" of sub-agent {' > '.join(agents)}" if agents else ""
-            raise ConfigurationError(
-                f"tool {tool.name!r}{where} may require approval, but no approval hook was "
-                "given (pass approve=... to the root agent: it serves the whole tree)"
-            )
+        yield agents, tool
         if isinstance(tool, TreeTool):
             stack.extend(((*agents, repr(tool.agent_name)), child) for child in tool.child_tools())

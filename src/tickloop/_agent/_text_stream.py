@@ -7,6 +7,7 @@ the loop with an `on_text` reader, and this module hands its chunks to the calle
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -16,6 +17,7 @@ from typing import Any
 import trio
 
 from .._errors import ConfigurationError
+from ._budgeting import check_budget, check_pricing
 from ._loop import AgentConfig, RunResult
 from ._session import RunSession
 
@@ -135,6 +137,10 @@ class _StreamScope:
         on_event = options.pop("on_event", None) or config.on_event
         messages = options.pop("messages", None)
         run_id = options.pop("run_id", None)
+        budget = check_budget(options.pop("budget", None))
+        if budget is not None:  # this run's own budget (PROTOCOL §12)
+            check_pricing(config.pricing, budget, config.model)
+            config = dataclasses.replace(config, budget=budget)
         if options:  # checked before the run is claimed, so a typo strands nothing
             raise TypeError(f"agent.stream() got unexpected options: {', '.join(options)}")
         session = RunSession.new(config, self._input, messages, on_event, run_id)

@@ -22,11 +22,11 @@ from typing import Any
 
 import trio
 
+from .._core._budget import Ledger
 from .._core._decisions import ApproveHook, Decision, PendingCall
 from .._core._scheduler import CallRecord
 from .._core._tools import Tool
 from .._engine._asking import ask
-from .._models._base import Usage
 from .._observe._events import EventSink, Redactor, RunEvent, TickEnded
 
 __all__ = [
@@ -67,7 +67,6 @@ class TreeServices:
     """What every run of one tree shares; made by the root run, passed down by reference
     inside the process (never into a child's log, state or output).
 
-    A budget ledger (PROTOCOL §12) is meant to live here as well: one count for the tree.
     """
 
     def __init__(
@@ -82,6 +81,7 @@ class TreeServices:
         journal: list[tuple[int, float, str, Any]] | None = None,
         decisions: Mapping[str, Decision] | None = None,
         replaying: Any = None,
+        on_budget: Any = None,
     ) -> None:
         self.run_id = run_id
         # A replayed or forked tree (`_replay.Replaying`): each child run's recorded model
@@ -105,8 +105,11 @@ class TreeServices:
         self.records: dict[str, dict[str, CallRecord]] = {}  # per agent call (full path)
         self.parked: dict[str, list[PendingCall]] = {}
         self._journals: dict[str, list[tuple[int, float, str, Any]]] | None = None
-        # The model usage of every child run of this process, for the root's result.
-        self.usage = Usage()
+        # Budgets (PROTOCOL §12): one count for the tree. Each run's ledger, by its path,
+        # so a child's draws from its parent's (and so from the root's, which then holds
+        # the usage of the whole tree); the root's budget hook answers for every run.
+        self.ledgers: dict[tuple[str, ...], Ledger] = {}
+        self.on_budget = on_budget
 
     def journal_of(self, path: str) -> list[tuple[int, float, str, Any]]:
         """The entries a child run at `path` journaled in earlier processes, their kinds

@@ -183,6 +183,10 @@ class _TurnLoop(OuterLoop):
             iteration=iteration,
             path=self._path(),
         )
+        reservation = await self._reserve(request)  # PROTOCOL §12: room before it is sent
+        if reservation is None:
+            return False, None  # the budget hook deferred: the run pauses before asking
+        before = Usage(self.usage.input_tokens, self.usage.output_tokens)
         if self.durable is not None:
             # Beside the response it gets: what a replay or fork compares a new request
             # with (docs/replay.md). The last note of an iteration asked twice wins.
@@ -192,6 +196,7 @@ class _TurnLoop(OuterLoop):
         try:
             response = await self._ask(request)
         except StreamBroken as broken:
+            self._metered(reservation, before, "", cut_off=True)
             # Text of it was already shown, so it could not be retried whole; nothing ran.
             # The next iteration asks again with the same conversation.
             self._emit(RequestFinished, iteration=iteration, error=f"broke off: {broken}")
@@ -202,6 +207,11 @@ class _TurnLoop(OuterLoop):
             self.engine.close_stream()
             await self._end_tick()
             return False, None
+        except BaseException:
+            self.meter.release(reservation)
+            raise
+        answer = response.text + "".join(call.arguments for call in response.tool_calls)
+        self._metered(reservation, before, answer, cut_off=False)
         self._emit(RequestFinished, iteration=iteration)
         # Recorded, handed over and closed in one synchronous step (no checkpoint), so a
         # durable run commits the response together with every call it made.

@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run on trio's virtual clock (instant; the timings shown are still realistic)",
     )
-    add_run_commands(commands)  # runs, pending, approve, deny, resume, trace
+    add_run_commands(commands)  # runs, pending, approve, deny, resume, trace, budget
     add_serve_command(commands)
     add_fork_command(commands)
     from ._temporal import add_commands as add_temporal_commands  # imports no temporalio

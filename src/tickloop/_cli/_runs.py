@@ -1,6 +1,6 @@
 """The command line for durable runs: list, inspect, decide, resume, trace.
 
-`runs`, `pending`, `approve`, `deny` and `trace` read and write the store only, so an
+`runs`, `pending`, `approve`, `deny`, `budget` and `trace` read and write the store only, so an
 operator can answer an approval from a shell without the agent's code; `resume` loads
 the agent (`--agent module:attr`) because continuing a run means running its tools.
 Refusals (an unknown run or call, a second decision) print one line and exit with 2.
@@ -19,16 +19,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from .._core._budget import LIMIT_NAMES, Budget
 from .._core._decisions import Approve, Deny
 from .._durable._resume import ROW_LAG
 from .._durable._store import SQLiteStore
-from .._errors import ResumeError, StoreError, TickloopError
+from .._errors import ConfigurationError, ResumeError, StoreError, TickloopError
 from .._observe._timeline import run_origin
 from .._observe._tree_order import depth_of, in_tree_order
 
 __all__ = ["COMMANDS", "add_commands", "run_command"]
 
-COMMANDS = ("runs", "pending", "approve", "deny", "resume", "trace")
+COMMANDS = ("runs", "pending", "approve", "deny", "resume", "trace", "budget")
 DEFAULT_STORE = "runs.db"
 EXIT_REFUSED = 2
 
@@ -105,6 +106,19 @@ def add_commands(commands: Any) -> None:
         "(only when you know the run's own process is gone)",
     )
     store_option(resume, default=None)
+    budget = commands.add_parser(
+        "budget",
+        help="give a paused or stopped run more budget, added on its next resume",
+        description="Add room to a run's budget (PROTOCOL §12): each --add NAME=AMOUNT is "
+        "added to what the run has left when it is next resumed (tickloop resume). Names: "
+        "requests, input_tokens, output_tokens, total_tokens, tool_calls, per_tool.TOOL, "
+        "cost, wall_time.",
+    )
+    budget.add_argument("run", metavar="RUN")
+    budget.add_argument(
+        "--add", action="append", required=True, metavar="NAME=AMOUNT", help="e.g. cost=1.00"
+    )
+    store_option(budget)
     trace = commands.add_parser("trace", help="show a run's timeline (text, or --html FILE)")
     trace.add_argument("run", metavar="RUN")
     trace.add_argument("--html", metavar="FILE", help="write a self-contained HTML timeline")
@@ -132,10 +146,41 @@ def run_command(arguments: argparse.Namespace, out: TextIO | None = None) -> int
             return 0
         if arguments.command == "trace":
             return _trace(store, arguments.run, arguments.html, out)
+        if arguments.command == "budget":
+            grant = parse_budget(arguments.add)
+            store.add_budget(arguments.run, grant)
+            out.write(
+                f"added {_safe(', '.join(arguments.add))} to run {_safe(arguments.run)}; "
+                f"continue it with: tickloop resume {_quoted(arguments.run)} --agent MODULE:ATTR\n"
+            )
+            return 0
     except (ResumeError, StoreError) as error:
         print(f"tickloop {arguments.command}: {_safe(error)}", file=sys.stderr)
         return EXIT_REFUSED
     raise AssertionError(f"not a run command: {arguments.command}")
+
+
+def parse_budget(items: list[str]) -> Budget:
+    """`["cost=1.00", "per_tool.charge=2"]` as a `tl.Budget`; a bad item is a
+    `ResumeError` naming it (nothing is recorded)."""
+    fields: dict[str, Any] = {}
+    per_tool: dict[str, int] = {}
+    for item in items:
+        name, _, amount = item.partition("=")
+        name = name.strip()
+        try:
+            if name in ("cost", "wall_time"):
+                fields[name] = float(amount)
+            elif name.startswith("per_tool.") and len(name) > len("per_tool."):
+                per_tool[name[len("per_tool.") :]] = int(amount)
+            elif name in LIMIT_NAMES:
+                fields[name] = int(amount)
+            else:
+                raise ValueError(f"no limit is called {name!r}")
+            Budget(per_tool=per_tool, **fields)  # each item checked on its own, named
+        except (ValueError, ConfigurationError) as error:
+            raise ResumeError(f"--add {item!r}: {error}") from None
+    return Budget(per_tool=per_tool, **fields)
 
 
 def _existing_store(path: str) -> SQLiteStore:

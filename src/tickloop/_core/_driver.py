@@ -13,12 +13,15 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .._errors import ConfigurationError
+from ._budget import BudgetRequest, Ledger
 from ._decisions import ApproveHook, PendingCall
 from ._log import ContextLog
 from ._scheduler import CallRecord, Scheduler
 from ._scheduler_io import (
     Action,
+    AnswerBudget,
     AskApproval,
+    AskBudget,
     CloseStream,
     Decide,
     Event,
@@ -27,6 +30,7 @@ from ._scheduler_io import (
     OpenTick,
     ReceiveCall,
     ReportFault,
+    SpendBudget,
     StartCall,
 )
 from ._tools import ToolSet
@@ -91,8 +95,12 @@ class SchedulerDriver:
         clock: Callable[[], str],
         journal: Journal | None = None,
         run_id: str | None = None,
+        budget: Ledger | None = None,
+        on_budget: Callable[[BudgetRequest], Any] | None = None,
     ) -> None:
         check_configuration(tools, approve, max_concurrency)
+        if on_budget is not None and not callable(on_budget):
+            raise ConfigurationError(f"on_budget must be callable, not {on_budget!r}")
         self.tools = tools
         self.log = log
         self.run_id = run_id
@@ -110,7 +118,14 @@ class SchedulerDriver:
             # declared); nor does a listener that says so (`wants_messages`).
             messages=on_action is not None and getattr(on_action, "wants_messages", True),
             arrows=journal is not None,  # the store's rows draw whom each call waited on
+            budget=budget,
         )
+        self.budget = budget  # the run's ledger (PROTOCOL §12), shared with its tree
+        if budget is not None:
+            root = budget.root
+            root.asks = root.asks or on_budget is not None  # the hook answers for the tree
+            root.run_id = root.run_id or run_id
+        self._on_budget = on_budget
         self._approve = approve
         self._on_action = on_action
         # Durable runs: commits each event (with what it changed) before its actions run.
@@ -156,6 +171,17 @@ class SchedulerDriver:
         """A decision from outside the hook (a deferred call)."""
         self.feed(Decide(call_id, decision, self._date()))
 
+    def answer_budget(self, limit: str, grant: Any) -> None:
+        """The budget hook's answer about `limit`: a `Budget`, None or "defer"."""
+        self.feed(AnswerBudget(limit, grant, self._date()))
+
+    def spend(self, amount: dict[str, float], *, commit: bool = False) -> None:
+        """Room spent outside the scheduler (a model request), journaled as an input;
+        `commit`: stored before the caller acts (sends the request)."""
+        self.feed(SpendBudget(amount, self._date()))
+        if commit and self._journal is not None:
+            self._journal.commit()
+
     def expect_tick(self) -> None:
         """Wait for the end of a tick opened earlier (a resume, a deferred call decided)."""
         self._reset_tick()
@@ -175,6 +201,8 @@ class SchedulerDriver:
                 self._start(action)
             elif type(action) is AskApproval:
                 self._request_approval(action.pending)
+            elif type(action) is AskBudget:
+                self._request_budget(action.request)
             elif type(action) is NoteTickEnded:
                 self._outcome = action
                 self._tick_ended(action)
@@ -191,4 +219,7 @@ class SchedulerDriver:
         raise NotImplementedError
 
     def _tick_ended(self, action: NoteTickEnded) -> None:
+        raise NotImplementedError
+
+    def _request_budget(self, request: BudgetRequest) -> None:
         raise NotImplementedError

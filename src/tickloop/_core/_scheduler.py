@@ -37,6 +37,8 @@ from ._arrival import (
     new_call,
     record_parameters,
 )
+from ._budget import Ledger
+from ._budget_gate import BudgetedRunQueue
 from ._call import (
     Call,
     CallRecord,
@@ -118,12 +120,12 @@ class Scheduler:
         notes: bool = True,
         messages: bool = True,
         arrows: bool = False,
+        budget: Ledger | None = None,
     ) -> None:
         self.tools = tools
-        # With `notes=False` the facts (`NoteAccepted`, `NoteReady`, `NoteDecided`,
-        # `NoteMessage`, `NoteSettled`) are not returned: for a driver that has no observer
-        # and no journal to hand them to. The work to do (`StartCall`, `AskApproval`) and
-        # `NoteTickEnded` are returned either way, in the same order.
+        # With `notes=False` the facts (`NoteAccepted`, `NoteReady`, `NoteDecided`, `NoteMessage`,
+        # `NoteSettled`) are not returned, for a driver with no observer and no journal. The
+        # work (`StartCall`, `AskApproval`) and `NoteTickEnded` are returned either way.
         self.notes = notes
         self.messages = notes and messages  # `NoteMessage`: a journal reads none (its paths)
         self.arrows = arrows  # fill `NoteReady.waits_on`: only the store's rows read it
@@ -154,7 +156,8 @@ class Scheduler:
         self._tool_dependents: dict[str, set[str]] = {}
         self._approvals = ApprovalQueue()
         self._deferred: dict[str, Call] = {}
-        self._run_queue = RunQueue()
+        gate = budget and BudgetedRunQueue(budget, self._settle, self._emit)
+        self._run_queue = gate or RunQueue()  # with a budget: room first (PROTOCOL §12)
         # Plan order (PROTOCOL §3, §4): what each waiting call's terms read, held writes.
         self._plan = PlanOrder(self._writers, self._waiters, self._seq_of, log.lookup)
         self._handlers: dict[type, Callable[[Any], None]] = {
@@ -166,6 +169,7 @@ class Scheduler:
             CloseStream: self._on_stream_closed,
             ReportFault: self._on_fault,
             Flush: self._on_flush,
+            **(gate.inputs() if gate else {}),  # `AnswerBudget`, `SpendBudget`
         }
 
     # -- the one entry point ---------------------------------------------------------------

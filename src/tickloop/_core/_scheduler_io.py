@@ -20,11 +20,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._budget import Budget, BudgetRequest
 from ._decisions import Decision, PendingCall
 
 __all__ = [
     "Action",
+    "AnswerBudget",
     "AskApproval",
+    "AskBudget",
     "CloseStream",
     "Decide",
     "Event",
@@ -40,6 +43,7 @@ __all__ = [
     "ParkCall",
     "ReceiveCall",
     "ReportFault",
+    "SpendBudget",
     "StartCall",
 ]
 
@@ -120,7 +124,37 @@ class Flush:
     date: str = ""
 
 
-Event = OpenTick | ReceiveCall | CloseStream | ReportFault | Decide | FinishCall | ParkCall | Flush
+@dataclass(slots=True)
+class AnswerBudget:
+    """The budget hook's answer to an `AskBudget` about `limit` (PROTOCOL §12): more room
+    (a `Budget`, added to the root's), None (refuse what waits on it) or "defer"."""
+
+    limit: str
+    grant: Budget | str | None
+    date: str = ""
+
+
+@dataclass(slots=True)
+class SpendBudget:
+    """Room the driver spent outside the scheduler (a model request: its tokens, cost),
+    as a dict from limit name to amount; fed so that a journal replays it."""
+
+    amount: dict[str, float]
+    date: str = ""
+
+
+Event = (
+    OpenTick
+    | ReceiveCall
+    | CloseStream
+    | ReportFault
+    | Decide
+    | FinishCall
+    | ParkCall
+    | Flush
+    | AnswerBudget
+    | SpendBudget
+)
 
 
 # --------------------------------------------------------------------------------------
@@ -196,8 +230,16 @@ class NoteTickEnded:
     paused: list[str]
 
 
+@dataclass(slots=True)
+class AskBudget:
+    """Ask the budget hook about an exhausted limit; answer with `AnswerBudget`."""
+
+    request: BudgetRequest
+
+
 Action = (
-    NoteAccepted
+    AskBudget
+    | NoteAccepted
     | NoteReady
     | AskApproval
     | NoteDecided

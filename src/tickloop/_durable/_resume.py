@@ -39,6 +39,7 @@ from typing import Any, Protocol
 
 import trio
 
+from .._core._budget import Budget
 from .._core._decisions import (
     Approve,
     Decision,
@@ -58,6 +59,7 @@ from .._core._log import ContextLog, has_surrogate
 from .._core._path_index import PathIndex as _PathIndex
 from .._core._scheduler_io import (
     Action,
+    AnswerBudget,
     AskApproval,
     CloseStream,
     Decide,
@@ -74,6 +76,7 @@ from .._core._scheduler_io import (
     ParkCall,
     ReceiveCall,
     ReportFault,
+    SpendBudget,
     StartCall,
 )
 from .._core._status import CallStatus
@@ -155,6 +158,11 @@ def event_to_dict(event: Event) -> dict[str, Any]:
         body = {"type": "Flush"}
     elif isinstance(event, ParkCall):
         body = {"type": "CallParked", "call_id": event.call_id}
+    elif isinstance(event, SpendBudget):
+        body = {"type": "BudgetSpent", "amount": event.amount}
+    elif isinstance(event, AnswerBudget):
+        grant = event.grant.to_dict() if isinstance(event.grant, Budget) else event.grant
+        body = {"type": "BudgetAnswered", "limit": event.limit, "grant": grant}
     else:
         raise TypeError(f"not a scheduler event: {event!r}")
     body["date"] = event.date
@@ -183,6 +191,13 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
         return Flush(date)
     if kind == "CallParked":
         return ParkCall(data["call_id"], date)
+    if kind == "BudgetSpent":
+        return SpendBudget(dict(data["amount"]), date)
+    if kind == "BudgetAnswered":
+        grant = data.get("grant")
+        return AnswerBudget(
+            data["limit"], Budget.from_dict(grant) if isinstance(grant, dict) else grant, date
+        )
     raise ValueError(f"unknown journal event type {kind!r}")
 
 
@@ -1130,6 +1145,7 @@ class DurableRun:
                 scheduler.records[call_id].finished = trio.current_time()
         if self.asking is not None and scheduler.status(self.asking.id) == CallStatus.APPROVING:
             engine.ask(self.asking)
+        engine.ask_budget_again()  # a budget question left open (PROTOCOL §12)
         for pending in scheduler.deferred:
             decision = self.decisions.get(pending.id)
             if pending.id in self.parked:

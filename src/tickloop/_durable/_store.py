@@ -24,16 +24,12 @@ drops: so no descriptor is opened on the file but SQLite's own (`SQLiteStore.ope
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import functools
 import json
 import operator
 import os
-import secrets
 import socket
 import sqlite3
-import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -42,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._core._budget import Budget
 from .._core._decisions import (
     Approve,
     Decision,
@@ -56,13 +53,12 @@ from .._core._decisions import (
 from .._core._status import CallStatus
 from .._errors import ResumeError, StoreError
 from .._observe._records import CallInfo, RunInfo
+from ._file import check_file, check_pages, create_file, failure
 
 __all__ = ["CallInfo", "PendingDecision", "RunInfo", "SQLiteStore", "as_store"]
 
 SCHEMA_VERSION = 1
 _ACTIVE: set[tuple[Path, str]] = set()  # (store, run id) of the runs this process runs
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 _SCHEMA = """
 CREATE TABLE tickloop_schema (
@@ -327,11 +323,11 @@ class SQLiteStore:
         `os.chmod`), made under another name and linked into place, and read through
         SQLite alone (which catches a file that is not a database or is cut short).
         """
-        self._create_file()
-        size, file = self._check_file()
+        create_file(self.path)
+        size, file = check_file(self.path)
         if self._checked != file:
             if size:  # a new (empty) file has nothing to check
-                self._check_pages(size)
+                check_pages(self.path, size, self.timeout)
             self._checked = file
         try:
             connection = sqlite3.connect(
@@ -352,158 +348,10 @@ class SQLiteStore:
         return self._failure("cannot open the store", error)
 
     def _failure(self, doing: str, error: sqlite3.Error) -> StoreError:
-        """The StoreError for an SQLite error; one a read-only file causes says so.
-
-        SQLite says "unable to open database file" when it cannot make the WAL's files
-        beside a store in a read-only directory, and "attempt to write a readonly
-        database" for a read-only file: neither names the cause a person can fix.
-        """
-        name = getattr(error, "sqlite_errorname", "") or ""
-        if name.startswith(("SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_IOERR")) and (
-            self._read_only()
-        ):
-            return StoreError(
-                f"{self.path}: the store is read-only: tickloop needs to write the file "
-                f"and its directory (SQLite keeps the WAL beside it, even to read) ({error})"
-            )
-        return StoreError(f"{self.path}: {doing}: {error}")
-
-    def _read_only(self) -> bool:
-        directory = self.path.parent
-        return not os.access(self.path, os.W_OK) or not os.access(directory, os.W_OK)
-
-    def _create_file(self) -> None:
-        """Make a missing store file, mode 0600 from its first moment.
-
-        The file is made under a name of its own and linked to the store's path, which
-        fails when another process made the store meanwhile (then that one is used): the
-        descriptor closed is one no SQLite connection can have open (see `open`). Where
-        the file system has no hard links, the file is made at the path itself.
-        """
-        if os.path.lexists(self.path):
-            return
-        fresh = self.path.with_name(f".{self.path.name}.{os.getpid()}.{secrets.token_hex(6)}")
-        self._make_file(fresh)
-        try:
-            os.link(fresh, self.path)
-        except FileExistsError:
-            pass  # another process or thread made the store first: it is the store
-        except OSError:
-            self._make_file(self.path)
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(fresh)
-
-    def _make_file(self, path: Path) -> None:
-        """Make an empty file of mode 0600 at `path`, unless one is there already."""
-        try:
-            descriptor = os.open(
-                path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW | _CLOEXEC, 0o600
-            )
-        except FileExistsError:
-            return
-        except OSError as error:
-            raise self._create_error(error) from error
-        os.close(descriptor)
-
-    def _create_error(self, error: OSError) -> StoreError:
-        if isinstance(error, PermissionError) or error.errno == errno.EROFS:
-            return StoreError(
-                f"{self.path}: cannot create the store: its directory is read-only ({error})"
-            )
-        return StoreError(f"{self.path}: cannot create the store: {error}")
+        return failure(self.path, doing, error)
 
     def _check_file(self) -> tuple[int, tuple[int, int]]:
-        """Refuse anything but a regular file of this user's; give an empty one mode 0600.
-
-        The journal holds parameters unredacted, and its decisions are acted on: a file
-        someone else made (an empty file left in a shared directory) would keep it
-        readable and writable to them, a symbolic link would put it elsewhere, a device
-        (`/dev/null`) would be chmodded for the whole machine, and a FIFO would block the
-        open forever. So the path itself is checked (`lstat`: a link is not followed)
-        before SQLite opens it. An empty file is taken as a new store, so it gets a new
-        store's mode, and failing to set it is an error. A file with data keeps its mode:
-        its owner chose it. Returns the file's size and identity (st_dev, st_ino).
-        """
-        try:
-            info = os.lstat(self.path)
-        except OSError as error:
-            raise StoreError(
-                f"{self.path}: cannot open the store: {error.strerror or error}"
-            ) from error
-        if stat.S_ISLNK(info.st_mode):
-            raise StoreError(f"{self.path}: the store is a symbolic link; give the file's own path")
-        if not stat.S_ISREG(info.st_mode):
-            raise StoreError(
-                f"{self.path} is not a regular file ({_file_kind(info.st_mode)}); a store "
-                "is a file of its own"
-            )
-        if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
-            raise StoreError(
-                f"{self.path} is owned by another user (uid {info.st_uid}); a store holds "
-                "unredacted parameters and must be its user's own file"
-            )
-        if info.st_size == 0 and stat.S_IMODE(info.st_mode) != 0o600:
-            try:
-                os.chmod(self.path, 0o600)  # by path: no descriptor (see `open`)
-            except OSError as error:
-                raise StoreError(
-                    f"{self.path}: cannot restrict the new store to its owner (mode 0600): {error}"
-                ) from error
-        return info.st_size, (info.st_dev, info.st_ino)
-
-    def _check_pages(self, size: int) -> None:
-        """Refuse a store whose pages are damaged (`PRAGMA quick_check`), writing nothing.
-
-        A file that is not SQLite, or one cut short of the pages its header counts, SQLite
-        refuses as it reads the header (NOTADB, CORRUPT), before it writes anything. The
-        header and the table list can be intact while a table's pages are not, which
-        SQLite only notices when a statement reaches them: perhaps after a run has written
-        to the file. The check runs on a connection of its own, before any connection
-        switches to WAL or writes. To leave a refused file as it was: read only when a
-        `-wal` file exists (closing a read-write connection would checkpoint that WAL into
-        the file); otherwise read-write, since SQLite makes `-wal` and `-shm` files to read
-        a WAL-mode database, and only a read-write connection removes them when it closes.
-        """
-        wal = Path(f"{self.path}-wal")
-        try:
-            if wal.exists():
-                connection = sqlite3.connect(
-                    f"{self.path.resolve().as_uri()}?mode=ro",
-                    uri=True,
-                    timeout=self.timeout,
-                    isolation_level=None,
-                )
-            else:
-                connection = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
-        except sqlite3.Error as error:
-            raise self._open_error(error) from error
-        try:
-            problems = [row[0] for row in connection.execute("PRAGMA quick_check")]
-        except sqlite3.OperationalError as error:  # locked, I/O: not a verdict on the pages
-            raise self._failure("cannot read the store", error) from error
-        except sqlite3.DatabaseError as error:  # so damaged that the check cannot go on
-            if getattr(error, "sqlite_errorname", None) == "SQLITE_NOTADB":
-                raise StoreError(
-                    f"{self.path} is not a tickloop store (not an SQLite database)"
-                ) from None
-            if getattr(error, "sqlite_errorname", None) == "SQLITE_CORRUPT" and not _nonempty(wal):
-                # Refused as the header was read: the file is shorter than its pages.
-                problems = [f"{error} (the file may be truncated: {size} bytes)"]
-            else:
-                problems = [str(error)]
-        finally:
-            connection.close()
-        if problems != ["ok"]:
-            # One line: the first report is prefixed "*** in database main ***\n".
-            first = " ".join(
-                line.strip() for line in problems[0].splitlines() if not line.startswith("***")
-            )
-            more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
-            raise StoreError(
-                f"{self.path}: the store is damaged: {first}{more}; it was left as it is "
-                "(the sqlite3 shell's .recover can salvage a copy)"
-            )
+        return check_file(self.path)
 
     def _prepare(self, connection: sqlite3.Connection) -> None:
         """Check the schema (read only), then switch to WAL and create tables if new."""
@@ -809,6 +657,27 @@ class SQLiteStore:
             connection.execute(
                 "INSERT INTO decisions (run_id, call_id, decision, recorded) VALUES (?, ?, ?, ?)",
                 (run_id, call_id, json.dumps(decision_to_dict(decision)), now),
+            )
+
+    def add_budget(self, run_id: str, budget: Budget) -> None:
+        """Give a stopped or paused run more room (PROTOCOL §12), added to what it has
+        left when it is next resumed: a journal entry, replayed like the hook's grants.
+
+        Refused with `ResumeError` for an unknown or finished run, or one running now.
+        """
+        body = {"type": "BudgetAnswered", "limit": "", "grant": budget.to_dict(), "date": ""}
+        with self.connect() as connection, self._write(connection):
+            run = self._run(connection, run_id)
+            if run.status == "done":
+                raise ResumeError(f"run {run_id!r} is finished; it takes no more budget")
+            if run.status == "running":  # its process is alive (else: "interrupted")
+                raise ResumeError(f"run {run_id!r} is running; its budget hook answers for it")
+            (last,) = connection.execute(
+                "SELECT coalesce(max(seq), 0) FROM journal WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            connection.execute(
+                "INSERT INTO journal (run_id, seq, at, kind, body) VALUES (?, ?, ?, ?, ?)",
+                (run_id, last + 1, time.time(), "event", json.dumps(body)),
             )
 
     @staticmethod
@@ -1172,13 +1041,6 @@ def claim_run(
     return ClaimedRun(writer, journal, recorded)
 
 
-def _nonempty(path: Path) -> bool:
-    try:
-        return path.stat().st_size > 0
-    except OSError:
-        return False
-
-
 def _file_at(path: Path) -> tuple[int, int] | None:
     """The identity (st_dev, st_ino) of the file at `path` now; None when there is none."""
     try:
@@ -1186,19 +1048,6 @@ def _file_at(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return info.st_dev, info.st_ino
-
-
-def _file_kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def _rollback(connection: sqlite3.Connection) -> None:

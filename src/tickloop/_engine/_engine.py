@@ -21,6 +21,7 @@ from typing import Any
 import pydantic
 import trio
 
+from .._core._budget import BudgetRequest, Ledger
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._driver import Journal, SchedulerDriver, check_configuration
 from .._core._log import MAX_VALUE_DEPTH, SURROGATE_FAULT, ContextLog, has_surrogate
@@ -37,6 +38,7 @@ from .._core._status import FINAL_STATUSES, CallStatus
 from .._core._tools import Branch, CallContext, Tool, ToolSet
 from .._errors import describe_error, is_call_error, unwrap_single
 from ._asking import ask, passing_here
+from ._budgeting import BudgetHook, ask_budget
 from ._host import host_loop, run_on_host
 
 __all__ = [
@@ -105,6 +107,8 @@ class Engine(SchedulerDriver):
         run_id: str | None = None,
         answer: Callable[[str], Outcome | None] | None = None,
         scope: object = None,
+        budget: Ledger | None = None,
+        on_budget: BudgetHook | None = None,
     ) -> None:
         # Handed to every call's `CallContext.scope`: what a sub-agent's call needs of
         # the run it belongs to (`_agent._tree.RunPlace`); opaque to the engine.
@@ -118,6 +122,8 @@ class Engine(SchedulerDriver):
             clock=clock,
             journal=journal,
             run_id=run_id,
+            budget=budget,
+            on_budget=on_budget,
         )
         self._nursery: trio.Nursery | None = None
         self._clock: trio.abc.Clock | None = None  # the run's, read twice per call
@@ -125,6 +131,12 @@ class Engine(SchedulerDriver):
         # replayed or forked run, docs/replay.md); None runs the handler.
         self._answer = answer
         self._tick_done: trio.Event | None = None
+        # The run's wall_time budget (PROTOCOL §12), on trio's clock: at it, running calls
+        # end as timed out. None: no limit, and no cancel scope per call.
+        self.deadline: float | None = None
+        # The budget hook is asked one question at a time, the scheduler's (a call's limit)
+        # and the loop's (a model request's) alike.
+        self.budget_questions = trio.Lock()
         # Worker threads of sync handlers: as many as calls may run (PROTOCOL §2: a
         # max_concurrency of None means no limit, for sync tools too).
         self._threads = trio.CapacityLimiter(
@@ -186,6 +198,23 @@ class Engine(SchedulerDriver):
     def _request_approval(self, pending: PendingCall) -> None:
         self._spawn(self._ask, pending)
 
+    def ask_budget_again(self) -> None:
+        """Ask the budget hook again a question a crash (or a stop) left unanswered."""
+        question = self.budget.question if self.budget is not None else None
+        if question is not None and self._on_budget is not None:
+            self._spawn(self._ask_budget, question)
+
+    def _request_budget(self, request: BudgetRequest) -> None:
+        self._spawn(self._ask_budget, request)
+
+    async def _ask_budget(self, request: BudgetRequest) -> None:
+        assert self._on_budget is not None  # the scheduler asks only when there is a hook
+        if self._journal is not None:
+            self._journal.commit()  # what led to the question is stored before it is asked
+        async with self.budget_questions:
+            answer = await ask_budget(self._on_budget, request, durable=self._journal is not None)
+        self.answer_budget(request.limit, answer)
+
     def _spawn(self, function: Callable[..., Any], *args: Any) -> None:
         if self._nursery is None:
             raise RuntimeError("the engine runs calls only inside `async with engine.session()`")
@@ -221,7 +250,17 @@ class Engine(SchedulerDriver):
                 if tool.takes_context
                 else None  # most handlers take none: not made for every call
             )
-            value, branch, error = await run_handler(tool, action.params, context, self._threads)
+            if self.deadline is None:
+                value, branch, error = await run_handler(
+                    tool, action.params, context, self._threads
+                )
+            else:
+                with trio.move_on_at(self.deadline) as wall:
+                    value, branch, error = await run_handler(
+                        tool, action.params, context, self._threads
+                    )
+                if wall.cancelled_caught:
+                    value, branch, error = None, None, dict(WALL_TIME_OUT)
         assert self._clock is not None  # set with the nursery this task runs in
         if value is PARKED and error is None:  # a sub-agent's child run paused
             self.feed(ParkCall(action.id, self._date()))
@@ -231,6 +270,10 @@ class Engine(SchedulerDriver):
 
 
 _RUN_TASK_NAME = f"{Engine._run.__module__}.{Engine._run.__qualname__}"
+WALL_TIME_OUT = {
+    "type": "runtime",
+    "message": "TimeoutError: the run's wall_time budget ran out while this call ran",
+}
 
 
 async def run_handler(

@@ -12,12 +12,14 @@ from typing import Any
 
 import trio
 
+from .._core._budget import Budget, Ledger, RunUsage
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._jsonable import run_value_to_json
 from .._core._log import ContextLog
 from .._core._scheduler import CallRecord
 from .._core._tools import Tool, ToolSource, missing_bindings, split_tools
 from .._errors import ConfigurationError
+from ._budgeting import BudgetHook
 from ._engine import Engine
 from ._event_loops import refuse_inside_trio, require_trio
 from ._sources import check_sources, open_tools
@@ -36,10 +38,13 @@ class ExecutionResult:
         log: ContextLog,
         records: dict[str, CallRecord],
         pending: list[PendingCall] | None = None,
+        usage: RunUsage | None = None,
     ) -> None:
         self._log = log
         self.records = records
         self.pending = pending or []
+        #: What the run used (PROTOCOL §12): requests, tokens, tool calls, cost.
+        self.usage = usage if usage is not None else RunUsage()
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -87,10 +92,13 @@ async def execute(
     input: Any = None,
     approve: ApproveHook | None = None,
     max_concurrency: int | None = None,
+    budget: Budget | None = None,
+    on_budget: BudgetHook | None = None,
 ) -> ExecutionResult:
     """Run one tick over `calls` inside trio; returns once every call has finished.
 
     Tool sources in `tools` (MCP servers) are opened first and closed after the tick.
+    `budget` limits the tool calls that start (PROTOCOL §12); `on_budget` may grant more.
     """
     require_trio(
         "tl.execute",
@@ -98,10 +106,13 @@ async def execute(
     )
     calls = _check_calls(calls)
     _check_state(state)
+    _check_budget(budget, on_budget)
     log = initial_log(input, state)  # a value with no JSON form is refused before connecting
     check_sources(split_tools(tools)[1], approve)
     async with open_tools(tools) as opened:
-        return await _execute(calls, opened.tools, log, approve, max_concurrency)
+        return await _execute(
+            calls, opened.tools, log, approve, max_concurrency, Ledger(budget), on_budget
+        )
 
 
 async def _execute(
@@ -110,13 +121,22 @@ async def _execute(
     log: ContextLog,
     approve: ApproveHook | None,
     max_concurrency: int | None,
+    ledger: Ledger | None = None,
+    on_budget: BudgetHook | None = None,
 ) -> ExecutionResult:
     named = {call.get("_tool") for call in calls if isinstance(call, Mapping)}
     used = [toolset[name] for name in toolset if name in named]
     problems = missing_bindings(used, log.view("input"))
     if problems:
         raise ConfigurationError("; ".join(problems))
-    engine = Engine(toolset, log, approve=approve, max_concurrency=max_concurrency)
+    engine = Engine(
+        toolset,
+        log,
+        approve=approve,
+        max_concurrency=max_concurrency,
+        budget=ledger,
+        on_budget=on_budget,
+    )
     async with engine.session():
         engine.open_tick(1)
         now = trio.lowlevel.current_clock().current_time  # what trio.current_time() reads
@@ -133,7 +153,8 @@ async def _execute(
                 date = engine.date()
         engine.close_stream()
         await engine.wait_tick()
-    return ExecutionResult(log, engine.records, engine.scheduler.deferred)
+    usage = ledger.usage if ledger is not None else None
+    return ExecutionResult(log, engine.records, engine.scheduler.deferred, usage)
 
 
 def _check_calls(calls: Any) -> list[Any]:
@@ -146,6 +167,13 @@ def _check_calls(calls: Any) -> list[Any]:
     if not isinstance(calls, Iterable):
         raise TypeError(f"calls must be a list of call dicts, not {type(calls).__name__}")
     return list(calls)
+
+
+def _check_budget(budget: Any, on_budget: Any) -> None:
+    if budget is not None and not isinstance(budget, Budget):
+        raise ConfigurationError(f"budget must be a tl.Budget or None, not {budget!r}")
+    if on_budget is not None and not callable(on_budget):
+        raise ConfigurationError(f"on_budget must be callable, not {on_budget!r}")
 
 
 def _check_state(state: Any) -> None:
@@ -163,6 +191,8 @@ def run_calls(
     input: Any = None,
     approve: ApproveHook | None = None,
     max_concurrency: int | None = None,
+    budget: Budget | None = None,
+    on_budget: BudgetHook | None = None,
 ) -> ExecutionResult:
     """`execute` for synchronous code: starts its own trio run."""
     refuse_inside_trio("tl.run_calls", "await tl.execute(...)")
@@ -175,5 +205,7 @@ def run_calls(
             input=input,
             approve=approve,
             max_concurrency=max_concurrency,
+            budget=budget,
+            on_budget=on_budget,
         )
     )

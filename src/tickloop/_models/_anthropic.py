@@ -28,6 +28,7 @@ from ._base import (
     TurnResponse,
     TurnToolCall,
     Usage,
+    output_limit,
     wire_conversation,
 )
 from ._http import (
@@ -131,7 +132,7 @@ class Anthropic:
             system.append(json_instruction(request.schema))
         body: dict[str, Any] = {
             "model": self.model,
-            "max_tokens": self.max_tokens,
+            "max_tokens": output_limit(self.max_tokens, request),
             "messages": messages,
             "stream": True,
         }
@@ -214,7 +215,7 @@ class Anthropic:
         )
         body: dict[str, Any] = {
             "model": self.model,
-            "max_tokens": self.max_tokens,
+            "max_tokens": output_limit(self.max_tokens, request),
             "messages": messages,
             "stream": True,
         }

@@ -35,7 +35,9 @@ __all__ = [
     "Usage",
     "chat_assistant_message",
     "chat_tool_messages",
+    "estimate_tokens",
     "is_retryable_status",
+    "output_limit",
     "wire_conversation",
 ]
 
@@ -96,6 +98,20 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
 
+def estimate_tokens(text_chars: int) -> int:
+    """Tokens estimated from characters: about four a token, the usual rule of thumb for
+    English and JSON. Budgets (PROTOCOL §12) reserve a request's prompt by it, and count
+    it for a request whose server reports no usage."""
+    return -(-text_chars // 4)
+
+
+def output_limit(own: int | None, request: SolutionRequest | TurnRequest) -> int | None:
+    """The output limit a client sends: its own, or the request's (a budget's room) when
+    that is lower; None when neither says."""
+    limits = [limit for limit in (own, request.max_output_tokens) if limit is not None]
+    return min(limits) if limits else None
+
+
 @dataclass(slots=True)
 class SolutionRequest:
     """One request of the solution protocol.
@@ -103,7 +119,9 @@ class SolutionRequest:
     `messages` are chat messages `{"role": "system"|"user"|"assistant", "content": str}`;
     `schema` is the solution's JSON Schema (strict-mode compatible); `iteration` counts
     requests of the run from 1 (a scripted model answers by it); `path` is the ids of the
-    agent calls above the run that asks (`()` at the root, PROTOCOL §11).
+    agent calls above the run that asks (`()` at the root, PROTOCOL §11). `max_output_tokens`,
+    when set, is the most the answer may write (a budget's room, PROTOCOL §12): a client
+    sends it as the request's output limit.
     """
 
     messages: list[dict[str, Any]]
@@ -113,6 +131,7 @@ class SolutionRequest:
     metadata: dict[str, Any] = field(default_factory=dict)
     # The agent-call ids above the run asking: a sub-agent's (PROTOCOL §11), () at the root.
     path: tuple[str, ...] = ()
+    max_output_tokens: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"messages": self.messages, "schema": self.schema}
@@ -173,6 +192,7 @@ class TurnRequest:
     metadata: dict[str, Any] = field(default_factory=dict)
     # The agent-call ids above the run asking: a sub-agent's (PROTOCOL §11), () at the root.
     path: tuple[str, ...] = ()
+    max_output_tokens: int | None = None  # as `SolutionRequest.max_output_tokens`
 
     def to_dict(self) -> dict[str, Any]:
         return {

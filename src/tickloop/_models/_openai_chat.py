@@ -135,6 +135,8 @@ class OpenAIChat:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if request.max_output_tokens is not None:  # a budget's room (PROTOCOL §12)
+            body["max_completion_tokens"] = request.max_output_tokens
         if mode == "json_schema":
             body["response_format"] = {
                 "type": "json_schema",
@@ -207,6 +209,8 @@ class OpenAIChat:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if request.max_output_tokens is not None:  # a budget's room (PROTOCOL §12)
+            body["max_completion_tokens"] = request.max_output_tokens
         if request.tools:
             body["tools"] = [
                 {

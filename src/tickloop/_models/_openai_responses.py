@@ -31,6 +31,7 @@ from ._base import (
     TurnResponse,
     TurnToolCall,
     Usage,
+    output_limit,
     wire_conversation,
 )
 from ._http import (
@@ -115,11 +116,14 @@ class OpenAIResponses:
     def url(self) -> str:
         return f"{self.base_url}/responses"
 
-    def _options(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _options(
+        self, body: dict[str, Any], request: SolutionRequest | TurnRequest
+    ) -> dict[str, Any]:
         if self.temperature is not None:
             body["temperature"] = self.temperature
-        if self.max_output_tokens is not None:
-            body["max_output_tokens"] = self.max_output_tokens
+        limit = output_limit(self.max_output_tokens, request)  # a budget's room (§12)
+        if limit is not None:
+            body["max_output_tokens"] = limit
         if self.reasoning is not None:
             body["reasoning"] = self.reasoning
         if self.store is not None:
@@ -162,7 +166,7 @@ class OpenAIResponses:
         }
         if system:
             body["instructions"] = "\n\n".join(str(text) for text in system)
-        async for item in self._post(self._options(body)):
+        async for item in self._post(self._options(body, request)):
             if isinstance(item, TextDelta | Usage):
                 yield item
 
@@ -191,7 +195,7 @@ class OpenAIResponses:
                 }
                 for spec in request.tools
             ]
-        return self._options(body)
+        return self._options(body, request)
 
     async def stream_turn(self, request: TurnRequest) -> AsyncIterator[TurnItem]:
         async for item in self._post(self._turn_body(request)):

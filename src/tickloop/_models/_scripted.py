@@ -50,7 +50,8 @@ class ScriptedModel:
 
     After the text comes one `Usage`, estimated as a token per four characters of the
     request (as JSON) and of the answer, so runs on a script report plausible totals;
-    `usage=False` leaves it out.
+    `usage=False` leaves it out. `model` names it for `pricing` (budgets, PROTOCOL §12),
+    so a scripted run is metered and priced like a hosted one.
 
     `.requests` records every request received, each the JSON-serialisable snapshot
     `{"messages": [...], "schema": {...}}` taken when it arrived.
@@ -72,6 +73,7 @@ class ScriptedModel:
         chunk_delay: float = 0.0,
         first_token_delay: float = 0.0,
         usage: bool = True,
+        model: str = "scripted",
     ) -> None:
         if isinstance(responses, str | dict):
             raise ConfigurationError("ScriptedModel takes a list of responses, not one response")
@@ -107,6 +109,7 @@ class ScriptedModel:
         self.chunk_delay = chunk_delay
         self.first_token_delay = first_token_delay
         self.usage = usage
+        self.model = model  # the name `pricing` knows it by (PROTOCOL §12)
         # Each request as the JSON text taken when it arrived (which detaches it from the
         # loop's own lists), decoded only when `requests` is read: a run that never reads
         # them (a benchmark, the demo) does not pay for a second walk of every request.

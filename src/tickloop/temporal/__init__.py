@@ -44,6 +44,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from .._agent._agent import Agent
 from .._agent._loop import RunResult
 from .._agent._subagent import AgentTool
+from .._core._budget import RunUsage
 from .._core._decisions import (
     Decision,
     PendingCall,
@@ -54,7 +55,6 @@ from .._core._log import ContextLog
 from .._core._scheduler import CallRecord
 from .._errors import ConfigurationError, ExecuteError, MaxIterationsError, ResumeError
 from .._mcp._server import MCPServer
-from .._models._base import Usage
 from .._observe._events import EventSink, Redactor, RunEnded, RunEvent, event_from_dict
 from ._activities import activity_names, make_activities, mcp_call_activity, unknown_routes
 from ._devserver import dev_server
@@ -410,7 +410,7 @@ def result_from_dict(data: dict[str, Any], agent: Agent | None, run_id: str) -> 
         log,
         records,
         data["iterations"],
-        Usage(**data["usage"]),
+        RunUsage(**data["usage"]),
         run_id=run_id,
         status=data.get("status", "done"),
     )

@@ -168,7 +168,11 @@ class WorkflowEngine(SchedulerDriver):
     """Carries the scheduler's actions out as activities and workflow tasks."""
 
     def __init__(
-        self, host: AgentWorkflow, log: Any, on_action: Callable[[Any], None] | None
+        self,
+        host: AgentWorkflow,
+        log: Any,
+        on_action: Callable[[Any], None] | None,
+        budget: Any = None,
     ) -> None:
         config = host.config
         super().__init__(
@@ -179,6 +183,7 @@ class WorkflowEngine(SchedulerDriver):
             on_action=on_action,
             clock=_iso_now,
             run_id=workflow.info().workflow_id,
+            budget=budget,  # limits are enforced; no budget hook is asked here (§12)
         )
         self.host = host
         # The agent-call ids above this run (PROTOCOL §11): () at the root.
@@ -348,7 +353,7 @@ class _WorkflowSolutionLoop(_SolutionLoop):
         super().__init__(host.config, log, host.sink, None)
 
     def _make_engine(self, on_action: Callable[[Any], None] | None, durable: Any) -> Any:
-        return WorkflowEngine(self.host, self.log, on_action)
+        return WorkflowEngine(self.host, self.log, on_action, self.ledger)
 
     async def _request(self, request: Any, on_item: Callable[[Any], None]) -> None:
         await self.host.solution_request(request, on_item)
@@ -363,7 +368,7 @@ class _WorkflowTurnLoop(_TurnLoop):
         self._listed_specs = [asdict(spec) for spec in self.specs] if host.sources else None
 
     def _make_engine(self, on_action: Callable[[Any], None] | None, durable: Any) -> Any:
-        return WorkflowEngine(self.host, self.log, on_action)
+        return WorkflowEngine(self.host, self.log, on_action, self.ledger)
 
     async def _ask(self, request: TurnRequest) -> TurnResponse:
         data: dict[str, Any] = {
@@ -581,10 +586,7 @@ class AgentWorkflow:
             "output": self.agent.output.dump(result.output),
             "status": result.status,
             "iterations": result.iterations,
-            "usage": {
-                "input_tokens": result.usage.input_tokens,
-                "output_tokens": result.usage.output_tokens,
-            },
+            "usage": asdict(result.usage),
             **self.snapshot(),
         }
 

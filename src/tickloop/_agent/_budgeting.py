@@ -1,0 +1,327 @@
+"""Budgets in an agent run (PROTOCOL §12): which ledger a run uses, and model requests.
+
+`run_ledger` is the one place that says which ledger a run draws from: a root run's
+own (its budget and pricing), or a child run's under its parent's (one tree, one count).
+`RequestMeter` reserves room for each model request before it is sent and replaces the
+reservation by what the request used when it ends; what was used is fed to the engine
+(`SpendBudget`), so a durable run journals it and a resume never counts it twice.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from .._core._budget import (
+    Budget,
+    BudgetRequest,
+    Ledger,
+    Price,
+    request_reservation,
+    used_amount,
+)
+from .._engine._budgeting import ask_budget
+from .._errors import BudgetExceeded, ConfigurationError
+from .._models._base import SolutionRequest, TurnRequest, Usage, estimate_tokens
+
+__all__ = [
+    "RequestMeter",
+    "Reservation",
+    "WallClock",
+    "check_budget",
+    "check_pricing",
+    "model_name",
+    "run_ledger",
+]
+
+
+def run_ledger(
+    budget: Budget | None, pricing: Mapping[str, Price], parent: Ledger | None = None
+) -> Ledger:
+    """The ledger a run draws from: its own at the root, a child of its parent's below
+    (a child's budget can only make it tighter; the root's pricing prices the tree)."""
+    if parent is not None:
+        return parent.child(budget)
+    return Ledger(budget, pricing=pricing)
+
+
+def model_name(model: Any) -> str | None:
+    """The name `pricing` knows a model client by: its `model` (`OpenAIChat("gpt-4.1")`
+    is "gpt-4.1", a `ScriptedModel` "scripted" unless named)."""
+    name = getattr(model, "model", None)
+    return name if isinstance(name, str) else None
+
+
+def check_budget(budget: Any, name: str = "budget") -> Budget | None:
+    if budget is not None and not isinstance(budget, Budget):
+        raise ConfigurationError(f"{name} must be a tl.Budget or None, not {budget!r}")
+    return budget
+
+
+def check_pricing(pricing: Any, budget: Budget | None, model: Any) -> dict[str, Price]:
+    """`pricing` as a dict; a `cost` limit without a price for the model is refused."""
+    if pricing is None:
+        pricing = {}
+    if not isinstance(pricing, Mapping) or not all(
+        isinstance(key, str) and isinstance(value, Price) for key, value in pricing.items()
+    ):
+        raise ConfigurationError(
+            f"pricing must be a dict from model name to tl.Price, not {pricing!r}"
+        )
+    if budget is not None and budget.cost is not None:
+        name = model_name(model)
+        if name not in pricing:
+            raise ConfigurationError(
+                f"the budget limits cost, but pricing has no price for the model {name!r} "
+                f"({model!r}): pass pricing={{{name!r}: tl.Price(input=..., output=...)}}"
+            )
+    return dict(pricing)
+
+
+def _prompt_chars(request: SolutionRequest | TurnRequest, schema_chars: int) -> int:
+    """Characters of the prompt: a solution request's messages and its schema (the
+    run's, whose JSON length is given), or a turn request as JSON."""
+    if isinstance(request, SolutionRequest):
+        text = sum(len(str(message.get("content", ""))) for message in request.messages)
+        return text + schema_chars
+    return len(json.dumps(request.to_dict(), ensure_ascii=False))
+
+
+@dataclass
+class Reservation:
+    """A request's room in flight: what was reserved, and the prompt's estimate."""
+
+    amount: dict[str, float]
+    estimate: int
+    cap: int | None
+
+
+class RequestMeter:
+    """Room for one run's model requests (PROTOCOL §12); see the module docstring."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        engine: Any,
+        model: Any,
+        on_budget: Callable[[BudgetRequest], Any] | None,
+        *,
+        durable: bool,
+        run_id: str | None,
+        schema: Any = None,
+    ) -> None:
+        self.ledger = ledger
+        self.engine = engine
+        # Whether the engine's scheduler keeps this ledger (and a journal its inputs);
+        # a driver without one (a Temporal workflow's) leaves the counting to the meter.
+        self.fed = getattr(engine, "budget", None) is ledger
+        self.model = model_name(model)
+        self.max_output = _client_max_output(model)
+        self.on_budget = on_budget
+        self.schema_chars = len(json.dumps(schema)) if schema is not None else 0
+        self.durable = durable
+        self.run_id = run_id
+        self._room: trio.Event | None = None
+        self.open: Reservation | None = None  # the request in flight, if any
+        self.clock = WallClock(None)  # the run's, once it runs (`OuterLoop.run`)
+        ledger.listeners.append(self._room_came_back)
+
+    def _room_came_back(self) -> None:
+        if self._room is not None:
+            self._room.set()
+
+    async def reserve(
+        self, request: SolutionRequest | TurnRequest, messages: Callable[[], list[Any]]
+    ) -> Reservation | None:
+        """Reserve room for `request` (setting its output limit), waiting while others
+        hold room; None when the hook deferred (the run pauses). Raises
+        `BudgetExceeded` when no room comes and none is granted."""
+        if self.ledger.root.deferred and self.durable:
+            return None  # a call's limit was deferred: pause until more room is given
+        estimate = estimate_tokens(_prompt_chars(request, self.schema_chars))
+        while True:
+            found = request_reservation(self.ledger, self.model, estimate, self.max_output)
+            if not isinstance(found, str):
+                amount, cap = found
+                # Counted whole now, and journaled before the request is sent: a process
+                # that dies mid-request leaves it counted (a request cut off, §12).
+                self._spend(amount, commit=True)
+                self.ledger.root.flights += 1
+                request.max_output_tokens = cap
+                self.open = Reservation(amount, estimate, cap)
+                return self.open
+            limit = found
+            if self.ledger.in_flight:  # room may come back: wait for it (PROTOCOL §12)
+                self._room = trio.Event()
+                await self._room.wait()
+                self._room = None
+                continue
+            root = self.ledger.root
+            # Only a driver that asks the hook (`asks`: trio's engine with one) is asked
+            # through; in a Temporal workflow an exhausted limit stops the run.
+            if self.on_budget is None or not root.asks or limit in root.refused:
+                raise self._exceeded(limit, messages())
+            asked = BudgetRequest(
+                limit, _asked(limit, estimate), root.usage, root.limits, self.run_id
+            )
+            # One question at a time (the engine's lock); a person's time is not the run's.
+            async with self.engine.budget_questions:
+                with self.clock.for_people():
+                    answer = await ask_budget(self.on_budget, asked, durable=self.durable)
+            self._answer(limit, answer)
+            if answer == "defer":
+                return None
+            if answer is None:
+                raise self._exceeded(limit, messages())
+
+    def settle(
+        self, reservation: Reservation, reported: Usage | None, text: str, cut_off: bool
+    ) -> None:
+        """Replace the reservation by what the request used: the server's usage; else,
+        for a request cut off, its whole reservation; else the estimate."""
+        self.open = None
+        given = reported.input_tokens if reported is not None else 0
+        wrote = reported.output_tokens if reported is not None else 0
+        if cut_off:  # what it reported so far (Anthropic: the prompt first), else the whole
+            output = reservation.cap if reservation.cap is not None else estimate_tokens(len(text))
+            used = (given or reservation.estimate, max(wrote, output))
+        elif given or wrote:
+            used = (given, wrote)
+        else:
+            used = (reservation.estimate, estimate_tokens(len(text)))
+        amount = used_amount(self.ledger, self.model, *used)
+        reserved = reservation.amount
+        self._spend({name: amount.get(name, 0) - reserved.get(name, 0) for name in reserved})
+        self._landed()
+
+    def grant(self, budget: Budget) -> None:
+        """More room from outside the hook (a resume's `budget=`), journaled."""
+        self._answer("", budget)
+
+    def _answer(self, limit: str, answer: Any) -> None:
+        if self.fed:
+            self.engine.answer_budget(limit, answer)  # journaled; a grant adds room
+        elif isinstance(answer, Budget):
+            self.ledger.grant(answer)
+        elif answer is None:
+            self.ledger.root.refused.add(limit)
+
+    def release(self, reservation: Reservation) -> None:
+        """A request that failed before anything arrived: it used nothing."""
+        self.open = None
+        self._spend({name: -value for name, value in reservation.amount.items()})
+        self._landed()
+
+    def _landed(self) -> None:
+        self.ledger.root.flights -= 1
+        self.ledger.wake()  # room may have come back for a request that waits
+
+    def _spend(self, amount: dict[str, float], *, commit: bool = False) -> None:
+        """Count `amount` (negative: give back); journaled, as a scheduler input, where
+        the engine keeps the ledger, so a resume never counts it twice."""
+        if self.fed:
+            self.engine.spend(amount, commit=commit)
+        else:
+            self.ledger.spend(amount)
+
+    def out_of_time(self) -> BudgetExceeded:
+        """The run's wall time ran out: a request cut off by it counts whole."""
+        if self.open is not None:
+            self.settle(self.open, None, "", cut_off=True)
+        return BudgetExceeded(
+            "the run's wall_time budget ran out; running calls ended as timed out; "
+            "continue from .messages with more budget",
+            limit="wall_time",
+        )
+
+    def spend_time(self, seconds: float) -> None:
+        """The run's time on its clock, journaled so a resume goes on from what is left."""
+        self._spend({"wall_time": seconds})
+
+    def _exceeded(self, limit: str, messages: list[Any]) -> BudgetExceeded:
+        return BudgetExceeded(
+            f"no room left in the budget for the next model request: "
+            f"{self.ledger.describe(limit)}; continue from .messages with more budget",
+            messages,
+            limit=limit,
+            usage=self.ledger.root.usage,
+        )
+
+
+def _asked(limit: str, estimate: int) -> float:
+    """What the next request needs of `limit` at the least."""
+    return {"requests": 1, "input_tokens": estimate, "total_tokens": estimate + 1}.get(limit, 1)
+
+
+def _client_max_output(model: Any) -> int | None:
+    """A client's own cap on a request's output, when it has one (Anthropic's)."""
+    for name in ("max_tokens", "max_output_tokens"):
+        value = getattr(model, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+class WallClock:
+    """A run's `wall_time` budget on its own clock (trio's): the deadline of this process's
+    part of the run, from what earlier parts left (journaled), and the time it took.
+
+    Time the run spends paused between processes is not counted; time waiting for an
+    approval inside a running process is (docs/decisions.md). Without a wall_time limit
+    nothing reads the clock (a Temporal workflow has none of trio's).
+    """
+
+    def __init__(self, ledger: Ledger | None, engine: Any = None) -> None:
+        left = None if ledger is None else ledger.room("wall_time")
+        if left is not None and not trio.lowlevel.in_trio_run():
+            left = None  # a Temporal workflow: not enforced there (docs/budgets.md)
+        self.engine = engine
+        self.started = trio.current_time() if left is not None else 0.0
+        self.deadline: float | None = None if left is None else self.started + max(left, 0.0)
+        self._scope: trio.CancelScope | None = None
+        if engine is not None:
+            engine.deadline = self.deadline  # running calls end as timed out at it
+
+    @contextmanager
+    def scope(self) -> Iterator[trio.CancelScope | None]:
+        """Cancels what is inside at the deadline (nothing without one)."""
+        if self.deadline is None:
+            yield None
+            return
+        with trio.move_on_at(self.deadline) as scope:
+            self._scope = scope
+            try:
+                yield scope
+            finally:
+                self._scope = None
+
+    @contextmanager
+    def for_people(self) -> Iterator[None]:
+        """Time inside is a person's (the budget hook): the deadline moves by it. Calls
+        already running keep theirs (none run while a request waits, but fire-and-forget
+        ones)."""
+        scope, deadline = self._scope, self.deadline
+        if scope is None or deadline is None:
+            yield
+            return
+        since = trio.current_time()
+        scope.deadline = math.inf
+        try:
+            yield
+        finally:
+            waited = trio.current_time() - since
+            self.deadline = deadline + waited
+            self.started += waited
+            scope.deadline = self.deadline
+            if self.engine is not None:
+                self.engine.deadline = self.deadline
+
+    def spent(self, meter: RequestMeter) -> None:
+        if self.deadline is not None:
+            meter.spend_time(max(0.0, trio.current_time() - self.started))
