@@ -86,6 +86,7 @@ class AgentConfig:
     max_iterations: int
     max_llm_retries: int
     max_concurrency: int | None
+    schedule: str
     context_budget: int | None
     protocol: LoopProtocol
     strict: bool
@@ -166,6 +167,7 @@ class OuterLoop:
             self.log,
             approve=config.approve,
             max_concurrency=config.max_concurrency,
+            schedule=config.schedule,
             on_action=on_action,
             journal=durable,
             run_id=self.events.run_id or None,

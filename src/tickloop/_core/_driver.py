@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from .._errors import ConfigurationError
 from ._decisions import ApproveHook, PendingCall
 from ._log import ContextLog
+from ._ranks import SCHEDULES, Measured
 from ._scheduler import CallRecord, Scheduler
 from ._scheduler_io import (
     Action,
@@ -31,13 +32,17 @@ from ._scheduler_io import (
 )
 from ._tools import ToolSet
 
-__all__ = ["Journal", "SchedulerDriver", "check_configuration"]
+__all__ = ["Journal", "SchedulerDriver", "check_configuration", "check_schedule"]
 
 
 def check_configuration(
-    tools: ToolSet, approve: ApproveHook | None, max_concurrency: int | None
+    tools: ToolSet,
+    approve: ApproveHook | None,
+    max_concurrency: int | None,
+    schedule: str = "critical_path",
 ) -> None:
     """Configuration errors are raised before anything runs (PROTOCOL §6)."""
+    check_schedule(schedule)
     if approve is None and tools.may_require_approval:
         names = ", ".join(repr(name) for name in tools.may_require_approval)
         raise ConfigurationError(
@@ -53,6 +58,14 @@ def check_configuration(
     ):
         raise ConfigurationError(
             f"max_concurrency must be a positive whole number or None, not {max_concurrency!r}"
+        )
+
+
+def check_schedule(schedule: Any) -> None:
+    """`schedule=` names one of the orders of starts under a limit (PROTOCOL §13)."""
+    if not isinstance(schedule, str) or schedule not in SCHEDULES:
+        raise ConfigurationError(
+            f"schedule must be one of {', '.join(map(repr, SCHEDULES))}, not {schedule!r}"
         )
 
 
@@ -91,8 +104,10 @@ class SchedulerDriver:
         clock: Callable[[], str],
         journal: Journal | None = None,
         run_id: str | None = None,
+        schedule: str = "critical_path",
+        measured: Measured | None = None,
     ) -> None:
-        check_configuration(tools, approve, max_concurrency)
+        check_configuration(tools, approve, max_concurrency, schedule)
         self.tools = tools
         self.log = log
         self.run_id = run_id
@@ -110,6 +125,10 @@ class SchedulerDriver:
             # declared); nor does a listener that says so (`wants_messages`).
             messages=on_action is not None and getattr(on_action, "wants_messages", True),
             arrows=journal is not None,  # the store's rows draw whom each call waited on
+            # Means measured in this process rank calls (PROTOCOL §13), except in a run
+            # that is replayed: a resume must rank as the run did, so declared or 1.
+            schedule=schedule,
+            measured=measured if journal is None else None,
         )
         self._approve = approve
         self._on_action = on_action

@@ -305,3 +305,20 @@ class PlanOrder:
                         continue
                     present, value = self._lookup(slot.term)
                     slot.kept = (present, copy_json(value) if present else None)
+
+    # -- who waits on a call (PROTOCOL §13: ranks under a limit) -------------------------
+
+    def dependents(self, call_id: str, seq: int, writes: tuple[Term, ...]) -> list[str]:
+        """The calls that wait on this one: readers whose terms wait for it to end, earlier
+        readers of what it writes through a forward reference, and held calls whose write
+        waits for it. Asked only to rank calls a limit holds back."""
+        found = [slot.reader for slot in _few.members(self._blocking.get(call_id))]
+        if writes and self._readers.size:
+            for term in writes:
+                for reader in self._readers.ids_overlapping(term):
+                    if self._seq_of(reader) < seq and self._reads_forward(reader, (term,)):
+                        found.append(reader)
+        held = self._held_on.get(call_id)
+        if held:
+            found.extend(held)
+        return found

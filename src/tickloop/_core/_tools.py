@@ -133,6 +133,7 @@ class Tool:
         bind: Mapping[str, str] | None = None,
         idempotent: bool = False,
         annotations: Mapping[str, Any] | None = None,
+        expected_duration: float | None = None,
     ) -> None:
         if name == "<lambda>":
             raise ConfigurationError(
@@ -182,6 +183,13 @@ class Tool:
                 )
         self.timeout = _check_positive(timeout, name, "timeout", float)
         self.max_concurrency = _check_positive(max_concurrency, name, "max_concurrency", int)
+        # Seconds a call is expected to take: what orders starts under a limit (PROTOCOL
+        # §13); None: the mean measured in this process, else 1.
+        self.expected_duration = _check_finite(
+            _check_positive(expected_duration, name, "expected_duration", float),
+            name,
+            "expected_duration",
+        )
         self.bind: dict[str, str] = _check_bind(bind, name)
         if not isinstance(idempotent, bool):
             raise ConfigurationError(
@@ -258,6 +266,7 @@ class Tool:
             "output_path": self.output_path,
             "timeout": self.timeout,
             "max_concurrency": self.max_concurrency,
+            "expected_duration": self.expected_duration,
             "bind": dict(self.bind),
             "idempotent": self.idempotent,
         }
@@ -530,6 +539,12 @@ def _check_positive(value: Any, tool_name: str, option: str, kind: type) -> Any:
     return kind(value)
 
 
+def _check_finite(value: float | None, tool_name: str, option: str) -> float | None:
+    if value is not None and value == float("inf"):
+        raise ConfigurationError(f"tool {tool_name!r}: {option} must be a finite number")
+    return value
+
+
 def tool(
     fn: Callable[..., Any] | None = None,
     *,
@@ -542,6 +557,7 @@ def tool(
     max_concurrency: int | None = None,
     bind: Mapping[str, str] | None = None,
     idempotent: bool = False,
+    expected_duration: float | None = None,
 ) -> Any:
     """Make a `Tool` from a type-hinted function; the docstring is the description.
 
@@ -560,6 +576,7 @@ def tool(
             max_concurrency=max_concurrency,
             bind=bind,
             idempotent=idempotent,
+            expected_duration=expected_duration,
         )
 
     if fn is not None:

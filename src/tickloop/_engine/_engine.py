@@ -30,6 +30,7 @@ from .._core._status import FINAL_STATUSES, CallStatus
 from .._core._tools import Branch, CallContext, Tool, ToolSet
 from .._errors import describe_error, is_call_error, unwrap_single
 from ._asking import ask, passing_here
+from ._durations import RunDurations
 from ._host import host_loop, run_on_host
 
 __all__ = ["Engine", "Journal", "check_configuration", "run_handler", "utc_now"]
@@ -76,7 +77,11 @@ class Engine(SchedulerDriver):
         clock: Callable[[], str] = utc_now,
         journal: Journal | None = None,
         run_id: str | None = None,
+        schedule: str = "critical_path",
     ) -> None:
+        # How long each tool's calls take, measured here: ranks under a limit read the
+        # means (PROTOCOL §13); the process keeps them when the session ends.
+        self._durations = RunDurations()
         super().__init__(
             tools,
             log,
@@ -86,6 +91,8 @@ class Engine(SchedulerDriver):
             clock=clock,
             journal=journal,
             run_id=run_id,
+            schedule=schedule,
+            measured=self._durations,
         )
         self._nursery: trio.Nursery | None = None
         self._clock: trio.abc.Clock | None = None  # the run's, read twice per call
@@ -106,6 +113,7 @@ class Engine(SchedulerDriver):
                     yield self
         finally:
             self._nursery = None
+            self._durations.merge()
         if nursery.cancel_scope.cancel_called:
             # The engine never cancels this nursery itself: a tool or hook did (through
             # trio's internals), which cut the tick short. Reporting the tick as finished
@@ -182,7 +190,10 @@ class Engine(SchedulerDriver):
         )
         value, branch, error = await run_handler(tool, action.params, context, self._threads)
         assert self._clock is not None  # set with the nursery this task runs in
-        self.scheduler.records[action.id].finished = self._clock.current_time()
+        record = self.scheduler.records[action.id]
+        record.finished = finished = self._clock.current_time()
+        if record.started is not None:
+            self._durations.add(action.tool, finished - record.started)
         self.feed(FinishCall(action.id, value, branch, error, self._date()))
 
 

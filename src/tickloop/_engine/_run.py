@@ -13,6 +13,7 @@ from typing import Any
 import trio
 
 from .._core._decisions import ApproveHook, PendingCall
+from .._core._driver import check_schedule
 from .._core._jsonable import run_value_to_json
 from .._core._log import ContextLog
 from .._core._scheduler import CallRecord
@@ -86,17 +87,20 @@ async def execute(
     input: Any = None,
     approve: ApproveHook | None = None,
     max_concurrency: int | None = None,
+    schedule: str = "critical_path",
 ) -> ExecutionResult:
     """Run one tick over `calls` inside trio; returns once every call has finished.
 
     Tool sources in `tools` (MCP servers) are opened first and closed after the tick.
+    `schedule`: which held-back call starts first under a limit (PROTOCOL §13).
     """
+    check_schedule(schedule)
     calls = _check_calls(calls)
     _check_state(state)
     log = initial_log(input, state)  # a value with no JSON form is refused before connecting
     check_sources(split_tools(tools)[1], approve)
     async with open_tools(tools) as opened:
-        return await _execute(calls, opened.tools, log, approve, max_concurrency)
+        return await _execute(calls, opened.tools, log, approve, max_concurrency, schedule)
 
 
 async def _execute(
@@ -105,13 +109,16 @@ async def _execute(
     log: ContextLog,
     approve: ApproveHook | None,
     max_concurrency: int | None,
+    schedule: str = "critical_path",
 ) -> ExecutionResult:
     named = {call.get("_tool") for call in calls if isinstance(call, Mapping)}
     used = [toolset[name] for name in toolset if name in named]
     problems = missing_bindings(used, log.view("input"))
     if problems:
         raise ConfigurationError("; ".join(problems))
-    engine = Engine(toolset, log, approve=approve, max_concurrency=max_concurrency)
+    engine = Engine(
+        toolset, log, approve=approve, max_concurrency=max_concurrency, schedule=schedule
+    )
     async with engine.session():
         engine.open_tick(1)
         now = trio.lowlevel.current_clock().current_time  # what trio.current_time() reads
@@ -158,6 +165,7 @@ def run_calls(
     input: Any = None,
     approve: ApproveHook | None = None,
     max_concurrency: int | None = None,
+    schedule: str = "critical_path",
 ) -> ExecutionResult:
     """`execute` for synchronous code: starts its own trio run."""
     if trio.lowlevel.in_trio_run():
@@ -174,5 +182,6 @@ def run_calls(
             input=input,
             approve=approve,
             max_concurrency=max_concurrency,
+            schedule=schedule,
         )
     )
