@@ -267,3 +267,26 @@ def test_the_import_benchmark_runs_at_a_tiny_repeat() -> None:
     assert [row.ok is None for row in rows] == [False, True]
     assert all(row.data["trio"] > 0 and row.data["ratio"] > 0 for row in rows)
     assert rows[0].ok == (rows[0].data["ratio"] <= TARGET)
+
+
+def test_the_scheduling_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    """benchmarks/bench_schedule.py (issue 33): the simulation drives the real scheduler;
+    with no limit every plan takes exactly its critical path, and under a limit no order
+    beats the lower bound. A tiny run judges nothing."""
+    import json
+    import random
+
+    from benchmarks.bench_schedule import main, sample_plan, simulate
+
+    rng = random.Random(1)
+    for _ in range(5):
+        plan = sample_plan(rng)
+        assert simulate(plan, None, "critical_path") == plan.critical_path()
+        assert simulate(plan, None, "fifo") == plan.critical_path()
+        for limit in (2, 8):
+            assert simulate(plan, limit, "critical_path") >= plan.bound(limit) - 1e-9
+    out = tmp_path / "schedule.json"
+    assert main(["--tiny", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["judged"] is False
+    assert [row["limit"] for row in data["makespan"]] == [2, 4, 8]
