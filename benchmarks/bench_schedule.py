@@ -159,9 +159,10 @@ def simulate(plan: Plan, limit: int | None, schedule: str) -> float:
     while finishing:
         now, _, call_id = heapq.heappop(finishing)
         carry_out(scheduler.handle(FinishCall(call_id, 0)))
-        # Eager: a slot left free while a call waits for one would be a lost second.
-        if limit is not None and scheduler._run_queue.queued:
-            assert len(scheduler._run_queue.running) >= min(limit, len(finishing)), now
+        # Eager: no slot is left free while a call waits for one (no tool here has a
+        # limit of its own, so a queued call waits for the run's).
+        if scheduler._run_queue.queued:
+            assert len(scheduler._run_queue.running) == limit, now
     assert ended, "the tick did not end"
     return now
 

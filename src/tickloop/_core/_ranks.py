@@ -81,6 +81,7 @@ class Ranks:
         self._seen: tuple[int, int] = (-1, -1)  # (arrivals, measured version) ranked on
         self._ranked_at = 0  # the input count of the last fresh ranking
         self._cost = 0  # calls its walks have visited since
+        self.visits = 0  # calls every walk has visited: what ranking has cost in all
 
     def refresh(self, queued: int) -> bool:
         """Before a choice: throw the kept ranks away if the plan or the means changed
@@ -145,6 +146,7 @@ class Ranks:
                         longest = later
                 memo[current.id] = self._weight(current) + longest
         self._cost += visited
+        self.visits += visited
         return memo[call.id]
 
     def _weight(self, call: Call) -> float:
