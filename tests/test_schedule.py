@@ -412,13 +412,12 @@ def test_a_paused_run_resumes_on_the_starts_it_recorded(tmp_path: Path) -> None:
 def test_ranking_a_growing_plan_costs_a_flat_amount_per_input() -> None:
     """A chain that grows while a limit holds calls back raises every earlier step's rank
     on each arrival; ranking afresh at every choice would walk the whole chain each time
-    (quadratic). Ranks are worked out afresh only as the inputs pay for it."""
-    from tickloop._core._ranks import CREDIT_PER_INPUT
+    (quadratic). Ranks are worked out afresh only as the calls queued pay for it."""
+    from tickloop._core._ranks import CREDIT_PER_CALL
 
     made = scheduler(1)
     receive(made, {"_tool": "lookup", "_id": "blocker", "q": 0, "seconds": 0})
     running = "blocker"
-    inputs = 2
     for i in range(1500):
         reads = f"†state.c{i - 1}" if i else 0
         receive(
@@ -427,10 +426,9 @@ def test_ranking_a_growing_plan_costs_a_flat_amount_per_input() -> None:
             {"_tool": "step", "_id": f"c{i}", "x": reads, "_outputPath": f"†state.c{i}"},
         )
         (running,) = finish(made, running)  # a choice with the chain grown by one
-        inputs += 3
     ranks = made._run_queue.ranks
     assert ranks is not None
-    assert ranks.visits <= CREDIT_PER_INPUT * inputs
+    assert ranks.visits <= CREDIT_PER_CALL * made._run_queue.pushed
     assert ranks.visits > 1500  # it did rank
     # Each step had the next one behind it when a slot freed: the chain went first, but
     # for the few choices made on kept ranks (a step whose successor arrived since ties

@@ -88,8 +88,8 @@ class Call:
         self.method = "set"
         self.latent_output: Any = None
         self.preapproved = False
-        # The scheduler's input count when it became ready: ties of rank under a limit go
-        # to the earlier (PROTOCOL §13).
+        # Its number among the calls queued to start (`RunQueue.pushed`): ties of rank
+        # under a limit go to the earlier (PROTOCOL §13).
         self.ready_at = 0
         # Earlier calls of a `depends_on` tool it waits for; None until there is one.
         self.tool_waits: set[str] | None = None

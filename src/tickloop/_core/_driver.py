@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from .._errors import ConfigurationError
 from ._decisions import ApproveHook, PendingCall
 from ._log import ContextLog
-from ._ranks import SCHEDULES, Measured
+from ._ranks import SCHEDULES, Measured, Schedule
 from ._scheduler import CallRecord, Scheduler
 from ._scheduler_io import (
     Action,
@@ -127,8 +127,7 @@ class SchedulerDriver:
             arrows=journal is not None,  # the store's rows draw whom each call waited on
             # Means measured in this process rank calls (PROTOCOL §13), except in a run
             # that is replayed: a resume must rank as the run did, so declared or 1.
-            schedule=schedule,
-            measured=measured if journal is None else None,
+            schedule=Schedule(schedule, measured if journal is None else None),
         )
         self._approve = approve
         self._on_action = on_action

@@ -11,12 +11,12 @@ held-back calls, each call's rank kept (`_memo`) for the walks after it. The pla
 while the model streams, and a call arriving later may raise an earlier call's rank, so
 the kept ranks go stale with every arrival (and every change of a measured mean). They
 are thrown away and worked out again when the next choice comes, as long as that costs
-no more than a fixed share of the inputs since the last time (`CREDIT_PER_INPUT` calls
-visited per input): the cost per call stays flat however long the plan, and a plan of
-up to hundreds of pending calls is ranked afresh at every choice. A huge plan that
-changes between every two choices is ranked on kept ranks in between (new calls are
-ranked when first met, on what is known then). Inputs are counted, not timed, so the same
-inputs give the same ranks: a replayed run makes the same choices.
+no more than a fixed share of the calls queued since the last time (`CREDIT_PER_CALL`
+calls visited per call queued): the cost per call stays flat however long the plan, and
+a plan of up to hundreds of pending calls is ranked afresh at nearly every choice. A huge
+plan that changes between every two choices is ranked on kept ranks in between (new calls
+are ranked when first met, on what is known then). Calls are counted, not timed, so the
+same inputs give the same ranks: a replayed run makes the same choices.
 
 Expected durations come from the tool (`expected_duration`), else from `Measured` (the
 driver's measurements, handed in as data: this module reads no clock), else 1 second.
@@ -24,19 +24,21 @@ driver's measurements, handed in as data: this module reads no clock), else 1 se
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sized
+from dataclasses import dataclass
 from typing import Protocol
 
 from ._call import Call
+from ._plan_order import PlanOrder
 from ._status import Statuses
 from ._tools import Tool
 
-__all__ = ["CREDIT_PER_INPUT", "SCHEDULES", "Dependents", "Measured", "Ranks"]
+__all__ = ["CREDIT_PER_CALL", "SCHEDULES", "Dependents", "Measured", "Ranks", "Schedule"]
 
 SCHEDULES = ("critical_path", "fifo")
 
-# Calls a fresh ranking may visit per input handled since the last one (see above).
-CREDIT_PER_INPUT = 64
+# Calls a fresh ranking may visit per call queued since the last one (see above).
+CREDIT_PER_CALL = 64
 
 DEFAULT_DURATION = 1.0
 
@@ -54,13 +56,49 @@ class Measured(Protocol):
 Dependents = Callable[[Call], Iterable[str]]
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """The order of starts under a limit: `order` is "critical_path" or "fifo";
+    `measured` the driver's means (None: declared durations or 1)."""
+
+    order: str = "critical_path"
+    measured: Measured | None = None
+
+    def __post_init__(self) -> None:
+        if self.order not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, not {self.order!r}")
+
+
+def ranks_for(
+    schedule: str | Schedule,
+    calls: Mapping[str, Call],
+    arrived: Sized,
+    plan: PlanOrder,
+    tool_dependents: Mapping[str, Iterable[str]],
+) -> Ranks | None:
+    """A scheduler's ranks (None under fifo): `calls` not ended, `arrived` one entry per
+    call that has arrived, `plan` its plan order, `tool_dependents` the calls waiting for
+    a call's end through their tool's `depends_on`."""
+    if not isinstance(schedule, Schedule):
+        schedule = Schedule(schedule)
+    if schedule.order == "fifo":
+        return None
+
+    def dependents(call: Call) -> list[str]:
+        found = plan.dependents(call.id, call.seq, call.writes)
+        if tool_dependents:
+            found.extend(tool_dependents.get(call.id, ()))
+        return found
+
+    return Ranks(calls, dependents, arrived.__len__, schedule.measured)
+
+
 class Ranks:
     """Ranks of one scheduler's calls, worked out when asked (see the module docstring).
 
     `calls`: the scheduler's calls not ended; `dependents`: who waits on a call;
-    `arrivals`: how many calls have arrived (a new one may raise ranks); `inputs`: how
-    many inputs the scheduler has handled; `measured`: the driver's means, or None
-    (declared durations or 1: a deterministic workflow).
+    `arrivals`: how many calls have arrived (a new one may raise ranks); `measured`: the
+    driver's means, or None (declared durations or 1: a deterministic workflow).
     """
 
     def __init__(
@@ -68,34 +106,32 @@ class Ranks:
         calls: Mapping[str, Call],
         dependents: Dependents,
         arrivals: Callable[[], int],
-        inputs: Callable[[], int],
         measured: Measured | None = None,
     ) -> None:
         self._calls = calls
         self._dependents = dependents
         self._arrivals = arrivals
-        self._inputs = inputs
         self._measured = measured
         self._memo: dict[str, float] = {}
         self.epoch = 0  # bumped whenever the kept ranks are thrown away
         self._seen: tuple[int, int] = (-1, -1)  # (arrivals, measured version) ranked on
-        self._ranked_at = 0  # the input count of the last fresh ranking
+        self._ranked_at = 0  # calls queued before the last fresh ranking
         self._cost = 0  # calls its walks have visited since
         self.visits = 0  # calls every walk has visited: what ranking has cost in all
 
-    def refresh(self, queued: int) -> bool:
+    def refresh(self, queued: int, pushed: int) -> bool:
         """Before a choice: throw the kept ranks away if the plan or the means changed
-        since they were worked out, and the inputs since then pay for it. True when
-        they were (every queued call must be ranked again)."""
-        inputs = self._inputs()
+        since they were worked out, and the calls queued since then (`pushed` counts
+        every call ever queued) pay for it. True when they were (every queued call must
+        be ranked again)."""
         seen = (self._arrivals(), -1 if self._measured is None else self._measured.version)
         if seen == self._seen:
             return False
-        if self._memo and (inputs - self._ranked_at) * CREDIT_PER_INPUT < self._cost + queued:
+        if self._memo and (pushed - self._ranked_at) * CREDIT_PER_CALL < self._cost + queued:
             return False  # not paid for yet: rank on what is kept
         self._seen = seen
         self._memo = {}
-        self._ranked_at = inputs
+        self._ranked_at = pushed
         self._cost = queued
         self.epoch += 1
         return True

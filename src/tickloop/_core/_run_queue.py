@@ -43,6 +43,7 @@ class RunQueue:
         "_queues",
         "_tool_running",
         "heads",
+        "pushed",
         "queued",
         "ranks",
         "ready",
@@ -65,6 +66,9 @@ class RunQueue:
         self._in_heads: set[str] = set()
         self._tool_running: dict[str, int] = {}
         self.queued = 0
+        # Calls ever queued; a call's number among them says when it became ready to
+        # start: ties of rank go to the earlier (PROTOCOL §13).
+        self.pushed = 0
         self.running: set[str] = set()
         # Running calls that write something: a tick waits for these, not for
         # fire-and-forget ones (PROTOCOL §4).
@@ -72,6 +76,8 @@ class RunQueue:
 
     def push(self, call: Call) -> None:
         self.queued += 1
+        call.ready_at = self.pushed
+        self.pushed += 1
         tool = call.tool
         name = tool.name
         queue = self._queues.get(name)
@@ -181,7 +187,7 @@ class RunQueue:
         if not held_back and (free is None or waiting <= free):
             return self._start_all(names)
         assert self.ranks is not None
-        self.ranks.refresh(self.queued)
+        self.ranks.refresh(self.queued, self.pushed)
         for name in names:
             self._key(name)
         started: list[Call] = []

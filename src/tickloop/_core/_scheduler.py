@@ -50,7 +50,7 @@ from ._expressions import Expression, Reference, Term
 from ._log import ContextLog, WriteError, copy_json
 from ._path_index import PathIndex
 from ._plan_order import PlanOrder, Slot
-from ._ranks import SCHEDULES, Measured, Ranks
+from ._ranks import Schedule, ranks_for
 from ._reading import read, resolve
 from ._results import check_output, targets, write_result
 from ._run_queue import RunQueue
@@ -120,11 +120,8 @@ class Scheduler:
         notes: bool = True,
         messages: bool = True,
         arrows: bool = False,
-        schedule: str = "critical_path",
-        measured: Measured | None = None,
+        schedule: str | Schedule = "critical_path",
     ) -> None:
-        if schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, not {schedule!r}")
         self.tools = tools
         # With `notes=False` the facts (`NoteAccepted`, `NoteReady`, `NoteDecided`,
         # `NoteMessage`, `NoteSettled`) are not returned: for a driver that has no observer
@@ -142,7 +139,6 @@ class Scheduler:
         self._calls: dict[str, Call] = {}  # accepted, not ended (then: its record, its seq)
         self._seqs: dict[str, int] = {}  # every call's arrival order
         self._seq = 0
-        self._inputs = 0  # inputs handled: when a call became ready, for ties (PROTOCOL §13)
         self._iteration = 0
         self._index = 0
         self._stream_open = False
@@ -161,13 +157,10 @@ class Scheduler:
         self._tool_dependents: dict[str, set[str]] = {}
         self._approvals = ApprovalQueue()
         self._deferred: dict[str, Call] = {}
-        # The order of starts under a limit (PROTOCOL §13): by rank, or first in first out.
-        ranks = None
-        if schedule == "critical_path":
-            ranks = Ranks(self._calls, self._dependents, self._arrivals, self._handled, measured)
-        self._run_queue = RunQueue(ranks)
         # Plan order (PROTOCOL §3, §4): what each waiting call's terms read, held writes.
         self._plan = PlanOrder(self._writers, self._waiters, self._seq_of, log.lookup)
+        ranks = ranks_for(schedule, self._calls, self._seqs, self._plan, self._tool_dependents)
+        self._run_queue = RunQueue(ranks)  # by rank under a limit (PROTOCOL §13), or fifo
         self._handlers: dict[type, Callable[[Any], None]] = {
             FinishCall: self._on_finished,
             ReceiveCall: self._on_received,
@@ -187,7 +180,6 @@ class Scheduler:
             raise TypeError(f"not a scheduler input: {event!r}")
         self._event = event
         self._date = event.date
-        self._inputs += 1
         handler(event)
         self._settle_everything_possible()
         actions, self._actions = self._actions, []
@@ -462,20 +454,6 @@ class Scheduler:
     def _seq_of(self, call_id: str) -> int:
         return self._seqs[call_id]
 
-    # -- ranks under a limit (PROTOCOL §13) ------------------------------------------------
-
-    def _dependents(self, call: Call) -> list[str]:
-        found = self._plan.dependents(call.id, call.seq, call.writes)
-        if self._tool_dependents:
-            found.extend(self._tool_dependents.get(call.id, ()))
-        return found
-
-    def _arrivals(self) -> int:
-        return self._seq
-
-    def _handled(self) -> int:
-        return self._inputs
-
     # -- ready: resolve, check, approve ----------------------------------------------------
 
     def _on_ready(self, call: Call, values: dict[tuple[str | int, ...], Any]) -> None:
@@ -487,7 +465,6 @@ class Scheduler:
         # The parameters as written are never read again (an edit starts from the record,
         # a replacement is checked anew): the call keeps the resolved ones, one dict less.
         call.params = params
-        call.ready_at = self._inputs
         if error is not None:
             self._settle(call, S.INVALID, error)
             return
