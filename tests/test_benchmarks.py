@@ -290,3 +290,21 @@ def test_the_scheduling_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert data["judged"] is False
     assert [row["limit"] for row in data["makespan"]] == [2, 4, 8]
+
+
+def test_the_report_shows_and_judges_the_scheduling_figures(tmp_path: Path) -> None:
+    """`python -m benchmarks` puts bench_schedule's tables in its section and judges its
+    targets (only a judged run's)."""
+    import json
+
+    from benchmarks.bench_schedule import main
+
+    out = tmp_path / "schedule.json"
+    assert main(["--tiny", "--json", str(out)]) == 0
+    results = json.loads((ROOT / "benchmarks" / "results" / "e2e.json").read_text())
+    results["schedule"] = json.loads(out.read_text())
+    assert "### Order of starts under limits" in render(results, [])
+    assert not [t for t in check_targets(results) if t[0].startswith("order of starts")]
+    results["schedule"]["judged"] = True
+    judged = [t for t in check_targets(results) if t[0].startswith("order of starts")]
+    assert len(judged) == 5  # the bound at limits 2, 4, 8; fifo at 4 and 8
