@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from trio.testing import MockClock
 
 import tickloop as tl
@@ -435,3 +437,62 @@ def test_ranking_a_growing_plan_costs_a_flat_amount_per_input() -> None:
     # with the lookups, which were ready before it).
     assert made.status("c1400") == "done"
     assert made.status("l100") == "queued"
+
+
+_queue_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("push"), st.sampled_from(["a", "b", "c"])),
+        st.tuples(st.just("start"), st.sampled_from([None, 1, 2, 3])),
+        st.tuples(st.just("finish"), st.integers(0, 10)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_queue_ops, st.sampled_from(["critical_path", "fifo"]))
+def test_no_slot_idles_while_a_call_could_take_it(ops: list[tuple[str, Any]], order: str) -> None:
+    """After every `start`, under either order and any mix of the run's limit and tools'
+    own (`c` allows one at a time), a queued call waits only because every slot it could
+    take is in use: ordering by rank never holds back a call eager dispatch would start."""
+    from types import SimpleNamespace
+
+    from tickloop._core._ranks import ranks_for
+    from tickloop._core._run_queue import RunQueue
+
+    limits = {"a": None, "b": None, "c": 1}
+    calls: dict[str, Any] = {}
+    waiting_on: dict[str, list[str]] = {}  # a random graph: each call waits on some others
+    plan = SimpleNamespace(dependents=lambda call_id, seq, writes: list(waiting_on[call_id]))
+    queue = RunQueue(ranks_for(order, calls, calls, plan, {}))  # type: ignore[arg-type]
+    running: list[Any] = []
+    for seq, (op, arg) in enumerate(ops):
+        if op == "push":
+            tool = SimpleNamespace(name=arg, max_concurrency=limits[arg], expected_duration=seq)
+            call = SimpleNamespace(
+                id=f"k{seq}",
+                seq=seq,
+                tool=tool,
+                fire_and_forget=False,
+                writes=(),
+                status="queued",
+                ready_at=0,
+            )
+            waiting_on[call.id] = [other for other in calls if int(other[1:]) % 3 == seq % 3]
+            calls[call.id] = call
+            queue.push(call)  # type: ignore[arg-type]
+        elif op == "start":
+            running += queue.start(arg)
+            by_tool = {name: sum(c.tool.name == name for c in running) for name in limits}
+            if queue.queued:
+                queued_tools = {
+                    c.tool.name
+                    for c in calls.values()
+                    if c not in running and c.id not in queue.running
+                }
+                free_tools = [t for t in queued_tools if limits[t] is None or by_tool[t] < 1]
+                assert not free_tools or (arg is not None and len(queue.running) >= arg)
+        elif running:
+            call = running.pop(arg % len(running))
+            queue.finish(call)
+            del calls[call.id]
