@@ -63,6 +63,7 @@ class Settings:
     engine: bool = True
     grid: bool = True
     perf: bool = True  # bench_perf.py: issue 15's ratios
+    schedule: bool = True  # bench_schedule.py: issue 33's order of starts under limits
 
     def as_dict(self) -> dict[str, Any]:
         """What the report needs to say how the figures were made."""
@@ -319,6 +320,26 @@ def run_perf_bench() -> list[dict[str, Any]]:
     return rows + [dict(row.__dict__) for row in bench_import.measure()]
 
 
+def run_schedule_bench() -> dict[str, Any]:
+    """Issue 33's figures (benchmarks/bench_schedule.py), in a process of its own as
+    bench_perf is: its cost part is CPU time per call."""
+    with tempfile.TemporaryDirectory() as folder:
+        rows_file = Path(folder) / "schedule.json"
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.bench_schedule", "--json", str(rows_file)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
+        if not rows_file.exists():
+            raise RuntimeError(
+                f"bench_schedule failed (exit {done.returncode}): {done.stderr[-2000:]}"
+            )
+        rows: dict[str, Any] = json.loads(rows_file.read_text())
+    return rows
+
+
 def _timed(label: str, fn: Callable[[], Any]) -> tuple[Any, float]:
     started = time.perf_counter()
     value = fn()
@@ -359,4 +380,8 @@ def run_all(settings: Settings) -> dict[str, Any]:
         )
     if settings.perf:
         results["perf"], results["timings"]["perf"] = _timed("per-call cost", run_perf_bench)
+    if settings.schedule:
+        results["schedule"], results["timings"]["schedule"] = _timed(
+            "order of starts under limits", run_schedule_bench
+        )
     return results

@@ -155,6 +155,20 @@ def check_targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None]]
                             verdict == "ok"))
     for row in results.get("perf", []):
         out.append((f"{row['name']}: {row['target']}", row["figure"], row["ok"]))
+    schedule = results.get("schedule")
+    if schedule and schedule.get("judged"):
+        from .bench_schedule import BOUND_TARGET, FIFO_TARGET, FIFO_TARGET_LIMITS
+
+        for row in schedule["makespan"]:
+            limit = row["limit"]
+            out.append((f"order of starts, limit {limit}: critical_path <= "
+                        f"{BOUND_TARGET}x the lower bound",
+                        f"{row['critical_over_bound']:.3f}x",
+                        row["critical_over_bound"] <= BOUND_TARGET))
+            if limit in FIFO_TARGET_LIMITS:
+                out.append((f"order of starts, limit {limit}: fifo >= {FIFO_TARGET}x "
+                            "critical_path", f"{row['fifo_over_critical']:.3f}x",
+                            row["fifo_over_critical"] >= FIFO_TARGET))
     return out
 
 
@@ -485,6 +499,24 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
             "runs.\n"
         )
         parts.append(table([Row(**row) for row in results["perf"]]))
+
+    # -- order of starts under limits (issue 33) ---------------------------------------------
+    if results.get("schedule"):
+        from .bench_schedule import cost_table, makespan_table, sensitivity_table
+
+        schedule = results["schedule"]
+        parts.append("\n### Order of starts under limits (issue 33), same run\n")
+        parts.append(
+            "`python -m benchmarks.bench_schedule` (run here by `python -m benchmarks` in a "
+            "process of its own): the real scheduler driven by a simulation on virtual "
+            "time; mean makespan over agent-like plans, and the ratios' means over plans. "
+            "Its section below says what the plans are.\n"
+        )
+        parts.append(makespan_table(schedule["makespan"]))
+        parts.append("\nNot judged, by searches per plan:\n")
+        parts.append(sensitivity_table(schedule["sensitivity"]))
+        parts.append("\nScheduler CPU per call under a binding limit:\n")
+        parts.append(cost_table(schedule["cost"]))
 
     # -- charts --------------------------------------------------------------------------
     if charts:

@@ -107,6 +107,7 @@ def test_tool_signature_and_defaults() -> None:
         ("max_concurrency", K, None),
         ("bind", K, None),
         ("idempotent", K, False),
+        ("expected_duration", K, None),
     ]
     assert isinstance(add, tl.Tool) and isinstance(charge, tl.Tool)
 
@@ -325,6 +326,7 @@ def test_run_calls_and_execute_signatures() -> None:
         ("max_concurrency", K, None),
         ("budget", K, None),  # PROTOCOL §12
         ("on_budget", K, None),
+        ("schedule", K, "critical_path"),
     ]
     assert signature_of(tl.run_calls) == expected
     assert signature_of(tl.execute) == expected
@@ -604,6 +606,7 @@ def test_agent_constructor_options_and_defaults() -> None:
     assert params["max_iterations"] == (K, 10)
     assert params["max_llm_retries"] == (K, 3)
     assert params["max_concurrency"] == (K, None)
+    assert params["schedule"] == (K, "critical_path")
     assert params["protocol"] == (K, "solution")
     assert params["store"] == (K, None)
     for method in ("run", "run_async", "resume"):

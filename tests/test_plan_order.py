@@ -103,11 +103,31 @@ def plans(draw: st.DrawFn) -> list[dict[str, Any]]:
     return calls
 
 
-def _execute(calls: list[dict[str, Any]]) -> tl.ExecutionResult:
+def _execute(
+    calls: list[dict[str, Any]],
+    schedule: str = "critical_path",
+    limit: int | None = None,
+    tools: list[tl.Tool] = TOOLS,
+) -> tl.ExecutionResult:
     return trio.run(
-        partial(tl.execute, calls, tools=TOOLS, approve=deny_some),
+        partial(
+            tl.execute,
+            calls,
+            tools=tools,
+            approve=deny_some,
+            schedule=schedule,
+            max_concurrency=limit,
+        ),
         clock=MockClock(autojump_threshold=0),
     )
+
+
+# The same tools, one of them allowed one call at a time (a tool's own limit).
+ONE_EMIT_AT_A_TIME = [
+    tl.Tool("emit", emit.description, handler=emit.handler, max_concurrency=1),
+    crash,
+    gated,
+]
 
 
 def _one_by_one(calls: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], Any]:
@@ -131,9 +151,34 @@ def _execute_on(call: dict[str, Any], state: Any) -> tl.ExecutionResult:
     )
 
 
+@pytest.mark.parametrize(
+    ("schedule", "limit", "tools"),
+    [
+        ("critical_path", None, TOOLS),
+        ("critical_path", 1, TOOLS),
+        ("critical_path", 2, TOOLS),
+        ("critical_path", 3, ONE_EMIT_AT_A_TIME),
+        ("fifo", None, TOOLS),
+        ("fifo", 2, TOOLS),
+        ("fifo", None, ONE_EMIT_AT_A_TIME),
+    ],
+    ids=[
+        "critical_path",
+        "critical_path-1",
+        "critical_path-2",
+        "critical_path-3-tool-1",
+        "fifo",
+        "fifo-2",
+        "fifo-tool-1",
+    ],
+)
 @given(plans())
-def test_every_plan_is_serially_equivalent(calls: list[dict[str, Any]]) -> None:
-    together = _execute(calls)
+def test_every_plan_is_serially_equivalent(
+    schedule: str, limit: int | None, tools: list[tl.Tool], calls: list[dict[str, Any]]
+) -> None:
+    """Under either order of starts and any limit (PROTOCOL §13 changes when calls start,
+    never what they read or what the run returns)."""
+    together = _execute(calls, schedule, limit, tools)
     params, statuses, state = _one_by_one(calls)
     assert {i: r.status for i, r in together.records.items()} == statuses
     for call_id, record in together.records.items():

@@ -76,6 +76,7 @@ class Agent(Generic[OutputT]):
         max_iterations: int = 10,
         max_llm_retries: int = 3,
         max_concurrency: int | None = None,
+        schedule: Literal["critical_path", "fifo"] = "critical_path",
         protocol: Literal["solution", "tools"] = "solution",
         strict: bool = True,
         on_event: Callable[[RunEvent], Any] | None = None,
@@ -125,6 +126,7 @@ class Agent(Generic[OutputT]):
         self.max_iterations = _positive(max_iterations, "max_iterations")
         self.max_llm_retries = _positive(max_llm_retries, "max_llm_retries")
         self.max_concurrency = max_concurrency
+        self.schedule = schedule  # the order of starts under a limit (PROTOCOL §13)
         # Characters of JSON a state value may take in a request (PROTOCOL §8); None: all.
         self.context_budget = (
             None if context_budget is None else _positive(context_budget, "context_budget")
@@ -143,7 +145,7 @@ class Agent(Generic[OutputT]):
         self.tracer = make_tracer(tracer_provider)
         # A tool that may require approval needs a hook, the root's: checked when a run
         # starts (`check_tree`), since a sub-agent needs no hook of its own (PROTOCOL §11).
-        check_configuration(ToolSet([]), approve, max_concurrency)
+        check_configuration(ToolSet([]), approve, max_concurrency, schedule)
         check_sources(self.tool_sources, approve)
         PROTOCOLS[protocol].check(model, self.tools)
         self.schema = solution_schema(self.tools, self.output.schema, strict=strict)
@@ -192,6 +194,7 @@ class Agent(Generic[OutputT]):
             max_iterations=self.max_iterations,
             max_llm_retries=self.max_llm_retries,
             max_concurrency=self.max_concurrency,
+            schedule=self.schedule,
             context_budget=self.context_budget,
             protocol=PROTOCOLS[self.protocol],
             strict=self.strict,
@@ -419,7 +422,7 @@ class Agent(Generic[OutputT]):
         if opened.instructions:
             parts = [instructions.strip()] if instructions else []
             instructions = "\n\n".join([*parts, *opened.instructions])
-        check_configuration(opened.tools, self.approve, self.max_concurrency)
+        check_configuration(opened.tools, self.approve, self.max_concurrency, self.schedule)
         config.protocol.check(self.model, opened.tools)
         return dataclasses.replace(
             config,

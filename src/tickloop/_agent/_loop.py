@@ -93,6 +93,7 @@ class AgentConfig:
     max_iterations: int
     max_llm_retries: int
     max_concurrency: int | None
+    schedule: str
     context_budget: int | None
     protocol: LoopProtocol
     strict: bool
@@ -203,6 +204,7 @@ class OuterLoop:
             self.log,
             approve=config.approve,
             max_concurrency=config.max_concurrency,
+            schedule=config.schedule,
             on_action=on_action,
             journal=durable,
             run_id=self.events.run_id or None,

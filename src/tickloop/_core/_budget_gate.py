@@ -20,7 +20,7 @@ from typing import Any
 
 from ._budget import Budget, BudgetRequest, Ledger, call_amount
 from ._call import Call
-from ._run_queue import RunQueue
+from ._run_queue import Ranks, RunQueue
 from ._scheduler_io import Action, AnswerBudget, AskBudget, SpendBudget
 from ._status import CallStatus
 
@@ -50,8 +50,9 @@ class BudgetedRunQueue(RunQueue):
         ledger: Ledger,
         settle: Callable[[Call, CallStatus, dict[str, Any] | None], None],
         emit: Callable[[Action], None],
+        ranks: Ranks | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(ranks)
         self.ledger = ledger
         self._settle = settle  # the scheduler's: end a call with a status and an error
         self._emit = emit

@@ -61,6 +61,7 @@ class Call:
         "output",
         "params",
         "preapproved",
+        "ready_at",
         "record",
         "references",
         "seq",
@@ -87,6 +88,9 @@ class Call:
         self.method = "set"
         self.latent_output: Any = None
         self.preapproved = False
+        # Its number among the calls queued to start (`RunQueue.pushed`): ties of rank
+        # under a limit go to the earlier (PROTOCOL §13).
+        self.ready_at = 0
         # Earlier calls of a `depends_on` tool it waits for; None until there is one.
         self.tool_waits: set[str] | None = None
         self.watching: tuple[Term, ...] = ()

@@ -16,6 +16,7 @@ from .._errors import ConfigurationError
 from ._budget import BudgetRequest, Ledger
 from ._decisions import ApproveHook, PendingCall
 from ._log import ContextLog
+from ._ranks import SCHEDULES, Measured, Schedule
 from ._scheduler import CallRecord, Scheduler
 from ._scheduler_io import (
     Action,
@@ -35,13 +36,17 @@ from ._scheduler_io import (
 )
 from ._tools import ToolSet
 
-__all__ = ["Journal", "SchedulerDriver", "check_configuration"]
+__all__ = ["Journal", "SchedulerDriver", "check_configuration", "check_schedule"]
 
 
 def check_configuration(
-    tools: ToolSet, approve: ApproveHook | None, max_concurrency: int | None
+    tools: ToolSet,
+    approve: ApproveHook | None,
+    max_concurrency: int | None,
+    schedule: str = "critical_path",
 ) -> None:
     """Configuration errors are raised before anything runs (PROTOCOL §6)."""
+    check_schedule(schedule)
     if approve is None and tools.may_require_approval:
         names = ", ".join(repr(name) for name in tools.may_require_approval)
         raise ConfigurationError(
@@ -57,6 +62,14 @@ def check_configuration(
     ):
         raise ConfigurationError(
             f"max_concurrency must be a positive whole number or None, not {max_concurrency!r}"
+        )
+
+
+def check_schedule(schedule: Any) -> None:
+    """`schedule=` names one of the orders of starts under a limit (PROTOCOL §13)."""
+    if not isinstance(schedule, str) or schedule not in SCHEDULES:
+        raise ConfigurationError(
+            f"schedule must be one of {', '.join(map(repr, SCHEDULES))}, not {schedule!r}"
         )
 
 
@@ -97,8 +110,10 @@ class SchedulerDriver:
         run_id: str | None = None,
         budget: Ledger | None = None,
         on_budget: Callable[[BudgetRequest], Any] | None = None,
+        schedule: str = "critical_path",
+        measured: Measured | None = None,
     ) -> None:
-        check_configuration(tools, approve, max_concurrency)
+        check_configuration(tools, approve, max_concurrency, schedule)
         if on_budget is not None and not callable(on_budget):
             raise ConfigurationError(f"on_budget must be callable, not {on_budget!r}")
         self.tools = tools
@@ -119,6 +134,9 @@ class SchedulerDriver:
             messages=on_action is not None and getattr(on_action, "wants_messages", True),
             arrows=journal is not None,  # the store's rows draw whom each call waited on
             budget=budget,
+            # Means measured in this process rank calls (PROTOCOL §13), except in a run
+            # that is replayed: a resume must rank as the run did, so declared or 1.
+            schedule=Schedule(schedule, measured if journal is None else None),
         )
         self.budget = budget  # the run's ledger (PROTOCOL §12), shared with its tree
         if budget is not None:

@@ -92,6 +92,9 @@ class PlanOrder:
         self._held_on: dict[str, set[str]] = {}  # blocker -> held calls it holds back
         # Holds whose blockers moved on: what `releasable` looks at (empty: nothing to do).
         self.recheck: set[str] = set()
+        # Slots of waiting calls that read forward: when none do, no call has an earlier
+        # forward reader to look for (`dependents`).
+        self._forward_slots = 0
         self._legacy = False
 
     # -- the request ---------------------------------------------------------------------
@@ -140,6 +143,8 @@ class PlanOrder:
                     blocking = self._blocking
                     for writer in _few.members(pending):
                         blocking[writer] = _few.add(blocking.get(writer), slot)
+            if slot.forward:
+                self._forward_slots += 1
             self._readers.add(term, reader)
             slots.append(slot)
         watched = tuple(slots)
@@ -163,6 +168,8 @@ class PlanOrder:
                             del self._blocking[writer]
                         else:
                             self._blocking[writer] = waiting
+                if slot.forward:
+                    self._forward_slots -= 1
                 self._readers.remove(slot.term, reader)
         if self._held_on:
             held = self._held_on.pop(reader, None)
@@ -305,3 +312,20 @@ class PlanOrder:
                         continue
                     present, value = self._lookup(slot.term)
                     slot.kept = (present, copy_json(value) if present else None)
+
+    # -- who waits on a call (PROTOCOL §13: ranks under a limit) -------------------------
+
+    def dependents(self, call_id: str, seq: int, writes: tuple[Term, ...]) -> list[str]:
+        """The calls that wait on this one: readers whose terms wait for it to end, earlier
+        readers of what it writes through a forward reference, and held calls whose write
+        waits for it. Asked only to rank calls a limit holds back."""
+        found = [slot.reader for slot in _few.members(self._blocking.get(call_id))]
+        if writes and self._forward_slots:
+            for term in writes:
+                for reader in self._readers.ids_overlapping(term):
+                    if self._seq_of(reader) < seq and self._reads_forward(reader, (term,)):
+                        found.append(reader)
+        held = self._held_on.get(call_id)
+        if held:
+            found.extend(held)
+        return found

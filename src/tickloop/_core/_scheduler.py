@@ -52,6 +52,7 @@ from ._expressions import Expression, Reference, Term
 from ._log import ContextLog, WriteError, copy_json
 from ._path_index import PathIndex
 from ._plan_order import PlanOrder, Slot
+from ._ranks import Schedule, ranks_for
 from ._reading import read, resolve
 from ._results import check_output, targets, write_result
 from ._run_queue import RunQueue
@@ -121,6 +122,7 @@ class Scheduler:
         messages: bool = True,
         arrows: bool = False,
         budget: Ledger | None = None,
+        schedule: str | Schedule = "critical_path",
     ) -> None:
         self.tools = tools
         # With `notes=False` the facts (`NoteAccepted`, `NoteReady`, `NoteDecided`, `NoteMessage`,
@@ -156,10 +158,12 @@ class Scheduler:
         self._tool_dependents: dict[str, set[str]] = {}
         self._approvals = ApprovalQueue()
         self._deferred: dict[str, Call] = {}
-        gate = budget and BudgetedRunQueue(budget, self._settle, self._emit)
-        self._run_queue = gate or RunQueue()  # with a budget: room first (PROTOCOL §12)
         # Plan order (PROTOCOL §3, §4): what each waiting call's terms read, held writes.
         self._plan = PlanOrder(self._writers, self._waiters, self._seq_of, log.lookup)
+        ranks = ranks_for(schedule, self._calls, self._seqs, self._plan, self._tool_dependents)
+        # By rank under a limit (PROTOCOL §13), or fifo; with a budget, room first (§12).
+        gate = budget and BudgetedRunQueue(budget, self._settle, self._emit, ranks)
+        self._run_queue = gate or RunQueue(ranks)
         self._handlers: dict[type, Callable[[Any], None]] = {
             FinishCall: self._on_finished,
             ParkCall: lambda event: _park(self, event),

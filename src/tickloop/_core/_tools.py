@@ -138,6 +138,7 @@ class Tool:
         bind: Mapping[str, str] | None = None,
         idempotent: bool = False,
         annotations: Mapping[str, Any] | None = None,
+        expected_duration: float | None = None,
     ) -> None:
         if name == "<lambda>":
             raise ConfigurationError(
@@ -192,6 +193,13 @@ class Tool:
                 )
         self.timeout = _check_positive(timeout, name, "timeout", float)
         self.max_concurrency = _check_positive(max_concurrency, name, "max_concurrency", int)
+        # Seconds a call is expected to take: what orders starts under a limit (PROTOCOL
+        # §13); None: the mean measured in this process, else 1.
+        self.expected_duration = _check_finite(
+            _check_positive(expected_duration, name, "expected_duration", float),
+            name,
+            "expected_duration",
+        )
         self.bind: dict[str, str] = _check_bind(bind, name)
         if not isinstance(idempotent, bool):
             raise ConfigurationError(
@@ -268,6 +276,7 @@ class Tool:
             "output_path": self.output_path,
             "timeout": self.timeout,
             "max_concurrency": self.max_concurrency,
+            "expected_duration": self.expected_duration,
             "bind": dict(self.bind),
             "idempotent": self.idempotent,
         }
@@ -540,6 +549,12 @@ def _check_positive(value: Any, tool_name: str, option: str, kind: type) -> Any:
     return kind(value)
 
 
+def _check_finite(value: float | None, tool_name: str, option: str) -> float | None:
+    if value is not None and value == float("inf"):
+        raise ConfigurationError(f"tool {tool_name!r}: {option} must be a finite number")
+    return value
+
+
 # `@tool` gives a Tool; `@tool(...)` gives a decorator that does (typed both ways, so a
 # user's `mypy --strict` sees a `Tool`, not an untyped decorator). The options are
 # listed in each overload and in the implementation: add a new one to all three.
@@ -556,6 +571,7 @@ def tool(
     max_concurrency: int | None = None,
     bind: Mapping[str, str] | None = None,
     idempotent: bool = False,
+    expected_duration: float | None = None,
 ) -> Tool: ...
 
 
@@ -572,6 +588,7 @@ def tool(
     max_concurrency: int | None = None,
     bind: Mapping[str, str] | None = None,
     idempotent: bool = False,
+    expected_duration: float | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -587,6 +604,7 @@ def tool(
     max_concurrency: int | None = None,
     bind: Mapping[str, str] | None = None,
     idempotent: bool = False,
+    expected_duration: float | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a `Tool` from a type-hinted function; the docstring is the description.
 
@@ -605,6 +623,7 @@ def tool(
             max_concurrency=max_concurrency,
             bind=bind,
             idempotent=idempotent,
+            expected_duration=expected_duration,
         )
         if not made.description:
             # Once per definition (the warnings filter's default): the model would see a

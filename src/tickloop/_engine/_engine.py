@@ -39,6 +39,7 @@ from .._core._tools import Branch, CallContext, Tool, ToolSet
 from .._errors import describe_error, is_call_error, unwrap_single
 from ._asking import ask, passing_here
 from ._budgeting import BudgetHook, ask_budget
+from ._durations import RunDurations
 from ._host import host_loop, run_on_host
 
 __all__ = [
@@ -109,10 +110,14 @@ class Engine(SchedulerDriver):
         scope: object = None,
         budget: Ledger | None = None,
         on_budget: BudgetHook | None = None,
+        schedule: str = "critical_path",
     ) -> None:
         # Handed to every call's `CallContext.scope`: what a sub-agent's call needs of
         # the run it belongs to (`_agent._tree.RunPlace`); opaque to the engine.
         self.scope = scope
+        # How long each tool's calls take, measured here: ranks under a limit read the
+        # means (PROTOCOL §13); the process keeps them when the session ends.
+        self._durations = RunDurations()
         super().__init__(
             tools,
             log,
@@ -124,6 +129,8 @@ class Engine(SchedulerDriver):
             run_id=run_id,
             budget=budget,
             on_budget=on_budget,
+            schedule=schedule,
+            measured=self._durations,
         )
         self._nursery: trio.Nursery | None = None
         self._clock: trio.abc.Clock | None = None  # the run's, read twice per call
@@ -153,6 +160,7 @@ class Engine(SchedulerDriver):
                     yield self
         finally:
             self._nursery = None
+            self._durations.merge()
         if nursery.cancel_scope.cancel_called:
             # The engine never cancels this nursery itself: a tool or hook did (through
             # trio's internals), which cut the tick short. Reporting the tick as finished
@@ -265,7 +273,10 @@ class Engine(SchedulerDriver):
         if value is PARKED and error is None:  # a sub-agent's child run paused
             self.feed(ParkCall(action.id, self._date()))
             return
-        self.scheduler.records[action.id].finished = self._clock.current_time()
+        record = self.scheduler.records[action.id]
+        record.finished = finished = self._clock.current_time()
+        if record.started is not None:
+            self._durations.add(action.tool, finished - record.started)
         self.feed(FinishCall(action.id, value, branch, error, self._date()))
 
 

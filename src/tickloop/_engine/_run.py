@@ -14,6 +14,7 @@ import trio
 
 from .._core._budget import Budget, Ledger, RunUsage
 from .._core._decisions import ApproveHook, PendingCall
+from .._core._driver import check_schedule
 from .._core._jsonable import run_value_to_json
 from .._core._log import ContextLog
 from .._core._scheduler import CallRecord
@@ -94,16 +95,19 @@ async def execute(
     max_concurrency: int | None = None,
     budget: Budget | None = None,
     on_budget: BudgetHook | None = None,
+    schedule: str = "critical_path",
 ) -> ExecutionResult:
     """Run one tick over `calls` inside trio; returns once every call has finished.
 
     Tool sources in `tools` (MCP servers) are opened first and closed after the tick.
     `budget` limits the tool calls that start (PROTOCOL §12); `on_budget` may grant more.
+    `schedule`: which held-back call starts first under a limit (PROTOCOL §13).
     """
     require_trio(
         "tl.execute",
         "call `tl.run_calls(...)` in a thread (`await asyncio.to_thread(tl.run_calls, ...)`)",
     )
+    check_schedule(schedule)
     calls = _check_calls(calls)
     _check_state(state)
     _check_budget(budget, on_budget)
@@ -111,7 +115,14 @@ async def execute(
     check_sources(split_tools(tools)[1], approve)
     async with open_tools(tools) as opened:
         return await _execute(
-            calls, opened.tools, log, approve, max_concurrency, Ledger(budget), on_budget
+            calls,
+            opened.tools,
+            log,
+            approve,
+            max_concurrency,
+            Ledger(budget),
+            on_budget,
+            schedule,
         )
 
 
@@ -123,6 +134,7 @@ async def _execute(
     max_concurrency: int | None,
     ledger: Ledger | None = None,
     on_budget: BudgetHook | None = None,
+    schedule: str = "critical_path",
 ) -> ExecutionResult:
     named = {call.get("_tool") for call in calls if isinstance(call, Mapping)}
     used = [toolset[name] for name in toolset if name in named]
@@ -136,6 +148,7 @@ async def _execute(
         max_concurrency=max_concurrency,
         budget=ledger,
         on_budget=on_budget,
+        schedule=schedule,
     )
     async with engine.session():
         engine.open_tick(1)
@@ -193,6 +206,7 @@ def run_calls(
     max_concurrency: int | None = None,
     budget: Budget | None = None,
     on_budget: BudgetHook | None = None,
+    schedule: str = "critical_path",
 ) -> ExecutionResult:
     """`execute` for synchronous code: starts its own trio run."""
     refuse_inside_trio("tl.run_calls", "await tl.execute(...)")
@@ -207,5 +221,6 @@ def run_calls(
             max_concurrency=max_concurrency,
             budget=budget,
             on_budget=on_budget,
+            schedule=schedule,
         )
     )

@@ -180,6 +180,7 @@ class WorkflowEngine(SchedulerDriver):
             log,
             approve=config.approve,
             max_concurrency=config.max_concurrency,
+            schedule=config.schedule,  # durations declared or 1: no measured means here
             on_action=on_action,
             clock=_iso_now,
             run_id=workflow.info().workflow_id,
