@@ -15,6 +15,7 @@ import pydantic
 
 from .._core._expressions import find_references, format_location, substitute
 from .._core._log import ContextLog, copy_json
+from .._core._validation import full_validator, schema_problem
 from .._errors import ConfigurationError, ReferenceSyntaxError
 
 __all__ = ["OutputSpec", "has_references", "resolve_output"]
@@ -49,7 +50,10 @@ class OutputSpec:
                 raise ConfigurationError(
                     f"output is not a valid JSON Schema: {error.message}"
                 ) from error
-            self._validator = jsonschema.Draft202012Validator(self.schema)
+            problem = schema_problem(self.schema)
+            if problem is not None:
+                raise ConfigurationError(f"output schema cannot be used: {problem}")
+            self._validator = full_validator(self.schema)
 
     def problem(self, value: Any) -> str | None:
         """Why `value` does not match the output schema, or None."""

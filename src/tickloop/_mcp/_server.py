@@ -338,6 +338,10 @@ class MCPServer(ToolSource):
 class MCPTool(Tool):
     """A tool of an MCP server: calling it sends tools/call on the server's connection."""
 
+    # A schema the server lists that cannot be used safely fails that tool's calls (their
+    # Error Message names why), not the listing of every tool.
+    unsafe_schema_fails_definition = False
+
     def __init__(
         self,
         name: str,
