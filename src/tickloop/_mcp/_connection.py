@@ -128,6 +128,7 @@ class Connection:
         self.failure: ConfigurationError | None = None  # it never came up
         self.broken: str | None = None  # it came up, then could not be restored
         self.pages = 0  # tools/list pages read (the listing follows every cursor)
+        self._in_flight: set[Request] = set()  # sent on the wire, not answered yet
         self.trio_token = trio.lowlevel.current_trio_token()
 
     # -- the caller's side ------------------------------------------------------------------
@@ -190,7 +191,9 @@ class Connection:
                 if self._connect_timeout is not None:  # None: wait as long as it takes
                     connecting.deadline = trio.current_time() + self._connect_timeout
                 async with self._transport() as (read, write):
-                    async with ClientSession(read, write) as session:
+                    async with ClientSession(
+                        read, write, message_handler=self._on_message
+                    ) as session:
                         initialized = await session.initialize()
                         # Listed on a new session too: the client checks results against
                         # the output schemas it has seen listed on its own session.
@@ -209,6 +212,35 @@ class Connection:
             if served:
                 return "lost", _describe(error)
             return "failed", _describe(error)
+
+    async def _on_message(self, message: Any) -> None:
+        """What the session hands on besides answers: a message from the server that the
+        client could not parse arrives here as the exception, and the answer it may have
+        been is otherwise dropped, so its call would wait for ever."""
+        if isinstance(message, Exception):
+            self._unreadable(message)
+
+    def _unreadable(self, error: Exception) -> None:
+        errors = getattr(error, "errors", None)
+        try:
+            reason = str(errors()[0]["msg"]) if callable(errors) else describe_error(error)
+        except Exception:
+            reason = describe_error(error)
+        waiting = [request for request in self._in_flight if not request.done.is_set()]
+        if len(waiting) == 1:
+            whose = "its answer to this call"
+        else:
+            whose = (
+                f"an answer sent while {len(waiting)} calls were in flight (which one it "
+                "answered cannot be told)"
+            )
+        for request in waiting:
+            request.fail(
+                MCPConnectionError(
+                    f"{self.label} sent {whose}, which the client cannot parse: {reason}"
+                )
+            )
+            request.abandon()  # the server is told to stop, if it is still working
 
     def _started(self) -> None:
         self._ready.set()
@@ -276,9 +308,13 @@ class Connection:
                 request.scope = scope
                 if request.abandoned:
                     return
-                result = await session.call_tool(
-                    request.tool, request.arguments, meta=dict(request.meta or {}) or None
-                )
+                self._in_flight.add(request)
+                try:
+                    result = await session.call_tool(
+                        request.tool, request.arguments, meta=dict(request.meta or {}) or None
+                    )
+                finally:
+                    self._in_flight.discard(request)
                 request.succeed(result)
         except MCPError as error:
             gone = _session_gone(error)
