@@ -105,3 +105,16 @@ def test_a_non_finite_number_in_run_calls_is_refused_on_arrival() -> None:
         "c1.2": "done",
     }
     assert result.state == {"b": 1.5}
+
+
+def test_an_async_tool_that_blocks_past_its_timeout_is_warned_about() -> None:
+    import time
+
+    @tl.tool(timeout=0.05)
+    async def blocking() -> str:
+        time.sleep(0.2)  # never awaits: the timeout cannot cancel it
+        return "kept"
+
+    with pytest.warns(RuntimeWarning, match="blocked the event loop past its timeout"):
+        result = tl.run_calls([{"_tool": "blocking", "_outputPath": "†state.a"}], tools=[blocking])
+    assert result.state == {"a": "kept"}  # a returned result is never lost
