@@ -7,7 +7,6 @@ project's reference server from npm (`@modelcontextprotocol/server-everything`).
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -15,7 +14,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 
 import tickloop as tl
@@ -100,7 +98,6 @@ class Everything:
             self.process = None
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="needs node (installed by .ci/run)")
 def test_the_reference_server_forgetting_the_session_is_a_lost_session() -> None:
     assert EVERYTHING.exists(), "run `npm install` in tests/ (.ci/run does)"
     everything = Everything()
