@@ -7,9 +7,9 @@ figure is an absolute time and none is asserted as one.
 1. overhead: one tick of N ready no-op async calls against N bare `nursery.start_soon`
    tasks, per call. Target: <= 7x.
 2. growth: per-call cost at the large size over the small size (10,000 and 100,000 by
-   default) for six shapes: fan-out, a chain in list order, reversed and shuffled, a random
-   DAG and a push fan-in. Target: <= 1.2x each. Peak memory at the large size, traced by
-   tracemalloc, per call: <= 2 KB.
+   default) for seven shapes: fan-out, a chain in list order, reversed and shuffled, a random
+   DAG, a push fan-in, and pushes to one path finishing last to first. Target: <= 1.2x
+   each. Peak memory at the large size, traced by tracemalloc, per call: <= 2 KB.
 3. store: the `bench_store.py` plan with the SQLite store on against off. Target: <= 1.5x.
 4. loop: ms per iteration of `bench_loop.py` at 200 iterations over 10. Target: <= 1.2x.
 5. peers: per-call cost of one model turn of N no-op tool calls (1,000 and 4,000) in
@@ -46,7 +46,15 @@ MEMORY_TARGET = 2048  # bytes per call at the large size
 STORE_TARGET = 1.5
 LOOP_TARGET = 1.2
 PEER_TARGET = 5.0
-SHAPES = ("fan_out", "chain", "chain_reversed", "chain_shuffled", "random_dag", "push_fan_in")
+SHAPES = (
+    "fan_out",
+    "chain",
+    "chain_reversed",
+    "chain_shuffled",
+    "random_dag",
+    "push_fan_in",
+    "writes_reversed_push",
+)
 
 
 @dataclass
@@ -77,6 +85,22 @@ class Row:
 @tl.tool
 async def noop(i: Any = None) -> int:
     return 0
+
+
+# Issue 29, item 4: writes to one path finishing out of plan order, the last first (each is
+# held until the ones before it apply): cubic before, 88 s at N=1,000. The push is in
+# SHAPES; set and merge are the same shape for `probe_growth --shape`.
+REVERSED_WRITES = ("writes_reversed_push", "writes_reversed_set", "writes_reversed_merge")
+_turns: dict[int, trio.Event] = {}
+
+
+@tl.tool
+async def after_next(i: int, n: int) -> Any:
+    """Returns once call `i + 1` has: calls finish last to first, at no cost of their own."""
+    if i + 1 < n:
+        await _turns[i + 1].wait()
+    _turns[i].set()
+    return {f"k{i}": i}
 
 
 def best(times: list[float]) -> float:
@@ -139,7 +163,10 @@ def bare_trio_tasks(count: int) -> None:
 
 
 def run_plan(calls: list[dict[str, Any]]) -> None:
-    result = tl.run_calls(calls, tools=[noop])
+    if calls and calls[0]["_tool"] == "after_next":
+        _turns.clear()
+        _turns.update((i, trio.Event()) for i in range(len(calls)))
+    result = tl.run_calls(calls, tools=[noop, after_next])
     if result.errors:
         raise SystemExit(f"the benchmark plan has errors: {result.errors[:3]}")
 
@@ -195,6 +222,13 @@ def plan(shape: str, n: int, seed: int = 7) -> list[dict[str, Any]]:
             for i in range(n - 1)
         ]
         return [*calls, {"_tool": "noop", "i": "†state.items", "_outputPath": "†state.total"}]
+    if shape in REVERSED_WRITES:  # every call writes one path; the last finishes first
+        method = shape.removeprefix("writes_reversed_")
+        return [
+            {"_tool": "after_next", "i": i, "n": n, "_outputPath": "†state.out",
+             "_outputMethod": method}
+            for i in range(n)
+        ]
     raise ValueError(f"unknown shape {shape!r}")
 
 

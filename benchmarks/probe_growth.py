@@ -23,7 +23,7 @@ from typing import Any
 
 from tickloop._core._scheduler import Scheduler
 
-from .bench_perf import SHAPES, CollectorClock, plan, run_plan
+from .bench_perf import REVERSED_WRITES, SHAPES, CollectorClock, plan, run_plan
 
 
 def _cpu() -> tuple[float, int]:
@@ -92,7 +92,8 @@ def measure(shape: str, small: int, large: int, *, collector: bool = True) -> li
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.probe_growth", description=__doc__)
-    parser.add_argument("--shape", default="chain_shuffled", choices=SHAPES)
+    shapes = sorted(set(SHAPES + REVERSED_WRITES))
+    parser.add_argument("--shape", default="chain_shuffled", choices=shapes)
     parser.add_argument("--small", type=int, default=10_000)
     parser.add_argument("--large", type=int, default=100_000)
     parser.add_argument("--no-collector", action="store_true")

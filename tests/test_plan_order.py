@@ -460,3 +460,46 @@ def test_a_replacement_keeps_its_place_in_the_plan_for_later_readers() -> None:
         clock=MockClock(autojump_threshold=0),
     )
     assert result.state == {"b": "late", "seen": "early"}
+
+
+# -- issue 29, item 4: writes to one path finishing in reverse are not cubic -------------
+
+
+@pytest.mark.parametrize("method", ["push", "set", "merge"])
+def test_writes_to_one_path_finishing_in_reverse_take_work_linear_in_their_number(
+    method: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """N writes to one path, the last finishing first, each held until the ones before it
+    apply: the scheduler compares plan positions a bounded number of times per call, not
+    once per other writer of the path for every write that ends (which made this shape
+    cubic: 88 s at N=1,000). Work is counted, not timed."""
+    from tickloop._core._scheduler import Scheduler
+
+    compared = [0]
+    seq_of = Scheduler._seq_of
+
+    def counted(self: Scheduler, call_id: str) -> int:
+        compared[0] += 1
+        return seq_of(self, call_id)
+
+    monkeypatch.setattr(Scheduler, "_seq_of", counted)
+    n = 300
+    values = [{f"k{i}": i} if method == "merge" else i for i in range(n)]
+    calls = [
+        {
+            "_tool": "emit",
+            "value": values[i],
+            "seconds": n - i,  # virtual: the last call finishes first
+            "_outputPath": "†state.out",
+            "_outputMethod": method,
+        }
+        for i in range(n)
+    ]
+    result = trio.run(
+        partial(tl.execute, calls, tools=[emit]), clock=MockClock(autojump_threshold=0)
+    )
+    expected = {"push": list(range(n)), "set": n - 1}.get(method)
+    if method == "merge":
+        expected = {f"k{i}": i for i in range(n)}
+    assert result.state == {"out": expected}
+    assert compared[0] <= 20 * n

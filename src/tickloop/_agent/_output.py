@@ -15,7 +15,7 @@ import pydantic
 
 from .._core._expressions import find_references, format_location, substitute
 from .._core._log import ContextLog, copy_json
-from .._core._validation import SchemaValidator
+from .._core._validation import SchemaValidator, schema_problem
 from .._errors import ConfigurationError, ReferenceSyntaxError
 
 __all__ = ["OutputSpec", "has_references", "resolve_output"]
@@ -42,6 +42,10 @@ class OutputSpec:
         else:
             self.adapter = _adapter(output)
             self.schema = self.adapter.json_schema()  # valid as pydantic made it
+        if self.schema is not None:
+            problem = schema_problem(self.schema)
+            if problem is not None:
+                raise ConfigurationError(f"output schema cannot be used: {problem}")
         # jsonschema loads with the first answer the fast check cannot settle.
         self._validator = None if self.schema is None else SchemaValidator(self.schema)
 

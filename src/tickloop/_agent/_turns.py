@@ -32,7 +32,7 @@ from typing import Any
 import trio
 
 from .._core._expressions import MAX_NESTING
-from .._core._log import ContextLog, shape_fault
+from .._core._log import ContextLog, shape_fault, storable
 from .._core._scheduler_io import NoteSettled
 from .._core._status import FINAL_STATUSES, CallStatus
 from .._core._tools import ToolSet
@@ -232,7 +232,9 @@ class _TurnLoop(OuterLoop):
                     )
                 ],
                 **({"reasoning": response.reasoning} if response.reasoning else {}),
-                "messages": response.messages,
+                # A lone surrogate or 1e999 in a call's arguments (decoded by the client)
+                # is that call's structural error; the turn is still recorded.
+                "messages": storable(response.messages),
             }
         )
         self._hand_over(iteration, response)

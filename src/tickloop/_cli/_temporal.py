@@ -19,6 +19,11 @@ __all__ = ["add_commands", "run_command"]
 
 EXIT_REFUSED = 2
 DEFAULT_ADDRESS = "127.0.0.1:7233"
+#: Seconds a query or decision waits for a worker of the run to answer: the server holds
+#: them until one does, so with no worker they would wait forever.
+DEFAULT_TIMEOUT = 30.0
+#: After this long without an answer, say on stderr what the command waits for.
+_SAY_AFTER = 1.0
 
 
 def add_commands(commands: Any) -> None:
@@ -35,6 +40,15 @@ def add_commands(commands: Any) -> None:
             "--address", default=DEFAULT_ADDRESS, help=f"HOST:PORT (default {DEFAULT_ADDRESS})"
         )
         parser.add_argument("--namespace", default="default")
+        if parser is not worker:
+            parser.add_argument(
+                "--timeout",
+                type=float,
+                default=DEFAULT_TIMEOUT,
+                metavar="SECONDS",
+                help="how long to wait for a worker of the run to answer "
+                f"(default {DEFAULT_TIMEOUT:g})",
+            )
 
     worker = sub.add_parser("worker", help="serve agents until interrupted")
     worker.add_argument("agents", nargs="+", metavar="MODULE:AGENT")
@@ -112,28 +126,31 @@ async def _run(arguments: argparse.Namespace, out: TextIO) -> int:
             await asyncio.Event().wait()  # until interrupted
         return 0
     handle = get(client, arguments.run)
+
+    async def answer(asked: Any) -> Any:
+        return await _answered(asked, client, handle, arguments)
+
     try:
         if command == "pending":
-            for call in await handle.pending():
-                out.write(
-                    f"{call.id}\t{call.tool}\t{json.dumps(call.params, ensure_ascii=False)}\n"
-                )
+            for call in await answer(handle.pending):
+                params = json.dumps(call.params, ensure_ascii=False)
+                out.write(f"{_safe(call.id)}\t{_safe(call.tool)}\t{_safe(params)}\n")
             return 0
         if command == "approve":
             decision: Any = Approve()
             if arguments.edit is not None:
                 decision = Edit(json.loads(arguments.edit))
-            await handle.decide(arguments.call, decision)
-            out.write(f"{arguments.call}: approved\n")
+            await answer(lambda: handle.decide(arguments.call, decision))
+            out.write(f"{_safe(arguments.call)}: approved\n")
             return 0
         if command == "deny":
-            await handle.decide(arguments.call, Deny(arguments.reason))
-            out.write(f"{arguments.call}: denied\n")
+            await answer(lambda: handle.decide(arguments.call, Deny(arguments.reason)))
+            out.write(f"{_safe(arguments.call)}: denied\n")
             return 0
         if command == "trace":
-            snapshot = await handle.snapshot()
+            snapshot = await answer(handle.snapshot)
             if arguments.html is not None:
-                events = [event async for event in handle.events(follow=False)]
+                events = await answer(lambda: _all_events(handle))
                 Path(arguments.html).write_text(
                     timeline_of(arguments.run, snapshot, events), encoding="utf-8"
                 )
@@ -146,6 +163,86 @@ async def _run(arguments: argparse.Namespace, out: TextIO) -> int:
     raise AssertionError(command)
 
 
+async def _all_events(handle: Any) -> list[Any]:
+    return [event async for event in handle.events(follow=False)]
+
+
+async def _answered(asked: Any, client: Any, handle: Any, arguments: argparse.Namespace) -> Any:
+    """What a query or decision (`asked()`) answers; a ResumeError naming what it waited for when no
+    worker answers within `--timeout` (the server holds the question until one does)."""
+    from .._errors import ResumeError
+
+    # No question is sent while no worker polls the run's task queue: one the server holds
+    # would keep this process from exiting after the timeout, so first wait for a worker.
+    queue = await _wait_for_worker(client, handle, arguments)
+    task = asyncio.ensure_future(asked())
+    done, _ = await asyncio.wait({task}, timeout=min(_SAY_AFTER, arguments.timeout))
+    if not done:
+        print(
+            f"tickloop: waiting for a worker of run {_safe(arguments.run)!r} (task queue "
+            f"{queue}) to answer, up to {arguments.timeout:g} s (--timeout)",
+            file=sys.stderr,
+        )
+        done, _ = await asyncio.wait({task}, timeout=max(0.0, arguments.timeout - _SAY_AFTER))
+        if not done:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise ResumeError(
+                f"run {_safe(arguments.run)!r}: no worker answered within "
+                f"{arguments.timeout:g} s; a worker must poll the run's task queue {queue} "
+                "(start one with `tickloop temporal worker MODULE:AGENT --task-queue ...`)"
+            )
+    return task.result()
+
+
+async def _wait_for_worker(client: Any, handle: Any, arguments: argparse.Namespace) -> str:
+    """The run's task queue (as shown in messages), once a worker polls it; a ResumeError
+    saying so when none does within `--timeout`."""
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    from .._errors import ResumeError
+
+    description = await handle.workflow.describe()
+    name = description.task_queue
+    queue = repr(_safe(name))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + arguments.timeout
+    said = False
+    while True:
+        polled = await client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=arguments.namespace,
+                task_queue=TaskQueue(name=name),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+            )
+        )
+        if polled.pollers:
+            return queue
+        left = deadline - loop.time()
+        if left <= 0:
+            raise ResumeError(
+                f"run {_safe(arguments.run)!r}: no worker polls its task queue {queue} "
+                f"(waited {arguments.timeout:g} s, --timeout); start one with "
+                f"`tickloop temporal worker MODULE:AGENT --task-queue {_safe(name)}`"
+            )
+        if not said and arguments.timeout - left >= _SAY_AFTER:
+            said = True
+            print(
+                f"tickloop: waiting for a worker on task queue {queue} to serve run "
+                f"{_safe(arguments.run)!r}, up to {arguments.timeout:g} s (--timeout)",
+                file=sys.stderr,
+            )
+        await asyncio.sleep(min(0.5, left))
+
+
+def _safe(text: Any) -> str:
+    from ._runs import _safe as escaped  # the local commands' escaping, one rule for both
+
+    return escaped(text)
+
+
 def _trace_text(snapshot: dict[str, Any], out: TextIO) -> None:
     records = snapshot["records"]
     times = [r["started"] for r in records if r["started"] is not None]
@@ -155,7 +252,7 @@ def _trace_text(snapshot: dict[str, Any], out: TextIO) -> None:
         out.write(
             f"model    iteration {request['iteration']:<3} attempt {request['attempt']:<2} "
             f"{request['started'] - origin:8.3f}s {request['finished'] - request['started']:.3f}s"
-            f"  {request['worker'] or ''}\n"
+            f"  {_safe(request['worker'] or '')}\n"
         )
     out.write(f"{'call':<8} {'tool':<20} {'status':<9} {'started':>9} {'ran':>9}  worker\n")
     for r in records:
@@ -166,8 +263,8 @@ def _trace_text(snapshot: dict[str, Any], out: TextIO) -> None:
             else f"{r['finished'] - r['started']:.3f}s"
         )
         out.write(
-            f"{r['id']:<8} {r['tool'] or '?':<20} {r['status']:<9} {start:>9} {took:>9}  "
-            f"{r.get('worker') or ''}\n"
+            f"{_safe(r['id']):<8} {_safe(r['tool'] or '?'):<20} {r['status']:<9} {start:>9} "
+            f"{took:>9}  {_safe(r.get('worker') or '')}\n"
         )
 
 

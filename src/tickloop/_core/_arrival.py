@@ -211,8 +211,9 @@ def check_call(
 
 
 def _plain_call(wire: dict[Any, Any]) -> bool:
-    """Whether a call is flat: ASCII string keys, every value a number, a boolean, null
-    or a string, no string with a lone surrogate and no parameter starting with a dagger.
+    """Whether a call is flat: ASCII string keys, every value a finite number, a boolean,
+    null or a string, no string with a lone surrogate and no parameter starting with a
+    dagger.
 
     That is most calls of a plan, and it answers two walks at once: such a call passes
     `_check_shape` and holds no reference (`tests/test_fast_paths.py` checks both).
@@ -226,6 +227,9 @@ def _plain_call(wire: dict[Any, Any]) -> bool:
             if not value.isascii() and (
                 has_surrogate(value) or (value[:1] == REF and key[:1] != "_")
             ):
+                return False
+        elif kind is float:
+            if value - value != 0.0:  # inf or NaN: not JSON, refused by `_check_shape`
                 return False
         elif kind not in SCALARS:
             return False

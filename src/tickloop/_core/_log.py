@@ -70,6 +70,17 @@ SURROGATE_FAULT: Final = (
 )
 
 
+NONFINITE_FAULT: Final = (
+    "holds a number that is not finite (JSON has no infinity or NaN; a literal such as "
+    "1e999 overflows to infinity)"
+)
+_EXACT_SCALARS: Final = frozenset({int, bool, type(None)})  # always JSON; floats may not be
+
+
+def _finite(number: float) -> bool:
+    return number - number == 0.0  # inf - inf and nan - nan are nan
+
+
 def has_surrogate(text: str) -> bool:
     """Whether a string holds a lone surrogate: JSON's `"\\ud800"` decodes to one, and
     `os.listdir` gives them for names that are not UTF-8. Nothing can encode it as UTF-8
@@ -153,13 +164,20 @@ def shape_fault(value: Any, limit: int) -> str | None:
     """What keeps `value` from being a JSON value at most `limit` containers deep, or None.
 
     Checked: arrays and objects nest at most `limit` deep (`[[1]]` is 2; a scalar is 0),
-    and every object key is a string. The walk keeps its own stack, so a value nested
-    50,000 deep (or one that contains itself) is reported, not a RecursionError; it stops
-    at the first fault. Leaves are not examined, so it costs little for flat values.
+    every object key is a string, no string holds a lone surrogate and every number is
+    finite (JSON has no infinity: `1e999` decodes to one). The walk keeps its own stack,
+    so a value nested 50,000 deep (or one that contains itself) is reported, not a
+    RecursionError; it stops at the first fault. Leaves other than strings and floats are
+    not examined, so it costs little for flat values.
     """
-    if type(value) in SCALARS:
+    kind = type(value)
+    if kind in _EXACT_SCALARS:
         return None
+    if kind is float:
+        return None if _finite(value) else NONFINITE_FAULT
     if not isinstance(value, _CONTAINERS):
+        if isinstance(value, float) and not _finite(value):
+            return NONFINITE_FAULT
         return SURROGATE_FAULT if isinstance(value, str) and has_surrogate(value) else None
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
@@ -173,20 +191,34 @@ def shape_fault(value: Any, limit: int) -> str | None:
                     return f"has an object key that is not a string: {describe_key(key)}"
                 if not key.isascii() and has_surrogate(key):
                     return f"has an object key that {SURROGATE_FAULT}"
-                if type(item) in SCALARS:
+                kind = type(item)
+                if kind in _EXACT_SCALARS:
                     continue
+                if kind is float:
+                    if _finite(item):
+                        continue
+                    return NONFINITE_FAULT
                 if isinstance(item, _CONTAINERS):
                     stack.append((item, depth + 1))
                 elif isinstance(item, str) and not item.isascii() and has_surrogate(item):
                     return SURROGATE_FAULT
+                elif isinstance(item, float) and not _finite(item):  # a float subclass
+                    return NONFINITE_FAULT
         else:
             for item in node:
-                if type(item) in SCALARS:
+                kind = type(item)
+                if kind in _EXACT_SCALARS:
                     continue
+                if kind is float:
+                    if _finite(item):
+                        continue
+                    return NONFINITE_FAULT
                 if isinstance(item, _CONTAINERS):
                     stack.append((item, depth + 1))
                 elif isinstance(item, str) and not item.isascii() and has_surrogate(item):
                     return SURROGATE_FAULT
+                elif isinstance(item, float) and not _finite(item):  # a float subclass
+                    return NONFINITE_FAULT
     return None
 
 
@@ -209,7 +241,8 @@ def cut_json(value: Any, limit: int) -> tuple[Any, bool]:
     """A copy of `value` safe to log and show, and whether anything was cut from it.
 
     Every container deeper than `limit` is replaced by a string saying so, keys that are
-    not strings become their repr, and lone surrogates become U+FFFD.
+    not strings become their repr, lone surrogates become U+FFFD and numbers that are not
+    finite their text.
 
     For echoing a call that failed `shape_fault` in its Error Message: the echo is what
     the message can show of it, never something that makes logging the message fail.
@@ -217,7 +250,7 @@ def cut_json(value: Any, limit: int) -> tuple[Any, bool]:
     copy into 2**limit lists).
     """
     if not isinstance(value, _CONTAINERS):
-        return (_clean(value) if isinstance(value, str) else value), False
+        return _clean_leaf(value), False
     marker = "<cut: nested too deep>"
     cut = False
     root: Any = {} if isinstance(value, dict) else []
@@ -236,12 +269,59 @@ def cut_json(value: Any, limit: int) -> tuple[Any, bool]:
                     copy = {} if isinstance(item, dict) else []
                     stack.append((item, copy, depth + 1))
             else:
-                copy = _clean(item) if isinstance(item, str) else item
+                copy = _clean_leaf(item)
             if isinstance(target, dict):
                 target[_clean(key) if isinstance(key, str) else describe_key(key)] = copy
             else:
                 target.append(copy)
     return root, cut
+
+
+def storable(value: Any) -> Any:
+    """`value` itself when the log can hold it; otherwise a copy where each lone surrogate
+    is written as its escape (the six characters `\\ud800`) and each number that is not
+    finite as its text. For what a provider sent that tickloop keeps verbatim (an
+    assistant turn): the call it made is refused for the same fault on arrival, and the
+    turn is still recorded, and sent back, as near to what came as JSON can hold."""
+    fault = shape_fault(value, MAX_VALUE_DEPTH)
+    if fault is None or (SURROGATE_FAULT not in fault and fault != NONFINITE_FAULT):
+        return value
+
+    def leaf(item: Any) -> Any:
+        if isinstance(item, str) and has_surrogate(item):
+            return _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", item)
+        if isinstance(item, float) and not _finite(item):
+            return repr(item)
+        return item
+
+    if not isinstance(value, _CONTAINERS):
+        return leaf(value)
+    root: Any = {} if isinstance(value, dict) else []
+    stack: list[tuple[Any, Any]] = [(value, root)]
+    while stack:
+        source, target = stack.pop()
+        pairs = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, item in pairs:
+            if isinstance(item, _CONTAINERS):
+                copy: Any = {} if isinstance(item, dict) else []
+                stack.append((item, copy))
+            else:
+                copy = leaf(item)
+            if isinstance(target, dict):
+                target[leaf(key)] = copy
+            else:
+                target.append(copy)
+    return root
+
+
+def _clean_leaf(value: Any) -> Any:
+    """A leaf as an echo can hold it: lone surrogates as U+FFFD, a number that is not
+    finite as its text ("inf")."""
+    if isinstance(value, str):
+        return _clean(value)
+    if isinstance(value, float) and not _finite(value):
+        return repr(value)
+    return value
 
 
 def _a(value: Any) -> str:

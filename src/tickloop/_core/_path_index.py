@@ -184,6 +184,27 @@ class PathIndex:
         # `node` is the term's own node: everything below it overlaps too.
         return total - count_total(node.entries) + node.subtree
 
+    def holds_around(self, term: Term) -> bool:
+        """Whether anything is filed at a prefix of `term` or below it (not at `term`
+        itself): one step per step of the term, however many ids are filed at it."""
+        if self._backlog_terms:
+            self._catch_up()
+        if not self.size:
+            return False
+        node = self._root.children.get(term.kind)  # type: ignore[union-attr]
+        for step in term.path:
+            if node is None:
+                return False
+            if type(node) is str:  # a bare leaf at a prefix of the term
+                return True
+            if node.entries:
+                return True
+            children = node.children
+            node = None if children is None else children.get(step)
+        if node is None or type(node) is str:  # nothing, or the term's own bare leaf
+            return False
+        return bool(node.children)  # pruned when empty: children hold something
+
     def ids_at(self, term: Term) -> Collection[str]:
         """The ids filed exactly at `term` (not at a prefix of it, nor below it)."""
         if self._backlog_terms:

@@ -12,9 +12,12 @@ pending call:
 * what a waiting call's term reads (`Slot`): *pending* while an earlier writer of an
   overlapping path has not ended; *forward* when the path is absent and no earlier call
   writes it (read when some call writes it, PROTOCOL §3); otherwise *final*;
-* whether a finished call's write must be held (`blockers`): while an earlier writer of an
-  overlapping path has not ended, or an earlier reader of an overlapping path still waits
-  for its earlier writers (PROTOCOL §4), never on a call's own forward reader;
+* whether a finished call's write must be held (`blockers`, and the latest of them,
+  `latest_blocker`): while an earlier writer of an overlapping path has not ended, or an
+  earlier reader of an overlapping path still waits for its earlier writers (PROTOCOL
+  §4), never on a call's own forward reader. The writers of one exact path are kept in
+  plan order, so the latest earlier one is a lookup; a held write is looked at again
+  when that one moves on;
 * which earlier readers must keep the value they would have read (`capture`): a later
   write never changes what an earlier call reads.
 
@@ -96,6 +99,15 @@ class PlanOrder:
         # forward reader to look for (`dependents`).
         self._forward_slots = 0
         self._legacy = False
+        # The writers not ended at each exact term, in plan order, as a doubly linked list
+        # (a term's last writer; each writer's neighbours when it has them): the latest
+        # earlier writer of the same path is one lookup, not a scan of every writer of
+        # it (issue 29, item 4). Calls arrive in plan order, so appending keeps the order.
+        self._lane_last: dict[Term, str] = {}
+        self._lane_before: dict[tuple[Term, str], str] = {}
+        self._lane_after: dict[tuple[Term, str], str] = {}
+        # A fan-out may name one term twice (`†state.a && †state.a`): the extra times
+        self._lane_again: dict[tuple[Term, str], int] = {}
 
     # -- the request ---------------------------------------------------------------------
 
@@ -118,6 +130,57 @@ class PlanOrder:
     def unplan(self, call_id: str, terms: Iterable[Term]) -> None:
         for term in terms:
             self._planned.remove(term, call_id)
+
+    # -- writers not ended ----------------------------------------------------------------
+
+    def add_writer(self, term: Term, call_id: str, seq: int) -> None:
+        """File a call that will write `term` (in the scheduler's index of writers too)."""
+        self._writers.add(term, call_id)
+        last = self._lane_last.get(term)
+        if last == call_id:  # the same call's terms are filed one after the other
+            key = (term, call_id)
+            self._lane_again[key] = self._lane_again.get(key, 0) + 1
+            return
+        self._lane_last[term] = call_id
+        if last is None:
+            return
+        if self._seq_of(last) > seq:  # a replacement keeping its earlier place: rare
+            self._lane_last[term] = last
+            while True:
+                before = self._lane_before.get((term, last))
+                if before is None or self._seq_of(before) < seq:
+                    break
+                last = before
+            if before is not None:
+                self._lane_after[(term, before)] = call_id
+                self._lane_before[(term, call_id)] = before
+            self._lane_after[(term, call_id)] = last
+            self._lane_before[(term, last)] = call_id
+            return
+        self._lane_before[(term, call_id)] = last
+        self._lane_after[(term, last)] = call_id
+
+    def remove_writer(self, term: Term, call_id: str) -> None:
+        self._writers.remove(term, call_id)
+        if self._lane_again:
+            again = self._lane_again.pop((term, call_id), 0)
+            if again > 1:
+                self._lane_again[(term, call_id)] = again - 1
+            if again:
+                return
+        before = self._lane_before.pop((term, call_id), None)
+        after = self._lane_after.pop((term, call_id), None)
+        if after is None:
+            if before is None:
+                del self._lane_last[term]
+            else:
+                self._lane_last[term] = before
+                del self._lane_after[(term, before)]
+        elif before is None:
+            del self._lane_before[(term, after)]
+        else:
+            self._lane_before[(term, after)] = before
+            self._lane_after[(term, before)] = after
 
     # -- readers -------------------------------------------------------------------------
 
@@ -249,17 +312,59 @@ class PlanOrder:
             return found
         return {other for other in found if not self._reads_forward(other, targets)}
 
+    def latest_blocker(self, call_id: str, seq: int, targets: tuple[Term, ...]) -> str | None:
+        """The latest of `blockers(...)`, or None when there are none, found without
+        scanning the writers of the same path: a write finishing ahead of the N writes
+        before it to that path costs a lookup, not N (issue 29, item 4)."""
+        if self._legacy:
+            return None
+        latest: str | None = None
+        latest_seq = -1
+        writers, readers = self._writers, self._readers
+        for term in targets:
+            before = self._lane_before.get((term, call_id))
+            while before is not None and self._reads_forward(before, targets):
+                before = self._lane_before.get((term, before))
+            if before is not None and self._seq_of(before) > latest_seq:
+                latest, latest_seq = before, self._seq_of(before)
+            if writers.holds_around(term):  # writers of a prefix or below: scanned
+                same = writers.ids_at(term)
+                for writer in writers.ids_overlapping(term):
+                    if writer in same:
+                        continue
+                    writer_seq = self._seq_of(writer)
+                    if latest_seq < writer_seq < seq and not self._reads_forward(writer, targets):
+                        latest, latest_seq = writer, writer_seq
+            if not readers.size:
+                continue
+            for reader in readers.ids_overlapping(term):
+                if reader == call_id:
+                    continue
+                reader_seq = self._seq_of(reader)
+                if not latest_seq < reader_seq < seq:
+                    continue
+                if any(slot.pending and slot.term.overlaps(term) for slot in self.slots(reader)):
+                    if not self._reads_forward(reader, targets):
+                        latest, latest_seq = reader, reader_seq
+        return latest
+
     def _reads_forward(self, reader: str, targets: tuple[Term, ...]) -> bool:
         return any(
             slot.forward and any(slot.term.overlaps(term) for term in targets)
             for slot in self.slots(reader)
         )
 
-    def hold(self, call_id: str, seq: int, targets: tuple[Term, ...], blockers: set[str]) -> None:
-        """Hold a finished call's write until `blockers` have moved on (see `releasable`)."""
+    def hold(self, call_id: str, seq: int, targets: tuple[Term, ...], blocker: str) -> None:
+        """Hold a finished call's write until the rest of its blockers have moved on (see
+        `releasable`); `blocker` is the latest of them (`latest_blocker`).
+
+        The held call is looked at again when that one moves on, not when any does: it
+        cannot apply before that one has, and the blockers before it mostly move on first
+        (they hold it back in turn). Waiting on every blocker made N writes to one path,
+        finishing in reverse, look at every held write again at each end: N² looks at N
+        blockers each (issue 29, item 4); this is one look each, at one lookup each."""
         self._held[call_id] = (seq, targets)
-        for blocker in blockers:
-            self._held_on.setdefault(blocker, set()).add(call_id)
+        self._held_on.setdefault(blocker, set()).add(call_id)
 
     def is_held(self, call_id: str) -> bool:
         return call_id in self._held
@@ -283,10 +388,9 @@ class PlanOrder:
         ready = []
         for call_id in sorted(recheck & self._held.keys(), key=self._seq_of):
             seq, targets = self._held[call_id]
-            blockers = self.blockers(call_id, seq, targets)
-            if blockers:
-                for blocker in blockers:
-                    self._held_on.setdefault(blocker, set()).add(call_id)
+            blocker = self.latest_blocker(call_id, seq, targets)
+            if blocker is not None:
+                self._held_on.setdefault(blocker, set()).add(call_id)
             else:
                 del self._held[call_id]
                 ready.append(call_id)

@@ -324,7 +324,7 @@ class Scheduler:
         self._calls[call.id] = call
         if call.writes:
             for term in call.writes:
-                self._writers.add(term, call.id)
+                self._plan.add_writer(term, call.id, call.seq)
             self._plan.plan(call.id, call.writes, call.wire.get("_outputPath"))
         if tool.dependency_tools:
             self._wait_for_earlier_tools(call)
@@ -523,11 +523,11 @@ class Scheduler:
             self._settle(call, S.INVALID, hook_fault(call, True, f"replacement call: {fault}"))
             return
         for term in old_writes:  # readers of a path no longer written must be re-examined
-            self._writers.remove(term, call.id)
+            self._plan.remove_writer(term, call.id)
             self._dirty.update(self._waiters.ids_overlapping(term))
         call.record.tool = call.tool.name
         for term in call.writes:
-            self._writers.add(term, call.id)
+            self._plan.add_writer(term, call.id, call.seq)
         # The replacement keeps the call's place in the plan (PROTOCOL §3): later readers
         # of what it wrote, or now writes, look again at which earlier calls they wait on.
         self._dirty.update(
@@ -571,11 +571,11 @@ class Scheduler:
             self._settle(call, S.FAILED, {"type": "runtime", "message": str(problem)})
             return
         if written:
-            blockers = self._plan.blockers(call.id, call.seq, written)
-            if blockers:
+            blocker = self._plan.latest_blocker(call.id, call.seq, written)
+            if blocker is not None:
                 move(call, S.HELD, self._event)
                 call.held = (value, written, untaken)
-                self._plan.hold(call.id, call.seq, written, blockers)
+                self._plan.hold(call.id, call.seq, written, blocker)
                 return
         self._write(call, value, written, untaken)
 
@@ -626,7 +626,7 @@ class Scheduler:
                 for term in call.writes:
                     self._skip_sources.add(term, call.id)
             for term in call.writes:
-                self._writers.remove(term, call.id)
+                self._plan.remove_writer(term, call.id)
                 if self._waiters.size:
                     self._dirty.update(self._waiters.ids_overlapping(term))
         woken = self._plan.ended(call.id)

@@ -24,7 +24,7 @@ from pydantic_core import to_jsonable_python
 
 from .._errors import ConfigurationError, ReferenceSyntaxError, is_call_error
 from ._expressions import RESERVED_OUTPUT_KINDS, Expression, is_reference, parse_expression
-from ._validation import SchemaValidator
+from ._validation import SchemaValidator, schema_problem
 
 __all__ = ["Branch", "CallContext", "Tool", "ToolSet", "ToolSource", "split_tools", "tool"]
 
@@ -122,6 +122,12 @@ class Tool:
     model writes the result itself in `_output`).
     """
 
+    #: Whether a schema that cannot be used safely (a remote `$ref`, a pattern that cannot
+    #: run in bounded time) fails the tool's definition. A tool listed by a server (MCP)
+    #: says False: that tool's calls fail with the reason instead, the server's other
+    #: tools stay usable.
+    unsafe_schema_fails_definition = True
+
     def __init__(
         self,
         name: str,
@@ -167,6 +173,13 @@ class Tool:
             self.output = _schema_of(output, name, "output")
         else:
             self.output = None if self._signature is None else self._signature.output_schema
+        if self.unsafe_schema_fails_definition:
+            for what, schema in (("parameters", self.parameters), ("output", self.output)):
+                problem = schema_problem(schema)
+                if problem is not None:
+                    raise ConfigurationError(
+                        f"tool {name!r}: its {what} schema cannot be used: {problem}"
+                    )
         self.requires_approval = _check_approval_rule(requires_approval, name)
         self.depends_on: tuple[str, ...] = _check_depends_on(depends_on, name)
         self.dependency_references: tuple[Expression, ...] = ()

@@ -10,19 +10,35 @@ common case (the value is valid) in a microsecond or two.
 The fast checker only ever says "certainly valid". Whenever it says anything else, or the
 schema uses a keyword it does not know, jsonschema decides and writes the error messages,
 so the results are exactly jsonschema's.
+
+No schema may make the run wait on anything outside it (docs/decisions.md, "Schemas
+reach nothing outside themselves"): a `$ref` is looked up in the schema itself (and the
+JSON Schema meta-schemas tickloop ships with), never fetched; a `pattern` runs on RE2, a
+regex engine linear in the length of the string, so no pattern stalls the loop. A schema
+that would need either (a remote `$ref`, a pattern with a lookaround or backreference) is
+refused: `schema_problem` names it before a tool is made, and a validator that meets one
+anyway (an MCP server's schema) reports it as that value's error, never raises.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     import jsonschema
 
 from ._expressions import is_reference
 
-__all__ = ["UNKNOWN", "SchemaValidator", "compile_fast_check", "is_unknown"]
+__all__ = [
+    "UNKNOWN",
+    "SchemaValidator",
+    "compile_fast_check",
+    "full_validator",
+    "is_unknown",
+    "schema_problem",
+]
 
 FastCheck = Callable[[Any], bool]
 
@@ -228,9 +244,7 @@ class SchemaValidator:
         is not certainly valid: tools whose values always pass the fast check never
         load it."""
         if self._full_validator is None:
-            from jsonschema import Draft202012Validator
-
-            self._full_validator = Draft202012Validator(self.schema)
+            self._full_validator = full_validator(self.schema)
         return self._full_validator
 
     def valid_around_unknowns(self, instance: Any) -> bool:
@@ -253,3 +267,223 @@ class SchemaValidator:
         if self._fast is not None and self._fast(instance):
             return True
         return self._full.is_valid(instance)
+
+
+# -- schemas that reach nothing outside themselves ---------------------------------------
+
+NEVER_FETCHED = (
+    "tickloop never fetches a schema: a $ref must point inside the schema "
+    "(no schema may cause a network request)"
+)
+UNBOUNDED_PATTERN = (
+    "which cannot be checked in bounded time (lookarounds and backreferences are not "
+    "supported: patterns run on RE2, linear in the length of the string)"
+)
+
+# Keywords whose values are data, not schemas: a "$ref" or "pattern" key inside them is
+# just a key.
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+# Keywords whose values map names (or patterns) to schemas.
+_SCHEMA_MAPS = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
+)
+
+
+class _RefusedRetrieval(Exception):
+    """The registry's answer to every URI it does not hold."""
+
+
+def _refuse(uri: str) -> NoReturn:
+    raise _RefusedRetrieval(uri)
+
+
+def _registry() -> Any:
+    """A registry that holds nothing but what a validator adds (the schema itself) and
+    retrieves nothing: jsonschema adds the meta-schemas it ships with."""
+    from referencing import Registry
+
+    return Registry(retrieve=_refuse)  # type: ignore[call-arg]
+
+
+def _compiled_pattern(pattern: str) -> Any:
+    """`pattern` compiled by RE2, or the reason it cannot be (a str)."""
+    return _compile_pattern(pattern)
+
+
+@functools.lru_cache(maxsize=512)  # thread-safe; the patterns of the tools in use
+def _compile_pattern(pattern: str) -> Any:
+    import re2  # type: ignore[import-untyped]
+
+    options = re2.Options()
+    options.log_errors = False  # the reason is returned, not printed on stderr
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as error:
+        reason = error.args[0] if error.args else error
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        return str(reason)
+
+
+def _pattern_error(pattern: str) -> str | None:
+    compiled = _compiled_pattern(pattern)
+    if isinstance(compiled, str):
+        return f"pattern {pattern!r} is refused ({compiled}), {UNBOUNDED_PATTERN}"
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _validator_class() -> Any:
+    """Draft 2020-12 with `pattern` and `patternProperties` on RE2 and every `$ref` that
+    cannot be resolved turned into a validation error (jsonschema raises)."""
+    from jsonschema import Draft202012Validator, ValidationError
+    from jsonschema.validators import extend
+    from referencing.exceptions import Unresolvable
+
+    keywords = Draft202012Validator.VALIDATORS
+
+    def unresolvable(ref: str) -> Any:
+        return ValidationError(f"its schema refers to {ref!r}: {NEVER_FETCHED}")
+
+    def reference(keyword: str) -> Callable[..., Iterator[Any]]:
+        original = keywords[keyword]
+
+        def check(validator: Any, ref: Any, instance: Any, schema: Any) -> Iterator[Any]:
+            try:
+                yield from original(validator, ref, instance, schema)
+            except Unresolvable:
+                yield unresolvable(ref)
+
+        return check
+
+    def pattern(validator: Any, pattern: Any, instance: Any, schema: Any) -> Iterator[Any]:
+        if not isinstance(instance, str):
+            return
+        compiled = _compiled_pattern(pattern)
+        if isinstance(compiled, str):
+            yield ValidationError(_pattern_error(pattern) or compiled)
+        elif compiled.search(instance) is None:
+            yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+    def pattern_properties(
+        validator: Any, patterns: Any, instance: Any, schema: Any
+    ) -> Iterator[Any]:
+        if not isinstance(instance, dict):
+            return
+        for pattern, subschema in patterns.items():
+            compiled = _compiled_pattern(pattern)
+            if isinstance(compiled, str):
+                yield ValidationError(_pattern_error(pattern) or compiled)
+                continue
+            for key, value in instance.items():
+                if compiled.search(key) is not None:
+                    yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+    return extend(
+        Draft202012Validator,
+        {
+            "$ref": reference("$ref"),
+            "$dynamicRef": reference("$dynamicRef"),
+            "pattern": pattern,
+            "patternProperties": pattern_properties,
+        },
+    )
+
+
+def full_validator(schema: Any) -> jsonschema.Draft202012Validator:
+    """jsonschema's Draft 2020-12 validator for `schema`, made safe: it fetches nothing
+    and runs patterns on RE2 (see the module's docstring)."""
+    validator: jsonschema.Draft202012Validator = _validator_class()(schema, registry=_registry())
+    return validator
+
+
+def schema_problem(schema: Any) -> str | None:
+    """Why `schema` cannot be used safely (a `$ref` that does not resolve inside it, a
+    pattern RE2 cannot run), or None. Checked when a tool is made, so a user's schema
+    fails there, before anything runs."""
+    if not isinstance(schema, dict) or _plainly_safe(schema, schema):
+        return None  # nothing to look up or to compile: nothing is loaded for it
+    from jsonschema_specifications import REGISTRY  # type: ignore[import-untyped]
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012
+
+    if not isinstance(schema, dict):
+        return None
+    registry = REGISTRY.combine(_registry())
+    problems: list[str] = []
+
+    def visit(node: Any, resolver: Any) -> None:
+        if isinstance(node, list):
+            for item in node:
+                visit(item, resolver)
+            return
+        if not isinstance(node, dict):
+            return
+        if node is not schema and isinstance(node.get("$id"), str):
+            resolver = resolver.in_subresource(DRAFT202012.create_resource(node))
+        for keyword, value in node.items():
+            if keyword in _DATA_KEYWORDS:
+                continue
+            if keyword in ("$ref", "$dynamicRef") and isinstance(value, str):
+                try:
+                    resolver.lookup(value)
+                except Unresolvable:
+                    problems.append(f"it refers to {value!r}: {NEVER_FETCHED}")
+            elif keyword == "pattern" and isinstance(value, str):
+                problem = _pattern_error(value)
+                if problem is not None:
+                    problems.append(problem)
+            elif keyword in _SCHEMA_MAPS and isinstance(value, dict):
+                for name, subschema in value.items():
+                    if keyword == "patternProperties" and isinstance(name, str):
+                        problem = _pattern_error(name)
+                        if problem is not None:
+                            problems.append(problem)
+                    visit(subschema, resolver)
+            else:
+                visit(value, resolver)
+
+    visit(schema, registry.resolver_with_root(DRAFT202012.create_resource(schema)))
+    return "; ".join(problems) if problems else None
+
+
+def _plainly_safe(node: Any, root: dict[str, Any]) -> bool:
+    """True when `node` has no pattern, no `$id` and only `$ref`s that point into `root`
+    (`#/$defs/Item`, what pydantic makes): safe without loading a resolver or RE2. False
+    means "look closer" (`schema_problem`)."""
+    if isinstance(node, list):
+        return all(_plainly_safe(item, root) for item in node)
+    if not isinstance(node, dict):
+        return True
+    for keyword, value in node.items():
+        if keyword in _DATA_KEYWORDS:
+            continue
+        if keyword in ("pattern", "patternProperties", "$id", "$dynamicRef"):
+            return False
+        if keyword == "$ref":
+            if not isinstance(value, str) or not _points_into(value, root):
+                return False
+        elif keyword in _SCHEMA_MAPS and isinstance(value, dict):
+            if not all(_plainly_safe(item, root) for item in value.values()):
+                return False
+        elif not _plainly_safe(value, root):
+            return False
+    return True
+
+
+def _points_into(ref: str, root: dict[str, Any]) -> bool:
+    """Whether `ref` is a JSON pointer (`#/...`) to a place `root` has."""
+    if ref == "#":
+        return True
+    if not ref.startswith("#/"):
+        return False
+    node: Any = root
+    for step in ref[2:].split("/"):
+        step = step.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and step in node:
+            node = node[step]
+        elif isinstance(node, list) and step.isdigit() and int(step) < len(node):
+            node = node[int(step)]
+        else:
+            return False
+    return True

@@ -339,8 +339,10 @@ async def run_handler(
             elif timeout is None:  # no cancel scope: it is a measurable cost per call
                 value = await _invoke(handler, arguments, thread, tool.name)
             else:
-                with trio.fail_after(timeout):
+                with trio.fail_after(timeout) as scope:
                     value = await _invoke(handler, arguments, thread, tool.name)
+                if thread is None and trio.current_time() > scope.deadline:
+                    _warn_blocking(tool.name, timeout)
             if isinstance(value, Branch):
                 branch, value = value.term, value.value
             if value is PARKED:
@@ -417,6 +419,22 @@ async def _await_tool(awaitable: Any, name: str) -> Any:
         if foreign is None:
             raise
         raise foreign from None
+
+
+def _warn_blocking(name: str, timeout: float) -> None:
+    """An async tool returned past its timeout without once giving the loop a turn: it
+    blocked the event loop (`time.sleep`, a blocking client), so the timeout could not
+    stop it, and every other call stalled meanwhile. Its result is kept (it was
+    returned); the warning says what to change (docs/tool-calling.md, "Timeouts")."""
+    import warnings
+
+    warnings.warn(
+        f"async tool {name!r} blocked the event loop past its timeout of {_seconds(timeout)}: "
+        "a timeout cannot stop code that never awaits, and every other call waited. "
+        "Make the tool a plain def (it then runs in a thread) or await its I/O.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 
 def _wrong_framework(problem: Exception, loop: Any, name: str) -> RuntimeError | None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._core._decisions import Approve, Decision, Deny, Edit, PendingCall, Respond
+from .._core._validation import full_validator
 from .._observe._events import DEFAULT_REDACT, REDACTED, Redactor
 
 __all__ = [
@@ -137,10 +138,8 @@ def check_against(schema: Any, value: Any, what: str, *, ignore: Any = None) -> 
     """
     if schema is None:
         return
-    from jsonschema.validators import validator_for
-
     try:
-        validator = validator_for(schema)(schema)
+        validator = full_validator(schema)  # fetches nothing, runs patterns in bounded time
         errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
     except Exception as problem:  # a schema jsonschema cannot use: say so, do not guess
         raise Refused(f"the {what} cannot be checked: {problem}") from problem

@@ -9,9 +9,10 @@ runs as a child task of the owner (inside the session's scopes), so many calls a
 flight at once on the one session, multiplexed by the protocol's request ids.
 
 When the session dies (the server process exited, an HTTP server forgot the session),
-the owner opens a new one, once per loss. A call that was on the wire when it died may
-have taken effect, so it is sent again only when its tool is idempotent; a call the
-server refused because the session was gone never ran and is always sent again.
+the owner opens a new one, trying with backoff while the server cannot be reached. A
+call that was on the wire when it died may have taken effect, so it is sent again only
+when its tool is idempotent; a call the server refused because the session was gone
+never ran and is always sent again.
 """
 
 from __future__ import annotations
@@ -36,9 +37,23 @@ CALL_HEADERS: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.Con
     "tickloop_mcp_call_headers", default=None
 )
 
+#: Where the HTTP transport notes an error response (status, the server's words) for the
+#: call being sent: a dict the call's task makes, filled in the task that posts it (the
+#: `mcp` transport runs that in a copy of the sender's context, which shares the dict).
+HTTP_ERROR: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "tickloop_mcp_http_error", default=None
+)
+
 #: How long calls still on a dead session get to come back with their own error before
 #: they are cut off (and then count as possibly effective).
 LOSS_GRACE = 2.0
+
+#: How long a lost connection keeps trying to open a new session (a server restarting,
+#: a network blip) before its calls fail; the tries back off from RETRY_FIRST seconds,
+#: doubling up to RETRY_MOST.
+RECONNECT_FOR = 30.0
+RETRY_FIRST = 0.1
+RETRY_MOST = 2.0
 
 
 class MCPConnectionError(Exception):
@@ -128,6 +143,7 @@ class Connection:
         self.failure: ConfigurationError | None = None  # it never came up
         self.broken: str | None = None  # it came up, then could not be restored
         self.pages = 0  # tools/list pages read (the listing follows every cursor)
+        self._in_flight: set[Request] = set()  # sent on the wire, not answered yet
         self.trio_token = trio.lowlevel.current_trio_token()
 
     # -- the caller's side ------------------------------------------------------------------
@@ -149,8 +165,12 @@ class Connection:
     # -- the owner task -------------------------------------------------------------------------
 
     async def own(self) -> None:
-        """Connect, list, serve until closed; open a new session once per loss."""
+        """Connect, list, serve until closed; after a loss, open a new session, trying
+        again with backoff for RECONNECT_FOR seconds while the server cannot be reached
+        (a restart takes a moment: one try during it must not fail every later call)."""
         first = True
+        down_since: float | None = None
+        delay = RETRY_FIRST
         try:
             while True:
                 outcome, problem = await self._one_session(first=first)
@@ -161,13 +181,20 @@ class Connection:
                         self.failure = ConfigurationError(
                             f"MCP server {self.label} could not be used: {problem}"
                         )
-                    else:
-                        self.broken = (
-                            f"the connection to {self.label} was lost and could not be "
-                            f"restored: {problem}"
-                        )
+                        return
+                    now = trio.current_time()
+                    down_since = now if down_since is None else down_since
+                    if now - down_since < RECONNECT_FOR and not self._closing:
+                        await trio.sleep(delay)
+                        delay = min(delay * 2, RETRY_MOST)
+                        continue
+                    self.broken = (
+                        f"the connection to {self.label} was lost and could not be "
+                        f"restored within {RECONNECT_FOR:g} s: {problem}"
+                    )
                     return
                 first = False  # "lost": go round and open a new session
+                down_since, delay = None, RETRY_FIRST
         finally:
             self._send.close()
             reason = self.broken or f"the connection to {self.label} is closed"
@@ -190,7 +217,9 @@ class Connection:
                 if self._connect_timeout is not None:  # None: wait as long as it takes
                     connecting.deadline = trio.current_time() + self._connect_timeout
                 async with self._transport() as (read, write):
-                    async with ClientSession(read, write) as session:
+                    async with ClientSession(
+                        read, write, message_handler=self._on_message
+                    ) as session:
                         initialized = await session.initialize()
                         # Listed on a new session too: the client checks results against
                         # the output schemas it has seen listed on its own session.
@@ -209,6 +238,35 @@ class Connection:
             if served:
                 return "lost", _describe(error)
             return "failed", _describe(error)
+
+    async def _on_message(self, message: Any) -> None:
+        """What the session hands on besides answers: a message from the server that the
+        client could not parse arrives here as the exception, and the answer it may have
+        been is otherwise dropped, so its call would wait for ever."""
+        if isinstance(message, Exception):
+            self._unreadable(message)
+
+    def _unreadable(self, error: Exception) -> None:
+        errors = getattr(error, "errors", None)
+        try:
+            reason = str(errors()[0]["msg"]) if callable(errors) else describe_error(error)
+        except Exception:
+            reason = describe_error(error)
+        waiting = [request for request in self._in_flight if not request.done.is_set()]
+        if len(waiting) == 1:
+            whose = "its answer to this call"
+        else:
+            whose = (
+                f"an answer sent while {len(waiting)} calls were in flight (which one it "
+                "answered cannot be told)"
+            )
+        for request in waiting:
+            request.fail(
+                MCPConnectionError(
+                    f"{self.label} sent {whose}, which the client cannot parse: {reason}"
+                )
+            )
+            request.abandon()  # the server is told to stop, if it is still working
 
     def _started(self) -> None:
         self._ready.set()
@@ -271,19 +329,25 @@ class Connection:
         if request.abandoned or request.done.is_set():
             return
         token = CALL_HEADERS.set(request.headers)
+        noted: dict[str, Any] = {}
+        error_token = HTTP_ERROR.set(noted)
         try:
             with trio.CancelScope() as scope:
                 request.scope = scope
                 if request.abandoned:
                     return
-                result = await session.call_tool(
-                    request.tool, request.arguments, meta=dict(request.meta or {}) or None
-                )
+                self._in_flight.add(request)
+                try:
+                    result = await session.call_tool(
+                        request.tool, request.arguments, meta=dict(request.meta or {}) or None
+                    )
+                finally:
+                    self._in_flight.discard(request)
                 request.succeed(result)
         except MCPError as error:
-            gone = _session_gone(error)
+            gone = _session_gone(error, noted)
             if gone is None:
-                request.fail(error)
+                request.fail(_with_http_status(error, noted))
             else:
                 self._on_loss(request, may_have_run=gone)
         except trio.Cancelled:
@@ -298,6 +362,7 @@ class Connection:
         except Exception as error:
             request.fail(error)
         finally:
+            HTTP_ERROR.reset(error_token)
             CALL_HEADERS.reset(token)
 
     def _on_loss(self, request: Request, *, may_have_run: bool) -> None:
@@ -328,7 +393,16 @@ def _describe(error: BaseException) -> str:
     return describe_error(error)
 
 
-def _session_gone(error: Any) -> bool | None:
+def _with_http_status(error: Exception, noted: dict[str, Any]) -> Exception:
+    """The error, with the HTTP status and the server's own words when the client only
+    said "Server returned an error response"."""
+    if "status" not in noted:
+        return error
+    words = f": {noted['body']}" if noted.get("body") else ""
+    return MCPConnectionError(f"{error} (HTTP {noted['status']}{words})")
+
+
+def _session_gone(error: Any, noted: dict[str, Any] | None = None) -> bool | None:
     """None when the session is alive; otherwise whether the call may have run: True when
     the connection dropped under it, False when the server refused it for want of a
     session (an HTTP server that restarted answers 404 to the old session id)."""
@@ -336,9 +410,18 @@ def _session_gone(error: Any) -> bool | None:
 
     code = getattr(getattr(error, "error", None), "code", None)
     message = str(getattr(getattr(error, "error", None), "message", "") or error).lower()
+    if noted and noted.get("status") in (400, 404):
+        message += " " + str(noted.get("body", "")).lower()
     if code == mcp_types.CONNECTION_CLOSED:
         return True
-    if "session terminated" in message or "session not found" in message:
+    # "Session terminated" is the client's word for HTTP 404 on a session (what the spec
+    # says a server answers for a session it does not know); the MCP reference servers
+    # answer 400 "Bad Request: No valid session ID provided" instead.
+    if (
+        "session terminated" in message
+        or "session not found" in message
+        or "no valid session" in message
+    ):
         return False
     return None
 
@@ -377,10 +460,22 @@ def http_transport(url: str, headers: Mapping[str, str] | None) -> Transport:
                     request.headers.update(extra)
                 yield request
 
+        async def note_error(response: Any) -> None:
+            noted = HTTP_ERROR.get()
+            if noted is None or response.status_code < 400:
+                return
+            try:
+                body = (await response.aread()).decode("utf-8", "replace")
+            except Exception:  # the words are only for the message
+                body = ""
+            noted["status"] = response.status_code
+            noted["body"] = " ".join(body.split())[:300]
+
         client = httpx2.AsyncClient(
             headers=dict(headers or {}),
             timeout=httpx2.Timeout(30.0, read=300.0),
             auth=CallHeaders(),
+            event_hooks={"response": [note_error]},
         )
         async with client, streamable_http_client(url, http_client=client) as streams:
             yield streams

@@ -40,6 +40,9 @@ from ._results import MCPToolError, convert_result
 __all__ = ["MCPConnectionError", "MCPServer", "MCPToolError"]
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
+#: Seconds an MCP call may take unless `timeout=` says otherwise (None: no limit). A
+#: server that never answers (or whose answer was lost) must not hold a run for ever.
+DEFAULT_CALL_TIMEOUT = 300.0
 
 _EXTRA_HINT = "MCP servers need the `mcp` package: pip install 'tickloop[mcp]'"
 
@@ -72,7 +75,7 @@ class MCPServer(ToolSource):
         allowed: Iterable[str] | None = None,
         requires_approval: ApprovalRule = False,
         include_instructions: bool = False,
-        timeout: float | None = None,
+        timeout: float | None = DEFAULT_CALL_TIMEOUT,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         _require_mcp()
@@ -120,7 +123,8 @@ class MCPServer(ToolSource):
         `env` is added to a small safe environment (PATH, HOME...), as the `mcp` client
         does: the child does not inherit every secret of this process. Options:
         `prefix`, `allowed`, `requires_approval`, `include_instructions`, `timeout` (per
-        call, seconds), `connect_timeout` (start, handshake and listing; default 10 s).
+        call, seconds; default 300, None for no limit), `connect_timeout` (start,
+        handshake and listing; default 10 s).
         """
         if not isinstance(command, str) or not command:
             raise ConfigurationError(
@@ -299,10 +303,18 @@ class MCPServer(ToolSource):
                     f"(it lists {', '.join(map(repr, names)) or 'no tools'})"
                 )
         tools: list[Tool] = []
+        originals: dict[str, str] = {}  # the name a tool gets here -> its name there
         for listed in listing:
             if self.allowed is not None and listed.name not in self.allowed:
                 continue
-            tools.append(self._tool(listed, connection))
+            tool = self._tool(listed, connection)
+            first = originals.setdefault(tool.name, listed.name)
+            if first != listed.name:
+                raise ConfigurationError(
+                    f"its tools {first!r} and {listed.name!r} both become {tool.name!r} here "
+                    "(names keep letters, digits, _ and -); leave one out with allowed=[...]"
+                )
+            tools.append(tool)
         return tools
 
     def _tool(self, listed: Any, connection: Connection) -> Tool:
@@ -337,6 +349,10 @@ class MCPServer(ToolSource):
 
 class MCPTool(Tool):
     """A tool of an MCP server: calling it sends tools/call on the server's connection."""
+
+    # A schema the server lists that cannot be used safely fails that tool's calls (their
+    # Error Message names why), not the listing of every tool.
+    unsafe_schema_fails_definition = False
 
     def __init__(
         self,

@@ -131,7 +131,16 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     `Replayer` too: `Replayer(workflows=[tlt.AgentWorkflow], workflow_runner=...)`."""
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(
-            "tickloop", "trio", "pydantic", "pydantic_core", "jsonschema", "networkx", "httpx"
+            "tickloop",
+            "trio",
+            "pydantic",
+            "pydantic_core",
+            "jsonschema",
+            "jsonschema_specifications",
+            "referencing",
+            "re2",  # schema patterns (docs/decisions.md): deterministic, no state per run
+            "networkx",
+            "httpx",
         )
     )
 
