@@ -23,6 +23,7 @@ from temporalio.client import Client
 import tickloop as tl
 from tickloop import temporal as tlt
 from tickloop.temporal._devserver import free_port
+from tickloop.temporal._kept import Kept
 
 STARTED = {key: threading.Event() for key in "abc"}
 RELEASE = {key: threading.Event() for key in "abc"}
@@ -121,3 +122,53 @@ def test_results_returned_during_a_server_outage_are_kept(tmp_path: Path) -> Non
     assert result.state == {"a": "result of a", "b": "result of b", "c": "result of c"}
     assert sorted(RUNS) == ["a", "b", "c"]  # each handler ran once
     assert result.output == "finished"
+
+
+# -- the store itself (no server) ---------------------------------------------------------------
+
+
+def test_a_kept_call_outlives_its_cancelled_attempt_and_a_retry_collects_it() -> None:
+    """The server cancels an attempt whose heartbeat it refused; the handler's result
+    still lands in the store, and the next attempt gets it without running again."""
+    kept = Kept()
+    key = ("run-1", "r", "1")
+
+    async def scenario() -> dict[str, Any]:
+        release = asyncio.Event()
+        ran: list[int] = []
+
+        async def work() -> dict[str, Any]:
+            ran.append(1)
+            await release.wait()
+            return {"value": "returned"}
+
+        attempt = asyncio.create_task(kept.run(key, work))
+        while not ran:
+            await asyncio.sleep(0)
+        attempt.cancel()  # the first attempt is gone; its work is not
+        with contextlib.suppress(asyncio.CancelledError):
+            await attempt
+        release.set()
+        earlier = kept.find(key)
+        assert earlier is not None
+        answer = await earlier
+        assert ran == [1]
+        return answer
+
+    assert asyncio.run(scenario()) == {"value": "returned"}
+
+
+def test_the_store_keeps_a_bounded_number_of_finished_calls() -> None:
+    kept = Kept(keep_finished=2)
+
+    async def scenario() -> list[bool]:
+        async def work() -> dict[str, Any]:
+            return {}
+
+        for n in range(3):
+            await kept.run(("w", "r", str(n)), work)
+        await asyncio.sleep(0)  # the done callbacks run
+        return [kept.find(("w", "r", str(n))) is not None for n in range(3)]
+
+    assert asyncio.run(scenario()) == [False, True, True]  # the oldest went first
+    assert len(kept) == 2
