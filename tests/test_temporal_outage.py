@@ -74,6 +74,9 @@ def test_results_returned_during_a_server_outage_are_kept(tmp_path: Path) -> Non
     """a and c return while the server is down; b is still running when it comes back
     and returns only once Temporal has retried it. Each ran once, and each is done with
     the value its handler returned — none 'interrupted', none run twice."""
+    for event in [*STARTED.values(), *RELEASE.values()]:
+        event.clear()
+    RUNS.clear()
     agent = tl.Agent(tl.ScriptedModel(SCRIPT), tools=[send_once, look_up], name="outage")
     port, db = free_port(), str(tmp_path / "temporal.db")
     queue = f"q-{uuid.uuid4().hex[:10]}"
