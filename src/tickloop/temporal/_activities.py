@@ -18,7 +18,7 @@ import concurrent.futures
 import contextlib
 import json
 import math
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import asdict
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -32,6 +32,7 @@ from .._agent._prompt import _visible_parameters
 from .._agent._retry import MAX_BACKOFF
 from .._core._decisions import PendingCall, decision_to_dict
 from .._core._tools import CallContext
+from .._durable._resume import INTERRUPTED
 from .._engine._asking import ask
 from .._engine._engine import run_handler
 from .._errors import ConfigurationError
@@ -47,6 +48,7 @@ from .._models._base import (
     TurnResponse,
     Usage,
 )
+from ._kept import KEPT, call_key
 from ._mcp_host import HOST
 
 if TYPE_CHECKING:
@@ -260,13 +262,12 @@ def make_activities(
                         tool, data["params"], context, trio.CapacityLimiter(math.inf)
                     )
 
-                async with _Heartbeat(_period()):
+                async def work() -> dict[str, Any]:
                     value, branch, error = await in_thread(run)
-                if error is None:
-                    problem = too_big(value, f"the result of {tool.name!r}")
-                    if problem is not None:
-                        value, branch, error = None, None, {"type": "runtime", "message": problem}
-                return {"value": value, "branch": branch, "error": error, "worker": identity}
+                    return _call_result(value, branch, error, tool.name, identity)
+
+                async with _Heartbeat(_period()):
+                    return await _once(tool.idempotent, work)
 
             return activity.defn(name=names["tool"] + tool.name)(call)
 
@@ -326,15 +327,43 @@ def mcp_call_activity(agents: Sequence[Agent], identity: str) -> Callable[..., A
         server = agent.tool_sources[data["source"]]
         assert isinstance(server, MCPServer)
         context = CallContext(data["id"], tool, data["call"], _no_view, data.get("run_id"))
-        async with _Heartbeat(_period()):
+
+        async def work() -> dict[str, Any]:
             value, branch, error = await HOST.run(HOST.call, server, tool, data["params"], context)
-        if error is None:
-            problem = too_big(value, f"the result of {tool!r}")
-            if problem is not None:
-                value, branch, error = None, None, {"type": "runtime", "message": problem}
-        return {"value": value, "branch": branch, "error": error, "worker": identity}
+            return _call_result(value, branch, error, tool, identity)
+
+        async with _Heartbeat(_period()):
+            return await _once(bool(data.get("idempotent")), work)
 
     return activity.defn(dynamic=True)(call)
+
+
+def _call_result(
+    value: Any, branch: str | None, error: dict[str, Any] | None, tool: str, identity: str
+) -> dict[str, Any]:
+    """A tool call's activity result: what the handler returned, unless it cannot travel."""
+    if error is None:
+        problem = too_big(value, f"the result of {tool!r}")
+        if problem is not None:
+            value, branch, error = None, None, {"type": "runtime", "message": problem}
+    return {"value": value, "branch": branch, "error": error, "worker": identity}
+
+
+async def _once(idempotent: bool, work: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+    """A tool call's result, with the handler run at most once per call unless idempotent.
+
+    A retried attempt reports what this process's earlier attempt returned (the server
+    timed that attempt out while unreachable and refused its report: `_kept`). When no
+    earlier attempt ran here, only an idempotent call runs again; any other is reported
+    interrupted, as after a worker's death (PROTOCOL §10)."""
+    key = call_key()
+    if activity.info().attempt > 1:
+        earlier = KEPT.find(key)
+        if earlier is not None:
+            return await asyncio.shield(earlier)
+        if not idempotent:
+            return {"value": None, "branch": None, "error": dict(INTERRUPTED), "worker": None}
+    return await KEPT.run(key, work)
 
 
 # -- what runs in the activity's trio thread ----------------------------------------------

@@ -304,6 +304,7 @@ class WorkflowEngine(SchedulerDriver):
             data["source"] = next(
                 index for index, source in enumerate(host.sources) if source is tool.server
             )
+            data["idempotent"] = tool.idempotent  # the worker knows only the run's listing
         elif getattr(tool._signature, "context_parameter", None) is not None:
             data["views"] = {"input": self.log.view("input"), "state": self.log.view("state")}
         value: Any = None
@@ -323,12 +324,15 @@ class WorkflowEngine(SchedulerDriver):
                     task_queue=(host.options.get("tool_task_queues") or {}).get(tool.name),
                     start_to_close_timeout=_seconds(timeout, 86400),
                     heartbeat_timeout=host.option("heartbeat_timeout", 10),
-                    # Only a worker's death fails this activity (a handler's error is its
-                    # result): an idempotent call runs again, any other ends interrupted.
+                    # Only a missed heartbeat fails this activity (a handler's error is
+                    # its result). The retry reports the result the worker kept, when
+                    # the server was away and refused its report; otherwise (the worker
+                    # died) an idempotent call runs again, any other ends interrupted
+                    # without running again (`_kept`).
                     retry_policy=RetryPolicy(
                         maximum_attempts=host.options.get("idempotent_attempts", 10)
                         if tool.idempotent
-                        else 1,
+                        else 2,
                         initial_interval=timedelta(seconds=1),
                     ),
                 )
