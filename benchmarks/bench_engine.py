@@ -38,11 +38,13 @@ DAG_REPEAT = 9  # real sleeps vary with the machine's load: a median of more run
 
 @tl.tool
 async def noop(i: int) -> int:
+    """Do nothing: the engine's own cost is what is measured."""
     return i
 
 
 @tl.tool
 async def nap(i: int, inputs: list[int], ms: int) -> int:
+    """Sleep `ms` milliseconds: a call of a given duration."""
     await trio.sleep(ms / 1000)
     return i
 

@@ -84,6 +84,7 @@ class Row:
 
 @tl.tool
 async def noop(i: Any = None) -> int:
+    """Do nothing: the engine's own cost is what is measured."""
     return 0
 
 

@@ -37,6 +37,7 @@ TARGET = 1.5
 
 @tl.tool
 async def step(n: int) -> int:
+    """One step of the plan."""
     return n + 1
 
 
