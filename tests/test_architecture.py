@@ -164,3 +164,27 @@ def test_every_public_name_is_read_from_the_package_as_before() -> None:
     assert set(tl.__all__) <= set(dir(tl))
     with pytest.raises(AttributeError, match="Agnet"):
         tl.Agnet  # noqa: B018
+
+
+MAX_DURABLE_MODULE_LINES = 600  # issue 35: the durable layer reads one concern a module
+
+
+def long_modules(root: Path, limit: int) -> list[str]:
+    """`file (N lines)` for every module of more than `limit` lines under root."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > limit:
+            found.append(f"{path.relative_to(root)} ({lines} lines)")
+    return found
+
+
+def test_no_durable_module_is_over_600_lines() -> None:
+    assert long_modules(SOURCE / "_durable", MAX_DURABLE_MODULE_LINES) == []
+
+
+def test_the_module_length_check_counts_every_line(tmp_path: Path) -> None:
+    (tmp_path / "big.py").write_text("".join(f"x{i} = {i}\n" for i in range(601)))
+    (tmp_path / "small.py").write_text("y = 1\n")
+    assert long_modules(tmp_path, 600) == ["big.py (601 lines)"]
+    assert long_modules(tmp_path, 601) == []

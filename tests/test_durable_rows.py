@@ -20,8 +20,11 @@ import trio.testing
 
 import tickloop as tl
 from tickloop._cli._main import main
-from tickloop._durable._resume import ROW_LAG, DurableRun, dumps_entry
-from tickloop._durable._store import CALL_COLUMNS, RunWriter
+from tickloop._durable._codec import dumps_entry
+from tickloop._durable._journal import ROW_LAG
+from tickloop._durable._resume import DurableRun
+from tickloop._durable._schema import CALL_COLUMNS
+from tickloop._durable._writer import RunWriter
 
 
 @tl.tool

@@ -21,7 +21,7 @@ from trio.testing import MockClock
 
 import tickloop as tl
 from tickloop._core._scheduler_io import OpenTick
-from tickloop._durable._resume import event_from_dict, event_to_dict
+from tickloop._durable._codec import event_from_dict, event_to_dict
 
 # -- tools of the random plans: deterministic, with a latency the plan chooses ----------
 
