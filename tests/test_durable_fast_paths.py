@@ -554,9 +554,9 @@ def test_a_commits_entries_share_one_row_that_reads_back_as_they_were(
     ]
 
 
-def test_a_batch_written_with_numbers_for_its_times_reads_as_it_did(tmp_path: Path) -> None:
-    """A store an earlier tickloop wrote holds its entries' times as JSON numbers; this
-    one writes their hex form, and reads both."""
+def test_a_version_1_batch_with_numbers_for_its_times_reads_as_it_did(tmp_path: Path) -> None:
+    """A version 1 store may hold its entries' times as JSON numbers; this version writes
+    their hex form, and brings such a store up to it on opening (`_migrations`)."""
     with SQLiteStore(tmp_path / "runs.db") as store:
         writer = create_run(store, "r", "solution")
         writer.append([(1795607862.8484273, "note", '{"note":"a"}'), (0.1, "note", "{}")])
@@ -566,7 +566,9 @@ def test_a_batch_written_with_numbers_for_its_times_reads_as_it_did(tmp_path: Pa
                 "INSERT INTO journal (run_id, seq, at, kind, body) VALUES ('r', 4, 2.25, "
                 '\'batch\', \'[[1795607862.8484273,"note",{"note":"b"}],[2.25,"note",{}]]\')'
             )
+            connection.execute("UPDATE tickloop_schema SET version = 1")
             connection.commit()
+    with SQLiteStore(tmp_path / "runs.db") as store:
         journal = store.journal("r")
     assert [(number, at) for number, at, _, _ in journal] == [
         (1, 1795607862.8484273),

@@ -332,31 +332,6 @@ def test_a_resume_rewrites_rows_a_crash_left_behind_and_trace_says_they_were(
     assert all(row[CALL_COLUMNS.index("status")] != "running" for row in final.values())
 
 
-def test_a_store_made_before_rows_seq_opens_reads_and_resumes(tmp_path: Path) -> None:
-    import sqlite3
-
-    db = tmp_path / "runs.db"
-    with tl.SQLiteStore(db) as store:
-        paused = _agent(store).run({"go": 1}, run_id="r")
-    (deferred,) = paused.pending
-    old = sqlite3.connect(db)
-    old.execute("ALTER TABLE runs DROP COLUMN rows_seq")  # the schema as it was released
-    old.commit()
-    old.close()
-
-    store = tl.SQLiteStore(db)
-    assert [run.status for run in store.runs()] == ["paused"]
-    assert [p.id for p in store.pending("r")] == [deferred.id]
-    assert store.rows_behind("r") is None  # NULL: its rows were written with its entries
-    store.decide("r", deferred.id, tl.Approve())
-    assert _agent(store).resume("r").status == "done"
-    assert store.rows_behind("r") is None
-    with sqlite3.connect(db) as check:
-        (rows_seq,) = check.execute("SELECT rows_seq FROM runs").fetchone()
-        (last,) = check.execute("SELECT max(seq) FROM journal").fetchone()
-    assert rows_seq == last
-
-
 def test_a_value_that_is_not_json_data_is_a_store_error() -> None:
     loop: list[Any] = []
     loop.append(loop)  # a cycle: no JSON text for it

@@ -102,8 +102,8 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
     if kind == "DecisionMade":
         return Decide(data["call_id"], decision_from_dict(data["decision"]), date)
     if kind == "TickOpened":
-        # A journal written before plan order replays its ticks with the old rule.
-        return OpenTick(data["iteration"], date, bool(data.get("plan_order", False)))
+        # Every tick of a version 2 journal keeps plan order (`_migrations._from_1`).
+        return OpenTick(data["iteration"], date)
     if kind == "StreamClosed":
         return CloseStream(date)
     if kind == "FaultReported":

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+# The format of the file and its journal; a change to either is a new version and a step
+# in `_migrations.MIGRATIONS`.
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE tickloop_schema (
@@ -51,14 +53,14 @@ CREATE TABLE decisions (
 );
 """
 
-# A journal row holding several entries, one commit's (`RunWriter.insert`). A store
-# written before it has one row per entry, which is read as it always was.
+# A journal row holding several entries, one commit's (`RunWriter.insert`), each
+# `[at, kind, body]` with `at` the hex form of its float; a commit of one entry is a row
+# of that entry's kind.
 BATCH = "batch"
 _KINDS = {"event": ',"event",', "message": ',"message",', "note": ',"note",'}
 # The type of a message entry that stands for a plan or solution message, its calls
 # stored as references to their CallReceived entries (`_resume.shared_text`); read back
-# as that message (`expand_shared`). No message a log holds has it (`MESSAGE_TYPES`), so
-# an older tickloop replaying such an entry refuses it as damage instead of losing it.
+# as that message (`expand_shared`). No message a log holds has it (`MESSAGE_TYPES`).
 SHARED = "shared"
 _INSERT_ENTRIES = (
     "INSERT INTO journal (run_id, seq, at, kind, body) SELECT ?1, ?2, ?3, ?4, ?5 "
@@ -66,10 +68,8 @@ _INSERT_ENTRIES = (
 )
 
 _TABLES = frozenset({"tickloop_schema", "runs", "journal", "calls", "decisions"})
-# Added to `runs` after schema 1 was released, without a new version: an older tickloop
-# names its columns, so it reads and writes a store that has it (leaving it NULL, which
-# means its rows were written with every entry), and this one adds it to a store made
-# before it (ALTER TABLE ... ADD COLUMN only rewrites the table's definition).
+# The journal entry a run's `calls` rows reflect (NULL: every entry, as in a run made by
+# a version 1 store before the column, which `_migrations._from_1` adds).
 _ROWS_SEQ = "rows_seq"
 
 CALL_COLUMNS = (

@@ -352,8 +352,7 @@ class SQLiteStore:
                 for number, (entry_at, entry_kind, entry) in enumerate(entries, start):
                     if not isinstance(entry_kind, str) or entry_kind == BATCH:
                         raise TypeError(f"an entry of kind {entry_kind!r}")
-                    # A float's hex form; a number in a batch an earlier tickloop wrote.
-                    at = float.fromhex(entry_at) if type(entry_at) is str else float(entry_at)
+                    at = float.fromhex(entry_at)  # a float's hex form (`RunWriter.insert`)
                     journal.append((number, at, entry_kind, entry))
             except (TypeError, ValueError) as error:
                 raise damaged_entry(
