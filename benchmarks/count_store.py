@@ -38,7 +38,8 @@ from tickloop._core._scheduler import Scheduler
 from tickloop._core._scheduler_io import CloseStream, FinishCall, OpenTick, ReceiveCall, StartCall
 from tickloop._core._tools import ToolSet
 from tickloop._durable._resume import DurableRun
-from tickloop._durable._store import SQLiteStore, create_run
+from tickloop._durable._store import SQLiteStore
+from tickloop._durable._writer import create_run
 from tickloop._observe._events import EventSink, Redactor
 
 from . import bench_store

@@ -21,17 +21,17 @@ from typing import Any
 from unittest import mock
 
 from tickloop._core import _driver
-from tickloop._durable import _resume, _store
+from tickloop._durable import _journal, _resume, _writer
 
 from . import bench_store
 
 
-def _no_sql(writer: _store.RunWriter, entries: Any, *rows: Any, **options: Any) -> None:
+def _no_sql(writer: _writer.RunWriter, entries: Any, *rows: Any, **options: Any) -> None:
     writer.seq += len(entries)  # numbered as if stored, so the run goes on as ever
 
 
 def _no_rows(original: Callable[..., None]) -> Callable[..., None]:
-    def append(writer: _store.RunWriter, entries: Any, *rows: Any, **options: Any) -> None:
+    def append(writer: _writer.RunWriter, entries: Any, *rows: Any, **options: Any) -> None:
         original(writer, entries, rows_current=options.get("rows_current", False))
 
     return append
@@ -53,17 +53,17 @@ def _without(part: str, stack: ExitStack) -> None:
     """Patch one part of the durable path out (the parts of `PARTS`)."""
     run = _resume.DurableRun
     if part == "SQL (journal and rows)":
-        stack.enter_context(mock.patch.object(_store.RunWriter, "append", _no_sql))
+        stack.enter_context(mock.patch.object(_writer.RunWriter, "append", _no_sql))
     elif part == "rows' SQL":
         stack.enter_context(
-            mock.patch.object(_store.RunWriter, "append", _no_rows(_store.RunWriter.append))
+            mock.patch.object(_writer.RunWriter, "append", _no_rows(_writer.RunWriter.append))
         )
     elif part == "journal entries (encoding and SQL)":
         stack.enter_context(mock.patch.object(run, "_add_text", lambda self, at, kind, text: None))
         stack.enter_context(mock.patch.object(run, "_follow_received", _track_received))
-        stack.enter_context(mock.patch.object(_resume, "received_text", lambda event: ("", None)))
-        stack.enter_context(mock.patch.object(_resume, "finished_text", lambda event: ""))
-        stack.enter_context(mock.patch.object(_resume, "event_to_dict", lambda event: None))
+        stack.enter_context(mock.patch.object(_journal, "received_text", lambda event: ("", None)))
+        stack.enter_context(mock.patch.object(_journal, "finished_text", lambda event: ""))
+        stack.enter_context(mock.patch.object(_journal, "event_to_dict", lambda event: None))
     elif part == "everything recorded (entries, rows)":
         stack.enter_context(mock.patch.object(run, "record", lambda self, event, actions: None))
     elif part == "... and the scheduler's arrows":

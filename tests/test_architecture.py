@@ -164,3 +164,78 @@ def test_every_public_name_is_read_from_the_package_as_before() -> None:
     assert set(tl.__all__) <= set(dir(tl))
     with pytest.raises(AttributeError, match="Agnet"):
         tl.Agnet  # noqa: B018
+
+
+MAX_DURABLE_MODULE_LINES = 600  # issue 35: the durable layer reads one concern a module
+
+
+def long_modules(root: Path, limit: int) -> list[str]:
+    """`file (N lines)` for every module of more than `limit` lines under root."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > limit:
+            found.append(f"{path.relative_to(root)} ({lines} lines)")
+    return found
+
+
+def test_no_durable_module_is_over_600_lines() -> None:
+    assert long_modules(SOURCE / "_durable", MAX_DURABLE_MODULE_LINES) == []
+
+
+def test_the_module_length_check_counts_every_line(tmp_path: Path) -> None:
+    (tmp_path / "big.py").write_text("".join(f"x{i} = {i}\n" for i in range(601)))
+    (tmp_path / "small.py").write_text("y = 1\n")
+    assert long_modules(tmp_path, 600) == ["big.py (601 lines)"]
+    assert long_modules(tmp_path, 601) == []
+
+
+def attribute_reaches(root: Path) -> list[str]:
+    """`file:line name` for every `getattr(x, "wants_...")`/`hasattr`: a lower layer reading
+    a consumer's flag by name instead of stating the interface it needs."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in {"getattr", "hasattr"}
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and str(node.args[1].value).startswith("wants")
+            ):
+                found.append(f"{path.relative_to(root)}:{node.lineno} {node.args[1].value}")
+    return found
+
+
+def test_no_layer_reads_a_consumers_flag_by_attribute_name() -> None:
+    assert attribute_reaches(SOURCE) == []
+
+
+def test_the_attribute_reach_check_finds_a_flag_read_by_name(tmp_path: Path) -> None:
+    (tmp_path / "low.py").write_text('def f(x):\n    return getattr(x, "wants_notes", True)\n')
+    assert attribute_reaches(tmp_path) == ["low.py:2 wants_notes"]
+
+
+def test_the_driver_asks_an_action_observer_what_it_wants() -> None:
+    """`_core` states the interface (`ActionObserver`); the run's events implement it."""
+    from tickloop._core._observer import ActionObserver, wants
+    from tickloop._observe._events import EventSink, Redactor
+
+    class Quiet(ActionObserver):
+        @property
+        def wants_notes(self) -> bool:
+            return False
+
+        @property
+        def wants_messages(self) -> bool:
+            return False
+
+        def __call__(self, action: object) -> None:
+            pass
+
+    assert wants(None) == (False, False)
+    assert wants(print) == (True, True)  # a plain callable takes every action
+    assert wants(Quiet()) == (False, False)
+    assert wants(EventSink("r", Redactor(()))) == (False, False)  # nobody listens
+    assert wants(EventSink("r", Redactor(()), listeners=[print])) == (True, False)

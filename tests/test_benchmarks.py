@@ -207,23 +207,23 @@ def test_the_store_probe_runs_each_part_out_and_puts_it_back() -> None:
     from benchmarks.probe_store import PARTS, main, ratio_without
 
     from tickloop._core._scheduler import Scheduler
-    from tickloop._durable import _resume, _store
+    from tickloop._durable import _journal, _resume, _writer
 
     originals = (
-        _store.RunWriter.append,
+        _writer.RunWriter.append,
         _resume.DurableRun.record,
         _resume.DurableRun._add_text,
-        _resume.received_text,
+        _journal.received_text,
         Scheduler.__init__,
     )
     for part in PARTS:
         ratio, added = ratio_without(part, 20, 1, 1)
         assert ratio > 0 and added == added  # a number, not NaN
     assert originals == (
-        _store.RunWriter.append,
+        _writer.RunWriter.append,
         _resume.DurableRun.record,
         _resume.DurableRun._add_text,
-        _resume.received_text,
+        _journal.received_text,
         Scheduler.__init__,
     )
     assert main(["--calls", "10", "--repeat", "1", "--samples", "1"]) == 0

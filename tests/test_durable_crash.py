@@ -356,7 +356,7 @@ def test_the_entry_that_starts_or_asks_about_a_call_is_committed_before_it_may_a
     )
     from tickloop._core._tools import ToolSet
     from tickloop._durable._resume import DurableRun
-    from tickloop._durable._store import create_run
+    from tickloop._durable._writer import create_run
     from tickloop._observe._events import EventSink, Redactor
 
     @tl.tool
@@ -431,7 +431,7 @@ def test_a_result_is_journaled_as_it_was_returned_though_the_rows_follow_later(
     from tickloop._core._scheduler_io import FinishCall, OpenTick, ReceiveCall, StartCall
     from tickloop._core._tools import ToolSet
     from tickloop._durable._resume import DurableRun
-    from tickloop._durable._store import create_run
+    from tickloop._durable._writer import create_run
     from tickloop._observe._events import EventSink, Redactor
 
     @tl.tool

@@ -48,17 +48,19 @@ from tickloop._core._scheduler_io import (
 )
 from tickloop._core._status import CallStatus
 from tickloop._core._tools import ToolSet
-from tickloop._durable import _resume, _store
-from tickloop._durable._resume import (
-    DurableRun,
-    _Row,
-    _text,
+from tickloop._durable import _codec, _journal, _schema, _writer
+from tickloop._durable._codec import (
     dumps_call,
     dumps_entry,
     event_to_dict,
+    expand_shared,
     shared_text,
 )
-from tickloop._durable._store import CALL_COLUMNS, SHARED, SQLiteStore, create_run, expand_shared
+from tickloop._durable._resume import DurableRun
+from tickloop._durable._rows import Row, _text
+from tickloop._durable._schema import CALL_COLUMNS, SHARED
+from tickloop._durable._store import SQLiteStore
+from tickloop._durable._writer import create_run
 from tickloop._observe._events import EventSink, Redactor
 
 
@@ -104,7 +106,7 @@ _calls = st.fixed_dictionaries(
 )
 
 
-_RECEIVED_TEXT, _ARRIVAL_TEXT = _resume.received_text, _resume.arrival_text
+_RECEIVED_TEXT, _ARRIVAL_TEXT = _journal.received_text, _journal.arrival_text
 
 
 def _received_text(event: ReceiveCall) -> tuple[str, Any]:
@@ -161,7 +163,7 @@ def _drive(
             checked["accepted"] += 1
         result.append((durable, scheduler))
 
-    with patch.multiple(_resume, received_text=_received_text, arrival_text=_arrival_text):
+    with patch.multiple(_journal, received_text=_received_text, arrival_text=_arrival_text):
         trio.run(main)
     return result[0]
 
@@ -329,7 +331,7 @@ def _read(connection: sqlite3.Connection) -> list[tuple[Any, ...]]:
     return connection.execute(f"SELECT {typed} FROM calls ORDER BY call_id").fetchall()
 
 
-_SPARSE = [_COLUMNS.index(name) for name in _store.USUALLY_NULL]
+_SPARSE = [_COLUMNS.index(name) for name in _schema.USUALLY_NULL]
 
 
 def _lean(row: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -371,7 +373,7 @@ def test_rows_with_their_nulls_in_the_statement_are_the_rows_every_value_bound_m
     ]
     stored = []
     for name, insert in (
-        ("fast", lambda connection, i: _store._insert_calls(connection, given_rows[i])),
+        ("fast", lambda connection, i: _writer._insert_calls(connection, given_rows[i])),
         ("plain", lambda connection, i: connection.executemany(_BIND_ALL, batches[i])),
     ):
         store = SQLiteStore(folder / f"{name}.db")
@@ -445,7 +447,7 @@ def test_a_result_nothing_can_change_is_encoded_when_followed(
         assert (durable._pending[-1][2] == "") is later
         durable.commit(rows=True)
         [(_, _, _, body)] = [e for e in store.journal("r") if e[3].get("type") == "CallFinished"]
-        assert body == json.loads(_resume.finished_text(finished))
+        assert body == json.loads(_codec.finished_text(finished))
         durable.writer.release()
 
     trio.run(main)
@@ -453,17 +455,17 @@ def test_a_result_nothing_can_change_is_encoded_when_followed(
 
 
 def test_a_rows_lean_values_are_its_values_without_the_usually_null_columns() -> None:
-    row = _Row("c1", 3, 1, "step", 1.5)
+    row = Row("c1", 3, 1, "step", 1.5)
     row.call, row.params, row.deps, row.ready, row.started, row.finished = "{}", "{}", "[]", 2, 3, 4
     assert row.lean_values("r") == _lean(row.values("r"))
-    for name in _store.USUALLY_NULL:
-        changed = _Row("c1", 3, 1, "step", 1.5)
+    for name in _schema.USUALLY_NULL:
+        changed = Row("c1", 3, 1, "step", 1.5)
         setattr(changed, name, "x")
         assert changed.lean_values("r") == changed.values("r")
 
 
 def test_a_row_binds_its_status_as_the_plain_string_it_equals() -> None:
-    row = _Row("c1", 0, 1, "step", 0.0)
+    row = Row("c1", 0, 1, "step", 0.0)
     for status in CallStatus:
         row.status = status
         for values in (row.values("r"), row.settled("r")):
@@ -496,7 +498,7 @@ def test_a_finished_entry_is_the_text_dumps_entry_makes(
     call_id: str, value: Any, branch: str | None, error: dict[str, Any] | None, date: str
 ) -> None:
     event = FinishCall(call_id, value, branch, error, date)
-    assert _resume.finished_text(event) == dumps_entry(event_to_dict(event))
+    assert _codec.finished_text(event) == dumps_entry(event_to_dict(event))
 
 
 @pytest.mark.parametrize(
@@ -507,18 +509,18 @@ def test_a_finished_entry_is_the_text_dumps_entry_makes(
 def test_a_finished_entry_of_a_long_int_is_the_general_paths(value: int) -> None:
     event = FinishCall("c1.0", value, None, None, "2026-01-01T00:00:00Z")
     if abs(value) < 10**4000:
-        assert _resume.finished_text(event) == dumps_entry(event_to_dict(event))
+        assert _codec.finished_text(event) == dumps_entry(event_to_dict(event))
     else:  # too long to write as JSON text: refused alike
         with pytest.raises(tl.StoreError):
             dumps_entry(event_to_dict(event))
         with pytest.raises(tl.StoreError):
-            _resume.finished_text(event)
+            _codec.finished_text(event)
 
 
 @settings(max_examples=200, deadline=None)
 @given(waits=st.lists(_texts, min_size=1, max_size=4), as_tuple=st.booleans())
 def test_a_rows_arrows_are_the_text_dumps_entry_makes(waits: list[str], as_tuple: bool) -> None:
-    assert _resume.deps_text(tuple(waits) if as_tuple else waits) == dumps_entry(waits)
+    assert _codec.deps_text(tuple(waits) if as_tuple else waits) == dumps_entry(waits)
 
 
 @settings(max_examples=100, deadline=None)
@@ -552,9 +554,9 @@ def test_a_commits_entries_share_one_row_that_reads_back_as_they_were(
     ]
 
 
-def test_a_batch_written_with_numbers_for_its_times_reads_as_it_did(tmp_path: Path) -> None:
-    """A store an earlier tickloop wrote holds its entries' times as JSON numbers; this
-    one writes their hex form, and reads both."""
+def test_a_version_1_batch_with_numbers_for_its_times_reads_as_it_did(tmp_path: Path) -> None:
+    """A version 1 store may hold its entries' times as JSON numbers; this version writes
+    their hex form, and brings such a store up to it on opening (`_migrations`)."""
     with SQLiteStore(tmp_path / "runs.db") as store:
         writer = create_run(store, "r", "solution")
         writer.append([(1795607862.8484273, "note", '{"note":"a"}'), (0.1, "note", "{}")])
@@ -564,7 +566,9 @@ def test_a_batch_written_with_numbers_for_its_times_reads_as_it_did(tmp_path: Pa
                 "INSERT INTO journal (run_id, seq, at, kind, body) VALUES ('r', 4, 2.25, "
                 '\'batch\', \'[[1795607862.8484273,"note",{"note":"b"}],[2.25,"note",{}]]\')'
             )
+            connection.execute("UPDATE tickloop_schema SET version = 1")
             connection.commit()
+    with SQLiteStore(tmp_path / "runs.db") as store:
         journal = store.journal("r")
     assert [(number, at) for number, at, _, _ in journal] == [
         (1, 1795607862.8484273),

@@ -20,8 +20,11 @@ import trio.testing
 
 import tickloop as tl
 from tickloop._cli._main import main
-from tickloop._durable._resume import ROW_LAG, DurableRun, dumps_entry
-from tickloop._durable._store import CALL_COLUMNS, RunWriter
+from tickloop._durable._codec import dumps_entry
+from tickloop._durable._journal import ROW_LAG
+from tickloop._durable._resume import DurableRun
+from tickloop._durable._schema import CALL_COLUMNS
+from tickloop._durable._writer import RunWriter
 
 
 @tl.tool
@@ -327,31 +330,6 @@ def test_a_resume_rewrites_rows_a_crash_left_behind_and_trace_says_they_were(
     final = _stored(store, "r")
     assert final.keys() == exact.keys()
     assert all(row[CALL_COLUMNS.index("status")] != "running" for row in final.values())
-
-
-def test_a_store_made_before_rows_seq_opens_reads_and_resumes(tmp_path: Path) -> None:
-    import sqlite3
-
-    db = tmp_path / "runs.db"
-    with tl.SQLiteStore(db) as store:
-        paused = _agent(store).run({"go": 1}, run_id="r")
-    (deferred,) = paused.pending
-    old = sqlite3.connect(db)
-    old.execute("ALTER TABLE runs DROP COLUMN rows_seq")  # the schema as it was released
-    old.commit()
-    old.close()
-
-    store = tl.SQLiteStore(db)
-    assert [run.status for run in store.runs()] == ["paused"]
-    assert [p.id for p in store.pending("r")] == [deferred.id]
-    assert store.rows_behind("r") is None  # NULL: its rows were written with its entries
-    store.decide("r", deferred.id, tl.Approve())
-    assert _agent(store).resume("r").status == "done"
-    assert store.rows_behind("r") is None
-    with sqlite3.connect(db) as check:
-        (rows_seq,) = check.execute("SELECT rows_seq FROM runs").fetchone()
-        (last,) = check.execute("SELECT max(seq) FROM journal").fetchone()
-    assert rows_seq == last
 
 
 def test_a_value_that_is_not_json_data_is_a_store_error() -> None:

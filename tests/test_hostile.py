@@ -243,7 +243,7 @@ def test_a_durable_run_with_a_lone_surrogate_finishes_and_resumes(tmp_path: Path
 
 
 def test_a_failed_append_leaves_no_gap_in_the_journal(tmp_path: Path) -> None:
-    from tickloop._durable._store import create_run
+    from tickloop._durable._writer import create_run
 
     store = tl.SQLiteStore(tmp_path / "runs.db")
     writer = create_run(store, "r1", "solution")

@@ -21,7 +21,7 @@ from trio.testing import MockClock
 
 import tickloop as tl
 from tickloop._core._scheduler_io import OpenTick
-from tickloop._durable._resume import event_from_dict, event_to_dict
+from tickloop._durable._codec import event_from_dict, event_to_dict
 
 # -- tools of the random plans: deterministic, with a latency the plan chooses ----------
 
@@ -393,9 +393,9 @@ def test_a_held_write_survives_a_crash_and_applies_in_plan_order(tmp_path: Path)
     assert resumed.state["x"] == "second"
 
 
-def test_a_journal_from_before_plan_order_replays_with_its_own_rule() -> None:
-    old = {"type": "TickOpened", "iteration": 1, "date": ""}
-    assert event_from_dict(old) == OpenTick(1, "", plan_order=False)
+def test_every_tick_of_a_journal_keeps_plan_order() -> None:
+    """A version 2 journal holds no tick from before plan order (the migration from
+    version 1 refuses one: tests/test_store_versions.py)."""
     new = event_to_dict(OpenTick(2, "d"))
     assert event_from_dict(new) == OpenTick(2, "d", plan_order=True)
 

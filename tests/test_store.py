@@ -17,7 +17,7 @@ import trio
 
 import tickloop as tl
 from tickloop._cli._main import main
-from tickloop._durable._store import SCHEMA_VERSION
+from tickloop._durable._schema import SCHEMA_VERSION
 
 
 @tl.tool
@@ -479,7 +479,7 @@ def test_a_store_whose_journal_is_without_rowid_runs_and_resumes_as_before(
 ) -> None:
     """A store made before the journal became a rowid table: the same columns and key,
     so the same statements read and write it."""
-    from tickloop._durable._store import _SCHEMA, SCHEMA_VERSION
+    from tickloop._durable._schema import _SCHEMA, SCHEMA_VERSION
 
     db = tmp_path / "runs.db"
     old = _SCHEMA.replace(
@@ -504,7 +504,7 @@ def test_a_second_writer_of_a_run_is_refused_even_where_rows_hold_several_entrie
     """Two writers continuing one journal (never allowed; this is the last guard): the
     second fails on its first commit, whether its entries start where the first's row
     does or inside it, and writes nothing."""
-    from tickloop._durable._store import RunWriter
+    from tickloop._durable._writer import RunWriter
 
     db = tmp_path / "runs.db"
     assert _paused(db).run({}, run_id="r").status == "paused"

@@ -217,7 +217,7 @@ class OuterLoop:
     def _action_listener(self) -> Callable[[Any], None] | None:
         """What the engine hands each scheduler action it carries out: the run's events.
 
-        The sink itself, not a method forwarding to it: it says (`wants_notes`) whether it
+        The sink itself, not a method forwarding to it: an `ActionObserver`, it says whether it
         turns the scheduler's facts into events, so a run nobody listens to is spared
         making them, several per call; and a sink without listeners takes nothing at all.
         A loop that reads the actions itself overrides it.

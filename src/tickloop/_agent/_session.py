@@ -17,8 +17,10 @@ import trio
 
 from .._core._log import ContextLog
 from .._core._tools import missing_bindings
-from .._durable._resume import DurableRun, dumps_entry, new_run_id
-from .._durable._store import SQLiteStore, claim_run, create_run
+from .._durable._codec import dumps_entry, new_run_id
+from .._durable._resume import DurableRun
+from .._durable._store import SQLiteStore
+from .._durable._writer import claim_run, create_run
 from .._engine._run import initial_log
 from .._errors import ConfigurationError, ResumeError
 from .._observe._events import EventSink, RunEnded, RunEvent, RunStarted

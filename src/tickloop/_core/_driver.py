@@ -16,6 +16,7 @@ from .._errors import ConfigurationError
 from ._budget import BudgetRequest, Ledger
 from ._decisions import ApproveHook, PendingCall
 from ._log import ContextLog
+from ._observer import wants
 from ._ranks import SCHEDULES, Measured, Schedule
 from ._scheduler import CallRecord, Scheduler
 from ._scheduler_io import (
@@ -121,17 +122,17 @@ class SchedulerDriver:
         self.run_id = run_id
         # With no observer and no journal, nobody reads the scheduler's facts (`Note...`):
         # it is spared making them, several per call. An observer may say it has no use
-        # for them (`wants_notes` False: an `EventSink` without listeners).
+        # for them (an `ActionObserver`: the run's events without listeners).
+        wants_notes, wants_messages = wants(on_action)
         self.scheduler = Scheduler(
             tools,
             log,
             max_concurrency=max_concurrency,
             run_id=run_id,
-            notes=journal is not None
-            or (on_action is not None and getattr(on_action, "wants_notes", True)),
+            notes=journal is not None or wants_notes,
             # A journal needs no `NoteMessage` (every write is at a path its call
-            # declared); nor does a listener that says so (`wants_messages`).
-            messages=on_action is not None and getattr(on_action, "wants_messages", True),
+            # declared); nor does an observer that says so (`wants_messages`).
+            messages=wants_messages,
             arrows=journal is not None,  # the store's rows draw whom each call waited on
             budget=budget,
             # Means measured in this process rank calls (PROTOCOL §13), except in a run

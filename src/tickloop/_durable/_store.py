@@ -9,7 +9,7 @@ pure function of its events. Each entry is committed before the engine acts on i
 Beside the journal, the store keeps what a reader without the agent's tools needs (the
 command line, the timeline): a `calls` row per call with its status and the time of each
 transition, and a `decisions` table for decisions made outside a running process. The
-rows are a view of the journal that may trail it by `ROW_LAG` (`_resume.py`), coalesced
+rows are a view of the journal that may trail it by `ROW_LAG` (`_journal.py`), coalesced
 per call; they are exact at the checkpoints a reader depends on (a decision or deferral,
 a tick's end, the run's end, a resume), and `runs.rows_seq` says which journal entry
 they reflect, so a reader of a crashed run can tell how far behind they may be.
@@ -24,15 +24,13 @@ drops: so no descriptor is opened on the file but SQLite's own (`SQLiteStore.ope
 
 from __future__ import annotations
 
-import functools
 import json
-import operator
 import os
 import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,123 +45,19 @@ from .._core._decisions import (
     Edit,
     Replace,
     Respond,
-    decision_from_dict,
     decision_to_dict,
 )
 from .._core._status import CallStatus
 from .._errors import ResumeError, StoreError
 from .._observe._records import CallInfo, RunInfo
+from ._codec import damaged_entry, expand_shared
 from ._file import check_file, check_pages, create_file, failure
+from ._migrations import prepare
+from ._schema import _ROWS_SEQ, BATCH, CALL_COLUMNS, SHARED
 
 __all__ = ["CallInfo", "PendingDecision", "RunInfo", "SQLiteStore", "as_store"]
 
-SCHEMA_VERSION = 1
 _ACTIVE: set[tuple[Path, str]] = set()  # (store, run id) of the runs this process runs
-
-_SCHEMA = """
-CREATE TABLE tickloop_schema (
-    version INTEGER NOT NULL
-);
-CREATE TABLE runs (
-    run_id   TEXT PRIMARY KEY,
-    status   TEXT NOT NULL,         -- running, paused, done, failed
-    created  REAL NOT NULL,         -- seconds since the epoch
-    updated  REAL NOT NULL,
-    protocol TEXT NOT NULL,
-    owner    TEXT,                  -- host:pid of the process running it, while it runs
-    output   TEXT,                  -- the final output (JSON) of a done run
-    error    TEXT,                  -- why a failed run stopped
-    rows_seq INTEGER                -- the journal entry its calls rows reflect (NULL: all)
-);
-CREATE TABLE journal (           -- a rowid table: its rows (a commit's entries) are large
-    run_id TEXT NOT NULL,
-    seq    INTEGER NOT NULL,        -- one sequence per run: replay order
-    at     REAL NOT NULL,           -- run clock, seconds since the epoch
-    kind   TEXT NOT NULL,           -- event, message, note or batch
-    body   TEXT NOT NULL,           -- JSON
-    PRIMARY KEY (run_id, seq)
-);
-CREATE TABLE calls (
-    run_id    TEXT NOT NULL,
-    call_id   TEXT NOT NULL,
-    seq       INTEGER NOT NULL,     -- arrival order in the run
-    iteration INTEGER NOT NULL,
-    tool      TEXT,
-    status    TEXT NOT NULL,
-    call      TEXT,                 -- the wire call (JSON), secrets redacted
-    params    TEXT,                 -- resolved parameters (JSON), secrets redacted
-    deps      TEXT,                 -- ids of the calls it waited on (JSON list)
-    decision  TEXT,                 -- the decision applied to it (JSON)
-    error     TEXT,                 -- its error (JSON)
-    received  REAL, ready REAL, asked REAL, decided REAL, started REAL, finished REAL,
-    PRIMARY KEY (run_id, call_id)
-);
-CREATE TABLE decisions (
-    run_id   TEXT NOT NULL,
-    call_id  TEXT NOT NULL,
-    decision TEXT NOT NULL,         -- JSON, as decision_to_dict
-    recorded REAL NOT NULL,
-    PRIMARY KEY (run_id, call_id)
-);
-"""
-
-# A journal row holding several entries, one commit's (`RunWriter.insert`). A store
-# written before it has one row per entry, which is read as it always was.
-BATCH = "batch"
-_KINDS = {"event": ',"event",', "message": ',"message",', "note": ',"note",'}
-# The type of a message entry that stands for a plan or solution message, its calls
-# stored as references to their CallReceived entries (`_resume.shared_text`); read back
-# as that message (`expand_shared`). No message a log holds has it (`MESSAGE_TYPES`), so
-# an older tickloop replaying such an entry refuses it as damage instead of losing it.
-SHARED = "shared"
-_INSERT_ENTRIES = (
-    "INSERT INTO journal (run_id, seq, at, kind, body) SELECT ?1, ?2, ?3, ?4, ?5 "
-    "WHERE NOT EXISTS (SELECT 1 FROM journal WHERE run_id = ?1 AND seq >= ?6)"
-)
-
-_TABLES = frozenset({"tickloop_schema", "runs", "journal", "calls", "decisions"})
-# Added to `runs` after schema 1 was released, without a new version: an older tickloop
-# names its columns, so it reads and writes a store that has it (leaving it NULL, which
-# means its rows were written with every entry), and this one adds it to a store made
-# before it (ALTER TABLE ... ADD COLUMN only rewrites the table's definition).
-_ROWS_SEQ = "rows_seq"
-
-CALL_COLUMNS = (
-    "call_id",
-    "seq",
-    "iteration",
-    "tool",
-    "status",
-    "call",
-    "params",
-    "deps",
-    "decision",
-    "error",
-    "received",
-    "ready",
-    "asked",
-    "decided",
-    "started",
-    "finished",
-)
-# A whole row is inserted by `_insert_calls` (a statement per set of NULL columns).
-# The columns NULL in the row of a call that was never asked about, decided or failed,
-# most rows: such a row may be given without them (the run id, then LEAN_COLUMNS).
-USUALLY_NULL = ("decision", "error", "asked", "decided")
-LEAN_COLUMNS = tuple(name for name in CALL_COLUMNS if name not in USUALLY_NULL)
-# The columns a call's transitions change (its id, arrival order and iteration never do):
-# an UPDATE of a row this process wrote rewrites the row in place, where a REPLACE deletes
-# and reinserts it and its index entry (about a third of the store's time per call).
-CHANGING_COLUMNS = CALL_COLUMNS[3:]
-_UPDATE_CALL = (
-    f"UPDATE calls SET {', '.join(f'{name} = ?' for name in CHANGING_COLUMNS)} "
-    "WHERE run_id = ? AND call_id = ?"
-)
-SETTLED_COLUMNS = ("status", "error", "deps", "finished")  # what a call's end changes
-_SETTLE_CALL = (
-    f"UPDATE calls SET {', '.join(f'{name} = ?' for name in SETTLED_COLUMNS)} "
-    "WHERE run_id = ? AND call_id = ?"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,66 +248,7 @@ class SQLiteStore:
         return check_file(self.path)
 
     def _prepare(self, connection: sqlite3.Connection) -> None:
-        """Check the schema (read only), then switch to WAL and create tables if new."""
-        try:
-            names = {
-                row[0]
-                for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
-            }
-            if names and "tickloop_schema" not in names:
-                raise StoreError(
-                    f"{self.path} is an SQLite database but not a tickloop store "
-                    f"(it has tables {', '.join(sorted(names)[:5])})"
-                )
-            if names:
-                self._check_version(connection, names)
-                self._add_rows_seq(connection)
-            if connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=NORMAL")
-            if not names:
-                with self._write(connection):
-                    exists = connection.execute(
-                        "SELECT 1 FROM sqlite_master WHERE name='tickloop_schema'"
-                    ).fetchone()
-                    if not exists:  # another process may have made it meanwhile
-                        for statement in _SCHEMA.split(";"):
-                            if statement.strip():
-                                connection.execute(statement)
-                        connection.execute(
-                            "INSERT INTO tickloop_schema (version) VALUES (?)", (SCHEMA_VERSION,)
-                        )
-        except sqlite3.OperationalError as error:  # read-only, locked: not damage
-            raise self._failure("cannot open the store", error) from error
-        except sqlite3.DatabaseError as error:
-            raise StoreError(
-                f"{self.path}: the store is damaged or not a store: {error}"
-            ) from error
-
-    def _check_version(self, connection: sqlite3.Connection, names: set[str]) -> None:
-        row = connection.execute("SELECT version FROM tickloop_schema").fetchone()
-        if row is None or not isinstance(row[0], int):
-            raise StoreError(f"{self.path}: the store has no schema version")
-        if row[0] > SCHEMA_VERSION:
-            raise StoreError(
-                f"{self.path} was written by a newer tickloop (store schema {row[0]}, this "
-                f"version reads {SCHEMA_VERSION}); upgrade tickloop"
-            )
-        missing = _TABLES - names
-        if missing:
-            raise StoreError(f"{self.path}: the store lacks tables {', '.join(sorted(missing))}")
-
-    def _add_rows_seq(self, connection: sqlite3.Connection) -> None:
-        """Give a store made before `runs.rows_seq` that column (see `_ROWS_SEQ`)."""
-
-        def missing() -> bool:
-            columns = connection.execute("PRAGMA table_info(runs)").fetchall()
-            return all(column[1] != _ROWS_SEQ for column in columns)
-
-        if missing():
-            with self._write(connection):
-                if missing():  # another process may have added it meanwhile
-                    connection.execute(f"ALTER TABLE runs ADD COLUMN {_ROWS_SEQ} INTEGER")
+        prepare(connection, self.path, self._write)
 
     @contextmanager
     def _write(
@@ -517,8 +352,7 @@ class SQLiteStore:
                 for number, (entry_at, entry_kind, entry) in enumerate(entries, start):
                     if not isinstance(entry_kind, str) or entry_kind == BATCH:
                         raise TypeError(f"an entry of kind {entry_kind!r}")
-                    # A float's hex form; a number in a batch an earlier tickloop wrote.
-                    at = float.fromhex(entry_at) if type(entry_at) is str else float(entry_at)
+                    at = float.fromhex(entry_at)  # a float's hex form (`RunWriter.insert`)
                     journal.append((number, at, entry_kind, entry))
             except (TypeError, ValueError) as error:
                 raise damaged_entry(
@@ -703,342 +537,6 @@ def _checked_decision(call_id: str, value: Any) -> Decision:
     except (TypeError, ValueError) as error:
         raise ResumeError(f"the decision for {call_id!r} cannot be stored: {error}") from error
     return value
-
-
-class RunWriter:
-    """Appends one run's journal; one instance per process that runs the run.
-
-    `seq` numbers the run's entries; a commit whose numbers the journal already holds is
-    refused (`insert`), so a second process writing the same run at the same time fails
-    on its first commit instead of interleaving.
-    """
-
-    def __init__(self, store: SQLiteStore, connection: sqlite3.Connection, run_id: str) -> None:
-        self.store = store
-        self.connection = connection
-        self.run_id = run_id
-        self.seq = 0
-
-    def append(
-        self,
-        entries: Sequence[tuple[float, str, str]],
-        calls: Sequence[Sequence[Any]] = (),
-        changed: Sequence[Sequence[Any]] = (),
-        settled: Sequence[Sequence[Any]] = (),
-        *,
-        rows_current: bool = False,
-        rewrite: bool = False,
-    ) -> None:
-        """Commit journal entries (at, kind, JSON body) and call rows together.
-
-        `calls` are whole rows, one per call (the run id, then CALL_COLUMNS, or
-        LEAN_COLUMNS for a row whose USUALLY_NULL columns are NULL), inserted or
-        replacing a row of the same call; `changed` are rows this writer stored before,
-        updated in place (CHANGING_COLUMNS, then the run and call ids); `settled` the
-        same with SETTLED_COLUMNS only, for rows whose only change is the call's end.
-        `rows_current`: with these, the rows reflect the journal's last entry
-        (`runs.rows_seq`). `rewrite`: `calls` are all the run's rows (a resume's, rebuilt
-        from its journal); any other row of the run is deleted.
-        """
-        connection = self.connection
-        seq = self.seq
-        try:
-            with self.store._write(connection, conflict=self._conflict):
-                self.insert(entries)
-                if rewrite:  # the root's rows: a sub-agent's ("c1.2/c1.0") are its child's
-                    connection.execute(
-                        "DELETE FROM calls WHERE run_id = ? AND instr(call_id, '/') = 0",
-                        (self.run_id,),
-                    )
-                if calls:
-                    _insert_calls(connection, calls)
-                if changed:
-                    connection.executemany(_UPDATE_CALL, changed)
-                if settled:
-                    connection.executemany(_SETTLE_CALL, settled)
-                if rows_current:
-                    connection.execute(
-                        f"UPDATE runs SET {_ROWS_SEQ} = ? WHERE run_id = ?",
-                        (self.seq, self.run_id),
-                    )
-        except BaseException:  # nothing was written: the next append reuses these numbers
-            self.seq = seq
-            raise
-
-    @property
-    def _conflict(self) -> str:
-        return (
-            f"{self.store.path}: run {self.run_id!r} was written by another process at the "
-            "same time; only one process may run a run"
-        )
-
-    def insert(self, entries: Sequence[tuple[float, str, str]]) -> None:
-        """Insert journal entries inside the caller's transaction.
-
-        Several entries go in one row of kind `batch` (a JSON array of `[at, kind,
-        body]`, `at` as the hex form of its float: `float.hex`), keyed by the last entry's
-        number: a row per commit instead of per entry
-        (most of the journal's SQL). `_journal` numbers them back. A row is refused when
-        the journal already has an entry this one numbers (another process writes the
-        run), as a row per entry was by its key.
-        """
-        count = len(entries)
-        if not count:
-            return
-        first, self.seq = self.seq + 1, self.seq + count
-        if count == 1:
-            ((at, kind, body),) = entries
-        else:
-            at, kind = entries[-1][0], BATCH
-            # One join of the pieces: a body of a thousand entries is copied once, not
-            # once per entry and again for the whole. An entry's time is its float's hex
-            # form (exact, and a third of `repr`'s cost for a 17-digit time).
-            parts = ["["]
-            for entry_at, entry_kind, text in entries:
-                kind_text = _KINDS.get(entry_kind) or f",{json.dumps(entry_kind)},"  # a child's
-                parts += ('["', float.hex(entry_at), '"', kind_text, text, "],")
-            parts[-1] = "]]"
-            body = "".join(parts)
-        # Refused, in the same statement, when an entry this row numbers exists already.
-        inserted = self.connection.execute(
-            _INSERT_ENTRIES, (self.run_id, self.seq, at, kind, body, first)
-        )
-        if inserted.rowcount != 1:
-            raise sqlite3.IntegrityError(f"journal entry {first} exists already")
-
-    def release(self) -> None:
-        """The run is over in this process: give back the connection."""
-        _ACTIVE.discard((self.store.path.resolve(), self.run_id))
-        self.store.release(self.connection)
-
-    def set_status(
-        self, status: str, *, output: Any = None, error: str | None = None, release: bool = True
-    ) -> None:
-        with self.store._write(self.connection):
-            self.connection.execute(
-                "UPDATE runs SET status = ?, updated = ?, output = ?, error = ?, "
-                "owner = CASE WHEN ? THEN NULL ELSE owner END WHERE run_id = ?",
-                (
-                    status,
-                    time.time(),
-                    None if output is None else json.dumps(output, ensure_ascii=False),
-                    error,
-                    release,
-                    self.run_id,
-                ),
-            )
-
-
-def _insert_calls(connection: sqlite3.Connection, rows: Sequence[Sequence[Any]]) -> None:
-    """Insert (or replace) whole `calls` rows, their NULLs written in the statement.
-
-    Python's sqlite3 binds a None through its adapter protocol (two failed attribute
-    lookups, about as much as the rest of the value's binding), and a row of a call that
-    was never asked about, decided or failed holds four: rows of the same NULL columns go
-    in one `executemany` of a statement that names only the others (a lean row, without
-    the USUALLY_NULL columns, is such a row already). The rows stored are the same as
-    binding every value would store (tests/test_durable_fast_paths.py). One row per call:
-    the rows are not inserted in their given order.
-    """
-    lean = [row for row in rows if len(row) == len(LEAN_COLUMNS) + 1]
-    if lean:
-        connection.executemany(_insert_statement(_LEAN_SHAPE)[0], lean)
-        if len(lean) == len(rows):
-            return
-        rows = [row for row in rows if len(row) != len(LEAN_COLUMNS) + 1]
-    groups: dict[tuple[bool, ...], list[Sequence[Any]]] = {}
-    for row in rows:
-        shape = tuple(value is None for value in row)
-        group = groups.get(shape)
-        if group is None:
-            groups[shape] = [row]
-        else:
-            group.append(row)
-    for shape, group in groups.items():
-        statement, pick = _insert_statement(shape)
-        connection.executemany(statement, map(pick, group))
-
-
-@functools.cache
-def _insert_statement(shape: tuple[bool, ...]) -> tuple[str, Callable[[Any], tuple[Any, ...]]]:
-    """The INSERT OR REPLACE of whole rows whose NULL columns are those `shape` marks,
-    and the function picking the other values out of such a row (always a tuple)."""
-    names = ("run_id", *CALL_COLUMNS)
-    kept = [i for i, null in enumerate(shape) if not null]
-    values = ", ".join("NULL" if null else "?" for null in shape)
-    statement = f"INSERT OR REPLACE INTO calls ({', '.join(names)}) VALUES ({values})"
-    if len(kept) == 1:
-        (only,) = kept
-        return statement, lambda row: (row[only],)
-    return statement, operator.itemgetter(*kept)
-
-
-# The NULL columns of a lean row (`_insert_statement`'s shape for it).
-_LEAN_SHAPE = tuple(name in USUALLY_NULL for name in ("run_id", *CALL_COLUMNS))
-
-
-def damaged_entry(path: Path, run_id: str, number: int, what: str) -> StoreError:
-    """The error for journal entry `number` of a run, which `what` says is damaged."""
-    return StoreError(
-        f"{path}: the store is damaged: journal entry {number} of run {run_id!r} {what}"
-    )
-
-
-def expand_shared(body: Any, received: Mapping[int, Any]) -> dict[str, Any]:
-    """The message a SHARED message stands for (`_resume.shared_text`), its calls taken
-    from `received` (entry number -> the call of that CallReceived entry).
-
-    A call referred to is the received object itself, as the message held it when it
-    was journaled; a wire (`[n, id]`) is a copy of it with its `_id`, as the scheduler
-    made it on arrival. Damage raises TypeError, KeyError, ValueError or IndexError.
-    """
-    message, path, refs = body["message"], body["path"], body["calls"]
-    if type(message) is not dict or type(path) is not list or not path or type(refs) is not list:
-        raise TypeError("not a shared message")
-    calls: list[Any] = []
-    for ref in refs:
-        if type(ref) is int:
-            calls.append(received[ref])
-        elif type(ref) is list and len(ref) == 1:
-            calls.append(ref[0])
-        elif type(ref) is list and len(ref) == 2 and type(ref[0]) is int:
-            wire = dict(received[ref[0]])
-            wire["_id"] = ref[1]
-            calls.append(wire)
-        else:
-            raise ValueError(f"{ref!r} is not a reference to a call")
-    holder = message
-    for key in path[:-1]:
-        holder = holder[key]
-    if type(holder) is not dict or holder.get(path[-1], 0) is not None:
-        raise ValueError("the calls' place is not held")
-    holder[path[-1]] = calls
-    return message
-
-
-def create_run(
-    store: SQLiteStore,
-    run_id: str,
-    protocol: str,
-    entries: Sequence[tuple[float, str, str]] = (),
-) -> RunWriter:
-    """Claim a new run id with its first journal entries (the input), in one transaction.
-
-    `ResumeError` if the store has the id already. Atomic, so a run whose input cannot be
-    stored leaves no `running` row behind (which a resume would run without its input).
-    """
-    connection = store.acquire()
-    writer = RunWriter(store, connection, run_id)
-    try:
-        with store._write(connection):
-            row = connection.execute(
-                "SELECT status, owner FROM runs WHERE run_id = ?", (run_id,)
-            ).fetchone()
-            if row is not None:
-                if row[0] == "running" and (
-                    (store.path.resolve(), run_id) in _ACTIVE or _owner_alive(row[1])
-                ):
-                    raise ResumeError(
-                        f"run {run_id!r} is running now (process {row[1]}); wait for it to "
-                        "finish or pause: it cannot be resumed while it runs"
-                    )
-                if row[0] == "done":
-                    raise ResumeError(
-                        f"run {run_id!r} is finished; a finished run is not run again "
-                        "(choose another run_id)"
-                    )
-                raise ResumeError(
-                    f"run {run_id!r} already exists ({row[0]}); continue it with "
-                    f"agent.resume({run_id!r})"
-                )
-            now = time.time()
-            connection.execute(
-                f"INSERT INTO runs (run_id, status, created, updated, protocol, owner, "
-                f"{_ROWS_SEQ}) VALUES (?, 'running', ?, ?, ?, ?, ?)",
-                (run_id, now, now, protocol, owner_label(), len(entries)),
-            )
-            writer.insert(entries)
-    except BaseException:
-        writer.seq = 0
-        store.release(connection)
-        raise
-    _ACTIVE.add((store.path.resolve(), run_id))
-    return writer
-
-
-@dataclass(slots=True)
-class ClaimedRun:
-    """What a resume needs: the writer, the journal to replay, and the decisions."""
-
-    writer: RunWriter
-    journal: list[tuple[int, float, str, Any]]
-    decisions: dict[str, Decision]
-
-
-def claim_run(
-    store: SQLiteStore, run_id: str, decisions: dict[str, Any], *, protocol: str | None = None
-) -> ClaimedRun:
-    """Check a resume and take the run over, atomically; `ResumeError` before any change.
-
-    The new decisions are checked and recorded in the same transaction that claims the
-    run, so two processes deciding the same call cannot both win. With `protocol`, a run
-    made with another protocol is refused: its journal is another loop's.
-    """
-    checked = {call_id: _checked_decision(call_id, value) for call_id, value in decisions.items()}
-    connection = store.acquire()
-    try:
-        with store._write(connection):
-            row = connection.execute(
-                "SELECT status, owner, protocol FROM runs WHERE run_id = ?", (run_id,)
-            ).fetchone()
-            if row is None:
-                raise ResumeError(f"no run {run_id!r} in {store.path}")
-            status, owner, made_with = row
-            if status == "done":
-                raise ResumeError(f"run {run_id!r} is finished; there is nothing to resume")
-            if protocol is not None and made_with != protocol:
-                raise ResumeError(
-                    f"run {run_id!r} was made with protocol={made_with!r}; resume it with an "
-                    f"agent of that protocol, not protocol={protocol!r}"
-                )
-            if (store.path.resolve(), run_id) in _ACTIVE or (
-                status == "running" and owner != owner_label() and _owner_alive(owner)
-            ):
-                raise ResumeError(
-                    f"run {run_id!r} is running in process {owner}; wait for it to finish "
-                    "or pause, then resume it if it paused"
-                )
-            store._insert_decisions(connection, run_id, checked)
-            connection.execute(
-                "UPDATE runs SET status = 'running', owner = ?, updated = ? WHERE run_id = ?",
-                (owner_label(), time.time(), run_id),
-            )
-            journal = store._journal(connection, run_id)
-            stored = connection.execute(
-                "SELECT call_id, decision FROM decisions WHERE run_id = ? "
-                "ORDER BY recorded, call_id",
-                (run_id,),
-            ).fetchall()
-    except BaseException:
-        store.release(connection)
-        raise
-    try:
-        recorded = {
-            call_id: decision_from_dict(_loads(body, store.path)) for call_id, body in stored
-        }
-    except (ValueError, TypeError, KeyError, AttributeError) as error:
-        store.release(connection)
-        raise StoreError(
-            f"{store.path}: the store is damaged: a recorded decision of run {run_id!r} "
-            f"cannot be read ({type(error).__name__}: {error})"
-        ) from None
-    except BaseException:
-        store.release(connection)
-        raise
-    writer = RunWriter(store, connection, run_id)
-    writer.seq = journal[-1][0] if journal else 0
-    _ACTIVE.add((store.path.resolve(), run_id))
-    return ClaimedRun(writer, journal, recorded)
 
 
 def _file_at(path: Path) -> tuple[int, int] | None:

@@ -26,6 +26,7 @@ import trio
 from .._core import _scheduler_io as sched
 from .._core._decisions import decision_to_dict
 from .._core._log import LEAVES
+from .._core._observer import ActionObserver
 from .._errors import unwrap_single
 
 _log = logging.getLogger("tickloop")
@@ -334,7 +335,7 @@ class WriteListener:
         raise NotImplementedError
 
 
-class EventSink:
+class EventSink(ActionObserver):
     """Turns scheduler actions into events and delivers events to listeners.
 
     It accepts both (an already typed event passes through), so any driver can hand it
@@ -360,7 +361,11 @@ class EventSink:
         # A message appended to the log is the log's, not a call's transition: only a
         # `WriteListener` has a `NoteMessage` made into an event (a write's `DataWritten`),
         # so otherwise a driver may skip making them.
-        self.wants_messages = any(isinstance(item, WriteListener) for item in self.listeners)
+        self._wants_messages = any(isinstance(item, WriteListener) for item in self.listeners)
+
+    @property
+    def wants_messages(self) -> bool:
+        return self._wants_messages
 
     @property
     def wants_notes(self) -> bool:
@@ -492,7 +497,7 @@ class EventSink:
                 errors=[self.redact(error) for error in action.errors],
                 paused=list(action.paused),
             )
-        if isinstance(action, sched.NoteMessage) and self.wants_messages:
+        if isinstance(action, sched.NoteMessage) and self._wants_messages:
             return self._written(action.message, now)
         return None
 

@@ -1,0 +1,137 @@
+"""Opening a store: its schema made when new, its version checked, older ones brought up.
+
+`SCHEMA_VERSION` names the format of everything in the file: tables, columns, and the
+journal's entries. A store written by a newer tickloop is refused before anything is
+written to it (its entries may mean what this version cannot replay). An older one is
+brought up by `MIGRATIONS`, one step a version, all in one write transaction with the
+version row, so a crash or a refused step leaves the store as it was.
+
+Version 1 (0.x, unreleased) changed format four times without a new version: a journal
+row holding a commit's entries (`batch`, its times first written as numbers, now always
+the hex form of the float), `runs.rows_seq`, plan and solution messages stored by
+reference (`shared`), and ticks keeping plan order (`TickOpened.plan_order`). Version 2
+is the last of those; `_from_1` converts what can be converted and refuses what cannot.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from .._errors import StoreError
+from ._file import failure
+from ._schema import _ROWS_SEQ, _SCHEMA, _TABLES, BATCH, SCHEMA_VERSION
+
+# A write transaction on a connection (`SQLiteStore._write`).
+Write = Callable[[sqlite3.Connection], AbstractContextManager[Any]]
+
+__all__ = ["MIGRATIONS", "prepare"]
+
+
+def prepare(connection: sqlite3.Connection, path: Path, write: Write) -> None:
+    """Check the schema (read only), then switch to WAL and create tables if new."""
+    try:
+        names = {
+            row[0]
+            for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
+        if names and "tickloop_schema" not in names:
+            raise StoreError(
+                f"{path} is an SQLite database but not a tickloop store "
+                f"(it has tables {', '.join(sorted(names)[:5])})"
+            )
+        if names:
+            version = _check_version(path, connection, names)
+            if version < SCHEMA_VERSION:
+                _migrate(connection, path, write)
+        if connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")
+        if not names:
+            with write(connection):
+                exists = connection.execute(
+                    "SELECT 1 FROM sqlite_master WHERE name='tickloop_schema'"
+                ).fetchone()
+                if not exists:  # another process may have made it meanwhile
+                    for statement in _SCHEMA.split(";"):
+                        if statement.strip():
+                            connection.execute(statement)
+                    connection.execute(
+                        "INSERT INTO tickloop_schema (version) VALUES (?)", (SCHEMA_VERSION,)
+                    )
+    except sqlite3.OperationalError as error:  # read-only, locked: not damage
+        raise failure(path, "cannot open the store", error) from error
+    except sqlite3.DatabaseError as error:
+        raise StoreError(f"{path}: the store is damaged or not a store: {error}") from error
+
+
+def _check_version(path: Path, connection: sqlite3.Connection, names: set[str]) -> int:
+    """The store's version; a `StoreError` for one this tickloop cannot read."""
+    row = connection.execute("SELECT version FROM tickloop_schema").fetchone()
+    if row is None or not isinstance(row[0], int):
+        raise StoreError(f"{path}: the store has no schema version")
+    if row[0] > SCHEMA_VERSION:
+        raise StoreError(
+            f"{path} was written by a newer tickloop (store schema version {row[0]}; this "
+            f"tickloop reads version {SCHEMA_VERSION} and older): upgrade tickloop to open it"
+        )
+    if row[0] < 1:
+        raise StoreError(f"{path}: the store's schema version {row[0]} is not one tickloop made")
+    missing = _TABLES - names
+    if missing:
+        raise StoreError(f"{path}: the store lacks tables {', '.join(sorted(missing))}")
+    return int(row[0])
+
+
+def _migrate(connection: sqlite3.Connection, path: Path, write: Write) -> None:
+    """Bring the store up to SCHEMA_VERSION, every step and the version row in one
+    transaction (another process may have done it meanwhile: the version is read again)."""
+    with write(connection):
+        (version,) = connection.execute("SELECT version FROM tickloop_schema").fetchone()
+        while version < SCHEMA_VERSION:
+            MIGRATIONS[version](connection, path)
+            version += 1
+        connection.execute("UPDATE tickloop_schema SET version = ?", (version,))
+
+
+def _from_1(connection: sqlite3.Connection, path: Path) -> None:
+    """Version 1 to 2: the `runs.rows_seq` column where it is missing; every batch's
+    times in the hex form; refused when a journal holds a tick opened before plan order
+    (its replay needs the rule it ran with, which this version no longer has)."""
+    columns = connection.execute("PRAGMA table_info(runs)").fetchall()
+    if all(column[1] != _ROWS_SEQ for column in columns):
+        connection.execute(f"ALTER TABLE runs ADD COLUMN {_ROWS_SEQ} INTEGER")
+    rows = connection.execute(
+        "SELECT rowid, run_id, seq, kind, body FROM journal "
+        "WHERE kind = ? OR body LIKE '%\"TickOpened\"%'",
+        (BATCH,),
+    ).fetchall()
+    for rowid, run_id, seq, kind, body in rows:
+        data = json.loads(body)
+        entries = data if kind == BATCH else [[0.0, kind, data]]
+        for _at, entry_kind, entry in entries:
+            if (
+                entry_kind == "event"
+                and type(entry) is dict
+                and entry.get("type") == "TickOpened"
+                and not entry.get("plan_order")
+            ):
+                raise StoreError(
+                    f"{path}: run {run_id!r} (journal entry {seq}) was journaled before plan "
+                    f"order, by a pre-release tickloop; this tickloop (store schema version "
+                    f"{SCHEMA_VERSION}) cannot replay it. Open the store with the tickloop that "
+                    "wrote it, or start a new store"
+                )
+        if kind == BATCH and any(type(entry[0]) is not str for entry in entries):
+            for entry in entries:
+                entry[0] = float.hex(float(entry[0]))
+            text = json.dumps(entries, ensure_ascii=False, separators=(",", ":"))
+            connection.execute("UPDATE journal SET body = ? WHERE rowid = ?", (text, rowid))
+
+
+# The step from each version to the next.
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection, Path], None]] = {1: _from_1}
