@@ -835,29 +835,72 @@ def test_a_request_cut_off_by_the_process_ending_stays_counted_whole(tmp_path: A
     assert result.usage.output_tokens == 300 + 10  # the cut one counts its whole cap
 
 
-def test_a_deferred_call_limit_refuses_the_calls_and_pauses_before_the_next_request(
-    tmp_path: Any,
-) -> None:
-    store = tmp_path / "runs.db"
+def _three_fetches_agent(store: Any, **options: Any) -> tl.Agent:
     three = {"calls": [{"_tool": "fetch", "n": i, "_outputPath": f"†state.f{i}"} for i in range(3)]}
-    script = [three, three, DONE]
+    return tl.Agent(
+        tl.ScriptedModel([three, DONE]),
+        tools=TOOLS,
+        output={"type": "string"},
+        store=store,
+        budget=tl.Budget(tool_calls=2),
+        **options,
+    )
 
-    def agent(**options: Any) -> tl.Agent:
-        return tl.Agent(
-            tl.ScriptedModel(script),
-            tools=TOOLS,
-            output={"type": "string"},
-            store=store,
-            budget=tl.Budget(tool_calls=2),
-            **options,
-        )
 
-    paused = agent(on_budget=lambda r: tl.Defer()).run("go", run_id="calls")
-    assert paused.status == "paused" and paused.usage.requests == 1
-    [refused] = budget_errors(paused)
-    assert refused["limit"] == "tool_calls" and "the run pauses for more" in refused["message"]
-    done = agent().resume("calls", budget=tl.Budget(tool_calls=3))
-    assert done.status == "done" and done.usage.tool_calls == 5 and done.usage.requests == 3
+def test_a_deferred_call_limit_parks_the_calls_until_a_resume_adds_room(tmp_path: Any) -> None:
+    store = tmp_path / "runs.db"
+    asked: list[str] = []
+
+    def later(request: tl.BudgetRequest) -> tl.Defer:
+        asked.append(request.limit)
+        return tl.Defer()
+
+    paused = _three_fetches_agent(store, on_budget=later).run("go", run_id="calls")
+    assert paused.status == "paused" and asked == ["tool_calls"]
+    assert paused.usage.requests == 1 and paused.usage.tool_calls == 2
+    assert budget_errors(paused) == []  # nothing refused: the third call waits
+    assert paused.records["c1.2"].status == "deferred"
+    assert paused.pending == []  # it waits for room, not for a person's decision
+    STARTED.clear()
+    done = _three_fetches_agent(store).resume("calls", budget=tl.Budget(tool_calls=1))
+    assert done.status == "done" and done.output == "done"
+    assert STARTED == {"fetch": 1}  # only the parked call ran, once
+    assert done.records["c1.2"].status == "done" and done.state["f2"] == 2
+    assert done.usage.tool_calls == 3 and done.usage.requests == 2
+    assert budget_errors(done) == []
+
+
+def test_a_parked_call_resumed_without_room_is_asked_about_again(tmp_path: Any) -> None:
+    store = tmp_path / "runs.db"
+    asked: list[str] = []
+
+    def later(request: tl.BudgetRequest) -> tl.Defer:
+        asked.append(request.limit)
+        return tl.Defer()
+
+    assert _three_fetches_agent(store, on_budget=later).run("go", run_id="again").status == "paused"
+    # Resumed with no more room: the question is asked again, and deferred again.
+    again = _three_fetches_agent(store, on_budget=later).resume("again")
+    assert again.status == "paused" and asked == ["tool_calls", "tool_calls"]
+    assert again.records["c1.2"].status == "deferred" and again.usage.tool_calls == 2
+    # Without a hook, a resume with no room refuses it (PROTOCOL §12), and the run goes on.
+    done = _three_fetches_agent(store).resume("again")
+    assert done.status == "done" and done.records["c1.2"].status == "failed"
+    [refused] = budget_errors(done)
+    assert refused["limit"] == "tool_calls"
+
+
+def test_tickloop_budget_gives_a_parked_call_room(tmp_path: Any) -> None:
+    from tickloop._cli._main import main
+
+    store = str(tmp_path / "runs.db")
+    paused = _three_fetches_agent(store, on_budget=lambda r: tl.Defer()).run("go", run_id="cli")
+    assert paused.status == "paused"
+    assert main(["budget", "cli", "--add", "tool_calls=1", "--store", store]) == 0
+    STARTED.clear()
+    done = _three_fetches_agent(store).resume("cli")
+    assert done.status == "done" and STARTED == {"fetch": 1}
+    assert done.records["c1.2"].status == "done" and done.usage.tool_calls == 3
 
 
 def test_a_budget_question_left_open_is_asked_again_on_resume(tmp_path: Any) -> None:

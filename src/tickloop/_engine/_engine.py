@@ -209,14 +209,16 @@ class Engine(SchedulerDriver):
     def ask_budget_again(self) -> None:
         """Ask the budget hook again a question a crash (or a stop) left unanswered."""
         question = self.budget.question if self.budget is not None else None
-        if question is not None and self._on_budget is not None:
+        if question is not None:
             self._spawn(self._ask_budget, question)
 
     def _request_budget(self, request: BudgetRequest) -> None:
         self._spawn(self._ask_budget, request)
 
     async def _ask_budget(self, request: BudgetRequest) -> None:
-        assert self._on_budget is not None  # the scheduler asks only when there is a hook
+        if self._on_budget is None:  # a stored run without a hook: refused (journaled)
+            self.answer_budget(request.limit, None)
+            return
         if self._journal is not None:
             self._journal.commit()  # what led to the question is stored before it is asked
         async with self.budget_questions:
