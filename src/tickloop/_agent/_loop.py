@@ -199,7 +199,7 @@ class OuterLoop:
     ) -> Any:
         """The driver the loop runs its ticks on: trio's engine here, a workflow's elsewhere."""
         config = self.config
-        return Engine(
+        engine = Engine(
             config.tools,
             self.log,
             approve=config.approve,
@@ -213,6 +213,9 @@ class OuterLoop:
             budget=self.ledger,
             on_budget=config.on_budget,
         )
+        if config.place is not None:  # one question at a time for the whole tree (§12)
+            engine.budget_questions = config.place.tree.budget_questions
+        return engine
 
     def _action_listener(self) -> Callable[[Any], None] | None:
         """What the engine hands each scheduler action it carries out: the run's events.
