@@ -983,3 +983,19 @@ def test_a_stored_run_stopped_by_its_budget_resumes_with_more(tmp_path: Any) -> 
         "stopped", budget=tl.Budget(requests=3)
     )
     assert done.status == "done" and done.usage.requests == 4 and done.usage.tool_calls == 3
+
+
+def test_a_runs_own_budget_is_the_one_its_resume_continues_with(tmp_path: Any) -> None:
+    store = tmp_path / "runs.db"
+    # The agent allows 10 requests; this run only 2 (PROTOCOL §12: `run(budget=)` is for
+    # that run), so it pauses after two, deferred.
+    agent = stored_agent(store, budget=tl.Budget(requests=10), on_budget=lambda r: tl.Defer())
+    paused = agent.run("go", run_id="own", budget=tl.Budget(requests=2))
+    assert paused.status == "paused" and paused.usage.requests == 2
+    # Resumed with one more request: 2 + 1 of the run's own, not 10 + 1 of the agent's.
+    again = agent.resume("own", budget=tl.Budget(requests=1))
+    assert again.status == "paused" and again.usage.requests == 3
+    done = stored_agent(store, budget=tl.Budget(requests=10)).resume(
+        "own", budget=tl.Budget(requests=5)
+    )
+    assert done.status == "done" and done.usage.requests == 4
