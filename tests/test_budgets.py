@@ -999,3 +999,46 @@ def test_a_runs_own_budget_is_the_one_its_resume_continues_with(tmp_path: Any) -
         "own", budget=tl.Budget(requests=5)
     )
     assert done.status == "done" and done.usage.requests == 4
+
+
+def _approval_agent(slow_fetch: float) -> tl.Agent:
+    guarded = tl.tool(requires_approval=True, name="guarded")(charge.handler)
+    plan = {
+        "calls": [
+            {"_tool": "guarded", "n": 1, "_outputPath": "†state.g"},
+            {"_tool": "fetch", "n": 2, "seconds": slow_fetch, "_outputPath": "†state.f"},
+        ]
+    }
+
+    async def person(pending: tl.PendingCall) -> tl.Approve:
+        await trio.sleep(100)  # a person takes their time
+        return tl.Approve()
+
+    return tl.Agent(
+        tl.ScriptedModel([plan, DONE]),
+        tools=[fetch, guarded],
+        output={"type": "string"},
+        approve=person,
+        budget=tl.Budget(wall_time=10),
+    )
+
+
+def test_time_waiting_only_for_a_person_does_not_count_toward_wall_time() -> None:
+    async def main() -> None:
+        result = await _approval_agent(slow_fetch=0).run_async("go")
+        assert result.output == "done"
+        assert trio.current_time() >= 100  # the person's 100 s did not stop the run
+
+    virtual(main)
+
+
+def test_time_a_person_takes_while_calls_run_still_counts() -> None:
+    async def main() -> None:
+        with pytest.raises(tl.BudgetExceeded) as caught:
+            await _approval_agent(slow_fetch=50).run_async("go")
+        assert caught.value.limit == "wall_time"
+        # The fetch ran while the person was asked: at 10 s it ended as timed out.
+        late = [m["data"] for m in caught.value.messages if m.get("kind") == "error"]
+        assert late[0]["call"]["n"] == 2 and "wall_time" in late[0]["error"]["message"]
+
+    virtual(main)
