@@ -890,12 +890,17 @@ def test_a_parked_call_resumed_without_room_is_asked_about_again(tmp_path: Any) 
     assert refused["limit"] == "tool_calls"
 
 
-def test_tickloop_budget_gives_a_parked_call_room(tmp_path: Any) -> None:
+def test_tickloop_budget_gives_a_parked_call_room(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     from tickloop._cli._main import main
 
     store = str(tmp_path / "runs.db")
     paused = _three_fetches_agent(store, on_budget=lambda r: tl.Defer()).run("go", run_id="cli")
     assert paused.status == "paused"
+    assert main(["pending", "cli", "--store", store]) == 0
+    shown = capsys.readouterr().out
+    assert "budget:tool_calls" in shown and "tickloop budget cli --add tool_calls=" in shown
     assert main(["budget", "cli", "--add", "tool_calls=1", "--store", store]) == 0
     STARTED.clear()
     done = _three_fetches_agent(store).resume("cli")
