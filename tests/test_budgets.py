@@ -835,29 +835,77 @@ def test_a_request_cut_off_by_the_process_ending_stays_counted_whole(tmp_path: A
     assert result.usage.output_tokens == 300 + 10  # the cut one counts its whole cap
 
 
-def test_a_deferred_call_limit_refuses_the_calls_and_pauses_before_the_next_request(
-    tmp_path: Any,
-) -> None:
-    store = tmp_path / "runs.db"
+def _three_fetches_agent(store: Any, **options: Any) -> tl.Agent:
     three = {"calls": [{"_tool": "fetch", "n": i, "_outputPath": f"†state.f{i}"} for i in range(3)]}
-    script = [three, three, DONE]
+    return tl.Agent(
+        tl.ScriptedModel([three, DONE]),
+        tools=TOOLS,
+        output={"type": "string"},
+        store=store,
+        budget=tl.Budget(tool_calls=2),
+        **options,
+    )
 
-    def agent(**options: Any) -> tl.Agent:
-        return tl.Agent(
-            tl.ScriptedModel(script),
-            tools=TOOLS,
-            output={"type": "string"},
-            store=store,
-            budget=tl.Budget(tool_calls=2),
-            **options,
-        )
 
-    paused = agent(on_budget=lambda r: tl.Defer()).run("go", run_id="calls")
-    assert paused.status == "paused" and paused.usage.requests == 1
-    [refused] = budget_errors(paused)
-    assert refused["limit"] == "tool_calls" and "the run pauses for more" in refused["message"]
-    done = agent().resume("calls", budget=tl.Budget(tool_calls=3))
-    assert done.status == "done" and done.usage.tool_calls == 5 and done.usage.requests == 3
+def test_a_deferred_call_limit_parks_the_calls_until_a_resume_adds_room(tmp_path: Any) -> None:
+    store = tmp_path / "runs.db"
+    asked: list[str] = []
+
+    def later(request: tl.BudgetRequest) -> tl.Defer:
+        asked.append(request.limit)
+        return tl.Defer()
+
+    paused = _three_fetches_agent(store, on_budget=later).run("go", run_id="calls")
+    assert paused.status == "paused" and asked == ["tool_calls"]
+    assert paused.usage.requests == 1 and paused.usage.tool_calls == 2
+    assert budget_errors(paused) == []  # nothing refused: the third call waits
+    assert paused.records["c1.2"].status == "deferred"
+    assert paused.pending == []  # it waits for room, not for a person's decision
+    STARTED.clear()
+    done = _three_fetches_agent(store).resume("calls", budget=tl.Budget(tool_calls=1))
+    assert done.status == "done" and done.output == "done"
+    assert STARTED == {"fetch": 1}  # only the parked call ran, once
+    assert done.records["c1.2"].status == "done" and done.state["f2"] == 2
+    assert done.usage.tool_calls == 3 and done.usage.requests == 2
+    assert budget_errors(done) == []
+
+
+def test_a_parked_call_resumed_without_room_is_asked_about_again(tmp_path: Any) -> None:
+    store = tmp_path / "runs.db"
+    asked: list[str] = []
+
+    def later(request: tl.BudgetRequest) -> tl.Defer:
+        asked.append(request.limit)
+        return tl.Defer()
+
+    assert _three_fetches_agent(store, on_budget=later).run("go", run_id="again").status == "paused"
+    # Resumed with no more room: the question is asked again, and deferred again.
+    again = _three_fetches_agent(store, on_budget=later).resume("again")
+    assert again.status == "paused" and asked == ["tool_calls", "tool_calls"]
+    assert again.records["c1.2"].status == "deferred" and again.usage.tool_calls == 2
+    # Without a hook, a resume with no room refuses it (PROTOCOL §12), and the run goes on.
+    done = _three_fetches_agent(store).resume("again")
+    assert done.status == "done" and done.records["c1.2"].status == "failed"
+    [refused] = budget_errors(done)
+    assert refused["limit"] == "tool_calls"
+
+
+def test_tickloop_budget_gives_a_parked_call_room(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tickloop._cli._main import main
+
+    store = str(tmp_path / "runs.db")
+    paused = _three_fetches_agent(store, on_budget=lambda r: tl.Defer()).run("go", run_id="cli")
+    assert paused.status == "paused"
+    assert main(["pending", "cli", "--store", store]) == 0
+    shown = capsys.readouterr().out
+    assert "budget:tool_calls" in shown and "tickloop budget cli --add tool_calls=" in shown
+    assert main(["budget", "cli", "--add", "tool_calls=1", "--store", store]) == 0
+    STARTED.clear()
+    done = _three_fetches_agent(store).resume("cli")
+    assert done.status == "done" and STARTED == {"fetch": 1}
+    assert done.records["c1.2"].status == "done" and done.usage.tool_calls == 3
 
 
 def test_a_budget_question_left_open_is_asked_again_on_resume(tmp_path: Any) -> None:
@@ -940,3 +988,62 @@ def test_a_stored_run_stopped_by_its_budget_resumes_with_more(tmp_path: Any) -> 
         "stopped", budget=tl.Budget(requests=3)
     )
     assert done.status == "done" and done.usage.requests == 4 and done.usage.tool_calls == 3
+
+
+def test_a_runs_own_budget_is_the_one_its_resume_continues_with(tmp_path: Any) -> None:
+    store = tmp_path / "runs.db"
+    # The agent allows 10 requests; this run only 2 (PROTOCOL §12: `run(budget=)` is for
+    # that run), so it pauses after two, deferred.
+    agent = stored_agent(store, budget=tl.Budget(requests=10), on_budget=lambda r: tl.Defer())
+    paused = agent.run("go", run_id="own", budget=tl.Budget(requests=2))
+    assert paused.status == "paused" and paused.usage.requests == 2
+    # Resumed with one more request: 2 + 1 of the run's own, not 10 + 1 of the agent's.
+    again = agent.resume("own", budget=tl.Budget(requests=1))
+    assert again.status == "paused" and again.usage.requests == 3
+    done = stored_agent(store, budget=tl.Budget(requests=10)).resume(
+        "own", budget=tl.Budget(requests=5)
+    )
+    assert done.status == "done" and done.usage.requests == 4
+
+
+def _approval_agent(slow_fetch: float) -> tl.Agent:
+    guarded = tl.tool(requires_approval=True, name="guarded")(charge.handler)
+    plan = {
+        "calls": [
+            {"_tool": "guarded", "n": 1, "_outputPath": "†state.g"},
+            {"_tool": "fetch", "n": 2, "seconds": slow_fetch, "_outputPath": "†state.f"},
+        ]
+    }
+
+    async def person(pending: tl.PendingCall) -> tl.Approve:
+        await trio.sleep(100)  # a person takes their time
+        return tl.Approve()
+
+    return tl.Agent(
+        tl.ScriptedModel([plan, DONE]),
+        tools=[fetch, guarded],
+        output={"type": "string"},
+        approve=person,
+        budget=tl.Budget(wall_time=10),
+    )
+
+
+def test_time_waiting_only_for_a_person_does_not_count_toward_wall_time() -> None:
+    async def main() -> None:
+        result = await _approval_agent(slow_fetch=0).run_async("go")
+        assert result.output == "done"
+        assert trio.current_time() >= 100  # the person's 100 s did not stop the run
+
+    virtual(main)
+
+
+def test_time_a_person_takes_while_calls_run_still_counts() -> None:
+    async def main() -> None:
+        with pytest.raises(tl.BudgetExceeded) as caught:
+            await _approval_agent(slow_fetch=50).run_async("go")
+        assert caught.value.limit == "wall_time"
+        # The fetch ran while the person was asked: at 10 s it ended as timed out.
+        late = [m["data"] for m in caught.value.messages if m.get("kind") == "error"]
+        assert late[0]["call"]["n"] == 2 and "wall_time" in late[0]["error"]["message"]
+
+    virtual(main)

@@ -83,3 +83,22 @@ def test_a_cost_limit_needs_a_price_for_every_model_of_the_tree_before_anything_
     with pytest.raises(tl.ConfigurationError, match=r"sub-agent 'researcher'.*'cheap'"):
         _run(agent)
     assert sum(STARTED.values()) == 0
+
+
+def test_the_roots_hook_is_asked_one_question_at_a_time_for_the_whole_tree() -> None:
+    # Both children exhaust the root's tool_calls at once (two agent calls + one lookup
+    # fit in 3): each asks, and a person answers one question at a time (PROTOCOL §12).
+    asking = 0
+    at_once: list[int] = []
+
+    async def person(request: tl.BudgetRequest) -> tl.Budget:
+        nonlocal asking
+        asking += 1
+        at_once.append(asking)
+        await trio.sleep(10)  # a person reads and answers
+        asking -= 1
+        return tl.Budget(tool_calls=6)
+
+    result = _run(_writer(_researcher(3), tl.Budget(tool_calls=3), on_budget=person))
+    assert len(at_once) >= 2 and max(at_once) == 1  # asked in turn, never together
+    assert result.output == "written" and sum(STARTED.values()) == 6

@@ -378,6 +378,58 @@ def test_the_inbox_records_decisions_as_tickloop_approve_does(
     assert done.status == "paused"  # nothing resumed it
 
 
+BUDGET_MODULE = textwrap.dedent(
+    """
+    import tickloop as tl
+
+    @tl.tool
+    def fetch(n: int) -> int:
+        return n
+
+    PLAN = {"calls": [{"_tool": "fetch", "n": 1, "_outputPath": "†state.a"}]}
+
+    def make_agent(on_budget=None):
+        model = tl.ScriptedModel([PLAN, PLAN, {"calls": [], "output": "enough"}])
+        return tl.Agent(model, tools=[fetch], budget=tl.Budget(requests=1),
+                        on_budget=on_budget)
+    """
+)
+
+
+def test_a_budget_question_is_answered_with_more_room_in_the_inbox(
+    browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    (tmp_path / "budget_agent.py").write_text(BUDGET_MODULE, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("budget_agent", None)
+    import budget_agent  # type: ignore[import-not-found]
+
+    db = tmp_path / "runs.db"
+    agent = budget_agent.make_agent(on_budget=lambda request: tl.Defer())
+    agent.store = tl.SQLiteStore(db)
+    assert agent.run({}, run_id="cap-<1>").status == "paused"
+    agent.store.close()
+    process, url = _serve(tmp_path, db, "--agent", "budget_agent:make_agent")
+    try:
+        browser.get(url)
+        card = _wait(lambda: _card(browser, "requests"), "the budget question in the inbox")
+        assert "run cap-<1>" in card.text and "used up" in card.text  # shown as text
+        card.find_element(By.CSS_SELECTOR, "input[name=value]").send_keys("3")
+        card.find_element(By.CSS_SELECTOR, "button.approve").click()
+        _wait(
+            lambda: tl.SQLiteStore(db).run("cap-<1>").status == "done",
+            "the run to be resumed with more room and finished",
+            timeout=30,
+        )
+        _wait(lambda: _card(browser, "requests") is None, "the question to leave the inbox")
+        assert tl.SQLiteStore(db).run("cap-<1>").output == "enough"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
 # --------------------------------------------------------------------------------------
 # The console hook, rendered for the docs
 

@@ -387,3 +387,56 @@ def _pending_run_after(
         assert time.monotonic() < deadline, f"{count} calls never waited on the page at once"
         time.sleep(0.01)
     return thread, box
+
+
+def test_the_inbox_shows_a_deferred_budget_question_and_grants_more_there(
+    tmp_path: Any,
+) -> None:
+    import trio
+
+    from tickloop._human._inbox import StoreInbox
+    from tickloop._human._page import render_index
+
+    @tl.tool
+    def note(text: str) -> str:
+        """Note something down."""
+        return text
+
+    plan = {"calls": [{"_tool": "note", "text": "<b>ada</b>"}]}
+    model = tl.ScriptedModel([plan, plan, {"calls": [], "output": "ok"}])
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+
+    def agent(**options: Any) -> tl.Agent:
+        return tl.Agent(model, tools=[note], store=store, budget=tl.Budget(requests=1), **options)
+
+    assert agent(on_budget=lambda r: tl.Defer()).run({}, run_id="r<1>").status == "paused"
+    inbox = StoreInbox(store, agent(), log=io.StringIO())
+    runs, pending = inbox.snapshot()
+    [question] = pending
+    assert (question.budget, question.id) == ("requests", "budget:requests")
+    page = render_index(title="inbox", runs=runs, pending=pending, token="t", nonce="n", flash=None)
+    assert 'value="grant"' in page and 'value="budget:requests"' in page
+    assert "r<1>" not in page and "r&lt;1&gt;" in page  # escaped
+    assert [view.id for view in inbox.run_page("r<1>")[2]] == ["budget:requests"]
+
+    async def settled() -> None:
+        while inbox._resuming:
+            await trio.sleep(0.01)
+
+    async def main() -> None:
+        with trio.fail_after(30):  # a safety net only
+            async with trio.open_nursery() as nursery:
+                inbox._nursery = nursery
+                for text in ("abc", "-1", "1.5"):
+                    with pytest.raises(Refused):
+                        await inbox.decide("r<1>", "budget:requests", "grant", "", text)
+                with pytest.raises(Refused, match="no budget question about cost"):
+                    await inbox.decide("r<1>", "budget:cost", "grant", "", "1")
+                said = await inbox.decide("r<1>", "budget:requests", "grant", "", "5")
+                assert "added 5 to requests" in said
+                await settled()
+                nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert store.run("r<1>").status == "done" and store.run("r<1>").output == "ok"
+    assert inbox.snapshot()[1] == []  # answered: nothing waits any more

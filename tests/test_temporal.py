@@ -108,6 +108,44 @@ def test_a_budget_holds_on_temporal_as_it_does_locally(temporal_address: str) ->
     assert result.usage.per_tool == {"work": 9}
 
 
+def test_handle_grant_adds_room_to_a_run_on_temporal(temporal_address: str) -> None:
+    script = [
+        {"calls": [{"_tool": "charge", "customer": "eve", "cents": 900}], "output": None},
+        {
+            "calls": [
+                {"_tool": "add", "a": i, "b": 1, "_outputPath": f"†state.s{i}"} for i in (1, 2)
+            ],
+            "output": None,
+        },
+        {"calls": [], "output": "granted"},
+    ]
+    agent = tl.Agent(
+        tl.ScriptedModel(script),
+        tools=[agents.charge, agents.add],
+        approve=tlt.ask_person,
+        budget=tl.Budget(tool_calls=1),
+        name="grant",
+    )
+    queue = _queue()
+
+    async def on_temporal(client: Client) -> tuple[tl.RunResult, tl.Budget]:
+        async with tlt.worker(client, [agent], task_queue=queue):
+            handle = await tlt.start(client, agent, None, task_queue=queue)
+            async for event in handle.events():
+                if isinstance(event, tl.CallAwaitingApproval):
+                    break
+            with pytest.raises(tl.ConfigurationError):
+                await handle.grant({"tool_calls": 2})  # type: ignore[arg-type]
+            limits = await handle.grant(tl.Budget(tool_calls=2))  # while a person decides
+            await handle.decide("c1.0", tl.Approve())
+            return await handle.result(), limits
+
+    result, limits = _run(on_temporal, temporal_address)
+    assert limits.tool_calls == 3
+    assert result.output == "granted" and result.usage.tool_calls == 3
+    assert set(_statuses(result).values()) == {"done"}  # the two adds had room
+
+
 def test_native_tool_calling_on_temporal_ends_as_the_same_local_run(
     temporal_address: str,
 ) -> None:

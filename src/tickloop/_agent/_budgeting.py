@@ -170,9 +170,10 @@ class RequestMeter:
             asked = BudgetRequest(
                 limit, _asked(limit, estimate), root.usage, root.limits, self.run_id
             )
-            # One question at a time (the engine's lock); a person's time is not the run's.
+            # One question at a time (the engine's lock); a person's time is not the run's
+            # while nothing else of it goes on (`Engine.question_open`, docs/decisions.md).
             async with self.engine.budget_questions:
-                with self.clock.for_people():
+                with self.engine.question_open():
                     answer = await ask_budget(self.on_budget, asked, durable=self.durable)
             self._answer(limit, answer)
             if answer == "defer":
@@ -272,9 +273,9 @@ class WallClock:
     """A run's `wall_time` budget on its own clock (trio's): the deadline of this process's
     part of the run, from what earlier parts left (journaled), and the time it took.
 
-    Time the run spends paused between processes is not counted; time waiting for an
-    approval inside a running process is (docs/decisions.md). Without a wall_time limit
-    nothing reads the clock (a Temporal workflow has none of trio's).
+    Time the run spends paused between processes is not counted, nor time it waits only
+    for people: the engine says when (`pause` / `go_on`, docs/decisions.md). Without a
+    wall_time limit nothing reads the clock (a Temporal workflow has none of trio's).
     """
 
     def __init__(self, ledger: Ledger | None, engine: Any = None) -> None:
@@ -285,8 +286,10 @@ class WallClock:
         self.started = trio.current_time() if left is not None else 0.0
         self.deadline: float | None = None if left is None else self.started + max(left, 0.0)
         self._scope: trio.CancelScope | None = None
+        self._since: float | None = None  # paused (waiting only for people) since
         if engine is not None:
             engine.deadline = self.deadline  # running calls end as timed out at it
+            engine.wall_clock = self if self.deadline is not None else None
 
     @contextmanager
     def scope(self) -> Iterator[trio.CancelScope | None]:
@@ -299,28 +302,28 @@ class WallClock:
             try:
                 yield scope
             finally:
+                self.go_on()
                 self._scope = None
 
-    @contextmanager
-    def for_people(self) -> Iterator[None]:
-        """Time inside is a person's (the budget hook): the deadline moves by it. Calls
-        already running keep theirs (none run while a request waits, but fire-and-forget
-        ones)."""
-        scope, deadline = self._scope, self.deadline
-        if scope is None or deadline is None:
-            yield
+    def pause(self) -> None:
+        """The run waits only for people from now: its clock stops (no call runs, so
+        none has a deadline to move)."""
+        if self._since is None and self._scope is not None:
+            self._since = trio.current_time()
+            self._scope.deadline = math.inf
+
+    def go_on(self) -> None:
+        """Something of the run goes on again: the deadline moves by the pause."""
+        since, scope = self._since, self._scope
+        if since is None or scope is None or self.deadline is None:
             return
-        since = trio.current_time()
-        scope.deadline = math.inf
-        try:
-            yield
-        finally:
-            waited = trio.current_time() - since
-            self.deadline = deadline + waited
-            self.started += waited
-            scope.deadline = self.deadline
-            if self.engine is not None:
-                self.engine.deadline = self.deadline
+        self._since = None
+        waited = trio.current_time() - since
+        self.deadline += waited
+        self.started += waited
+        scope.deadline = self.deadline
+        if self.engine is not None:
+            self.engine.deadline = self.deadline
 
     def spent(self, meter: RequestMeter) -> None:
         if self.deadline is not None:

@@ -199,7 +199,7 @@ class OuterLoop:
     ) -> Any:
         """The driver the loop runs its ticks on: trio's engine here, a workflow's elsewhere."""
         config = self.config
-        return Engine(
+        engine = Engine(
             config.tools,
             self.log,
             approve=config.approve,
@@ -213,6 +213,9 @@ class OuterLoop:
             budget=self.ledger,
             on_budget=config.on_budget,
         )
+        if config.place is not None:  # one question at a time for the whole tree (§12)
+            engine.budget_questions = config.place.tree.budget_questions
+        return engine
 
     def _action_listener(self) -> Callable[[Any], None] | None:
         """What the engine hands each scheduler action it carries out: the run's events.
@@ -255,15 +258,23 @@ class OuterLoop:
             self._iterations_done(),
             self.ledger.usage,
             status="paused" if paused else "done",
-            pending=self.engine.scheduler.deferred if paused else None,
+            pending=self._pending() if paused else None,
         )
+
+    def _pending(self) -> list[PendingCall]:
+        """The calls a paused run waits on a person for: not those parked for budget
+        room (PROTOCOL §12), which a resume with more room starts by itself."""
+        parked = self.ledger.parked
+        return [call for call in self.engine.scheduler.deferred if call.id not in parked]
 
     async def _iterate_until_done(self) -> Any:
         """Iterate until an output, a pause or a stop; the output (None when paused)."""
         limit = self.config.max_iterations
-        self.ledger.root.deferred.clear()  # a resume answers the budget questions it paused on
-        if self.grant is not None:  # a resume's `budget=`: added to what is left
-            self.meter.grant(self.grant)
+        if self.grant is not None or self.ledger.root.deferred:
+            # A resume answers the budget questions it paused on, with the room it brings
+            # (`budget=`, added to what is left; else none, and they are asked again):
+            # journaled, so a replay clears them at the same point (PROTOCOL §12).
+            self.meter.grant(self.grant or Budget())
         done, output = await self._recover()  # a resumed run: what it left open
         iteration = self._iterations_done()  # a resumed log continues its count
         while not done and not self.paused:

@@ -15,6 +15,7 @@ from typing import Any
 
 import trio
 
+from .._core._budget import Budget
 from .._core._log import ContextLog
 from .._core._tools import missing_bindings
 from .._durable._codec import dumps_entry, new_run_id
@@ -79,6 +80,9 @@ class RunSession:
             # transaction: an input that cannot be stored leaves nothing behind.
             at = time.time()
             entries = [(at, "message", dumps_entry(message)) for message in log.messages]
+            if config.budget is not None:  # the run's own (PROTOCOL §12): its resumes' too
+                note = {"note": BUDGET_NOTE, "budget": config.budget.to_dict()}
+                entries.append((at, "note", dumps_entry(note)))
             writer = create_run(store, run_id, config.protocol.name, entries)
             durable = DurableRun(writer, config.tools, config.redact, sink)
             for message in log.messages:
@@ -102,6 +106,9 @@ class RunSession:
         if decisions is not None and not isinstance(decisions, Mapping):
             raise ResumeError("decisions must be a dict from call id to decision")
         claimed = claim_run(store, run_id, dict(decisions or {}), protocol=config.protocol.name)
+        budget = journaled_budget(claimed.journal)
+        if budget is not None:  # the run's own budget, whatever the agent's is now
+            config = dataclasses.replace(config, budget=budget)
         sink = _sink(config, run_id, on_event)
         durable = DurableRun(claimed.writer, config.tools, config.redact, sink)
         durable.decisions = claimed.decisions
@@ -192,6 +199,20 @@ class RunSession:
         place = RunPlace(tree, (), config.name)
         approve = place.ask if config.approve is not None else None
         return dataclasses.replace(config, approve=approve, place=place), place
+
+
+BUDGET_NOTE = "budget"
+
+
+def journaled_budget(journal: Sequence[tuple[int, float, str, Any]]) -> Budget | None:
+    """The budget a stored run started with (its `run(budget=)`, or its agent's), from
+    the note its first commit holds; None for a run without one."""
+    for _, _, kind, body in journal:
+        if kind == "note" and isinstance(body, dict) and body.get("note") == BUDGET_NOTE:
+            return Budget.from_dict(body["budget"])
+        if kind == "event":
+            return None  # the note comes with the input, before any event
+    return None
 
 
 def _sink(

@@ -110,6 +110,9 @@ class TreeServices:
         # the usage of the whole tree); the root's budget hook answers for every run.
         self.ledgers: dict[tuple[str, ...], Ledger] = {}
         self.on_budget = on_budget
+        # Its own queue, beside the approvals' (§12): every run's engine asks through it,
+        # so the hook is asked one question at a time across the tree, in turn (fair).
+        self.budget_questions = trio.Lock()
 
     def journal_of(self, path: str) -> list[tuple[int, float, str, Any]]:
         """The entries a child run at `path` journaled in earlier processes, their kinds

@@ -24,6 +24,7 @@ from .._core._decisions import Approve, Deny
 from .._durable._journal import ROW_LAG
 from .._durable._store import SQLiteStore
 from .._errors import ConfigurationError, ResumeError, StoreError, TickloopError
+from .._human._budget import open_budget_questions
 from .._observe._timeline import run_origin
 from .._observe._tree_order import depth_of, in_tree_order
 
@@ -209,8 +210,16 @@ def _runs(store: SQLiteStore, out: TextIO) -> int:
 def _pending(store: SQLiteStore, run_id: str, out: TextIO) -> int:
     run = store.run(run_id)
     waiting = store.pending(run_id)
+    questions = open_budget_questions(store, run_id) if run.status == "paused" else []
+    for limit in questions:  # a deferred budget question (PROTOCOL §12)
+        quoted = shlex.quote(run_id)
+        out.write(
+            f"budget:{_safe(limit)}  waits for more room: tickloop budget {_safe(quoted)} "
+            f"--add {_safe(limit)}=AMOUNT\n"
+        )
     if not waiting:
-        print(f"run {_safe(run_id)} ({run.status}) waits on no decision", file=sys.stderr)
+        if not questions:
+            print(f"run {_safe(run_id)} ({run.status}) waits on no decision", file=sys.stderr)
         return 0
     ids = [_safe(call.id) for call in waiting]
     width = max(len(call_id) for call_id in ids)

@@ -276,6 +276,9 @@ class Ledger:
         # The question this run's scheduler asked the hook and has no answer to: asked
         # again when a resume finds it open (a crash, or a stop, came first).
         self.question: BudgetRequest | None = None
+        # This run's calls parked for room after a deferral (call id -> limit): deferred
+        # in its scheduler, started again on resume (PROTOCOL §12).
+        self.parked: dict[str, str] = {}
         self.listeners: list[Callable[[], None]] = []
         # Calls started per tool in runs of the tree without a call limit (counted there,
         # not booked here per call: see `tally`).

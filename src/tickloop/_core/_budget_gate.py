@@ -7,6 +7,8 @@ its reservation becomes spending when it starts. A call with no room
 waits for the budget hook's answer about the exhausted limit (one question at a time,
 each limit asked once while it stays exhausted), or, with no hook or after a refusal,
 ends `failed` with an Error Message of type `budget` naming the limit; it is not counted.
+After a deferral ("defer", a stored run) it is parked: `deferred`, holding nothing, the
+tick ends paused on it, and a resume starts it again (a `Decide`), reserving anew.
 
 Pure, like the scheduler: the hook's answers come in as `AnswerBudget` events, and what a
 model request spent as `SpendBudget`, so a journal that replays the events replays the
@@ -43,7 +45,7 @@ class BudgetedRunQueue(RunQueue):
     waits) without being in a tool's queue.
     """
 
-    __slots__ = ("_emit", "_settle", "asking", "counts", "ledger", "limited", "waiting")
+    __slots__ = ("_emit", "_park", "_settle", "asking", "counts", "ledger", "limited", "waiting")
 
     def __init__(
         self,
@@ -51,11 +53,15 @@ class BudgetedRunQueue(RunQueue):
         settle: Callable[[Call, CallStatus, dict[str, Any] | None], None],
         emit: Callable[[Action], None],
         ranks: Ranks | None = None,
+        park: Callable[[Call], None] | None = None,
     ) -> None:
         super().__init__(ranks)
         self.ledger = ledger
         self._settle = settle  # the scheduler's: end a call with a status and an error
         self._emit = emit
+        # The scheduler's: defer a queued call (it holds nothing; a `Decide` pushes it
+        # again). Without one, a deferral refuses what waits, as a refusal does.
+        self._park = park
         # Calls without room, by the limit they wait on, in the order they became ready.
         self.waiting: dict[str, list[Call]] = {}
         self.asking: str | None = None  # the limit the hook is being asked about
@@ -77,6 +83,9 @@ class BudgetedRunQueue(RunQueue):
     def push(self, call: Call) -> None:
         """Reserve room for a ready call, then queue it; or park it, or refuse it."""
         if self.limited:
+            parked = self.ledger.parked
+            if parked:
+                parked.pop(call.id, None)  # decided on a resume: it reserves again
             missing = self.ledger.reserve(call_amount(call.tool.name))
             if missing is not None:
                 self._no_room(call, missing)
@@ -85,6 +94,9 @@ class BudgetedRunQueue(RunQueue):
 
     def _no_room(self, call: Call, missing: str) -> None:
         root = self.ledger.root
+        if missing in root.deferred and self._park is not None:
+            self._park_call(call, missing)  # asked already: the run pauses for more
+            return
         if not root.asks or missing in root.refused:
             self._settle(call, CallStatus.FAILED, budget_error(self.ledger, missing))
             return
@@ -111,8 +123,8 @@ class BudgetedRunQueue(RunQueue):
     def answer(self, event: AnswerBudget) -> None:
         """The hook's answer about `event.limit`: more room, or a refusal.
 
-        A deferral ("defer") refuses what waits too, and the run pauses before its next
-        model request until more room is given (docs/decisions.md).
+        A deferral ("defer") parks what waits (see the module docstring), and the run
+        pauses before its next model request until more room is given.
         """
         limit, grant = event.limit, event.grant
         if self.asking == limit:
@@ -129,10 +141,19 @@ class BudgetedRunQueue(RunQueue):
             self.ledger.root.refused.add(limit)
         else:
             self.ledger.root.deferred.add(limit)
-        what = "this call did not run" if grant != "defer" else "the run pauses for more"
+            if self._park is not None:
+                for call in waiting:
+                    self._park_call(call, limit)
+                waiting = []
         for call in waiting:
-            self._settle(call, CallStatus.FAILED, budget_error(self.ledger, limit, what))
+            self._settle(call, CallStatus.FAILED, budget_error(self.ledger, limit))
         self._ask_next()
+
+    def _park_call(self, call: Call, limit: str) -> None:
+        """Wait, deferred, for more room for `limit`: a resume starts the call again."""
+        assert self._park is not None
+        self.ledger.parked[call.id] = limit
+        self._park(call)
 
     def _ask_next(self) -> None:
         if self.asking is not None:

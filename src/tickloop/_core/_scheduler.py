@@ -27,6 +27,7 @@ Invariants kept throughout:
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from ._approvals import ApprovalQueue, hook_fault, pending_call, waited_on
@@ -125,17 +126,15 @@ class Scheduler:
         schedule: str | Schedule = "critical_path",
     ) -> None:
         self.tools = tools
-        # With `notes=False` the facts (`NoteAccepted`, `NoteReady`, `NoteDecided`, `NoteMessage`,
-        # `NoteSettled`) are not returned, for a driver with no observer and no journal. The
-        # work (`StartCall`, `AskApproval`) and `NoteTickEnded` are returned either way.
+        # With `notes=False` the facts (`Note...`, but `NoteTickEnded`) are not returned, for a
+        # driver with no observer and no journal; the work (`StartCall`...) is, either way.
         self.notes = notes
         self.messages = notes and messages  # `NoteMessage`: a journal reads none (its paths)
         self.arrows = arrows  # fill `NoteReady.waits_on`: only the store's rows read it
         self.log = log
         self.max_concurrency = max_concurrency
         self.run_id = run_id  # only shown to the hook (PendingCall.run_id)
-        # Who wrote each path, for PendingCall.waits_on: asked only when a call needs approval.
-        self._written = PathIndex(deferred=True)
+        self._written = PathIndex(deferred=True)  # who wrote each path: PendingCall.waits_on
         self.records: dict[str, CallRecord] = {}
         self._calls: dict[str, Call] = {}  # accepted, not ended (then: its record, its seq)
         self._seqs: dict[str, int] = {}  # every call's arrival order
@@ -162,7 +161,8 @@ class Scheduler:
         self._plan = PlanOrder(self._writers, self._waiters, self._seq_of, log.lookup)
         ranks = ranks_for(schedule, self._calls, self._seqs, self._plan, self._tool_dependents)
         # By rank under a limit (PROTOCOL §13), or fifo; with a budget, room first (§12).
-        gate = budget and BudgetedRunQueue(budget, self._settle, self._emit, ranks)
+        park = partial(_defer, self)  # after a deferred budget question, a resume starts it
+        gate = budget and BudgetedRunQueue(budget, self._settle, self._emit, ranks, park)
         self._run_queue = gate or RunQueue(ranks)
         self._handlers: dict[type, Callable[[Any], None]] = {
             FinishCall: self._on_finished,
@@ -297,8 +297,7 @@ class Scheduler:
         elif isinstance(decision, Respond):
             self._complete(call, decision.value, branch=None)
         elif isinstance(decision, Defer):
-            move(call, S.DEFERRED, event)
-            self._deferred[call_id] = call
+            _defer(self, call)
         else:
             raise TypeError(f"not a decision: {decision!r}")
 
@@ -717,5 +716,11 @@ def _park(scheduler: Scheduler, event: ParkCall) -> None:
         status = scheduler.status(event.call_id)
         raise usage_error(event, f"{describe(event.call_id, status)} parked but was not running")
     scheduler._run_queue.finish(call)
-    move(call, S.DEFERRED, event)
+    _defer(scheduler, call)
+
+
+def _defer(scheduler: Scheduler, call: Call) -> None:
+    """Park a call until a `Decide`: a person's, later, or a resume's, once a deferred
+    budget question (PROTOCOL §12) has more room."""
+    move(call, S.DEFERRED, scheduler._event)
     scheduler._deferred[call.id] = call

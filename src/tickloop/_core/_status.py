@@ -61,7 +61,8 @@ TRANSITIONS: dict[CallStatus, frozenset[CallStatus]] = {
     S.WAITING: _WITH_VALUE | {S.APPROVING, S.QUEUED, S.INVALID, S.SKIPPED},
     S.APPROVING: _DECIDED,
     S.DEFERRED: _DECIDED,
-    S.QUEUED: frozenset({S.RUNNING, S.FAILED}),  # failed: no room in its budget (§12)
+    # Failed: no room in its budget; deferred: no room, the question deferred (§12).
+    S.QUEUED: frozenset({S.RUNNING, S.FAILED, S.DEFERRED}),
     S.RUNNING: _WITH_VALUE | {S.INVALID, S.DEFERRED},  # deferred: parked (a sub-agent)
     S.HELD: frozenset({S.DONE, S.FAILED, S.INVALID}),
     **{final: frozenset() for final in FINAL_STATUSES},

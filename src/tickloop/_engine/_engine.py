@@ -14,8 +14,8 @@ import re
 import sys
 import time
 import types
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import pydantic
@@ -144,6 +144,10 @@ class Engine(SchedulerDriver):
         # The budget hook is asked one question at a time, the scheduler's (a call's limit)
         # and the loop's (a model request's) alike.
         self.budget_questions = trio.Lock()
+        # The run's wall_time clock (`_agent._budgeting.WallClock`: `pause`, `go_on`),
+        # when it has one: time it waits only for people is not counted (PROTOCOL §12).
+        self.wall_clock: Any = None
+        self._questions = 0  # questions to a hook (approval, budget) not answered yet
         # Worker threads of sync handlers: as many as calls may run (PROTOCOL §2: a
         # max_concurrency of None means no limit, for sync tools too).
         self._threads = trio.CapacityLimiter(
@@ -209,19 +213,53 @@ class Engine(SchedulerDriver):
     def ask_budget_again(self) -> None:
         """Ask the budget hook again a question a crash (or a stop) left unanswered."""
         question = self.budget.question if self.budget is not None else None
-        if question is not None and self._on_budget is not None:
+        if question is not None:
             self._spawn(self._ask_budget, question)
 
     def _request_budget(self, request: BudgetRequest) -> None:
         self._spawn(self._ask_budget, request)
 
     async def _ask_budget(self, request: BudgetRequest) -> None:
-        assert self._on_budget is not None  # the scheduler asks only when there is a hook
+        if self._on_budget is None:  # a stored run without a hook: refused (journaled)
+            self.answer_budget(request.limit, None)
+            return
         if self._journal is not None:
             self._journal.commit()  # what led to the question is stored before it is asked
         async with self.budget_questions:
-            answer = await ask_budget(self._on_budget, request, durable=self._journal is not None)
+            with self.question_open():
+                durable = self._journal is not None
+                answer = await ask_budget(self._on_budget, request, durable=durable)
         self.answer_budget(request.limit, answer)
+
+    # -- wall time waiting only for people (PROTOCOL §12, docs/decisions.md) ------------
+
+    @contextmanager
+    def question_open(self) -> Iterator[None]:
+        """A hook (approval or budget) is asked meanwhile: a person may be answering."""
+        self._questions += 1
+        self._people_or_not()
+        try:
+            yield
+        finally:
+            self._questions -= 1
+            self._people_or_not()
+
+    def _people_or_not(self) -> None:
+        """Stop the run's clock while it waits only for people: a question is open, no
+        call runs and no model request streams; start it again when that ends."""
+        clock = self.wall_clock
+        if clock is None:
+            return
+        scheduler = self.scheduler
+        if self._questions and not scheduler.stream_open and not scheduler.busy:
+            clock.pause()
+        else:
+            clock.go_on()
+
+    def close_stream(self) -> None:
+        super().close_stream()
+        if self.wall_clock is not None:
+            self._people_or_not()
 
     def _spawn(self, function: Callable[..., Any], *args: Any) -> None:
         if self._nursery is None:
@@ -233,6 +271,8 @@ class Engine(SchedulerDriver):
         if nursery is None or clock is None:
             raise RuntimeError("the engine runs calls only inside `async with engine.session()`")
         self.scheduler.records[action.id].started = clock.current_time()
+        if self.wall_clock is not None:
+            self.wall_clock.go_on()  # a call runs: the run does not wait only for people
         # Named as trio would name it, without trio working the name out for every call.
         nursery.start_soon(self._run, action, name=_RUN_TASK_NAME)
 
@@ -240,7 +280,8 @@ class Engine(SchedulerDriver):
         assert self._approve is not None  # configuration was checked
         if self._journal is not None:
             self._journal.commit(pending.id)  # stored before the question is asked
-        decision = await ask(self._approve, pending)
+        with self.question_open():
+            decision = await ask(self._approve, pending)
         self.feed(Decide(pending.id, decision, self._date()))
 
     async def _run(self, action: StartCall) -> None:
@@ -278,6 +319,8 @@ class Engine(SchedulerDriver):
         if record.started is not None:
             self._durations.add(action.tool, finished - record.started)
         self.feed(FinishCall(action.id, value, branch, error, self._date()))
+        if self.wall_clock is not None:
+            self._people_or_not()  # the last call ended while a question is open
 
 
 _RUN_TASK_NAME = f"{Engine._run.__module__}.{Engine._run.__qualname__}"

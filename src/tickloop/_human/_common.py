@@ -56,6 +56,9 @@ class CallView:
     # A call without a run id (`run_calls`): its number on the page, which tells it apart
     # from a call of the same id of another `run_calls` waiting at the same time.
     slot: int | None = None
+    # Not a call: a stored run's budget question deferred on this limit (PROTOCOL §12),
+    # answered with more room (`_budget.py`).
+    budget: str | None = None
 
     @property
     def key(self) -> str:

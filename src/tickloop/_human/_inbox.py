@@ -17,11 +17,13 @@ from typing import Any, TextIO
 
 import trio
 
+from .._core._budget import Budget
 from .._core._expressions import find_references, parse_expression
 from .._core._status import CallStatus
 from .._durable._store import SQLiteStore
 from .._errors import ResumeError, StoreError
 from .._observe._events import Redactor
+from ._budget import BUDGET_PREFIX, budget_views, grant_for, open_budget_questions
 from ._common import CallView, Refused, decision_from_answer
 from ._page import CallRow, RunView
 from ._web import Changes
@@ -95,6 +97,8 @@ class StoreInbox:
         for info in runs:
             if info.status in ("paused", "failed", "interrupted"):
                 pending.extend(self._views(info.run_id))
+            if info.status == "paused":
+                pending.extend(budget_views(self.store, info.run_id))
         runs.reverse()  # newest first
         return [self._run_view(info) for info in runs], pending
 
@@ -106,7 +110,8 @@ class StoreInbox:
         calls = [
             CallRow(c.id, c.tool, c.status, c.params, c.error) for c in self.store.calls(run_id)
         ]
-        return self._run_view(info), calls, self._views(run_id)
+        questions = budget_views(self.store, run_id) if info.status == "paused" else []
+        return self._run_view(info), calls, self._views(run_id) + questions
 
     def timeline(self, run_id: str) -> str | None:
         from .._durable._timeline import timeline_html
@@ -121,6 +126,8 @@ class StoreInbox:
     async def decide(
         self, run_id: str, call_id: str, action: str, reason: str, text: str, slot: str = ""
     ) -> str:
+        if call_id.startswith(BUDGET_PREFIX):  # a budget question: more room (PROTOCOL §12)
+            return await self._grant(run_id, call_id[len(BUDGET_PREFIX) :], action, text)
         decision = await trio.to_thread.run_sync(
             self._decide, run_id, call_id, action, reason, text
         )
@@ -133,6 +140,34 @@ class StoreInbox:
             else f"; continue it with: tickloop resume {shlex.quote(run_id)} --agent MODULE:ATTR"
         )
         return f"{verb} {call_id} of run {run_id}{then}"
+
+    async def _grant(self, run_id: str, limit: str, action: str, text: str) -> str:
+        if action != "grant":
+            raise Refused(f"a budget question is answered with more room, not {action!r}")
+        grant = await trio.to_thread.run_sync(self._add_budget, run_id, limit, text)
+        self.changes.bump()
+        self._resume_if_ready(run_id, granted=True)
+        then = (
+            "; the run resumes"
+            if self.agent is not None
+            else f"; continue it with: tickloop resume {shlex.quote(run_id)} --agent MODULE:ATTR"
+        )
+        return f"added {grant.limit(limit):g} to {limit} of run {run_id}{then}"
+
+    def _add_budget(self, run_id: str, limit: str, text: str) -> Budget:
+        try:
+            info = self.store.run(run_id)
+            waiting = open_budget_questions(self.store, run_id) if info.status == "paused" else []
+        except (ResumeError, StoreError) as error:
+            raise Refused(str(error)) from error
+        if limit not in waiting:
+            raise Refused(f"run {run_id} has no budget question about {limit} waiting")
+        grant = grant_for(limit, text)
+        try:
+            self.store.add_budget(run_id, grant)
+        except (ResumeError, StoreError) as error:
+            raise Refused(str(error)) from error
+        return grant
 
     def _decide(self, run_id: str, call_id: str, action: str, reason: str, text: str) -> str:
         try:
@@ -185,17 +220,19 @@ class StoreInbox:
             rows.append((info.run_id, info.status, undecided, len(waiting) - undecided))
         return tuple(rows)
 
-    def _resume_if_ready(self, run_id: str) -> None:
+    def _resume_if_ready(self, run_id: str, *, granted: bool = False) -> None:
         if self.agent is None or self._nursery is None or run_id in self._resuming:
             return
         self._resuming.add(run_id)
-        self._nursery.start_soon(self._resume, run_id)
+        self._nursery.start_soon(self._resume, run_id, granted)
 
-    async def _resume(self, run_id: str) -> None:
+    async def _resume(self, run_id: str, granted: bool = False) -> None:
         try:
             waiting = await trio.to_thread.run_sync(self.store.pending, run_id)
             info = await trio.to_thread.run_sync(self.store.run, run_id)
-            if info.status != "paused" or not waiting or any(p.decision is None for p in waiting):
+            # Once every call it waits on is decided, or (`granted`) room was given.
+            ready = bool(waiting) or granted
+            if info.status != "paused" or not ready or any(p.decision is None for p in waiting):
                 return
             self.changes.bump()
             print(f"tickloop serve: resuming {run_id}", file=self._log, flush=True)

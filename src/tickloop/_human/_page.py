@@ -54,7 +54,31 @@ def _json_for_script(value: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+def _budget_card(view: CallView, limit: str, token: str) -> str:
+    """A stored run's budget question (PROTOCOL §12): a form that grants more room."""
+    key = escape(view.key)
+    whole = limit not in ("cost", "wall_time")
+    return (
+        f'<article class="call budget" id="call-{key}" data-key="{key}">'
+        f'<h3><span class="tool">budget</span> <code class="id">{escape(limit)}</code> '
+        f'<span class="run">run {escape(view.run_id or "")}</span></h3>'
+        f"<p>The run paused: its <b>{escape(limit)}</b> limit is used up and the budget "
+        "hook deferred the question. Grant more; the amount is added to what is left.</p>"
+        f'<form method="post" action="/decide" class="decide">'
+        f'<input type="hidden" name="token" value="{escape(token)}">'
+        f'<input type="hidden" name="run" value="{escape(view.run_id or "")}">'
+        f'<input type="hidden" name="call" value="{escape(view.id)}">'
+        f'<input name="value" type="number" min="0" step="{"1" if whole else "any"}" '
+        f'required placeholder="amount" aria-label="amount of {escape(limit)}">'
+        f'<button class="approve" name="action" value="grant">Grant more</button></form>'
+        f'<div class="problem outcome" role="alert"></div>'
+        f"</article>"
+    )
+
+
 def _call_card(view: CallView, token: str) -> str:
+    if view.budget is not None:
+        return _budget_card(view, view.budget, token)
     key = escape(view.key)
     run = f'<span class="run">run {escape(view.run_id)}</span>' if view.run_id else ""
     links = []

@@ -44,7 +44,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from .._agent._agent import Agent
 from .._agent._loop import RunResult
 from .._agent._subagent import AgentTool
-from .._core._budget import RunUsage
+from .._core._budget import Budget, RunUsage
 from .._core._decisions import (
     Decision,
     PendingCall,
@@ -63,6 +63,7 @@ from ._workflow import (
     AGENTS,
     DECIDE_UPDATE,
     EVENTS_QUERY,
+    GRANT_UPDATE,
     PENDING_QUERY,
     SNAPSHOT_QUERY,
     AgentWorkflow,
@@ -298,6 +299,20 @@ class RunHandle:
             cause = error.cause
             message = cause.message if isinstance(cause, ApplicationError) else str(cause)
             raise ResumeError(f"run {self.run_id!r}: {message}") from None
+
+    async def grant(self, budget: Budget) -> Budget:
+        """More room for the run (PROTOCOL §12): added to its root's budget, as
+        `agent.resume(run_id, budget=...)` adds it locally; the limits now. A run that
+        has not started its loop yet refuses it with `ResumeError`."""
+        if not isinstance(budget, Budget):
+            raise ConfigurationError(f"grant takes a tl.Budget, not {budget!r}")
+        try:
+            limits = await self.workflow.execute_update(GRANT_UPDATE, args=[budget.to_dict()])
+        except WorkflowUpdateFailedError as error:
+            cause = error.cause
+            message = cause.message if isinstance(cause, ApplicationError) else str(cause)
+            raise ResumeError(f"run {self.run_id!r}: {message}") from None
+        return Budget.from_dict(limits)
 
     async def snapshot(self) -> dict[str, Any]:
         """The run so far: messages, calls (with the worker of each), model requests."""

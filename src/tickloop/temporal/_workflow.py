@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from .._agent._subagent import AgentTool
     from .._agent._tree import ChildSink, RunPlace, TreeServices
     from .._agent._turns import _TurnLoop
+    from .._core._budget import Budget
     from .._core._decisions import (
         Decision,
         Defer,
@@ -59,7 +60,13 @@ with workflow.unsafe.imports_passed_through():
     from .._durable._resume import INTERRUPTED
     from .._engine._run import initial_log
     from .._engine._sources import merge_opened
-    from .._errors import ExecuteError, RunStopped, TickloopError, describe_error
+    from .._errors import (
+        ConfigurationError,
+        ExecuteError,
+        RunStopped,
+        TickloopError,
+        describe_error,
+    )
     from .._mcp._server import MCPServer, MCPTool
     from .._models._base import (
         ModelError,
@@ -84,6 +91,7 @@ __all__ = [
     "AGENTS",
     "DECIDE_UPDATE",
     "EVENTS_QUERY",
+    "GRANT_UPDATE",
     "PENDING_QUERY",
     "SNAPSHOT_QUERY",
     "AgentWorkflow",
@@ -95,6 +103,7 @@ __all__ = [
 AGENTS: dict[str, Agent] = {}
 
 DECIDE_UPDATE = "tickloop.decide"
+GRANT_UPDATE = "tickloop.grant"  # more room for the run's tree (PROTOCOL §12)
 PENDING_QUERY = "tickloop.pending"
 SNAPSHOT_QUERY = "tickloop.snapshot"
 EVENTS_QUERY = "tickloop.events"
@@ -736,6 +745,23 @@ class AgentWorkflow:
                 raise ValueError(
                     f"the replacement must be a call of a known tool ({', '.join(engine.tools)})"
                 )
+
+    @workflow.update(name=GRANT_UPDATE)
+    def grant(self, budget: dict[str, Any]) -> dict[str, Any]:
+        """More room, added to the root's budget as a local resume's `budget=` is (a
+        scheduler input, so history replays it); the root's limits now."""
+        assert self._loop is not None
+        self._loop.meter.grant(Budget.from_dict(budget))
+        return self._loop.ledger.root.limits.to_dict()
+
+    @grant.validator
+    def _check_grant(self, budget: dict[str, Any]) -> None:
+        if self._loop is None:
+            raise ValueError("the run has not started yet; grant more once it runs")
+        try:
+            Budget.from_dict(budget)
+        except (ConfigurationError, TypeError) as error:
+            raise ValueError(f"not a budget: {error}") from error
 
     @workflow.query(name=PENDING_QUERY)
     def pending(self) -> list[dict[str, Any]]:
