@@ -12,7 +12,6 @@ import argparse
 import importlib
 import json
 import os
-import re
 import shlex
 import sys
 from datetime import UTC, datetime
@@ -27,6 +26,7 @@ from .._errors import ConfigurationError, ResumeError, StoreError, TickloopError
 from .._human._budget import open_budget_questions
 from .._observe._timeline import run_origin
 from .._observe._tree_order import depth_of, in_tree_order
+from .._terminal import one_line
 
 __all__ = ["COMMANDS", "add_commands", "run_command"]
 
@@ -35,25 +35,9 @@ DEFAULT_STORE = "runs.db"
 EXIT_REFUSED = 2
 
 
-# C0 and C1 controls (ESC starts the sequences that erase or hide a line), DEL, and the
-# bidi controls that reorder what a line shows (Trojan Source), plus line separators.
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
-
-
 def _safe(text: Any) -> str:
-    """Text for one terminal line: every control or bidi character shown as an escape.
-
-    Call ids, tool names and parameters are the model's choice, and the terminal is
-    where a person approves a charge: an id carrying `ESC[2K` or a right-to-left
-    override could otherwise rewrite or hide what the line says.
-    """
-    text = str(text)
-    return _UNSAFE.sub(lambda m: _escape(m.group()), text)
-
-
-def _escape(character: str) -> str:
-    code = ord(character)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    """Text for one terminal line: every control or bidi character shown as an escape."""
+    return one_line(text)
 
 
 def _quoted(run_id: str) -> str:

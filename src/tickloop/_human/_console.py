@@ -14,6 +14,7 @@ from typing import Any, TextIO
 
 from .._core._decisions import Decision, Deny, PendingCall
 from .._observe._events import Redactor
+from .._terminal import shown
 from ._common import Refused, decision_from_answer, describe_links, make_redactor, pretty, view_of
 
 __all__ = ["ConsoleApproval"]
@@ -141,7 +142,7 @@ class ConsoleApproval:
 
     def _say(self, text: str) -> None:
         out = self._output or sys.stderr
-        out.write(text + "\n")
+        out.write(shown(text) + "\n")  # the model chose the ids and values: made safe
         out.flush()
 
     def _read(self, prompt: str) -> str | None:

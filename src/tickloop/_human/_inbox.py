@@ -23,6 +23,7 @@ from .._core._status import CallStatus
 from .._durable._store import SQLiteStore
 from .._errors import ResumeError, StoreError
 from .._observe._events import Redactor
+from .._terminal import one_line
 from ._budget import BUDGET_PREFIX, budget_views, grant_for, open_budget_questions
 from ._common import CallView, Refused, decision_from_answer
 from ._page import CallRow, RunView
@@ -201,7 +202,7 @@ class StoreInbox:
                 try:
                     seen = await trio.to_thread.run_sync(self._fingerprint)
                 except StoreError as error:
-                    print(f"tickloop serve: {error}", file=self._log, flush=True)
+                    print(f"tickloop serve: {one_line(error)}", file=self._log, flush=True)
                     seen = None
                 if seen != self._seen:
                     self._seen = seen
@@ -235,13 +236,21 @@ class StoreInbox:
             if info.status != "paused" or not ready or any(p.decision is None for p in waiting):
                 return
             self.changes.bump()
-            print(f"tickloop serve: resuming {run_id}", file=self._log, flush=True)
+            print(f"tickloop serve: resuming {one_line(run_id)}", file=self._log, flush=True)
             result = await self.agent.resume_async(run_id, on_event=self._on_event)
             self._notes.pop(run_id, None)
-            print(f"tickloop serve: run {run_id} is {result.status}", file=self._log, flush=True)
+            print(
+                f"tickloop serve: run {one_line(run_id)} is {result.status}",
+                file=self._log,
+                flush=True,
+            )
         except Exception as error:  # the inbox stays up; the run page says what happened
             self._notes[run_id] = f"resume failed: {type(error).__name__}: {error}"
-            print(f"tickloop serve: {run_id}: {self._notes[run_id]}", file=self._log, flush=True)
+            print(
+                f"tickloop serve: {one_line(run_id)}: {one_line(self._notes[run_id])}",
+                file=self._log,
+                flush=True,
+            )
         finally:
             self._resuming.discard(run_id)
             self.changes.bump()
