@@ -17,6 +17,7 @@ from typing import Any
 import trio
 
 import tickloop as tl
+from conftest import npm_installed
 from test_mcp import HTTPServer, _free_port
 
 HERE = Path(__file__).resolve().parent
@@ -99,7 +100,7 @@ class Everything:
 
 
 def test_the_reference_server_forgetting_the_session_is_a_lost_session() -> None:
-    assert EVERYTHING.exists(), "run `npm install` in tests/ (.ci/run does)"
+    npm_installed(HERE, "@modelcontextprotocol/server-everything")
     everything = Everything()
     everything.start()
     server = tl.MCPServer.http(everything.url, allowed=["echo"])

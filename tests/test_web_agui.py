@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tickloop as tl
+from conftest import npm_installed
 from tickloop import agui
 from tickloop._engine._run import initial_log
 from tickloop._human._guard import TokenGuard, serve_trio
@@ -28,9 +29,7 @@ CLIENT = Path(__file__).parent / "agui_client"
 def _node_client() -> list[str]:
     node = shutil.which("node")
     assert node is not None, "Node.js is needed for the AG-UI client test (.ci/run)"
-    assert (CLIENT / "node_modules" / "@ag-ui" / "client").is_dir(), (
-        "run `npm install --prefix tests/agui_client` (.ci/run does)"
-    )
+    npm_installed(CLIENT, "@ag-ui/client")
     return [node, str(CLIENT / "read_run.mjs")]
 
 

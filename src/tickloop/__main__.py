@@ -1,5 +1,5 @@
 """`python -m tickloop`: the command line, as the `tickloop` script."""
 
-from ._cli import main
+from ._cli import script
 
-raise SystemExit(main())
+script()

@@ -1,5 +1,5 @@
 """The `tickloop` command."""
 
-from ._main import main
+from ._main import main, script
 
-__all__ = ["main"]
+__all__ = ["main", "script"]

@@ -1,5 +1,5 @@
 """`python -m tickloop._cli`: the command line without the installed script."""
 
-from ._main import main
+from ._main import script
 
-raise SystemExit(main())
+script()

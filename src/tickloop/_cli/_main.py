@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -53,6 +54,27 @@ def build_parser() -> argparse.ArgumentParser:
 EXIT_INTERRUPTED = 130  # what a shell reports for a process stopped by SIGINT (128 + 2)
 
 
+# Commands that started temporalio's native runtime (`tickloop temporal ...`), which
+# `script` ends without the interpreter's finalization.
+_NATIVE_RUNTIME: list[str] = []
+
+
+def script() -> None:
+    """The `tickloop` program: `main`, then the process's exit with its status.
+
+    temporalio's native runtime keeps threads of its own that can abort the interpreter's
+    finalization ("Fatal Python error: PyGILState_Release", status 134) after a command
+    has done its work and printed its answer. A process that started it leaves with its
+    output flushed and without finalization, so it exits with the command's own status.
+    """
+    code = main()
+    if _NATIVE_RUNTIME:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    raise SystemExit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; Ctrl-C ends any command quietly with exit status 130."""
     try:
@@ -76,6 +98,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if arguments.command == "temporal":
         from ._temporal import run_command as run_temporal_command
 
+        _NATIVE_RUNTIME.append(arguments.command)
         return run_temporal_command(arguments)
     parser.print_help()
     return 0
@@ -90,4 +113,4 @@ def _demo(arguments: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    script()

@@ -340,9 +340,8 @@ class Scheduler:
     def _wait_for_earlier_tools(self, call: Call) -> None:
         for dependency in call.tool.dependency_tools:
             for earlier_id in self._request_by_tool.get(dependency, ()):
-                # Only calls that arrived before this one count (a replacement keeps the
-                # place of the call it replaces, and later calls may have arrived since);
-                # an ended call has left `_calls`.
+                # Only calls that arrived before this one count (a replacement keeps its
+                # place, and later calls may have arrived since); ended ones left `_calls`.
                 earlier = self._calls.get(earlier_id)
                 if earlier is not None and earlier.seq < call.seq:
                     waits = call.tool_waits
@@ -691,8 +690,7 @@ class Scheduler:
             return
         if self._run_queue.writers or (self._waiting and self._awaited_fire_and_forget()):
             return
-        # Only calls parked behind a deferred decision, and fire-and-forget ones nothing
-        # waits for (this tick's or an earlier one's), remain.
+        # Only calls behind a deferred decision, and fire-and-forget ones nothing waits for, remain.
         self._tick_active = False
         paused = list(self._deferred)
         errors = self._append_errors()
