@@ -234,6 +234,12 @@ def arrival_text(wire: dict[str, Any], received: tuple[dict[str, Any], str]) -> 
     return f'{{"_id":{id_text}}}' if not call else f'{call_text[:-1]},"_id":{id_text}}}'
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Whether `a` stands for `b` in a stored message: equal, and written alike (dicts
+    equal with their keys in another order read back in the referred call's order)."""
+    return a is b or (a == b and dumps_entry(a) == dumps_entry(b))
+
+
 def shared_text(
     message: dict[str, Any],
     clean: dict[str, tuple[Any, int | None]],
@@ -267,7 +273,7 @@ def shared_text(
         for call in calls:
             call_id: Any = call.get("_id") if type(call) is dict else None
             kept = clean.get(call_id) if call_id is not None else None
-            if kept is None or kept[0] != call:
+            if kept is None or not _same(kept[0], call):
                 parts.append(f"[{dumps_entry(call)}]")
                 continue
             number = kept[1]
@@ -283,7 +289,7 @@ def shared_text(
             return None
         path = '["solution","calls"]'
         numbers, handed = arrived
-        if calls == handed:
+        if len(calls) == len(handed) and all(map(_same, calls, handed)):
             parts = list(map(int.__repr__, numbers))  # every call, in order: most solutions
         else:
             # The calls handed on are in the solution in the order they arrived, among
@@ -291,7 +297,7 @@ def shared_text(
             # stored as they are.
             position = 0
             for call in calls:
-                if position < len(handed) and call == handed[position]:
+                if position < len(handed) and _same(call, handed[position]):
                     parts.append(int.__repr__(numbers[position]))
                     position += 1
                     shared = True
