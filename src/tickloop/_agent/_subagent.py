@@ -168,25 +168,24 @@ async def run_child(config: AgentConfig, place: RunPlace, params: dict[str, Any]
 def _child_config(config: AgentConfig, place: RunPlace) -> AgentConfig:
     """A sub-agent's configuration as a child run at `place` sees it: the root's hook,
     redaction and journal, no store, listeners or tracer of its own."""
-    replaying = place.tree.replaying
-    if replaying is not None:  # a replayed or forked tree: the child's record, by path
+    tree = place.tree
+    if tree.replaying is not None:  # a replayed or forked tree: the child's record, by path
         config = dataclasses.replace(
             config,
-            model=replaying.model_for(place.path, config.model, config.protocol.name),
-            answer=replaying.answer_under(place.prefix),
+            model=tree.replaying.model_for(place.path, config.model, config.protocol.name),
+            answer=tree.replaying.answer_under(place.prefix),
         )
-    tree = place.tree
     return dataclasses.replace(
         config,
         # One budget for the tree (PROTOCOL §12): the child draws from its parent's ledger
         # (its own budget can only make it tighter), and the root's hook answers.
         parent_ledger=tree.ledgers.get(place.path[:-1]),
         on_budget=tree.on_budget,
-        approve=place.ask if place.tree.approve is not None else None,
+        approve=place.ask if tree.approve is not None else None,
         store=None,
         on_event=None,
         tracer=None,
-        redact=place.tree.redact,
+        redact=tree.redact,
         place=place,
     )
 
