@@ -36,6 +36,7 @@ from .._core._log import ContextLog, shape_fault, storable
 from .._core._scheduler_io import NoteSettled
 from .._core._status import FINAL_STATUSES, CallStatus
 from .._core._tools import ToolSet
+from .._durable._recording import TURN_KIND  # the data kind of the provider's messages
 from .._durable._resume import DurableRun
 from .._errors import ConfigurationError
 from .._json._stream import resilient_json_parse_with_strategy
@@ -57,7 +58,6 @@ from ._retry import StreamBroken, stream_with_retries
 
 __all__ = ["TOOLS", "TURN_KIND", "ToolCallingProtocol", "check_turn_configuration", "turns_in"]
 
-TURN_KIND = "turn"  # the data kind holding the provider's wire messages
 _REFERENCE_MARK = "†"
 
 

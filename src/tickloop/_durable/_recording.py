@@ -18,9 +18,9 @@ from typing import Any
 from .._core._decisions import Decision, Defer, decision_from_dict
 from ._store import SQLiteStore
 
-__all__ = ["RecordedCall", "RecordedResponse", "RecordedRun", "Recording"]
+__all__ = ["TURN_KIND", "RecordedCall", "RecordedResponse", "RecordedRun", "Recording"]
 
-TURN_KIND = "turn"  # the data kind of protocol "tools" turns (`_agent._turns.TURN_KIND`)
+TURN_KIND = "turn"  # the data kind of protocol "tools" turns: the provider's wire messages
 
 
 @dataclass(slots=True)
