@@ -466,6 +466,7 @@ class Agent(Generic[OutputT]):
             config=self._config,
             agent=self,
             agent_tools=self.tools,
+            sources=bool(self.tool_sources),
             requires_approval=requires_approval,
             timeout=timeout,
         )

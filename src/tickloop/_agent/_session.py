@@ -26,6 +26,7 @@ from .._engine._run import initial_log
 from .._errors import ConfigurationError, ResumeError
 from .._observe._events import EventSink, RunEnded, RunEvent, RunStarted
 from ._loop import AgentConfig, RunResult
+from ._subagent import TreeReplay
 from ._tree import RunPlace, TreeServices, has_sub_agents
 
 __all__ = ["RunSession"]
@@ -132,7 +133,7 @@ class RunSession:
                     config, self.log, self.sink, self.durable, on_text=on_text
                 )
                 if self.durable is not None and self.journal is not None:
-                    self.durable.replay(self.journal, loop)
+                    _replay(self.durable, self.journal, loop, place)
                 loop.grant = self.grant
                 result = await loop.run()
                 if place is not None:  # the whole tree's calls and pending calls
@@ -199,6 +200,25 @@ class RunSession:
         place = RunPlace(tree, (), config.name)
         approve = place.ask if config.approve is not None else None
         return dataclasses.replace(config, approve=approve, place=place), place
+
+
+def _replay(
+    durable: DurableRun,
+    journal: list[tuple[int, float, str, Any]],
+    loop: Any,
+    place: RunPlace | None,
+) -> None:
+    """Replay a resumed run's journal into its loop; a tree's, whole, in its order."""
+    if place is None:
+        durable.replay(journal, loop)
+        return
+    tree = TreeReplay(place, loop)
+    try:
+        durable.replay(journal, loop, tree)
+    except BaseException:
+        tree.forget()
+        raise
+    tree.end()
 
 
 BUDGET_NOTE = "budget"

@@ -105,6 +105,10 @@ class TreeServices:
         self.records: dict[str, dict[str, CallRecord]] = {}  # per agent call (full path)
         self.parked: dict[str, list[PendingCall]] = {}
         self._journals: dict[str, list[tuple[int, float, str, Any]]] | None = None
+        # A resumed tree's child runs rebuilt from its journal in the order it was
+        # written (`_subagent.TreeReplay`), by path: (loop, durable run), each taken by
+        # its agent call when it starts again.
+        self.replayed: dict[tuple[str, ...], tuple[Any, Any]] = {}
         # Budgets (PROTOCOL §12): one count for the tree. Each run's ledger, by its path,
         # so a child's draws from its parent's (and so from the root's, which then holds
         # the usage of the whole tree); the root's budget hook answers for every run.

@@ -45,7 +45,17 @@ class BudgetedRunQueue(RunQueue):
     waits) without being in a tool's queue.
     """
 
-    __slots__ = ("_emit", "_park", "_settle", "asking", "counts", "ledger", "limited", "waiting")
+    __slots__ = (
+        "_again",
+        "_emit",
+        "_park",
+        "_settle",
+        "asking",
+        "counts",
+        "ledger",
+        "limited",
+        "waiting",
+    )
 
     def __init__(
         self,
@@ -75,6 +85,10 @@ class BudgetedRunQueue(RunQueue):
         self.counts: dict[str, int] = {}
         if not self.limited:
             ledger.tally(self.counts)
+        # Calls that started, then were parked by their child run (a sub-agent's that
+        # paused, PROTOCOL §11): counted at their first start, they start again without
+        # room or a count (an agent call counts once, however often it resumes).
+        self._again: set[str] = set()
 
     def inputs(self) -> dict[type, Callable[[Any], None]]:
         """The scheduler inputs this queue takes (`Scheduler.handle` dispatches them)."""
@@ -82,7 +96,7 @@ class BudgetedRunQueue(RunQueue):
 
     def push(self, call: Call) -> None:
         """Reserve room for a ready call, then queue it; or park it, or refuse it."""
-        if self.limited:
+        if self.limited and call.id not in self._again:
             parked = self.ledger.parked
             if parked:
                 parked.pop(call.id, None)  # decided on a resume: it reserves again
@@ -104,18 +118,30 @@ class BudgetedRunQueue(RunQueue):
         self.waiting.setdefault(missing, []).append(call)
         self._ask_next()
 
+    def park(self, call: Call) -> None:
+        super().park(call)
+        self._again.add(call.id)
+
     def start(self, limit: int | None) -> list[Call]:
         started = super().start(limit)
+        again = self._again
+        if again:
+            self._count([call for call in started if call.id not in again])
+            again.difference_update(call.id for call in started)
+        else:
+            self._count(started)
+        return started
+
+    def _count(self, started: list[Call]) -> None:
         if not self.limited:  # counted when it starts (PROTOCOL §12)
             counts = self.counts
             for call in started:
                 name = call.tool.name
                 counts[name] = counts.get(name, 0) + 1
-            return started
+            return
         for call in started:
             amount = call_amount(call.tool.name)
             self.ledger.settle(amount, amount)
-        return started
 
     def spend(self, event: SpendBudget) -> None:
         self.ledger.spend(event.amount)

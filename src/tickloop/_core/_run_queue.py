@@ -153,6 +153,11 @@ class RunQueue:
         if queue or (self._keyed and self._keyed.get(name)):
             self._offer_head(name, queue, call.tool.max_concurrency)
 
+    def park(self, call: Call) -> None:
+        """A running call waits for decisions made elsewhere (a sub-agent's whose child
+        paused): it gives up its slot, and is pushed again once decided."""
+        self.finish(call)
+
     def _offer_head(self, name: str, queue: deque[Call] | None, limit: int | None) -> None:
         """Put a tool's oldest queued call (the tool has one) among the candidates, if the
         tool has a slot (`limit`: its `max_concurrency`)."""

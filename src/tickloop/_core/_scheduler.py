@@ -715,7 +715,7 @@ def _park(scheduler: Scheduler, event: ParkCall) -> None:
     if call is None or call.status != S.RUNNING:
         status = scheduler.status(event.call_id)
         raise usage_error(event, f"{describe(event.call_id, status)} parked but was not running")
-    scheduler._run_queue.finish(call)
+    scheduler._run_queue.park(call)
     _defer(scheduler, call)
 
 

@@ -25,6 +25,7 @@ and solution messages, only to store their calls once (`shared_text`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import trio
@@ -50,6 +51,9 @@ class DurableLoop(Protocol):
     log: ContextLog
 
 
+Below = Callable[[str, int, float, str, Any], None]
+"""Takes an entry of a run below the one replayed: (its path, seq, time, kind, body)."""
+
 INTERRUPTED = {
     "type": "runtime",
     "message": "interrupted: the process running this call stopped before it finished",
@@ -63,13 +67,29 @@ UNCHECKED = (
 class DurableRun(JournalWriter):
     """Journals one run (`JournalWriter`) and replays it; see the module docstring."""
 
-    def replay(self, journal: list[tuple[int, float, str, Any]], loop: DurableLoop) -> None:
-        """Rebuild the log and the scheduler from the journal; no action is carried out."""
+    def replay(
+        self,
+        journal: list[tuple[int, float, str, Any]],
+        loop: DurableLoop,
+        below: Below | None = None,
+    ) -> None:
+        """Rebuild the log and the scheduler from the journal; no action is carried out.
+
+        `below` takes the entries of the runs below this one (a tree's, tagged
+        "kind@path"), in their place among this run's: a tree replayed in the order its
+        entries were written shares its budget exactly as it did (PROTOCOL §12). Without
+        it they are skipped (each child run replays its own when it starts again).
+        """
         scheduler = loop.engine.scheduler
         try:
             for seq, at, kind, body in journal:
                 try:
-                    self._replay_entry(scheduler, loop, seq, at, kind, body)
+                    if "@" in kind:
+                        if below is not None:
+                            base, _, path = kind.partition("@")
+                            below(path, seq, at, base, body)
+                        continue
+                    self.replay_entry(loop, seq, at, kind, body)
                 except (ValueError, KeyError, TypeError, AttributeError) as error:
                     raise damaged_entry(
                         self.writer.store.path,
@@ -78,11 +98,20 @@ class DurableRun(JournalWriter):
                         f"cannot be read ({type(error).__name__}: {error})",
                     ) from None
         except BaseException:
-            # Rows of a journal prefix must never be written as the run's (the run's end
-            # commits whatever rows wait): the stored ones stay as they were.
-            self._dirty, self._settled = {}, {}
-            self._dirty_since, self._checkpoint = None, False
+            self.forget_replay()
             raise
+        self.end_replay(loop)
+
+    def forget_replay(self) -> None:
+        """A replay that failed: rows of a journal prefix must never be written as the
+        run's (the run's end commits whatever rows wait), so the stored ones stay."""
+        self._dirty, self._settled = {}, {}
+        self._dirty_since, self._checkpoint = None, False
+
+    def end_replay(self, loop: DurableLoop) -> None:
+        """The journal is replayed: place the calls' times on this process's clock and
+        make the rows the replay's, for the resume's first commit."""
+        scheduler = loop.engine.scheduler
         # Times of calls that ran in an earlier process, on this process's trio clock.
         for call_id, record in scheduler.records.items():
             row = self.rows.get(call_id)
@@ -102,13 +131,17 @@ class DurableRun(JournalWriter):
         self.sink.remember(scheduler.records)
         self.resumed = True
 
+    def replay_entry(
+        self, loop: DurableLoop, seq: int, at: float, kind: str, body: Any
+    ) -> None:
+        """Replay one entry of this run's own; damage in it (not an object, a missing
+        field) raises a ValueError, KeyError, TypeError or AttributeError."""
+        scheduler = loop.engine.scheduler
+        self._replay_entry(scheduler, loop, seq, at, kind, body)
+
     def _replay_entry(
         self, scheduler: Any, loop: DurableLoop, seq: int, at: float, kind: str, body: Any
     ) -> None:
-        """Replay one entry; damage in it (not an object, a missing field) raises a
-        ValueError, KeyError, TypeError or AttributeError, which `replay` reports."""
-        if "@" in kind:
-            return  # a sub-agent's entry (`path`): its child run replays it
         if kind == "message":
             loop.log.append(body)
             self._track_message(body)
