@@ -26,7 +26,9 @@ from .._core._budget import (
     request_reservation,
     used_amount,
 )
+from .._core._driver import SchedulerDriver
 from .._engine._budgeting import ask_budget
+from .._engine._engine import Engine
 from .._errors import BudgetExceeded, ConfigurationError
 from .._models._base import SolutionRequest, TurnRequest, Usage, estimate_tokens
 
@@ -117,10 +119,9 @@ class RequestMeter:
         schema: Any = None,
     ) -> None:
         self.ledger = ledger
+        # The run's driver, whose scheduler keeps this ledger: what a request spends and
+        # the hook's answers are its inputs (journaled by a durable run).
         self.engine = engine
-        # Whether the engine's scheduler keeps this ledger (and a journal its inputs);
-        # a driver without one (a Temporal workflow's) leaves the counting to the meter.
-        self.fed = getattr(engine, "budget", None) is ledger
         self.model = model_name(model)
         self.max_output = _client_max_output(model)
         self.on_budget = on_budget
@@ -129,8 +130,7 @@ class RequestMeter:
         self.run_id = run_id
         self._room: trio.Event | None = None
         self.open: Reservation | None = None  # the request in flight, if any
-        self.clock = WallClock(None)  # the run's, once it runs (`OuterLoop.run`)
-        ledger.listeners.append(self._room_came_back)
+        ledger.life.tree.on_room(self._room_came_back)
 
     def _room_came_back(self) -> None:
         if self._room is not None:
@@ -142,7 +142,8 @@ class RequestMeter:
         """Reserve room for `request` (setting its output limit), waiting while others
         hold room; None when the hook deferred (the run pauses). Raises
         `BudgetExceeded` when no room comes and none is granted."""
-        if self.ledger.root.deferred and self.durable:
+        tree = self.ledger.life.tree
+        if tree.deferred and self.durable:
             return None  # a call's limit was deferred: pause until more room is given
         estimate = estimate_tokens(_prompt_chars(request, self.schema_chars))
         while True:
@@ -152,7 +153,7 @@ class RequestMeter:
                 # Counted whole now, and journaled before the request is sent: a process
                 # that dies mid-request leaves it counted (a request cut off, §12).
                 self._spend(amount, commit=True)
-                self.ledger.root.flights += 1
+                tree.request_sent()
                 request.max_output_tokens = cap
                 self.open = Reservation(amount, estimate, cap)
                 return self.open
@@ -165,7 +166,7 @@ class RequestMeter:
             root = self.ledger.root
             # Only a driver that asks the hook (`asks`: trio's engine with one) is asked
             # through; in a Temporal workflow an exhausted limit stops the run.
-            if self.on_budget is None or not root.asks or limit in root.refused:
+            if self.on_budget is None or not tree.asks or tree.state(limit) == "refused":
                 raise self._exceeded(limit, messages())
             asked = BudgetRequest(
                 limit, _asked(limit, estimate), root.usage, root.limits, self.run_id
@@ -206,12 +207,7 @@ class RequestMeter:
         self._answer("", budget)
 
     def _answer(self, limit: str, answer: Any) -> None:
-        if self.fed:
-            self.engine.answer_budget(limit, answer)  # journaled; a grant adds room
-        elif isinstance(answer, Budget):
-            self.ledger.grant(answer)
-        elif answer is None:
-            self.ledger.root.refused.add(limit)
+        self.engine.answer_budget(limit, answer)  # a scheduler input, journaled
 
     def release(self, reservation: Reservation) -> None:
         """A request that failed before anything arrived: it used nothing."""
@@ -220,16 +216,13 @@ class RequestMeter:
         self._landed()
 
     def _landed(self) -> None:
-        self.ledger.root.flights -= 1
+        self.ledger.life.tree.request_landed()
         self.ledger.wake()  # room may have come back for a request that waits
 
     def _spend(self, amount: dict[str, float], *, commit: bool = False) -> None:
-        """Count `amount` (negative: give back); journaled, as a scheduler input, where
-        the engine keeps the ledger, so a resume never counts it twice."""
-        if self.fed:
-            self.engine.spend(amount, commit=commit)
-        else:
-            self.ledger.spend(amount)
+        """Count `amount` (negative: give back): a scheduler input, journaled, so a
+        resume never counts it twice."""
+        self.engine.spend(amount, commit=commit)
 
     def out_of_time(self) -> BudgetExceeded:
         """The run's wall time ran out: a request cut off by it counts whole."""
@@ -275,29 +268,32 @@ class WallClock:
 
     Time the run spends paused between processes is not counted, nor time it waits only
     for people: the engine says when (`pause` / `go_on`, docs/decisions.md). Without a
-    wall_time limit nothing reads the clock (a Temporal workflow has none of trio's).
+    wall_time limit, or on a driver other than trio's `Engine` (a Temporal workflow's
+    clock is not the run's; docs/budgets.md), nothing reads the clock.
     """
 
-    def __init__(self, ledger: Ledger | None, engine: Any = None) -> None:
-        left = None if ledger is None else ledger.room("wall_time")
-        if left is not None and not trio.lowlevel.in_trio_run():
-            left = None  # a Temporal workflow: not enforced there (docs/budgets.md)
-        self.engine = engine
+    def __init__(self, ledger: Ledger, engine: SchedulerDriver) -> None:
+        left = ledger.room("wall_time") if isinstance(engine, Engine) else None
         self.started = trio.current_time() if left is not None else 0.0
-        self.deadline: float | None = None if left is None else self.started + max(left, 0.0)
+        self._deadline: float | None = None if left is None else self.started + max(left, 0.0)
         self._scope: trio.CancelScope | None = None
         self._since: float | None = None  # paused (waiting only for people) since
-        if engine is not None:
-            engine.deadline = self.deadline  # running calls end as timed out at it
-            engine.wall_clock = self if self.deadline is not None else None
+        if self._deadline is not None:
+            assert isinstance(engine, Engine)
+            engine.keep_time(self)  # running calls end as timed out at the deadline
+
+    @property
+    def deadline(self) -> float:
+        """When the run's time runs out, on trio's clock (never, without a limit)."""
+        return math.inf if self._deadline is None else self._deadline
 
     @contextmanager
     def scope(self) -> Iterator[trio.CancelScope | None]:
         """Cancels what is inside at the deadline (nothing without one)."""
-        if self.deadline is None:
+        if self._deadline is None:
             yield None
             return
-        with trio.move_on_at(self.deadline) as scope:
+        with trio.move_on_at(self._deadline) as scope:
             self._scope = scope
             try:
                 yield scope
@@ -315,16 +311,14 @@ class WallClock:
     def go_on(self) -> None:
         """Something of the run goes on again: the deadline moves by the pause."""
         since, scope = self._since, self._scope
-        if since is None or scope is None or self.deadline is None:
+        if since is None or scope is None or self._deadline is None:
             return
         self._since = None
         waited = trio.current_time() - since
-        self.deadline += waited
+        self._deadline += waited
         self.started += waited
-        scope.deadline = self.deadline
-        if self.engine is not None:
-            self.engine.deadline = self.deadline
+        scope.deadline = self._deadline
 
     def spent(self, meter: RequestMeter) -> None:
-        if self.deadline is not None:
+        if self._deadline is not None:
             meter.spend_time(max(0.0, trio.current_time() - self.started))

@@ -212,9 +212,9 @@ class OuterLoop:
             answer=config.answer,
             budget=self.ledger,
             on_budget=config.on_budget,
+            # One budget question at a time for the whole tree (§12).
+            budget_questions=None if config.place is None else config.place.tree.budget_questions,
         )
-        if config.place is not None:  # one question at a time for the whole tree (§12)
-            engine.budget_questions = config.place.tree.budget_questions
         return engine
 
     def _action_listener(self) -> Callable[[Any], None] | None:
@@ -232,7 +232,7 @@ class OuterLoop:
         stopped: RunStopped | None = None
         output: Any = None
         # The wall_time budget, on the run's clock (§12): running calls end at it.
-        clock = self.meter.clock = WallClock(self.ledger, self.engine)
+        clock = WallClock(self.ledger, self.engine)
         async with self.engine.session():
             try:
                 with clock.scope() as wall:
@@ -264,13 +264,13 @@ class OuterLoop:
     def _pending(self) -> list[PendingCall]:
         """The calls a paused run waits on a person for: not those parked for budget
         room (PROTOCOL §12), which a resume with more room starts by itself."""
-        parked = self.ledger.parked
+        parked = self.ledger.life.parked
         return [call for call in self.engine.scheduler.deferred if call.id not in parked]
 
     async def _iterate_until_done(self) -> Any:
         """Iterate until an output, a pause or a stop; the output (None when paused)."""
         limit = self.config.max_iterations
-        if self.grant is not None or self.ledger.root.deferred:
+        if self.grant is not None or self.ledger.life.tree.deferred:
             # A resume answers the budget questions it paused on, with the room it brings
             # (`budget=`, added to what is left; else none, and they are asked again):
             # journaled, so a replay clears them at the same point (PROTOCOL §12).

@@ -25,9 +25,8 @@ from .._durable._writer import claim_run, create_run
 from .._engine._run import initial_log
 from .._errors import ConfigurationError, ResumeError
 from .._observe._events import EventSink, RunEnded, RunEvent, RunStarted
-from ._loop import AgentConfig, RunResult
-from ._subagent import TreeReplay
-from ._tree import RunPlace, TreeServices, has_sub_agents
+from ._loop import AgentConfig, OuterLoop, RunResult
+from ._tree import RunPlace, TreeServices, TreeTool, has_sub_agents
 
 __all__ = ["RunSession"]
 
@@ -200,6 +199,65 @@ class RunSession:
         place = RunPlace(tree, (), config.name)
         approve = place.ask if config.approve is not None else None
         return dataclasses.replace(config, approve=approve, place=place), place
+
+
+class TreeReplay:
+    """A resumed tree's journal replayed in the order it was written (PROTOCOL §10, §12).
+
+    The root replays its own entries; each entry of a run below it comes here, in its
+    place, and goes to that child run's loop, made when its first entry comes (its agent
+    call has started by then: `TreeTool.open_replay`). So every run's scheduler sees its
+    budget's ledger exactly as it was at each of its inputs, whatever its siblings did
+    meanwhile: the resumed tree counts every journaled start and spending, at every
+    depth, before anything new runs, and makes the same refusals. A child that cannot be
+    made yet (its agent lists tool sources) replays itself when it starts again. The
+    children made wait in `TreeServices.replayed` for their agent calls (`run_child`).
+    """
+
+    def __init__(self, place: RunPlace, loop: OuterLoop) -> None:
+        self.root = place
+        self.loops: dict[tuple[str, ...], OuterLoop] = {(): loop}
+        self.durables: dict[tuple[str, ...], DurableRun] = {}
+        self.skipped: set[tuple[str, ...]] = set()
+
+    def __call__(self, tag: str, seq: int, at: float, kind: str, body: Any) -> None:
+        path = tuple(tag.split("/"))
+        loop = self.loops.get(path)
+        if loop is None:
+            if path in self.skipped:
+                return
+            loop = self._open(path)
+            if loop is None:
+                self.skipped.add(path)
+                return
+        self.durables[path].replay_entry(loop, seq, at, kind, body)
+
+    def _open(self, path: tuple[str, ...]) -> OuterLoop | None:
+        parent = self.loops.get(path[:-1])
+        if parent is None or parent.config.place is None:
+            return None
+        call_id = path[-1]
+        record = parent.engine.scheduler.records.get(call_id)
+        tool = parent.config.tools.get(record.tool or "") if record is not None else None
+        if not isinstance(tool, TreeTool):
+            return None
+        opened = tool.open_replay(parent.config.place.child(call_id, tool.agent_name))
+        if opened is None:
+            return None
+        self.loops[path], self.durables[path] = opened
+        return self.loops[path]
+
+    def end(self) -> None:
+        """The journal is replayed: each child made waits for its agent call."""
+        tree = self.root.tree
+        for path, durable in self.durables.items():
+            loop = self.loops[path]
+            durable.end_replay(loop)
+            tree.replayed[path] = (loop, durable)
+
+    def forget(self) -> None:
+        for durable in self.durables.values():
+            durable.forget_replay()
 
 
 def _replay(

@@ -108,6 +108,24 @@ class AgentTool(TreeTool):
             return {}
         return place.gather(loop.engine.records, config.tools)
 
+    def open_replay(self, place: RunPlace) -> tuple[OuterLoop, DurableRun] | None:
+        tree = place.tree
+        if self.sources or tree.durable is None:
+            return None  # its tools are known once its sources are open
+        config = _child_config(self._config(), place)
+        sink = ChildSink(place)
+        top = tree.durable.rows.get(place.path[0])
+        durable = DurableRun(
+            tree.durable.writer,
+            config.tools,
+            tree.redact,
+            sink,
+            path=place.prefix[:-1],
+            row_seq=None if top is None else top.seq,
+        )
+        durable.decisions = tree.decisions_under(place.prefix)
+        return config.protocol.open_loop(config, ContextLog(), sink, durable), durable
+
     def prepare(
         self, params: dict[str, Any], context: CallContext | None
     ) -> tuple[Any, dict[str, Any]]:
@@ -175,79 +193,6 @@ async def run_child(config: AgentConfig, place: RunPlace, params: dict[str, Any]
         durable.journal_messages(list(log.messages))
         loop = config.protocol.open_loop(config, log, sink, durable)
     return await _finish(place, loop, durable.flushing())
-
-
-class TreeReplay:
-    """A resumed tree's journal replayed in the order it was written (PROTOCOL §10, §12).
-
-    The root replays its own entries; each entry of a run below it comes here, in its
-    place, and goes to that child run's loop, rebuilt when its first entry comes (its
-    agent call has started by then). So every run's scheduler sees its budget's ledger
-    exactly as it was at each of its inputs, whatever its siblings did meanwhile: the
-    resumed tree counts every journaled start and spending, at every depth, before
-    anything new runs, and makes the same refusals. A child whose agent lists tool
-    sources is left to replay itself when it starts again (its tools are not known yet).
-    The rebuilt loops wait in `TreeServices.replayed` for their agent calls (`run_child`).
-    """
-
-    def __init__(self, place: RunPlace, loop: OuterLoop) -> None:
-        self.root = place
-        self.loops: dict[tuple[str, ...], OuterLoop] = {(): loop}
-        self.durables: dict[tuple[str, ...], DurableRun] = {}
-        self.skipped: set[tuple[str, ...]] = set()
-
-    def __call__(self, tag: str, seq: int, at: float, kind: str, body: Any) -> None:
-        path = tuple(tag.split("/"))
-        loop = self.loops.get(path)
-        if loop is None:
-            if path in self.skipped:
-                return
-            loop = self._open(path)
-            if loop is None:
-                self.skipped.add(path)
-                return
-        self.durables[path].replay_entry(loop, seq, at, kind, body)
-
-    def _open(self, path: tuple[str, ...]) -> OuterLoop | None:
-        parent = self.loops.get(path[:-1])
-        if parent is None or parent.config.place is None:
-            return None
-        call_id = path[-1]
-        record = parent.engine.scheduler.records.get(call_id)
-        tool = parent.config.tools.get(record.tool or "") if record is not None else None
-        if not isinstance(tool, AgentTool) or tool.sources:
-            return None
-        tree = self.root.tree
-        assert tree.durable is not None  # a resumed tree is a durable one
-        place = parent.config.place.child(call_id, tool.agent_name)
-        config = _child_config(tool._config(), place)
-        sink = ChildSink(place)
-        top = tree.durable.rows.get(path[0])
-        durable = DurableRun(
-            tree.durable.writer,
-            config.tools,
-            tree.redact,
-            sink,
-            path=place.prefix[:-1],
-            row_seq=None if top is None else top.seq,
-        )
-        durable.decisions = tree.decisions_under(place.prefix)
-        loop = config.protocol.open_loop(config, ContextLog(), sink, durable)
-        self.loops[path] = loop
-        self.durables[path] = durable
-        return loop
-
-    def end(self) -> None:
-        """The journal is replayed: each rebuilt child waits for its agent call."""
-        tree = self.root.tree
-        for path, durable in self.durables.items():
-            loop = self.loops[path]
-            durable.end_replay(loop)
-            tree.replayed[path] = (loop, durable)
-
-    def forget(self) -> None:
-        for durable in self.durables.values():
-            durable.forget_replay()
 
 
 def _child_config(config: AgentConfig, place: RunPlace) -> AgentConfig:

@@ -53,6 +53,12 @@ class TreeTool(Tool):
     def child_tools(self) -> list[Tool]:
         raise NotImplementedError
 
+    def open_replay(self, place: RunPlace) -> tuple[Any, Any] | None:
+        """The child run at `place`, made to replay its entries of a resumed tree's
+        journal (`_session.TreeReplay`): its loop and its durable run; None when it
+        cannot be made before it runs again (it then replays itself when it starts)."""
+        return None
+
     def recorded_calls(self, place: RunPlace) -> dict[str, CallRecord]:
         """The records of a child run at `place` that ended in an earlier process (read
         back from the tree's journal, nothing run), for the root's result; {} if none."""

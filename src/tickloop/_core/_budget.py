@@ -14,11 +14,12 @@ Amounts are dicts from a limit's name to a number: "requests", "input_tokens",
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import ConfigurationError
+from ._budget_life import RunLimits, TreeLimits
 
 __all__ = [
     "LIMIT_NAMES",
@@ -251,9 +252,8 @@ class Ledger:
     """One run's limits, spending and reservations; see the module docstring.
 
     `budget` None means no limits of its own (a child then has only its root's).
-    Grants (`grant`) add room to the root's limits. Listeners are called whenever room
-    comes back (a reservation released or replaced by less), so a driver waiting for
-    room can look again.
+    Grants (`grant`) add room to the root's limits. Whoever waits for room is told when
+    it comes back (a reservation released or replaced by less): `TreeLimits.on_room`.
     """
 
     def __init__(
@@ -268,18 +268,11 @@ class Ledger:
         self.pricing: dict[str, Price] = dict(pricing or {})
         self.spent: dict[str, float] = {}
         self.reserved: dict[str, float] = {}
-        self.refused: set[str] = set()  # limits the budget hook refused more room for
-        self.deferred: set[str] = set()  # limits it deferred: the run pauses, asks again
-        self.asks = False  # a budget hook answers questions about the root's limits
-        self.run_id: str | None = None  # shown to the hook (`BudgetRequest.run_id`)
-        self.flights = 0  # model requests under way in the tree (counted on the root)
-        # The question this run's scheduler asked the hook and has no answer to: asked
-        # again when a resume finds it open (a crash, or a stop, came first).
-        self.question: BudgetRequest | None = None
-        # This run's calls parked for room after a deferral (call id -> limit): deferred
-        # in its scheduler, started again on resume (PROTOCOL §12).
-        self.parked: dict[str, str] = {}
-        self.listeners: list[Callable[[], None]] = []
+        # What happens at a limit without room (asked, refused, deferred, parked): the
+        # limit's life, kept and changed by `_budget_life` alone; one `TreeLimits` for
+        # the tree, on every ledger of it.
+        tree = parent.life.tree if parent is not None else TreeLimits()
+        self.life: RunLimits = RunLimits(tree)
         # Calls started per tool in runs of the tree without a call limit (counted there,
         # not booked here per call: see `tally`).
         self._tallies: list[dict[str, int]] = []
@@ -373,11 +366,11 @@ class Ledger:
 
     @property
     def in_flight(self) -> bool:
-        """Whether a request is under way or a reservation held anywhere in the tree: room
-        may come back (a request's whole reservation is counted as spent while it runs,
-        and replaced by what it used)."""
-        root = self.root
-        return root.flights > 0 or any(value > 1e-12 for value in root.reserved.values())
+        """Whether a model request is under way anywhere in the tree: room for a request
+        may come back when it lands (its whole reservation is counted as spent while it
+        runs, and replaced by what it used). A tool call's reservation holds no room a
+        request needs, and may wait, through its child run, for that very request."""
+        return self.life.tree.flights > 0
 
     def wake(self) -> None:
         """Tell whoever waits for room to look again."""
@@ -388,15 +381,11 @@ class Ledger:
         and the deferrals are answered (someone gave room)."""
         root = self.root
         root.limits = root.limits + budget
-        for name, _ in budget.limits():
-            root.refused.discard(name)
-        root.deferred.clear()
+        self.life.tree.granted([name for name, _ in budget.limits()])
         self._room_came_back()
 
     def _room_came_back(self) -> None:
-        for ledger in self.chain():
-            for listener in ledger.listeners:
-                listener()
+        self.life.tree.room_came_back()  # anywhere in the tree: a request may wait there
 
     # -- prices -----------------------------------------------------------------------------
 

@@ -3,12 +3,12 @@
 A call that becomes ready (after its approval) reserves room for one tool call, in the
 order calls became ready (`BudgetedRunQueue.push`, a step before the run queue's own
 push); only a call that holds room enters the run queue (where §13 orders starts), and
-its reservation becomes spending when it starts. A call with no room
-waits for the budget hook's answer about the exhausted limit (one question at a time,
-each limit asked once while it stays exhausted), or, with no hook or after a refusal,
-ends `failed` with an Error Message of type `budget` naming the limit; it is not counted.
-After a deferral ("defer", a stored run) it is parked: `deferred`, holding nothing, the
-tick ends paused on it, and a resume starts it again (a `Decide`), reserving anew.
+its reservation becomes spending when it starts. What becomes of a call with no room
+is the limit's life (`_budget_life`, its table): it waits for the budget hook's answer
+(one question at a time), or is refused (`failed`, an Error Message of type `budget`
+naming the limit, not counted), or is parked (`deferred`, holding nothing; the tick ends
+paused on it, and a resume decides it again, reserving anew). This queue carries those
+verdicts out on the calls.
 
 Pure, like the scheduler: the hook's answers come in as `AnswerBudget` events, and what a
 model request spent as `SpendBudget`, so a journal that replays the events replays the
@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._budget import Budget, BudgetRequest, Ledger, call_amount
+from ._budget_life import NoRoom
 from ._call import Call
 from ._run_queue import Ranks, RunQueue
 from ._scheduler_io import Action, AnswerBudget, AskBudget, SpendBudget
@@ -50,7 +51,6 @@ class BudgetedRunQueue(RunQueue):
         "_emit",
         "_park",
         "_settle",
-        "asking",
         "counts",
         "ledger",
         "limited",
@@ -74,7 +74,6 @@ class BudgetedRunQueue(RunQueue):
         self._park = park
         # Calls without room, by the limit they wait on, in the order they became ready.
         self.waiting: dict[str, list[Call]] = {}
-        self.asking: str | None = None  # the limit the hook is being asked about
         # Whether any ledger of the chain limits calls: grants add only to limits there
         # are, so without one every call has room and starting it only counts it.
         self.limited = any(
@@ -97,9 +96,9 @@ class BudgetedRunQueue(RunQueue):
     def push(self, call: Call) -> None:
         """Reserve room for a ready call, then queue it; or park it, or refuse it."""
         if self.limited and call.id not in self._again:
-            parked = self.ledger.parked
-            if parked:
-                parked.pop(call.id, None)  # decided on a resume: it reserves again
+            life = self.ledger.life
+            if life.parked:
+                life.unpark(call.id)  # decided on a resume: it reserves again
             missing = self.ledger.reserve(call_amount(call.tool.name))
             if missing is not None:
                 self._no_room(call, missing)
@@ -107,16 +106,15 @@ class BudgetedRunQueue(RunQueue):
         super().push(call)
 
     def _no_room(self, call: Call, missing: str) -> None:
-        root = self.ledger.root
-        if missing in root.deferred and self._park is not None:
+        verdict = self.ledger.life.no_room(missing, can_park=self._park is not None)
+        if verdict is NoRoom.PARK:
             self._park_call(call, missing)  # asked already: the run pauses for more
-            return
-        if not root.asks or missing in root.refused:
+        elif verdict is NoRoom.REFUSE:
             self._settle(call, CallStatus.FAILED, budget_error(self.ledger, missing))
-            return
-        self.queued += 1
-        self.waiting.setdefault(missing, []).append(call)
-        self._ask_next()
+        else:
+            self.queued += 1
+            self.waiting.setdefault(missing, []).append(call)
+            self._ask_next()
 
     def park(self, call: Call) -> None:
         super().park(call)
@@ -147,48 +145,39 @@ class BudgetedRunQueue(RunQueue):
         self.ledger.spend(event.amount)
 
     def answer(self, event: AnswerBudget) -> None:
-        """The hook's answer about `event.limit`: more room, or a refusal.
-
-        A deferral ("defer") parks what waits (see the module docstring), and the run
-        pauses before its next model request until more room is given.
-        """
+        """The hook's answer about `event.limit`: more room, a refusal or a deferral;
+        what waited on it goes on, is refused or is parked (`RunLimits.answer`)."""
         limit, grant = event.limit, event.grant
-        if self.asking == limit:
-            self.asking = self.ledger.question = None
+        verdict = self.ledger.life.answer(limit, grant, can_park=self._park is not None)
         waiting = self.waiting.pop(limit, [])
         self.queued -= len(waiting)
         if isinstance(grant, Budget):
             self.ledger.grant(grant)
-            if waiting and grant.limit(limit):  # room added where it lacked: again, in order
-                for call in waiting:
-                    self.push(call)
-                waiting = []
-        elif grant is None:
-            self.ledger.root.refused.add(limit)
-        else:
-            self.ledger.root.deferred.add(limit)
-            if self._park is not None:
-                for call in waiting:
-                    self._park_call(call, limit)
-                waiting = []
+            if waiting and not grant.limit(limit):  # no room added where it lacked
+                verdict = NoRoom.REFUSE
         for call in waiting:
-            self._settle(call, CallStatus.FAILED, budget_error(self.ledger, limit))
+            if verdict is None:
+                self.push(call)  # room added where it lacked: again, in order
+            elif verdict is NoRoom.PARK:
+                self._park_call(call, limit)
+            else:
+                self._settle(call, CallStatus.FAILED, budget_error(self.ledger, limit))
         self._ask_next()
 
     def _park_call(self, call: Call, limit: str) -> None:
         """Wait, deferred, for more room for `limit`: a resume starts the call again."""
         assert self._park is not None
-        self.ledger.parked[call.id] = limit
+        self.ledger.life.park(call.id, limit)
         self._park(call)
 
     def _ask_next(self) -> None:
-        if self.asking is not None:
+        life = self.ledger.life
+        if life.asking() is not None:
             return
         for limit, calls in self.waiting.items():
             if calls:
-                self.asking = limit
                 root = self.ledger.root
-                request = BudgetRequest(limit, 1, root.usage, root.limits, root.run_id)
-                self.ledger.question = request
+                request = BudgetRequest(limit, 1, root.usage, root.limits, life.tree.run_id)
+                life.ask(request)
                 self._emit(AskBudget(request))
                 return

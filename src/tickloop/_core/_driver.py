@@ -141,12 +141,11 @@ class SchedulerDriver:
         )
         self.budget = budget  # the run's ledger (PROTOCOL §12), shared with its tree
         if budget is not None:
-            root = budget.root
             # The hook answers for the tree. A stored run asks even without one (its
             # driver refuses, journaled): a resume's replay makes the same refusals, and
             # parks what was parked, whatever hook the resuming process has (§12).
-            root.asks = root.asks or on_budget is not None or journal is not None
-            root.run_id = root.run_id or run_id
+            hook = on_budget is not None or journal is not None
+            budget.life.tree.answered_by(run_id, hook=hook)
         self._on_budget = on_budget
         self._approve = approve
         self._on_action = on_action

@@ -80,7 +80,6 @@ class DurableRun(JournalWriter):
         entries were written shares its budget exactly as it did (PROTOCOL §12). Without
         it they are skipped (each child run replays its own when it starts again).
         """
-        scheduler = loop.engine.scheduler
         try:
             for seq, at, kind, body in journal:
                 try:
@@ -131,9 +130,7 @@ class DurableRun(JournalWriter):
         self.sink.remember(scheduler.records)
         self.resumed = True
 
-    def replay_entry(
-        self, loop: DurableLoop, seq: int, at: float, kind: str, body: Any
-    ) -> None:
+    def replay_entry(self, loop: DurableLoop, seq: int, at: float, kind: str, body: Any) -> None:
         """Replay one entry of this run's own; damage in it (not an object, a missing
         field) raises a ValueError, KeyError, TypeError or AttributeError."""
         scheduler = loop.engine.scheduler
@@ -192,7 +189,7 @@ class DurableRun(JournalWriter):
         if self.asking is not None and scheduler.status(self.asking.id) == CallStatus.APPROVING:
             engine.ask(self.asking)
         engine.ask_budget_again()  # a budget question left open (PROTOCOL §12)
-        for_room = engine.budget.parked if engine.budget is not None else {}
+        for_room = engine.budget.life.parked if engine.budget is not None else {}
         for pending in scheduler.deferred:
             decision = self.decisions.get(pending.id)
             if pending.id in for_room:

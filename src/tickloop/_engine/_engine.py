@@ -16,7 +16,7 @@ import time
 import types
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import pydantic
 import trio
@@ -48,10 +48,24 @@ __all__ = [
     "Engine",
     "Journal",
     "Outcome",
+    "RunClock",
     "check_configuration",
     "run_handler",
     "utc_now",
 ]
+
+
+class RunClock(Protocol):
+    """What the engine needs of a run's wall_time clock (PROTOCOL §12; the agent's
+    `WallClock` is one): the deadline at which running calls end as timed out, and a
+    clock that stops while the run waits only for people (`pause`, `go_on`)."""
+
+    @property
+    def deadline(self) -> float: ...
+
+    def pause(self) -> None: ...
+
+    def go_on(self) -> None: ...
 
 
 class _Parked:
@@ -111,6 +125,7 @@ class Engine(SchedulerDriver):
         budget: Ledger | None = None,
         on_budget: BudgetHook | None = None,
         schedule: str = "critical_path",
+        budget_questions: trio.Lock | None = None,
     ) -> None:
         # Handed to every call's `CallContext.scope`: what a sub-agent's call needs of
         # the run it belongs to (`_agent._tree.RunPlace`); opaque to the engine.
@@ -138,15 +153,14 @@ class Engine(SchedulerDriver):
         # replayed or forked run, docs/replay.md); None runs the handler.
         self._answer = answer
         self._tick_done: trio.Event | None = None
-        # The run's wall_time budget (PROTOCOL §12), on trio's clock: at it, running calls
-        # end as timed out. None: no limit, and no cancel scope per call.
-        self.deadline: float | None = None
         # The budget hook is asked one question at a time, the scheduler's (a call's limit)
-        # and the loop's (a model request's) alike.
-        self.budget_questions = trio.Lock()
-        # The run's wall_time clock (`_agent._budgeting.WallClock`: `pause`, `go_on`),
-        # when it has one: time it waits only for people is not counted (PROTOCOL §12).
-        self.wall_clock: Any = None
+        # and the loop's (a model request's) alike: the lock of the whole tree, when the
+        # run is one of a tree's (§12), else its own.
+        self.budget_questions = budget_questions if budget_questions is not None else trio.Lock()
+        # The run's wall_time clock (PROTOCOL §12), when it has a limit (`keep_time`):
+        # at its deadline running calls end as timed out, and time the run waits only
+        # for people is not counted. None: no limit, and no cancel scope per call.
+        self.wall_clock: RunClock | None = None
         self._questions = 0  # questions to a hook (approval, budget) not answered yet
         # Worker threads of sync handlers: as many as calls may run (PROTOCOL §2: a
         # max_concurrency of None means no limit, for sync tools too).
@@ -210,10 +224,14 @@ class Engine(SchedulerDriver):
     def _request_approval(self, pending: PendingCall) -> None:
         self._spawn(self._ask, pending)
 
+    def keep_time(self, clock: RunClock | None) -> None:
+        """The run's wall_time clock, or None for a run without that limit."""
+        self.wall_clock = clock
+
     def ask_budget_again(self) -> None:
         """Ask the budget hook again a question a crash (or a stop) left unanswered."""
-        question = self.budget.question if self.budget is not None else None
-        if question is not None:
+        question = self.budget.life.question if self.budget is not None else None
+        if isinstance(question, BudgetRequest):  # the gate's (`BudgetedRunQueue`)
             self._spawn(self._ask_budget, question)
 
     def _request_budget(self, request: BudgetRequest) -> None:
@@ -299,12 +317,13 @@ class Engine(SchedulerDriver):
                 if tool.takes_context
                 else None  # most handlers take none: not made for every call
             )
-            if self.deadline is None:
+            clock = self.wall_clock
+            if clock is None:
                 value, branch, error = await run_handler(
                     tool, action.params, context, self._threads
                 )
             else:
-                with trio.move_on_at(self.deadline) as wall:
+                with trio.move_on_at(clock.deadline) as wall:
                     value, branch, error = await run_handler(
                         tool, action.params, context, self._threads
                     )
