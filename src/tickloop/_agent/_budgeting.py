@@ -188,8 +188,10 @@ class RequestMeter:
         """Replace the reservation by what the request used: the server's usage; else,
         for a request cut off, its whole reservation; else the estimate."""
         self.open = None
-        given = reported.input_tokens if reported is not None else 0
-        wrote = reported.output_tokens if reported is not None else 0
+        # Counts only (`checked_usage`), never below nothing: what was spent before the
+        # request is the floor of what is spent after it.
+        given = max(reported.input_tokens, 0) if reported is not None else 0
+        wrote = max(reported.output_tokens, 0) if reported is not None else 0
         if cut_off:  # what it reported so far (Anthropic: the prompt first), else the whole
             output = reservation.cap if reservation.cap is not None else estimate_tokens(len(text))
             used = (given or reservation.estimate, max(wrote, output))

@@ -30,7 +30,7 @@ from .._durable._store import SQLiteStore
 from .._engine._engine import Engine, Outcome
 from .._engine._run import ExecutionResult
 from .._errors import BudgetExceeded, ExecuteError, MaxIterationsError, RunStopped
-from .._models._base import ModelError, Usage
+from .._models._base import ModelError, Usage, checked_usage
 from .._observe._events import EventSink, Redactor, RequestRetried, RunEvent
 from ._budgeting import RequestMeter, Reservation, WallClock, run_ledger
 from ._output import OutputSpec
@@ -335,6 +335,13 @@ class OuterLoop:
         if reservation is None:
             self.paused = True
         return reservation
+
+    def _reported(self, usage: Usage) -> None:
+        """Token counts the model client reported; counts only (`checked_usage`): a
+        request whose usage is not one counts its estimate (PROTOCOL §12)."""
+        checked = checked_usage(usage, self.config.model)
+        if checked is not None:
+            self.usage = self.usage + checked
 
     def _metered(self, reservation: Reservation, before: Usage, text: str, cut_off: bool) -> None:
         """The request ended: what it used replaces its reservation (`before`: the

@@ -162,7 +162,7 @@ class _SolutionLoop(OuterLoop):
         def on_item(item: TextDelta | Usage | StreamRestarted) -> None:
             nonlocal stream, seen, handed
             if isinstance(item, Usage):
-                self.usage = self.usage + item
+                self._reported(item)
                 return
             if isinstance(item, StreamRestarted):
                 # The request is answered again from its start (a worker died mid-stream):

@@ -397,7 +397,7 @@ class _TurnLoop(OuterLoop):
         def on_item(item: TextDelta | Usage | TurnResponse) -> None:
             nonlocal response
             if isinstance(item, Usage):
-                self.usage = self.usage + item
+                self._reported(item)
             elif isinstance(item, TextDelta):
                 if self.on_text is not None:
                     self.on_text(item.text)

@@ -256,12 +256,17 @@ class Anthropic:
         return [{"role": "user", "content": blocks}]
 
 
-def _input_tokens(counts: dict[str, Any]) -> int:
-    """All the prompt's tokens: Anthropic counts cached ones apart from `input_tokens`."""
-    return sum(
-        int(counts.get(key) or 0)
-        for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-    )
+def _input_tokens(counts: dict[str, Any]) -> Any:
+    """All the prompt's tokens: Anthropic counts cached ones apart from `input_tokens`.
+    A value that is not a whole number is returned as it came, for the loop to refuse
+    as a count (`checked_usage`)."""
+    total = 0
+    for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
+        value = counts.get(key) or 0
+        if type(value) is not int:
+            return value
+        total += value
+    return total
 
 
 class _MessageStream:
@@ -298,12 +303,12 @@ class _MessageStream:
     def _count(self, kind: Any, payload: dict[str, Any]) -> None:
         if kind == "message_start":
             counts = (payload.get("message") or {}).get("usage") or {}
-            self.usage = Usage(_input_tokens(counts), int(counts.get("output_tokens") or 0))
+            self.usage = Usage(_input_tokens(counts), counts.get("output_tokens") or 0)
         elif kind == "message_delta":
             # Counts here are running totals for the message, not increments.
             counts = payload.get("usage") or {}
             if counts.get("output_tokens") is not None:
-                self.usage.output_tokens = int(counts["output_tokens"])
+                self.usage.output_tokens = counts["output_tokens"]
             if counts.get("input_tokens") is not None:
                 self.usage.input_tokens = _input_tokens(counts)
 

@@ -14,6 +14,8 @@ one place and every provider follows it.
 
 from __future__ import annotations
 
+import logging
+
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -96,6 +98,33 @@ class Usage:
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+
+# More tokens than any model's context holds: a count beyond it is not a count.
+MAX_TOKEN_COUNT = 10**9
+
+
+def checked_usage(usage: Usage, model: Any) -> Usage | None:
+    """`usage` as a model client reported it, when both its fields are counts of tokens
+    (whole numbers from 0 to `MAX_TOKEN_COUNT`); else None, said on the `tickloop`
+    logger: a budget then counts the request's estimate (PROTOCOL §12), and the answer
+    that came with it is kept."""
+    counts: list[int] = []
+    for name in ("input_tokens", "output_tokens"):
+        value = getattr(usage, name)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if type(value) is not int or not 0 <= value <= MAX_TOKEN_COUNT:
+            logging.getLogger("tickloop").warning(
+                "%r reported %s=%.80r, which is not a count of tokens; the request's "
+                "estimate counts instead",
+                model,
+                name,
+                value,
+            )
+            return None
+        counts.append(value)
+    return Usage(*counts)
 
 
 def estimate_tokens(text_chars: int) -> int:

@@ -297,9 +297,9 @@ class _ChunkStream:
                 raise _stream_error(chunk, what, secrets)
             if isinstance(chunk.get("usage"), dict):
                 counts = chunk["usage"]
+                # As reported: the loop checks they are counts (`checked_usage`).
                 self.usage = Usage(
-                    int(counts.get("prompt_tokens") or 0),
-                    int(counts.get("completion_tokens") or 0),
+                    counts.get("prompt_tokens") or 0, counts.get("completion_tokens") or 0
                 )
             choices = chunk.get("choices") or []
             if choices and isinstance(choices[0], dict):

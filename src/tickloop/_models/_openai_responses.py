@@ -263,9 +263,8 @@ async def _read_stream(
                 body = payload.get("response") or {}
                 counts = body.get("usage") or {}
                 if counts:
-                    usage = Usage(
-                        int(counts.get("input_tokens") or 0), int(counts.get("output_tokens") or 0)
-                    )
+                    # As reported: the loop checks they are counts (`checked_usage`).
+                    usage = Usage(counts.get("input_tokens") or 0, counts.get("output_tokens") or 0)
                 finish = "completed" if kind == "response.completed" else "incomplete"
                 break
     if finish is None:
