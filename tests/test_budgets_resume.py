@@ -187,7 +187,7 @@ def test_randomized_kills_of_a_budgeted_tree_never_overshoot_nor_charge_twice(
 ) -> None:
     # Seeded trials: children with random fan-outs, killed after a random number of
     # charges. However the kill falls, the tree never starts more than 10 charges (nor
-    # 12 calls) and never starts one twice; the usage reports what started.
+    # 12 calls) and never starts one twice; the usage reports every journaled start.
     rng = random.Random(seed)
     plan = [[rng.randint(1, 7) for _ in range(2)] for _ in range(rng.randint(2, 3))]
     wanted = min(10, 12 - len(plan), sum(fan[0] for fan in plan))
@@ -197,7 +197,9 @@ def test_randomized_kills_of_a_budgeted_tree_never_overshoot_nor_charge_twice(
     counts = _charges(tmp_path)
     assert sum(counts.values()) <= 10
     assert max(counts.values()) == 1
-    assert result.usage.per_tool["charge"] == sum(counts.values())
+    # A call counts from its journaled start: one killed before its handler wrote its
+    # count counts too (it may have charged), so the usage is at least what was seen.
+    assert sum(counts.values()) <= result.usage.per_tool["charge"] <= 10
     assert result.usage.tool_calls <= 12
     assert result.usage.tool_calls == sum(result.usage.per_tool.values())
 
@@ -390,10 +392,10 @@ def test_a_requests_limit_running_out_while_siblings_wait_ends_in_budget_exceede
     assert stopped.usage.requests == 3
 
 
-def test_a_tokens_limit_running_out_while_siblings_wait_asks_the_hook_in_turn() -> None:
+def test_a_tokens_limit_running_out_while_siblings_wait_ends_after_the_hook_refuses() -> None:
     asked: list[str] = []
 
-    def hook(request: tl.BudgetRequest) -> None:
+    async def hook(request: tl.BudgetRequest) -> None:  # async: no thread on a MockClock
         asked.append(request.limit)
         return None
 

@@ -143,7 +143,7 @@ class RequestMeter:
         hold room; None when the hook deferred (the run pauses). Raises
         `BudgetExceeded` when no room comes and none is granted."""
         tree = self.ledger.life.tree
-        if tree.deferred and self.durable:
+        if tree.deferring() and self.durable:
             return None  # a call's limit was deferred: pause until more room is given
         estimate = estimate_tokens(_prompt_chars(request, self.schema_chars))
         while True:

@@ -264,13 +264,13 @@ class OuterLoop:
     def _pending(self) -> list[PendingCall]:
         """The calls a paused run waits on a person for: not those parked for budget
         room (PROTOCOL §12), which a resume with more room starts by itself."""
-        parked = self.ledger.life.parked
-        return [call for call in self.engine.scheduler.deferred if call.id not in parked]
+        life = self.ledger.life
+        return [call for call in self.engine.scheduler.deferred if not life.is_parked(call.id)]
 
     async def _iterate_until_done(self) -> Any:
         """Iterate until an output, a pause or a stop; the output (None when paused)."""
         limit = self.config.max_iterations
-        if self.grant is not None or self.ledger.life.tree.deferred:
+        if self.grant is not None or self.ledger.life.tree.deferring():
             # A resume answers the budget questions it paused on, with the room it brings
             # (`budget=`, added to what is left; else none, and they are asked again):
             # journaled, so a replay clears them at the same point (PROTOCOL §12).

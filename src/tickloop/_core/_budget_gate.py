@@ -97,7 +97,7 @@ class BudgetedRunQueue(RunQueue):
         """Reserve room for a ready call, then queue it; or park it, or refuse it."""
         if self.limited and call.id not in self._again:
             life = self.ledger.life
-            if life.parked:
+            if life.has_parked():
                 life.unpark(call.id)  # decided on a resume: it reserves again
             missing = self.ledger.reserve(call_amount(call.tool.name))
             if missing is not None:

@@ -57,53 +57,73 @@ class NoRoom(Enum):
 
 
 class TreeLimits:
-    """The states of a tree's limits, its hook and its requests in flight; see above."""
+    """The states of a tree's limits, its hook and its requests in flight; see above.
 
-    __slots__ = ("_waiters", "asks", "deferred", "flights", "refused", "run_id")
+    Its fields are read through properties and queries, and changed only by its own
+    methods (and `RunLimits`'): nothing outside this module writes them.
+    """
+
+    __slots__ = ("_asks", "_deferred", "_flights", "_refused", "_run_id", "_waiters")
 
     def __init__(self) -> None:
-        self.asks = False  # a budget hook (or a stored run's driver) answers for the tree
-        self.run_id: str | None = None  # shown to the hook (`BudgetRequest.run_id`)
+        self._asks = False  # a budget hook (or a stored run's driver) answers for the tree
+        self._run_id: str | None = None  # shown to the hook (`BudgetRequest.run_id`)
         # Model requests under way in the tree: their room comes back when they land.
-        self.flights = 0
-        self.refused: set[str] = set()  # limits in state "refused"
-        self.deferred: set[str] = set()  # limits in state "deferred"
+        self._flights = 0
+        self._refused: set[str] = set()  # limits in state "refused"
+        self._deferred: set[str] = set()  # limits in state "deferred"
         # Told whenever room comes back anywhere in the tree (a request waiting for it).
         self._waiters: list[Callable[[], None]] = []
+
+    @property
+    def asks(self) -> bool:
+        return self._asks
+
+    @property
+    def run_id(self) -> str | None:
+        return self._run_id
+
+    @property
+    def flights(self) -> int:
+        return self._flights
 
     # -- the hook --------------------------------------------------------------------
 
     def answered_by(self, run_id: str | None, *, hook: bool) -> None:
         """A run of the tree is driven with a hook (or a journal) that answers, or not."""
-        self.asks = self.asks or hook
-        self.run_id = self.run_id or run_id
+        self._asks = self._asks or hook
+        self._run_id = self._run_id or run_id
 
     def state(self, limit: str) -> str:
         """ "refused", "deferred" or "open" (asked is the open question of a run)."""
-        if limit in self.refused:
+        if limit in self._refused:
             return "refused"
-        if limit in self.deferred:
+        if limit in self._deferred:
             return "deferred"
         return "open"
 
+    def deferring(self) -> bool:
+        """Whether a limit is deferred: the run pauses until a resume brings room."""
+        return bool(self._deferred)
+
     def refuse(self, limit: str) -> None:
-        self.refused.add(limit)
+        self._refused.add(limit)
 
     def defer(self, limit: str) -> None:
-        self.deferred.add(limit)
+        self._deferred.add(limit)
 
     def granted(self, limits: list[str]) -> None:
         """Room was given: the limits it names are asked again, every deferral ends."""
-        self.refused.difference_update(limits)
-        self.deferred.clear()
+        self._refused.difference_update(limits)
+        self._deferred.clear()
 
     # -- requests in flight and room coming back ---------------------------------------
 
     def request_sent(self) -> None:
-        self.flights += 1
+        self._flights += 1
 
     def request_landed(self) -> None:
-        self.flights -= 1
+        self._flights -= 1
 
     def on_room(self, waiter: Callable[[], None]) -> None:
         """Call `waiter` whenever room comes back anywhere in the tree."""
@@ -117,16 +137,27 @@ class TreeLimits:
 class RunLimits:
     """One run's side of its tree's limits: its open question and its parked calls."""
 
-    __slots__ = ("parked", "question", "tree")
+    __slots__ = ("_parked", "_question", "tree")
 
     def __init__(self, tree: TreeLimits) -> None:
         self.tree = tree
         # The question this run's scheduler asked the hook and has no answer to: asked
         # again when a resume finds it open (a crash, or a stop, came first).
-        self.question: Question | None = None
+        self._question: Question | None = None
         # This run's calls parked after a deferral (call id -> limit): deferred in its
         # scheduler, decided again (reserving anew) on resume.
-        self.parked: dict[str, str] = {}
+        self._parked: dict[str, str] = {}
+
+    @property
+    def question(self) -> Question | None:
+        return self._question
+
+    def has_parked(self) -> bool:
+        return bool(self._parked)
+
+    def is_parked(self, call_id: str) -> bool:
+        """Whether the call waits, deferred, for room (not for a person's decision)."""
+        return call_id in self._parked
 
     def no_room(self, limit: str, *, can_park: bool) -> NoRoom:
         """What becomes of a call that found no room for `limit` (the table)."""
@@ -139,18 +170,18 @@ class RunLimits:
 
     def ask(self, request: Question) -> None:
         """The hook is asked `request` (open → asked)."""
-        self.question = request
+        self._question = request
 
     def asking(self) -> str | None:
         """The limit of this run's open question, if it has one."""
-        return None if self.question is None else self.question.limit
+        return None if self._question is None else self._question.limit
 
     def answer(self, limit: str, grant: object, *, can_park: bool) -> NoRoom | None:
         """The hook's answer about `limit` (asked → open, refused or deferred): None when
         it gave room (a `Budget`, which the ledger adds: `Ledger.grant`) and the waiting
         work looks for room again, else what becomes of that work."""
-        if self.question is not None and self.question.limit == limit:
-            self.question = None
+        if self._question is not None and self._question.limit == limit:
+            self._question = None
         if grant is None:
             self.tree.refuse(limit)
             return NoRoom.REFUSE
@@ -160,8 +191,9 @@ class RunLimits:
         return None
 
     def park(self, call_id: str, limit: str) -> None:
-        self.parked[call_id] = limit
+        """A call waits, deferred, for room for `limit` (→ parked)."""
+        self._parked[call_id] = limit
 
     def unpark(self, call_id: str) -> None:
-        """A parked call was decided on a resume: it reserves room again."""
-        self.parked.pop(call_id, None)
+        """A parked call was decided on a resume: it reserves room again (→ resumed)."""
+        self._parked.pop(call_id, None)

@@ -189,10 +189,10 @@ class DurableRun(JournalWriter):
         if self.asking is not None and scheduler.status(self.asking.id) == CallStatus.APPROVING:
             engine.ask(self.asking)
         engine.ask_budget_again()  # a budget question left open (PROTOCOL §12)
-        for_room = engine.budget.life.parked if engine.budget is not None else {}
+        life = engine.budget.life if engine.budget is not None else None
         for pending in scheduler.deferred:
             decision = self.decisions.get(pending.id)
-            if pending.id in for_room:
+            if life is not None and life.is_parked(pending.id):
                 decision = Approve()  # parked for budget room (§12): it reserves again
             if pending.id in self.parked:
                 # A sub-agent's call parked by its paused child: it starts again, and its

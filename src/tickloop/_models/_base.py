@@ -15,7 +15,6 @@ one place and every provider follows it.
 from __future__ import annotations
 
 import logging
-
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
