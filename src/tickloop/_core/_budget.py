@@ -14,7 +14,7 @@ Amounts are dicts from a limit's name to a number: "requests", "input_tokens",
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -275,7 +275,7 @@ class Ledger:
         self.life: RunLimits = RunLimits(tree)
         # Calls started per tool in runs of the tree without a call limit (counted there,
         # not booked here per call: see `tally`).
-        self._tallies: list[dict[str, int]] = []
+        self._tallies: list[Callable[[], Mapping[str, int]]] = []
 
     # -- the tree ---------------------------------------------------------------------------
 
@@ -298,10 +298,10 @@ class Ledger:
 
     # -- room -------------------------------------------------------------------------------
 
-    def tally(self, counts: dict[str, int]) -> None:
-        """Count `counts` (calls started per tool, kept by a run queue whose chain has no
-        call limit) as spent in every ledger of the chain. No room is ever asked of them:
-        a grant adds only to limits there are, so none can appear."""
+    def tally(self, counts: Callable[[], Mapping[str, int]]) -> None:
+        """Count the calls a run whose chain limits none starts (per tool, as `counts`
+        tells when asked) in the usage of every ledger of the chain. No room is ever
+        asked of them: a grant adds only to limits there are, so none can appear."""
         for ledger in self.chain():
             ledger._tallies.append(counts)
 
@@ -311,7 +311,7 @@ class Ledger:
             return RunUsage.from_amounts(self.spent)
         spent = dict(self.spent)
         for counts in self._tallies:
-            for tool, count in counts.items():
+            for tool, count in counts().items():
                 spent["tool_calls"] = spent.get("tool_calls", 0) + count
                 spent[_PER_TOOL + tool] = spent.get(_PER_TOOL + tool, 0) + count
         return RunUsage.from_amounts(spent)

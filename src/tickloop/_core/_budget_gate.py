@@ -18,6 +18,7 @@ budget too, and makes the same refusals.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from ._budget import Budget, BudgetRequest, Ledger, call_amount
@@ -27,7 +28,32 @@ from ._run_queue import Ranks, RunQueue
 from ._scheduler_io import Action, AnswerBudget, AskBudget, SpendBudget
 from ._status import CallStatus
 
-__all__ = ["BudgetedRunQueue", "budget_error"]
+__all__ = ["BudgetedRunQueue", "budget_error", "budget_inputs", "limits_calls"]
+
+
+def limits_calls(ledger: Ledger) -> bool:
+    """Whether a ledger of the chain limits tool calls: grants add only to limits there
+    are, so without one every call has room, and only the run's usage counts it."""
+    return any(
+        each.limits.tool_calls is not None or each.limits.per_tool for each in ledger.chain()
+    )
+
+
+def spend(ledger: Ledger, event: SpendBudget) -> None:
+    ledger.spend(event.amount)
+
+
+def answer_requests(ledger: Ledger, event: AnswerBudget) -> None:
+    """The hook's answer about a model request's limit (no call waits on one here)."""
+    ledger.life.answer(event.limit, event.grant, can_park=False)
+    if isinstance(event.grant, Budget):
+        ledger.grant(event.grant)
+
+
+def budget_inputs(ledger: Ledger) -> dict[type, Callable[[Any], None]]:
+    """The scheduler inputs of a run whose calls no limit holds (no `BudgetedRunQueue`):
+    what its model requests spent, and the hook's answers about their limits."""
+    return {AnswerBudget: partial(answer_requests, ledger), SpendBudget: partial(spend, ledger)}
 
 
 def budget_error(ledger: Ledger, limit: str, what: str = "this call did not run") -> dict[str, Any]:
@@ -74,16 +100,6 @@ class BudgetedRunQueue(RunQueue):
         self._park = park
         # Calls without room, by the limit they wait on, in the order they became ready.
         self.waiting: dict[str, list[Call]] = {}
-        # Whether any ledger of the chain limits calls: grants add only to limits there
-        # are, so without one every call has room and starting it only counts it.
-        self.limited = any(
-            each.limits.tool_calls is not None or each.limits.per_tool for each in ledger.chain()
-        )
-        # Without a limit, starts are only counted, here, per tool: every ledger of the
-        # chain reads this dict for its usage (`Ledger.tally`), no booking per call.
-        self.counts: dict[str, int] = {}
-        if not self.limited:
-            ledger.tally(self.counts)
         # Calls that started, then were parked by their child run (a sub-agent's that
         # paused, PROTOCOL §11): counted at their first start, they start again without
         # room or a count (an agent call counts once, however often it resumes).
@@ -91,11 +107,11 @@ class BudgetedRunQueue(RunQueue):
 
     def inputs(self) -> dict[type, Callable[[Any], None]]:
         """The scheduler inputs this queue takes (`Scheduler.handle` dispatches them)."""
-        return {AnswerBudget: self.answer, SpendBudget: self.spend}
+        return {AnswerBudget: self.answer, SpendBudget: partial(spend, self.ledger)}
 
     def push(self, call: Call) -> None:
         """Reserve room for a ready call, then queue it; or park it, or refuse it."""
-        if self.limited and call.id not in self._again:
+        if call.id not in self._again:
             life = self.ledger.life
             if life.has_parked():
                 life.unpark(call.id)  # decided on a resume: it reserves again
@@ -131,18 +147,9 @@ class BudgetedRunQueue(RunQueue):
         return started
 
     def _count(self, started: list[Call]) -> None:
-        if not self.limited:  # counted when it starts (PROTOCOL §12)
-            counts = self.counts
-            for call in started:
-                name = call.tool.name
-                counts[name] = counts.get(name, 0) + 1
-            return
-        for call in started:
+        for call in started:  # counted when it starts (PROTOCOL §12)
             amount = call_amount(call.tool.name)
             self.ledger.settle(amount, amount)
-
-    def spend(self, event: SpendBudget) -> None:
-        self.ledger.spend(event.amount)
 
     def answer(self, event: AnswerBudget) -> None:
         """The hook's answer about `event.limit`: more room, a refusal or a deferral;

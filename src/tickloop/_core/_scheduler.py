@@ -39,7 +39,7 @@ from ._arrival import (
     record_parameters,
 )
 from ._budget import Ledger
-from ._budget_gate import BudgetedRunQueue
+from ._budget_gate import BudgetedRunQueue, budget_inputs, limits_calls
 from ._call import (
     Call,
     CallRecord,
@@ -56,7 +56,7 @@ from ._plan_order import PlanOrder, Slot
 from ._ranks import Schedule, ranks_for
 from ._reading import read, resolve
 from ._results import check_output, targets, write_result
-from ._run_queue import RunQueue
+from ._run_queue import Ranks, RunQueue
 from ._scheduler_io import (
     Action,
     AskApproval,
@@ -161,8 +161,7 @@ class Scheduler:
         self._plan = PlanOrder(self._writers, self._waiters, self._seq_of, log.lookup)
         ranks = ranks_for(schedule, self._calls, self._seqs, self._plan, self._tool_dependents)
         # By rank under a limit (PROTOCOL §13), or fifo; with a budget, room first (§12).
-        park = partial(_defer, self)  # after a deferred budget question, a resume starts it
-        gate = budget and BudgetedRunQueue(budget, self._settle, self._emit, ranks, park)
+        gate = _budget_gate(self, budget, ranks)
         self._run_queue = gate or RunQueue(ranks)
         self._handlers: dict[type, Callable[[Any], None]] = {
             FinishCall: self._on_finished,
@@ -173,7 +172,8 @@ class Scheduler:
             CloseStream: self._on_stream_closed,
             ReportFault: self._on_fault,
             Flush: self._on_flush,
-            **(gate.inputs() if gate else {}),  # `AnswerBudget`, `SpendBudget`
+            # `AnswerBudget`, `SpendBudget`
+            **(gate.inputs() if gate else budget_inputs(budget) if budget else {}),
         }
 
     # -- the one entry point ---------------------------------------------------------------
@@ -705,6 +705,30 @@ class Scheduler:
 
     def _emit(self, action: Action) -> None:
         self._actions.append(action)
+
+
+def _budget_gate(
+    scheduler: Scheduler, budget: Ledger | None, ranks: Ranks | None
+) -> BudgetedRunQueue | None:
+    """Only a run whose chain limits calls reserves room for each (§12); any other
+    counts its calls from their records when its usage is read (`Ledger.tally`)."""
+    if budget is None:
+        return None
+    if not limits_calls(budget):
+        budget.tally(partial(started_per_tool, scheduler.records))
+        return None
+    park = partial(_defer, scheduler)  # after a deferred budget question, a resume starts it
+    return BudgetedRunQueue(budget, scheduler._settle, scheduler._emit, ranks, park)
+
+
+def started_per_tool(records: dict[str, CallRecord]) -> dict[str, int]:
+    """How many calls of each tool started (PROTOCOL §12: a call counts when it starts;
+    its driver notes when on its record, a replay from the journal)."""
+    counts: dict[str, int] = {}
+    for record in records.values():
+        if record.started is not None and record.tool is not None:
+            counts[record.tool] = counts.get(record.tool, 0) + 1
+    return counts
 
 
 def _park(scheduler: Scheduler, event: ParkCall) -> None:
