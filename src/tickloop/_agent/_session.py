@@ -220,8 +220,7 @@ class TreeReplay:
         self.durables: dict[tuple[str, ...], DurableRun] = {}
         self.skipped: set[tuple[str, ...]] = set()
 
-    def __call__(self, tag: str, seq: int, at: float, kind: str, body: Any) -> None:
-        path = tuple(tag.split("/"))
+    def __call__(self, path: tuple[str, ...], seq: int, at: float, kind: str, body: Any) -> None:
         loop = self.loops.get(path)
         if loop is None:
             if path in self.skipped:

@@ -34,6 +34,7 @@ from .._core._decisions import (
     Approve,
 )
 from .._core._log import ContextLog
+from .._core._paths import untag_kind
 from .._core._scheduler_io import (
     FinishCall,
 )
@@ -51,7 +52,7 @@ class DurableLoop(Protocol):
     log: ContextLog
 
 
-Below = Callable[[str, int, float, str, Any], None]
+Below = Callable[[tuple[str, ...], int, float, str, Any], None]
 """Takes an entry of a run below the one replayed: (its path, seq, time, kind, body)."""
 
 INTERRUPTED = {
@@ -85,8 +86,8 @@ class DurableRun(JournalWriter):
                 try:
                     if "@" in kind:
                         if below is not None:
-                            base, _, path = kind.partition("@")
-                            below(path, seq, at, base, body)
+                            base, path = untag_kind(kind)
+                            below(path.parts, seq, at, base, body)
                         continue
                     self.replay_entry(loop, seq, at, kind, body)
                 except (ValueError, KeyError, TypeError, AttributeError) as error:
