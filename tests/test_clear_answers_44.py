@@ -62,9 +62,7 @@ def test_a_per_tool_limit_on_an_unknown_tool_is_refused_naming_the_close_match()
 
 
 def test_a_per_tool_limit_is_checked_over_the_whole_tree() -> None:
-    child = tl.Agent(
-        tl.ScriptedModel([PLAN, DONE] * 2), tools=[research, summarize], name="writer"
-    )
+    child = tl.Agent(tl.ScriptedModel([PLAN, DONE] * 2), tools=[research, summarize], name="writer")
     # The root's limit may name a sub-agent's tool, or the sub-agent itself: it holds.
     calls = {"calls": [{"_tool": "writer", "task": "x", "_outputPath": "†state.s"}]}
     root = tl.Agent(
@@ -130,10 +128,37 @@ def test_a_fork_rerunning_an_unknown_tool_is_refused_naming_the_close_match(
 
 
 def test_run_calls_takes_an_agent_as_a_tool_as_an_agent_does() -> None:
-    child = tl.Agent(
-        tl.ScriptedModel([PLAN, DONE] * 2), tools=[research, summarize], name="writer"
-    )
+    child = tl.Agent(tl.ScriptedModel([PLAN, DONE] * 2), tools=[research, summarize], name="writer")
     calls = [{"_tool": "writer", "task": "x", "_outputPath": "†state.s"}]
     assert tl.run_calls(calls, tools=[child]).state == {"s": "notes on t"}
     assert tl.run_calls(calls, tools={"writer": child}).state == {"s": "notes on t"}
     assert RAN == ["research", "summarize"] * 2
+
+
+# -- low: huge values are a ConfigurationError (or plain room), never an OverflowError --------
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (lambda: tl.tool(expected_duration=10**400, name="t")(summarize.handler), "expected_dur"),
+        (lambda: tl.tool(timeout=10**400, name="t")(summarize.handler), "timeout must be a finite"),
+        (lambda: tl.Price(input=10**400, output=1), "input must be a finite number"),
+        (lambda: tl.Budget(cost=10**400), "cost must be a finite number"),
+        (lambda: tl.Budget(wall_time=10**5000), "wall_time must be a finite number"),
+    ],
+)
+def test_a_value_too_large_for_a_float_is_a_configuration_error(make: Any, words: str) -> None:
+    with pytest.raises(tl.ConfigurationError, match=words):
+        make()
+
+
+def test_a_huge_cost_limit_or_price_is_room_or_none_never_an_overflow() -> None:
+    def run(cost: float, price: tl.Price) -> tl.RunResult:
+        model = tl.ScriptedModel([{"calls": [], "output": 1}])
+        agent = tl.Agent(model, budget=tl.Budget(cost=cost), pricing={"scripted": price})
+        return agent.run({})
+
+    assert run(1e308, tl.Price(input=1, output=1)).output == 1  # room for any answer
+    with pytest.raises(tl.BudgetExceeded, match="cost limit"):  # the prompt costs too much
+        run(1e308, tl.Price(input=1e308, output=1e308))

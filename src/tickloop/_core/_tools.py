@@ -568,7 +568,10 @@ def _check_positive(value: Any, tool_name: str, option: str, kind: type) -> Any:
         raise ConfigurationError(f"tool {tool_name!r}: {option} must be a positive number")
     if kind is int and not isinstance(value, int):
         raise ConfigurationError(f"tool {tool_name!r}: {option} must be a whole number")
-    return kind(value)
+    try:
+        return kind(value)
+    except OverflowError:  # an int too large for a float
+        raise ConfigurationError(f"tool {tool_name!r}: {option} must be a finite number") from None
 
 
 def _check_finite(value: float | None, tool_name: str, option: str) -> float | None:
