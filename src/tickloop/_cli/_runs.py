@@ -142,7 +142,10 @@ def run_command(arguments: argparse.Namespace, out: TextIO | None = None) -> int
             )
             return 0
     except (ResumeError, StoreError) as error:
-        print(f"tickloop {arguments.command}: {_safe(error)}", file=sys.stderr)
+        # The process running the run is the operator's to know (kept out of the message).
+        process = getattr(error, "process", None)
+        where = f" (the process: {_safe(process)})" if process else ""
+        print(f"tickloop {arguments.command}: {_safe(error)}{where}", file=sys.stderr)
         return EXIT_REFUSED
     raise AssertionError(f"not a run command: {arguments.command}")
 
