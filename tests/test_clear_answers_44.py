@@ -162,3 +162,40 @@ def test_a_huge_cost_limit_or_price_is_room_or_none_never_an_overflow() -> None:
     assert run(1e308, tl.Price(input=1, output=1)).output == 1  # room for any answer
     with pytest.raises(tl.BudgetExceeded, match="cost limit"):  # the prompt costs too much
         run(1e308, tl.Price(input=1e308, output=1e308))
+
+
+# -- low: a lone surrogate in what a provider sent (protocol "tools") -----------------------
+
+
+@tl.tool
+def echo(x: str) -> str:
+    """Return x."""
+    return x
+
+
+@pytest.mark.parametrize(
+    ("turn", "error"),
+    [
+        ({"tool_calls": [{"name": "echo", "arguments": '{"x": "\ud800"}'}]}, "lone surrogate"),
+        (
+            {"tool_calls": [{"name": "echo\udc00", "arguments": "{}"}]},
+            "unknown tool 'echo\\\\udc00'",
+        ),
+        ({"tool_calls": [{"id": "a\ud800", "name": "echo", "arguments": '{"x": "y"}'}]}, None),
+        ({"content": "hm\ud800", "tool_calls": []}, "the final answer holds a lone surrogate"),
+    ],
+    ids=["arguments", "name", "provider id", "final text"],
+)
+def test_a_lone_surrogate_from_the_provider_is_that_calls_error_not_a_crash(
+    tmp_path: Path, turn: dict[str, Any], error: str | None
+) -> None:
+    """Issue 44: the first crashed the run with WriteError (a store or not)."""
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    model = tl.ScriptedModel([{"content": "", **turn}, "end"])
+    result = tl.Agent(model, tools=[echo], protocol="tools", store=store).run({}, run_id="s")
+    assert result.status == "done" and result.output == "end"
+    messages = [m["data"]["error"]["message"] for m in result.errors]
+    messages += [m["text"] for m in result.messages if m["type"] == "text"]
+    if error is not None:
+        assert any(error in message for message in messages), messages
+    assert store.run("s").status == "done"
