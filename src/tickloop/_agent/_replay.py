@@ -274,7 +274,8 @@ def stale_calls(
         raise ConfigurationError(
             f"run {recording.run_id!r} has no call {', '.join(map(repr, unknown))} to re-run"
         )
-    known = {call.tool for call in recording.calls.values()} | set(tools or ())
+    known = {call.tool for call in recording.calls.values() if call.tool is not None}
+    known |= set(tools or ())
     for tool in rerun_tools if tools is not None else ():
         if tool not in known:
             raise ConfigurationError(
