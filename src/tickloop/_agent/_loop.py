@@ -174,7 +174,7 @@ class OuterLoop:
         self.usage = Usage()  # the tokens the model reported (`ledger`: the whole count)
         self.ledger = run_ledger(config.budget, config.pricing, config.parent_ledger)
         if config.place is not None:  # a tree's run: its children draw from this ledger
-            config.place.tree.ledgers[config.place.path] = self.ledger
+            config.place.tree.state.ledgers[config.place.path] = self.ledger
         self.events = (
             on_event
             if isinstance(on_event, EventSink)
@@ -214,7 +214,7 @@ class OuterLoop:
             on_budget=config.on_budget,
         )
         if config.place is not None:  # one question at a time for the whole tree (§12)
-            engine.budget_questions = config.place.tree.budget_questions
+            engine.budget_questions = config.place.tree.state.budget_questions
         return engine
 
     def _action_listener(self) -> Callable[[Any], None] | None:
@@ -298,7 +298,7 @@ class OuterLoop:
     def _path(self) -> tuple[str, ...]:
         """The agent-call ids above this run (PROTOCOL §11): () at the root, or alone."""
         place = self.config.place
-        return place.path if place is not None else ()
+        return place.path.parts if place is not None else ()
 
     def _iterations_done(self) -> int:
         return self.protocol.iterations_in(self.log)

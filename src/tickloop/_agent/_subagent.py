@@ -85,14 +85,12 @@ class AgentTool(TreeTool):
 
     def recorded_calls(self, place: RunPlace) -> dict[str, CallRecord]:
         tree = place.tree
-        journal = tree.journal_of(place.prefix[:-1]) if tree.durable is not None else []
-        if not journal:
+        journal = tree.journal_of(place.path)
+        if not journal or tree.durable is None:
             return {}
         config = _child_config(self._config(), place)
         sink = EventSink(tree.run_id, tree.redact)  # a replay delivers no events
-        durable = DurableRun(
-            tree.durable.writer, config.tools, tree.redact, sink, path=place.prefix[:-1]
-        )
+        durable = DurableRun(tree.durable.writer, config.tools, tree.redact, sink, path=place.path)
         loop = config.protocol.open_loop(config, ContextLog(), sink, durable)
         try:
             durable.replay(journal, loop)  # nothing runs, nothing is written
@@ -125,7 +123,7 @@ class AgentTool(TreeTool):
                 f"sub-agent {self.agent_name!r} would run at depth {place.depth}, deeper "
                 f"than the root's max_depth of {tree.max_depth}"
             )
-        tree.parked.pop(place.prefix[:-1], None)  # started (again): not parked
+        tree.state.parked.pop(place.path, None)  # started (again): not parked
         async with self._open_config() as config:
             return await run_child(config, place, params)
 
@@ -143,8 +141,8 @@ async def run_child(config: AgentConfig, place: RunPlace, params: dict[str, Any]
         return await _finish(place, loop, nullcontext())
     # A durable tree: the child is journaled in the root's run under its path, and a
     # child that journaled before (a crash, a pause) replays that and goes on from there.
-    path = place.prefix[:-1]
-    top = root.rows.get(place.path[0])
+    path = place.path
+    top = root.rows.get(path.parts[0])
     durable = DurableRun(
         root.writer,
         config.tools,
@@ -156,7 +154,7 @@ async def run_child(config: AgentConfig, place: RunPlace, params: dict[str, Any]
     journal = tree.journal_of(path)
     if journal:
         loop = config.protocol.open_loop(config, ContextLog(), sink, durable)
-        durable.decisions = tree.decisions_under(place.prefix)
+        durable.decisions = tree.decisions_under(path)
         durable.replay(journal, loop)
     else:
         log = initial_log(copy_json(params))
@@ -173,13 +171,13 @@ def _child_config(config: AgentConfig, place: RunPlace) -> AgentConfig:
         config = dataclasses.replace(
             config,
             model=tree.replaying.model_for(place.path, config.model, config.protocol.name),
-            answer=tree.replaying.answer_under(place.prefix),
+            answer=tree.replaying.answer_under(place.path),
         )
     return dataclasses.replace(
         config,
         # One budget for the tree (PROTOCOL §12): the child draws from its parent's ledger
         # (its own budget can only make it tighter), and the root's hook answers.
-        parent_ledger=tree.ledgers.get(place.path[:-1]),
+        parent_ledger=tree.state.ledgers.get(place.path.parent),
         on_budget=tree.on_budget,
         approve=place.ask if tree.approve is not None else None,
         store=None,
@@ -205,7 +203,7 @@ async def _finish(
     finally:
         place.finished(loop.engine.records, loop.config.tools)
     if result.status == "paused":
-        tree.parked[place.prefix[:-1]] = place.pending_of(result.pending)
+        tree.state.parked[place.path] = place.pending_of(result.pending)
         return PARKED
     output = result.output
     # A copy: nothing of the child's log is shared (a pydantic model's JSON is made anew

@@ -43,6 +43,7 @@ from ag_ui.core import (
 )
 
 from .._core._log import ContextLog, WriteError, copy_json
+from .._core._paths import RunPath
 from .._observe._events import (
     CallAwaitingApproval,
     CallDecided,
@@ -60,9 +61,9 @@ APPROVAL_REQUESTED = "tickloop.approval_requested"
 APPROVAL_DECIDED = "tickloop.approval_decided"
 
 
-def _path(event: RunEvent) -> tuple[str, ...]:
-    """The ids of the agent calls above the event's run, `()` at the root."""
-    return event.path
+def _path(event: RunEvent) -> RunPath:
+    """The path of the event's run (the root's is empty)."""
+    return RunPath.of(event.path)
 
 
 def _agent_name(event: RunEvent) -> str:
@@ -93,7 +94,7 @@ class Translation:
         initial = {} if state is None else state
         self._mirror = ContextLog([{"type": "data", "kind": "state", "data": initial}])
         self._calls: dict[str, _Call] = {}
-        self._open: list[str] = []  # sub-agent runs started and not yet finished, outer first
+        self._open: list[RunPath] = []  # sub-agent runs started, not yet finished, outer first
 
     @property
     def state(self) -> Any:
@@ -235,34 +236,38 @@ class Translation:
         path = _path(event)
         if not path:
             return None
-        for depth in range(1, len(path) + 1):
-            run = "/".join(path[:depth])
+        for depth in range(1, path.depth + 1):
+            run = RunPath(path.parts[:depth])
             if run not in self._open:
                 self._open.append(run)
-                parent = "/".join(path[: depth - 1]) or None
+                shown = str(run)
                 out.append(
                     SubagentStartedEvent(
-                        subagent_run_id=run,
-                        name=_agent_name(event) if depth == len(path) else run,
-                        parent_subagent_run_id=parent,
-                        parent_tool_call_id=run,
+                        subagent_run_id=shown,
+                        name=_agent_name(event) if depth == path.depth else shown,
+                        parent_subagent_run_id=str(run.parent) or None,
+                        parent_tool_call_id=shown,
                     )
                 )
-        return "/".join(path)
+        return str(path)
 
     def _close_subagents(
         self, call_id: str, out: list[BaseEvent], *, failed: bool = False
     ) -> list[BaseEvent]:
         """Finish the sub-agent runs started by `call_id` and those below them (all of
         them for ""), innermost first."""
+        started_by = RunPath.parse(call_id)
         for run in reversed(list(self._open)):
-            if call_id and run != call_id and not run.startswith(call_id + "/"):
+            if not run.is_within(started_by):
                 continue
             self._open.remove(run)
+            shown = str(run)
             if failed:
-                out.append(SubagentErrorEvent(subagent_run_id=run, message="the sub-agent failed"))
+                out.append(
+                    SubagentErrorEvent(subagent_run_id=shown, message="the sub-agent failed")
+                )
             else:
-                out.append(SubagentFinishedEvent(subagent_run_id=run))
+                out.append(SubagentFinishedEvent(subagent_run_id=shown))
         return out
 
 

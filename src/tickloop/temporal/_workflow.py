@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from .._core._driver import SchedulerDriver
     from .._core._log import copy_json
+    from .._core._paths import RunPath
     from .._core._scheduler_io import Decide, FinishCall, Flush, NoteTickEnded, StartCall
     from .._core._status import FINAL_STATUSES, CallStatus
     from .._core._tools import Tool
@@ -196,24 +197,15 @@ class WorkflowEngine(SchedulerDriver):
             budget=budget,  # limits are enforced; no budget hook is asked here (§12)
         )
         self.host = host
-        # The agent-call ids above this run (PROTOCOL §11): () at the root.
-        self.path: tuple[str, ...] = host.path
+        # The agent calls above this run (PROTOCOL §11): the root's path is empty.
+        self.path: RunPath = host.path
         self._tasks: set[asyncio.Task[None]] = set()
         self._failure: BaseException | None = None
 
     def scoped(self, pending: PendingCall) -> PendingCall:
         """A pending call as the tree shows it: its full path, its path and agent."""
-        if not self.path:
-            return pending
-        prefix = "/".join(self.path) + "/"
-        return dataclasses.replace(
-            pending,
-            id=prefix + pending.id,
-            waits_on=[prefix + other for other in pending.waits_on],
-            dependents=[prefix + other for other in pending.dependents],
-            path=self.path,
-            agent=self.host.agent.name,
-        )
+        place = self.host.place
+        return pending if place is None else place.scoped(pending)
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[WorkflowEngine]:
@@ -447,9 +439,10 @@ class AgentWorkflow:
         self.requests: list[dict[str, Any]] = []
         self.sources: list[Any] = []  # the agent's MCP servers (listed once per run)
         self._deltas: dict[str, list[dict[str, Any]]] = {}  # by the path of the run asking
-        self.path: tuple[str, ...] = ()  # the root's place in its tree (PROTOCOL §11)
+        self.path = RunPath.ROOT  # the root's place in its tree (PROTOCOL §11)
+        self.place: RunPlace | None = None  # a child's only: the root shows its own ids
         self.root = self
-        self.children: dict[str, Any] = {}  # each child run's loop, by its agent call's path
+        self.children: dict[RunPath, Any] = {}  # each child run's loop, by its path
         self._tree: TreeServices | None = None
         self._loop: _WorkflowSolutionLoop | _WorkflowTurnLoop | None = None
         # The run's events, as a local run delivers them to `on_event`: made here from
@@ -622,17 +615,17 @@ class AgentWorkflow:
     # -- sub-agents -------------------------------------------------------------------------
 
     async def run_child(
-        self, tool: AgentTool, action: StartCall, above: tuple[str, ...]
+        self, tool: AgentTool, action: StartCall, above: RunPath
     ) -> tuple[Any, dict[str, Any] | None]:
         """Run a sub-agent's call as a child run inside this workflow: the same loop on
         the child's configuration, its calls activities of this workflow, its questions
         the root's, its decisions taken by path (`decide`). (value, error) for its call."""
-        path = (*above, action.id)
+        path = above / action.id
         agent = tool.agent
-        if len(path) > self.agent.max_depth:
+        if path.depth > self.agent.max_depth:
             return None, {
                 "type": "structural",
-                "message": f"sub-agent {tool.agent_name!r} would run at depth {len(path)}, "
+                "message": f"sub-agent {tool.agent_name!r} would run at depth {path.depth}, "
                 f"deeper than the root's max_depth of {self.agent.max_depth}",
             }
         child = _ChildHost(self, agent, path)
@@ -642,7 +635,7 @@ class AgentWorkflow:
             loop = _WorkflowTurnLoop(child, log)  # type: ignore[arg-type]
         else:
             loop = _WorkflowSolutionLoop(child, log)  # type: ignore[arg-type]
-        self.children["/".join(path)] = loop
+        self.children[path] = loop
         try:
             result = await loop.run()
         except RunStopped as stopped:
@@ -669,22 +662,23 @@ class AgentWorkflow:
 
     def _engine_for(self, call_id: str) -> tuple[WorkflowEngine | None, str]:
         """The engine of the run a call id (a path) belongs to, and its local id."""
-        prefix, slash, local = call_id.rpartition("/")
-        loop = self.children.get(prefix) if slash else self._loop
+        path = RunPath.parse(call_id)
+        loop = self.children.get(path.parent) if path.depth > 1 else self._loop
+        local = path.last
         engine = loop.engine if loop is not None else None
         assert engine is None or isinstance(engine, WorkflowEngine)
         return engine, local
 
-    def _tree_records(self, engine: Any, prefix: str = "") -> list[dict[str, Any]]:
+    def _tree_records(self, engine: Any, run: RunPath = RunPath.ROOT) -> list[dict[str, Any]]:
         """Every call of the tree under its path, each agent call followed by its child's."""
         rows: list[dict[str, Any]] = []
         for call_id, record in engine.records.items():
             row = record_to_dict(record)
-            row["id"] = prefix + call_id
+            row["id"] = run.full(call_id)
             rows.append(row)
-            child = self.children.get(prefix + call_id)
+            child = self.children.get(run / call_id)
             if child is not None:
-                rows.extend(self._tree_records(child.engine, f"{prefix}{call_id}/"))
+                rows.extend(self._tree_records(child.engine, run / call_id))
         return rows
 
     def _tree_pending(self) -> list[tuple[PendingCall, Any]]:
@@ -784,7 +778,7 @@ class _ChildHost:
     sub-agent's own configuration, activities and requests, with the root's hook,
     options, redaction and event list. The loop and engine are the root's classes."""
 
-    def __init__(self, root: AgentWorkflow, agent: Agent, path: tuple[str, ...]) -> None:
+    def __init__(self, root: AgentWorkflow, agent: Agent, path: RunPath) -> None:
         self.root = root
         self.agent = agent
         self.path = path
@@ -798,7 +792,8 @@ class _ChildHost:
         self.sources: list[Any] = []
         self.requests: list[dict[str, Any]] = []
         self.hook_workers = root.hook_workers
-        self.sink = ChildSink(RunPlace(root.tree(), path, agent.name), clock=workflow.time)
+        self.place: RunPlace | None = RunPlace(root.tree(), path, agent.name)
+        self.sink = ChildSink(self.place, clock=workflow.time)
 
     def option(self, name: str, default: float) -> timedelta:
         return self.root.option(name, default)
@@ -839,7 +834,7 @@ async def _solution_request(
     restarts the stream, and the loop drops the calls it had already handed over.
     """
     iteration = request.iteration
-    key = "/".join(host.path)  # whose deltas: a child run's ("c1.2") or the root's ("")
+    key = str(host.path)  # whose deltas: a child run's ("c1.2") or the root's ("")
     data: dict[str, Any] = {
         "protocol": "solution",
         "messages": request.messages,
