@@ -23,6 +23,7 @@ from typing_extensions import TypeVar
 from .._core._budget import Budget, BudgetRequest, Ledger, Price, RunUsage
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._log import ContextLog
+from .._core._paths import RunPath
 from .._core._scheduler import CallRecord
 from .._core._tools import ToolSet
 from .._durable._resume import DurableRun
@@ -209,6 +210,7 @@ class OuterLoop:
             journal=durable,
             run_id=self.events.run_id or None,
             scope=config.place,
+            path=config.place.path if config.place is not None else RunPath.ROOT,
             answer=config.answer,
             budget=self.ledger,
             on_budget=config.on_budget,

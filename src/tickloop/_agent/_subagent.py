@@ -16,6 +16,7 @@ from typing import Any
 
 from .._core._budget import Budget, Price
 from .._core._log import ContextLog, copy_json
+from .._core._paths import RunPath
 from .._core._scheduler import CallRecord
 from .._core._tools import CallContext, Tool, ToolSet
 from .._durable._resume import DurableRun
@@ -116,7 +117,8 @@ class AgentTool(TreeTool):
                 max_depth=DEFAULT_MAX_DEPTH,
             )
             parent = RunPlace(tree)
-        place = parent.child(context.id, self.agent_name)
+        # The call's full path is the child run's (PROTOCOL §11).
+        place = RunPlace(parent.tree, RunPath.parse(context.id), self.agent_name)
         tree = place.tree
         if place.depth > tree.max_depth:
             raise CallRefused(

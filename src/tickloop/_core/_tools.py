@@ -73,10 +73,13 @@ def _read_only(value: Any) -> Any:
 class CallContext:
     """Injected into a handler parameter annotated `CallContext`.
 
-    It is not part of the parameter schema: the model never sees it.
+    It is not part of the parameter schema: the model never sees it. `id` is the call's
+    full path in its tree of runs ("c1.2/c1.0" in a sub-agent's run, PROTOCOL §11), so
+    `(run_id, id)` names one call of the whole tree (an idempotency key); `path` is the
+    ids of the agent calls above its run, `()` at the root.
     """
 
-    __slots__ = ("_views", "call", "id", "run_id", "scope", "tool")
+    __slots__ = ("_views", "call", "id", "path", "run_id", "scope", "tool")
 
     def __init__(
         self,
@@ -86,8 +89,10 @@ class CallContext:
         views: Callable[[str], Any],
         run_id: str | None = None,
         scope: object = None,
+        path: tuple[str, ...] = (),
     ) -> None:
         self.id = id
+        self.path = path
         self.tool = tool
         self.call = call
         self._views = views

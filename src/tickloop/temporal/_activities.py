@@ -254,7 +254,12 @@ def make_activities(
             async def call(data: dict[str, Any]) -> dict[str, Any]:
                 views = data.get("views") or {}
                 context = CallContext(
-                    data["id"], tool.name, data["call"], views.get, data.get("run_id")
+                    data["id"],
+                    tool.name,
+                    data["call"],
+                    views.get,
+                    data.get("run_id"),
+                    path=tuple(data.get("path") or ()),
                 )
 
                 async def run() -> tuple[Any, str | None, dict[str, Any] | None]:
@@ -326,7 +331,14 @@ def mcp_call_activity(agents: Sequence[Agent], identity: str) -> Callable[..., A
         data = activity.payload_converter().from_payload(args[0].payload, dict)
         server = agent.tool_sources[data["source"]]
         assert isinstance(server, MCPServer)
-        context = CallContext(data["id"], tool, data["call"], _no_view, data.get("run_id"))
+        context = CallContext(
+            data["id"],
+            tool,
+            data["call"],
+            _no_view,
+            data.get("run_id"),
+            path=tuple(data.get("path") or ()),
+        )
 
         async def work() -> dict[str, Any]:
             value, branch, error = await HOST.run(HOST.call, server, tool, data["params"], context)

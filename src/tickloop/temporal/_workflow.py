@@ -295,7 +295,8 @@ class WorkflowEngine(SchedulerDriver):
             self.feed(FinishCall(action.id, output, None, fault, self._date()))
             return
         data: dict[str, Any] = {
-            "id": action.id,
+            "id": self.path.full(action.id),  # its full path: unique in the tree (§11)
+            "path": list(self.path.parts),
             "tool": tool.name,
             "params": action.params,
             "call": action.call,
