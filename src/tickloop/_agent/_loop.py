@@ -31,11 +31,13 @@ from .._durable._store import SQLiteStore
 from .._engine._engine import Engine, Outcome
 from .._engine._run import ExecutionResult
 from .._errors import BudgetExceeded, ExecuteError, MaxIterationsError, RunStopped
-from .._models._base import ModelError, Usage
+from .._models._base import ModelClient, ModelError, TurnClient, Usage
 from .._observe._events import EventSink, Redactor, RequestRetried, RunEvent
+from .._observe._trace import RunTracer
 from ._budgeting import RequestMeter, Reservation, WallClock, run_ledger
 from ._output import OutputSpec
 from ._retry import attempts_made
+from ._tree import ReplayingTree, RunPlace
 
 __all__ = ["AgentConfig", "LoopProtocol", "OuterLoop", "OutputT", "RunResult", "structural"]
 
@@ -86,7 +88,7 @@ class AgentConfig:
     agent's retry delays go on from run to run).
     """
 
-    model: Any
+    model: ModelClient | TurnClient
     tools: ToolSet
     output: OutputSpec
     instructions: str | None
@@ -101,25 +103,25 @@ class AgentConfig:
     schema: dict[str, Any]
     store: SQLiteStore | None
     redact: Redactor
-    tracer: Any
-    on_event: Callable[[RunEvent], Any] | None
+    tracer: RunTracer | None
+    on_event: Callable[[RunEvent], object] | None
     rng: random.Random
     name: str | None = None
     max_depth: int = 5  # of the tree this run is the root of (PROTOCOL §11)
     # Where the run is in a tree of runs (`_tree.RunPlace`), when it has sub-agents or is
     # one; its engine hands it to the calls (`CallContext.scope`) that start child runs.
-    place: Any = None
+    place: RunPlace | None = None
     # A replayed or forked run's recorded outcome for a call id, given instead of running
     # its handler (None: run it); see `_replay`.
     answer: Callable[[str], Outcome | None] | None = None
     # The root of a replayed or forked tree: what each of its runs takes from the record
     # (`_replay.Replaying`: a child's model and answers, by path).
-    replaying: Any = None
+    replaying: ReplayingTree | None = None
     # Budgets (PROTOCOL §12): the run's limits, the prices of its models, the hook, and
     # for a child run the ledger of the run that started it (`run_ledger` says how).
     budget: Budget | None = None
     pricing: Mapping[str, Price] = field(default_factory=dict)
-    on_budget: Callable[[BudgetRequest], Any] | None = None
+    on_budget: Callable[[BudgetRequest], object] | None = None
     parent_ledger: Ledger | None = None
 
 

@@ -19,7 +19,7 @@ from .._core._log import ContextLog
 from .._durable._resume import CUT_OFF, UNCHECKED, DurableRun
 from .._errors import ConfigurationError, ExecuteError
 from .._json._stream import SolutionStream
-from .._models._base import SolutionRequest, TextDelta, Usage
+from .._models._base import ModelClient, SolutionRequest, TextDelta, Usage
 from .._observe._events import EventSink, RequestFinished, RequestStarted, RunEvent
 from ._loop import AgentConfig, LoopProtocol, OuterLoop, structural
 from ._output import has_references, resolve_output
@@ -89,6 +89,9 @@ class _SolutionLoop(OuterLoop):
         durable: DurableRun | None = None,
     ) -> None:
         self._renderer = PromptRenderer()  # reads each log message once over the run
+        # What streams the solutions: checked when the agent was made (`SOLUTION.check`).
+        assert isinstance(config.model, ModelClient)
+        self.model: ModelClient = config.model
         super().__init__(config, log, on_event, durable)
 
     async def _recover(self) -> tuple[bool, Any]:
@@ -248,7 +251,7 @@ class _SolutionLoop(OuterLoop):
         """Ask the model, handing every streamed item to `on_item`; retried by §8."""
         config = self.config
         await stream_with_retries(
-            lambda: config.model.stream_solution(request),
+            lambda: self.model.stream_solution(request),
             on_item,
             attempts=config.max_llm_retries,
             rng=config.rng,

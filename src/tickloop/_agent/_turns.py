@@ -46,6 +46,7 @@ from .._models._base import (
     ToolCallStarted,
     ToolResult,
     ToolSpec,
+    TurnClient,
     TurnRequest,
     TurnResponse,
     TurnToolCall,
@@ -126,8 +127,9 @@ class _TurnLoop(OuterLoop):
         durable: DurableRun | None = None,
     ) -> None:
         check_turn_configuration(config.model, config.tools)
-        self.model = config.model
-        self.format: str = config.model.turn_format
+        assert isinstance(config.model, TurnClient)  # what the check just made sure of
+        self.model: TurnClient = config.model
+        self.format: str = self.model.turn_format
         self.on_text = on_text
         self.specs = [
             ToolSpec(tool.name, tool.description, _visible_parameters(tool))
