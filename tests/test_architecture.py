@@ -10,6 +10,7 @@ module is one concept, named for it, however long that takes.)
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import textwrap
@@ -189,3 +190,30 @@ def test_the_driver_asks_an_action_observer_what_it_wants() -> None:
     assert wants(Quiet()) == (False, False)
     assert wants(EventSink("r", Redactor(()))) == (False, False)  # nobody listens
     assert wants(EventSink("r", Redactor(()), listeners=[print])) == (True, False)
+
+
+def test_tools_that_take_raw_parameters_implement_the_one_hook() -> None:
+    """Issue 39: agent tools, remote A2A agents and MCP tools implement `RawTool.run_raw`;
+    nothing overrides `Tool.prepare`, forges a handler's `__signature__` or caches on a
+    tool."""
+    from tickloop._agent._subagent import AgentTool
+    from tickloop._core._tools import RawTool, Tool
+    from tickloop._mcp._server import MCPTool
+    from tickloop.a2a._remote import RemoteAgent
+
+    for kind in (AgentTool, RemoteAgent, MCPTool):
+        assert issubclass(kind, RawTool)
+        assert kind.run_raw is not RawTool.run_raw, kind
+        assert kind.prepare is Tool.prepare, kind
+    found = []
+    for path in sorted(SOURCE.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        relative = path.relative_to(SOURCE).as_posix()
+        for number, line in enumerate(text.splitlines(), 1):
+            forged = "__signature__" in line
+            prepare = "def prepare(" in line and relative != "_core/_tools.py"
+            stuck = re.search(r"\btool\._\w+ *=|getattr\(tool, \"_", line) is not None
+            if forged or prepare or stuck:
+                found.append(f"{relative}:{number} {line.strip()}")
+    found = [f for f in found if not f.startswith("_durable/_migrations.py")]  # a database's
+    assert found == []

@@ -23,7 +23,12 @@ from .._models._base import ModelClient, SolutionRequest, TextDelta, Usage
 from .._observe._events import EventSink, RequestFinished, RequestStarted, RunEvent
 from ._loop import AgentConfig, LoopProtocol, OuterLoop, structural
 from ._output import has_references, resolve_output
-from ._prompt import PromptRenderer, strip_strict_nulls, strip_strict_output_nulls
+from ._prompt import (
+    PromptRenderer,
+    json_text_by_tool,
+    strip_strict_nulls,
+    strip_strict_output_nulls,
+)
 from ._retry import StreamBroken, stream_with_retries
 
 __all__ = ["SOLUTION", "SolutionProtocol", "StreamRestarted", "iterations_in"]
@@ -92,6 +97,8 @@ class _SolutionLoop(OuterLoop):
         # What streams the solutions: checked when the agent was made (`SOLUTION.check`).
         assert isinstance(config.model, ModelClient)
         self.model: ModelClient = config.model
+        # The parameters each tool's calls write as JSON text (strict output), once a run.
+        self._as_text = json_text_by_tool(config.tools)
         super().__init__(config, log, on_event, durable)
 
     async def _recover(self) -> tuple[bool, Any]:
@@ -184,7 +191,7 @@ class _SolutionLoop(OuterLoop):
                 try:
                     if date is None:
                         date = self.engine.date()
-                    self.engine.receive(strip_strict_nulls(call, config.tools), date)
+                    self.engine.receive(strip_strict_nulls(call, config.tools, self._as_text), date)
                 except Exception as error:  # tickloop's own fault, not the model client's
                     raise _CallNotTaken(error) from error
 

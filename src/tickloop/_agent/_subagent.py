@@ -64,7 +64,6 @@ class AgentTool(TreeTool):
             description,
             parameters,
             output,
-            handler=self._run_child,
             requires_approval=requires_approval,
             timeout=timeout,
             # A crash while the child runs starts the call again: its child then replays
@@ -99,14 +98,9 @@ class AgentTool(TreeTool):
             return {}
         return place.gather(loop.engine.records, config.tools)
 
-    def prepare(
-        self, params: dict[str, Any], context: CallContext | None
-    ) -> tuple[Any, dict[str, Any]]:
+    async def run_raw(self, params: dict[str, Any], context: CallContext) -> Any:
         # The parameters are the child's input, checked against its schema already: they
         # are not converted to a signature's types.
-        return self._run_child, {"params": params, "context": context}
-
-    async def _run_child(self, params: dict[str, Any], context: CallContext) -> Any:
         parent = context.scope
         if not isinstance(parent, RunPlace):  # `run_calls`: a tree of its own
             tree = TreeServices(

@@ -27,7 +27,7 @@ from .._core._budget import Ledger
 from .._core._decisions import ApproveHook, Decision, PendingCall
 from .._core._paths import RunPath, untag_kind
 from .._core._scheduler import CallRecord
-from .._core._tools import Tool
+from .._core._tools import RawTool, Tool
 from .._durable._resume import DurableRun
 from .._engine._asking import ask
 from .._engine._budgeting import BudgetHook
@@ -49,7 +49,7 @@ __all__ = [
 DEFAULT_MAX_DEPTH = 5
 
 
-class TreeTool(Tool):
+class TreeTool(RawTool):
     """A tool whose call runs a child run (an agent as a tool, `_subagent.AgentTool`).
 
     `child_tools()` names the tools of the agent it runs, so the root can check the whole

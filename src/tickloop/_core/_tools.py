@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Union, get_args, get_origin, get_type_hints, overload
+from typing import Any, ClassVar, Union, get_args, get_origin, get_type_hints, overload
 
 import pydantic
 from pydantic_core import to_jsonable_python
@@ -26,7 +26,16 @@ from .._errors import ConfigurationError, ReferenceSyntaxError, is_call_error
 from ._expressions import RESERVED_OUTPUT_KINDS, Expression, is_reference, parse_expression
 from ._validation import SchemaValidator, schema_problem
 
-__all__ = ["Branch", "CallContext", "Tool", "ToolSet", "ToolSource", "split_tools", "tool"]
+__all__ = [
+    "Branch",
+    "CallContext",
+    "RawTool",
+    "Tool",
+    "ToolSet",
+    "ToolSource",
+    "split_tools",
+    "tool",
+]
 
 TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")  # used with fullmatch: no "\n" before $
 _NO_OUTPUT_ANNOTATIONS = (inspect.Signature.empty, None, type(None), Any)
@@ -133,6 +142,10 @@ class Tool:
     #: tools stay usable.
     unsafe_schema_fails_definition = True
 
+    #: Whether the tool's calls take their checked JSON parameters as they are, with the
+    #: call's context, through `run_raw` (a `RawTool`), instead of a handler's signature.
+    takes_raw_parameters: ClassVar[bool] = False
+
     def __init__(
         self,
         name: str,
@@ -162,7 +175,11 @@ class Tool:
         self.name = name
         self.description = inspect.cleandoc(description or "")
         self.handler = handler
-        self._signature = _HandlerSignature(handler, name) if handler is not None else None
+        self._signature = (
+            _HandlerSignature(handler, name)
+            if handler is not None and not self.takes_raw_parameters
+            else None
+        )
         # A schema pydantic made (from the signature, the return annotation, a model
         # class) is valid as made; only a dict the user wrote is checked, so a tool made
         # from a function does not load jsonschema (docs/architecture.md).
@@ -255,11 +272,16 @@ class Tool:
 
     @property
     def is_async(self) -> bool:
+        if self.takes_raw_parameters:
+            return True  # `run_raw` is a coroutine function
         return self._signature is not None and self._signature.is_async
 
     @property
     def takes_context(self) -> bool:
-        """Whether the handler has a `CallContext` parameter (else none need be made)."""
+        """Whether a call gets a `CallContext` (else none need be made): a handler with a
+        `CallContext` parameter, or a `RawTool`."""
+        if self.takes_raw_parameters:
+            return True
         return self._signature is not None and self._signature.context_parameter is not None
 
     def prepare(
@@ -269,9 +291,12 @@ class Tool:
 
         pydantic converts the values to the annotated types; jsonschema has already
         checked them, so a failure here is a validator of the user's own types rejecting
-        a value, reported as a structural error by the caller.
+        a value, reported as a structural error by the caller. A `RawTool`'s parameters
+        go to its `run_raw` as they are.
         """
-        assert self.handler is not None and self._signature is not None
+        assert self.handler is not None
+        if self._signature is None:
+            return self.handler, {"params": params, "context": context}
         return self.handler, self._signature.arguments(params, context)
 
     def dump_output(self, value: Any) -> Any:
@@ -350,6 +375,36 @@ class Tool:
                 raise ConfigurationError(
                     f"tool {self.name!r}: bind names {key!r}, which is not a parameter"
                 )
+
+
+class RawTool(Tool):
+    """A tool whose calls take their parameters as the model wrote them: a sub-agent (its
+    input), a remote A2A agent, an MCP server's tool.
+
+    Its `parameters` schema is given, not read from a signature, and checked before a
+    call runs; the checked JSON object goes to `run_raw` as it is, with the call's
+    context (always made for these tools). A subclass implements `run_raw`; nothing else
+    of `Tool` is overridden.
+    """
+
+    takes_raw_parameters = True
+
+    def __init__(
+        self,
+        name: str,
+        description: str = "",
+        parameters: Mapping[str, Any] | type[pydantic.BaseModel] | None = None,
+        output: Mapping[str, Any] | type[pydantic.BaseModel] | None = None,
+        **options: Any,
+    ) -> None:
+        if parameters is None:
+            raise ConfigurationError(f"tool {name!r} needs a parameters schema")
+        super().__init__(name, description, parameters, output, self.run_raw, **options)
+
+    async def run_raw(self, params: dict[str, Any], context: CallContext) -> Any:
+        """Run one call on its checked parameters; what it returns is the result, what it
+        raises fails the call (PROTOCOL §7)."""
+        raise NotImplementedError
 
 
 class _HandlerSignature:

@@ -307,7 +307,7 @@ class WorkflowEngine(SchedulerDriver):
                 index for index, source in enumerate(host.sources) if source is tool.server
             )
             data["idempotent"] = tool.idempotent  # the worker knows only the run's listing
-        elif getattr(tool._signature, "context_parameter", None) is not None:
+        elif tool.takes_context:
             data["views"] = {"input": self.log.view("input"), "state": self.log.view("state")}
         value: Any = None
         branch: str | None = None
