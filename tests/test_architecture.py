@@ -217,3 +217,25 @@ def test_tools_that_take_raw_parameters_implement_the_one_hook() -> None:
                 found.append(f"{relative}:{number} {line.strip()}")
     found = [f for f in found if not f.startswith("_durable/_migrations.py")]  # a database's
     assert found == []
+
+
+def test_the_error_tree_is_drawn_whole_in_one_docstring() -> None:
+    """Issue 39: `_errors.py` draws every exception class tickloop raises on purpose, as
+    httpx's `_exceptions.py` does, and defines each of them."""
+    import tickloop as tl
+    import tickloop.a2a as a2a
+    from tickloop import _errors
+
+    def below(kind: type[BaseException]) -> list[type[BaseException]]:
+        found = []
+        for sub in kind.__subclasses__():
+            found += [sub, *below(sub)]
+        return found
+
+    tree = below(tl.TickloopError)
+    assert {tl.ModelError, tl.ReplayMismatchError, a2a.RemoteAgentError} <= set(tree)
+    assert issubclass(a2a.RemoteAgentError, RuntimeError)  # as it was
+    doc = _errors.__doc__ or ""
+    for kind in tree:
+        assert kind.__module__ == "tickloop._errors", kind
+        assert f"── {kind.__name__} " in doc, kind

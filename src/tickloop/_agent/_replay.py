@@ -30,7 +30,7 @@ from .._durable._recording import RecordedCall, RecordedRun, Recording
 from .._durable._store import SQLiteStore, as_store
 from .._engine._asking import ask
 from .._engine._engine import Outcome
-from .._errors import ConfigurationError, TickloopError
+from .._errors import ConfigurationError, ReplayMismatchError
 from .._models._base import (
     ModelError,
     SolutionRequest,
@@ -48,10 +48,6 @@ __all__ = [
     "load_recording",
     "stale_calls",
 ]
-
-
-class ReplayMismatchError(TickloopError):
-    """A strict `ReplayModel` got a request that differs from the recorded one."""
 
 
 def load_recording(

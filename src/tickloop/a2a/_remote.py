@@ -20,7 +20,7 @@ from typing import Any
 import trio
 
 from .._core._tools import CallContext, RawTool
-from .._errors import ConfigurationError
+from .._errors import ConfigurationError, RemoteAgentError
 
 __all__ = ["RemoteAgent", "RemoteAgentError"]
 
@@ -30,10 +30,6 @@ TASK_SCHEMA: dict[str, Any] = {
     "required": ["task"],
     "additionalProperties": False,
 }
-
-
-class RemoteAgentError(RuntimeError):
-    """The remote agent's task failed, was rejected, or gave no output."""
 
 
 class RemoteAgent(RawTool):
