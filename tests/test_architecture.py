@@ -239,3 +239,39 @@ def test_the_error_tree_is_drawn_whole_in_one_docstring() -> None:
     for kind in tree:
         assert kind.__module__ == "tickloop._errors", kind
         assert f"── {kind.__name__} " in doc, kind
+
+
+def temporal_reaches_into_agent(root: Path) -> list[str]:
+    """`file:line text` for every place under `root` (tickloop/temporal) that imports a
+    module of `_agent` other than its seam, imports an underscore name from it, or calls
+    a private method of an agent, a tool or a loop."""
+    found = []
+    private_call = re.compile(r"\b(agent|tool|loop|_loop)\._[a-z]\w*\b")
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and "_agent" in node.module:
+                names = [alias.name for alias in node.names]
+                if node.module.split(".")[-1] != "seam" or any(n.startswith("_") for n in names):
+                    found.append(f"{path.name}:{node.lineno} from {node.module} import {names}")
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if private_call.search(line.split("#", 1)[0]):
+                found.append(f"{path.name}:{number} {line.strip()}")
+    return found
+
+
+def test_temporal_uses_the_agent_seam_only() -> None:
+    """Issue 39: `tickloop.temporal` reaches `_agent` through `_agent/seam.py` alone."""
+    assert temporal_reaches_into_agent(SOURCE / "temporal") == []
+
+
+def test_the_seam_check_finds_a_reach(tmp_path: Path) -> None:
+    (tmp_path / "w.py").write_text(
+        "from .._agent._solution import _SolutionLoop\n"
+        "from .._agent.seam import AgentConfig\n"
+        "config = agent._config()\n"
+    )
+    assert temporal_reaches_into_agent(tmp_path) == [
+        "w.py:1 from _agent._solution import ['_SolutionLoop']",
+        "w.py:3 config = agent._config()",
+    ]

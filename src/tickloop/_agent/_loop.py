@@ -16,7 +16,7 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic
+from typing import Any, ClassVar, Generic, Protocol
 
 from typing_extensions import TypeVar
 
@@ -31,7 +31,14 @@ from .._durable._store import SQLiteStore
 from .._engine._engine import Engine, Outcome
 from .._engine._run import ExecutionResult
 from .._errors import BudgetExceeded, ExecuteError, MaxIterationsError, RunStopped
-from .._models._base import ModelClient, ModelError, TurnClient, Usage
+from .._models._base import (
+    ModelClient,
+    ModelError,
+    SolutionRequest,
+    TurnClient,
+    TurnRequest,
+    Usage,
+)
 from .._observe._events import EventSink, Redactor, RequestRetried, RunEvent
 from .._observe._trace import RunTracer
 from ._budgeting import RequestMeter, Reservation, WallClock, run_ledger
@@ -39,7 +46,15 @@ from ._output import OutputSpec
 from ._retry import attempts_made
 from ._tree import ReplayingTree, RunPlace
 
-__all__ = ["AgentConfig", "LoopProtocol", "OuterLoop", "OutputT", "RunResult", "structural"]
+__all__ = [
+    "AgentConfig",
+    "LoopDriver",
+    "LoopProtocol",
+    "OuterLoop",
+    "OutputT",
+    "RunResult",
+    "structural",
+]
 
 # What a run's output is: the type given as `output=` (`Agent(model, output=Answer)` is an
 # `Agent[Answer]`), `Any` for a JSON Schema or no output schema.
@@ -76,6 +91,30 @@ class RunResult(ExecutionResult, Generic[OutputT]):
             f"<RunResult {self.status} after {self.iterations} iterations, "
             f"{len(self.records)} calls, output={self.output!r}>"
         )
+
+
+class LoopDriver(Protocol):
+    """What drives a run's loop when trio in this process does not (a Temporal workflow,
+    `tickloop._agent.seam`): the engine its ticks run on, its model requests and its
+    waits. The loop, its protocol and its scheduler are the same."""
+
+    def make_engine(
+        self, log: ContextLog, on_action: Callable[[Any], None] | None, ledger: Ledger
+    ) -> Any:
+        """The engine of the loop's ticks over `log` (a `SchedulerDriver`)."""
+
+    async def request_solution(
+        self, request: SolutionRequest, on_item: Callable[[Any], None]
+    ) -> None:
+        """One solution request, its text handed to `on_item` as it arrives (a
+        `TextDelta`, a `Usage`, a `StreamRestarted`); raises `ModelError`."""
+
+    async def request_turn(self, request: TurnRequest, on_item: Callable[[Any], None]) -> None:
+        """One request of protocol "tools": `on_item` gets its `Usage` and, last, its
+        `TurnResponse`; raises `RunStopped` when the run cannot go on."""
+
+    async def wait_until(self, condition: Callable[[], bool]) -> None:
+        """Until `condition()` holds (checked as the engine's calls end)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -123,6 +162,8 @@ class AgentConfig:
     pricing: Mapping[str, Price] = field(default_factory=dict)
     on_budget: Callable[[BudgetRequest], object] | None = None
     parent_ledger: Ledger | None = None
+    # Another driver of the run's loop than trio here (a Temporal workflow); None: trio.
+    driver: LoopDriver | None = None
 
 
 class LoopProtocol(ABC):
@@ -202,6 +243,8 @@ class OuterLoop:
     ) -> Any:
         """The driver the loop runs its ticks on: trio's engine here, a workflow's elsewhere."""
         config = self.config
+        if config.driver is not None:
+            return config.driver.make_engine(self.log, on_action, self.ledger)
         engine = Engine(
             config.tools,
             self.log,

@@ -25,6 +25,7 @@ __all__ = [
     "solution_schema",
     "strip_strict_nulls",
     "tool_call_schema",
+    "visible_parameters",
 ]
 
 PROTOCOL_GUIDE = """\
@@ -194,7 +195,7 @@ def render_tool_menu(tools: ToolSet) -> str:
         )
         if tool.description:
             lines.append(tool.description)
-        lines.append("Parameters: " + _json(_visible_parameters(tool)))
+        lines.append("Parameters: " + _json(visible_parameters(tool)))
         if tool.output is not None:
             lines.append("Result: " + _json(tool.output))
         notes = []
@@ -308,7 +309,7 @@ def _view_json(value: Any, written: bool) -> str:
 # The solution schema
 
 
-def _visible_parameters(tool: Tool) -> dict[str, Any]:
+def visible_parameters(tool: Tool) -> dict[str, Any]:
     """The parameter schema the model sees: bound parameters are hidden (PROTOCOL §9)."""
     if not tool.bind:
         return tool.parameters
@@ -332,7 +333,7 @@ def tool_call_schema(tool: Tool, *, strict: bool = True) -> dict[str, Any]:
     """One tool's call schema: `_tool` fixed, its parameters (each may be a reference),
     and the meta keys. In strict mode every key is required and optional ones nullable,
     as OpenAI strict structured outputs demand; `strip_strict_nulls` undoes that."""
-    parameters = _visible_parameters(tool)
+    parameters = visible_parameters(tool)
     definitions = parameters.get("$defs", {})
     required = set(parameters.get("required", []))
     properties: dict[str, Any] = {"_tool": {"type": "string", "enum": [tool.name]}}

@@ -257,6 +257,9 @@ class _SolutionLoop(OuterLoop):
     ) -> None:
         """Ask the model, handing every streamed item to `on_item`; retried by §8."""
         config = self.config
+        if config.driver is not None:  # the request is its driver's (an activity)
+            await config.driver.request_solution(request, on_item)
+            return
         await stream_with_retries(
             lambda: self.model.stream_solution(request),
             on_item,

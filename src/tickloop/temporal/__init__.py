@@ -41,9 +41,7 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from .._agent._agent import Agent
-from .._agent._loop import RunResult
-from .._agent._subagent import AgentTool
+from .._agent.seam import Agent, AgentTool, RunResult
 from .._core._budget import Budget, RunUsage
 from .._core._decisions import (
     Decision,

@@ -28,8 +28,7 @@ from temporalio import activity
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from .._agent._prompt import _visible_parameters
-from .._agent._retry import MAX_BACKOFF
+from .._agent.seam import MAX_BACKOFF, visible_parameters
 from .._core._decisions import PendingCall, decision_to_dict
 from .._core._tools import CallContext
 from .._durable._resume import INTERRUPTED
@@ -52,7 +51,7 @@ from ._kept import KEPT, call_key
 from ._mcp_host import HOST
 
 if TYPE_CHECKING:
-    from .._agent._agent import Agent
+    from .._agent.seam import Agent
 
 __all__ = [
     "DELTA_SIGNAL",
@@ -429,7 +428,7 @@ async def _ask_turn(agent: Agent, data: dict[str, Any], identity: str) -> dict[s
         tools=[ToolSpec(**spec) for spec in data["tools"]]
         if data.get("tools") is not None  # the run's, with its MCP tools
         else [
-            ToolSpec(tool.name, tool.description, _visible_parameters(tool))
+            ToolSpec(tool.name, tool.description, visible_parameters(tool))
             for tool in agent.tools.values()
         ],
         iteration=data["iteration"],
