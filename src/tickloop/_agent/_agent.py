@@ -497,7 +497,10 @@ class Agent(Generic[OutputT]):
         """
         from .._engine._asyncio_bridge import run_trio_in_asyncio
 
-        return await run_trio_in_asyncio(partial(self.run_async, input, **options))
+        result: RunResult[OutputT] = await run_trio_in_asyncio(
+            partial(self.run_async, input, **options)
+        )
+        return result
 
 
 def _agents_as_tools(tools: Any) -> Sequence[Tool | ToolSource] | Mapping[str, Tool]:

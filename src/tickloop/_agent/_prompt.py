@@ -288,7 +288,8 @@ def _cut(value: Any, path: str, budget: int, written: bool = True) -> Any:
 def _last(messages: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
     for message in reversed(messages):
         if message.get("type") == kind:
-            return message
+            found: dict[str, Any] = message
+            return found
     return None
 
 

@@ -571,7 +571,8 @@ def _parse_option(text: str, tool_name: str, option: str) -> Expression:
 
 def _check_approval_rule(rule: Any, tool_name: str) -> ApprovalRule:
     if isinstance(rule, bool) or callable(rule):
-        return rule
+        checked: ApprovalRule = rule
+        return checked
     raise ConfigurationError(
         f"tool {tool_name!r}: requires_approval must be True, False or a predicate over the "
         f"parameters, not {rule!r}"

@@ -535,7 +535,8 @@ def _drive_on_either(steps: Any, loop: Any) -> Any:
 
 
 async def _host_turn(steps: Any, first: Any) -> tuple[str, Any]:
-    return await _host_steps(steps, first)
+    turn: tuple[str, Any] = await _host_steps(steps, first)
+    return turn
 
 
 @types.coroutine
@@ -611,7 +612,8 @@ def _surely_json(value: Any) -> bool:
     int, an ASCII string (`tests/test_fast_paths.py` checks the conversion agrees)."""
     kind = type(value)
     if kind is int:
-        return -_SURELY_SHORT < value < _SURELY_SHORT
+        short: bool = -_SURELY_SHORT < value < _SURELY_SHORT
+        return short
     return value is None or kind is bool or (kind is str and value.isascii())
 
 

@@ -314,7 +314,8 @@ class RunHandle:
 
     async def snapshot(self) -> dict[str, Any]:
         """The run so far: messages, calls (with the worker of each), model requests."""
-        return await self.workflow.query(SNAPSHOT_QUERY)
+        snapshot: dict[str, Any] = await self.workflow.query(SNAPSHOT_QUERY)
+        return snapshot
 
     async def events(self, since: int = 0, *, follow: bool = True) -> AsyncIterator[RunEvent]:
         """The run's typed events (those a local run gives `on_event`), from the first

@@ -155,7 +155,8 @@ def make_activities(
             async with _Heartbeat(_period()):
                 answer = await in_thread(_ask_turn, agent, data, identity)
             answer["attempt"] = attempt
-            return answer
+            turn: dict[str, Any] = answer
+            return turn
         if info.workflow_id is None:  # a standalone activity: no workflow to stream into
             raise ApplicationError(
                 "the model request runs only inside an agent workflow", non_retryable=True
@@ -213,7 +214,8 @@ def make_activities(
         if outcome.get("raise") is not None:
             raise outcome["raise"]
         outcome.update(attempt=attempt, signalled=signalled, worker=identity)
-        return outcome
+        answered: dict[str, Any] = outcome
+        return answered
 
     functions.append(activity.defn(name=names["model"])(model_request))
 
