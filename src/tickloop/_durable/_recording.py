@@ -167,11 +167,12 @@ class Recording:
     def below(self, call_ids: Iterable[str]) -> set[str]:
         """Every recorded call of the child runs the agent calls `call_ids` started."""
         runs = [RunPath.parse(call_id) for call_id in call_ids]
-        return {
-            call_id
-            for call_id in self.calls
-            if any(RunPath.parse(call_id).parent.is_within(run) for run in runs)
-        }
+        found = set()
+        for call_id in self.calls:
+            above = RunPath.parse(call_id).parent
+            if any(above.is_within(run) for run in runs):
+                found.add(call_id)
+        return found
 
 
 def _solution_text(message: dict[str, Any]) -> str:

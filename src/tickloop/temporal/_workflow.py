@@ -454,7 +454,7 @@ class AgentWorkflow:
         self.options: dict[str, Any] = {}
         self.requests: list[dict[str, Any]] = []
         self.sources: list[Any] = []  # the agent's MCP servers (listed once per run)
-        self._deltas: dict[str, list[dict[str, Any]]] = {}  # by the path of the run asking
+        self._deltas: dict[RunPath, list[dict[str, Any]]] = {}  # by the path of the run asking
         self.path = RunPath.ROOT  # the root's place in its tree (PROTOCOL §11)
         self.place: RunPlace | None = None  # a child's only: the root shows its own ids
         self.root = self
@@ -627,7 +627,7 @@ class AgentWorkflow:
 
     @workflow.signal(name=DELTA_SIGNAL)
     def delta(self, data: dict[str, Any]) -> None:
-        self._deltas.setdefault(str(data.get("path") or ""), []).append(data)
+        self._deltas.setdefault(RunPath.parse(str(data.get("path") or "")), []).append(data)
 
     # -- sub-agents -------------------------------------------------------------------------
 
@@ -677,7 +677,7 @@ class AgentWorkflow:
         """The engine of the run a call id (a path) belongs to, and its local id."""
         path = RunPath.parse(call_id)
         loop = self.children.get(path.parent) if path.depth > 1 else self._loop
-        local = path.last
+        local = path.last if path else ""
         engine = loop.engine if loop is not None else None
         assert engine is None or isinstance(engine, WorkflowEngine)
         return engine, local
@@ -847,14 +847,14 @@ async def _solution_request(
     restarts the stream, and the loop drops the calls it had already handed over.
     """
     iteration = request.iteration
-    key = str(host.path)  # whose deltas: a child run's ("c1.2") or the root's ("")
+    key: RunPath = host.path  # whose deltas: a child run's ("c1.2") or the root's
     data: dict[str, Any] = {
         "protocol": "solution",
         "messages": request.messages,
         "iteration": iteration,
     }
     if key:
-        data["path"] = key
+        data["path"] = str(key)
     if host.sources:  # the worker's agent does not know the run's MCP tools
         data["schema"] = host.config.schema
     problem = too_big(data, f"the request of iteration {iteration}")
