@@ -22,6 +22,7 @@ import trio
 
 from .._core._budget import Budget, BudgetRequest, Price
 from .._core._decisions import ApproveHook
+from .._core._paths import RunPath
 from .._core._tools import MakesTool, Tool, ToolSet, ToolSource, split_tools
 from .._durable._store import SQLiteStore, as_store
 from .._engine._engine import check_configuration
@@ -388,9 +389,9 @@ class Agent(MakesTool, Generic[OutputT]):
         async with self._open_for_run() as config:
             config = dataclasses.replace(
                 config,
-                model=replaying.model_for((), config.model, self.protocol),
+                model=replaying.model_for(RunPath.ROOT, config.model, self.protocol),
                 approve=replaying.decide,
-                answer=replaying.answer_under(""),
+                answer=replaying.answer_under(RunPath.ROOT),
                 replaying=replaying,
                 store=store,
             )
@@ -501,7 +502,10 @@ class Agent(MakesTool, Generic[OutputT]):
         """
         from .._engine._asyncio_bridge import run_trio_in_asyncio
 
-        return await run_trio_in_asyncio(partial(self.run_async, input, **options))
+        result: RunResult[OutputT] = await run_trio_in_asyncio(
+            partial(self.run_async, input, **options)
+        )
+        return result
 
 
 def _agents_as_tools(tools: Any) -> Sequence[Tool | ToolSource] | Mapping[str, Tool]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from .._core._budget import Budget, Price
 from .._core._log import ContextLog, copy_json
+from .._core._paths import RunPath
 from .._core._scheduler import CallRecord
 from .._core._suggest import did_you_mean
 from .._core._tools import CallContext, Tool, ToolSet
@@ -64,7 +65,6 @@ class AgentTool(TreeTool):
             description,
             parameters,
             output,
-            handler=self._run_child,
             requires_approval=requires_approval,
             timeout=timeout,
             # A crash while the child runs starts the call again: its child then replays
@@ -86,14 +86,12 @@ class AgentTool(TreeTool):
 
     def recorded_calls(self, place: RunPlace) -> dict[str, CallRecord]:
         tree = place.tree
-        journal = tree.journal_of(place.prefix[:-1]) if tree.durable is not None else []
-        if not journal:
+        journal = tree.journal_of(place.path)
+        if not journal or tree.durable is None:
             return {}
         config = _child_config(self._config(), place)
         sink = EventSink(tree.run_id, tree.redact)  # a replay delivers no events
-        durable = DurableRun(
-            tree.durable.writer, config.tools, tree.redact, sink, path=place.prefix[:-1]
-        )
+        durable = DurableRun(tree.durable.writer, config.tools, tree.redact, sink, path=place.path)
         loop = config.protocol.open_loop(config, ContextLog(), sink, durable)
         try:
             durable.replay(journal, loop)  # nothing runs, nothing is written
@@ -101,14 +99,9 @@ class AgentTool(TreeTool):
             return {}
         return place.gather(loop.engine.records, config.tools)
 
-    def prepare(
-        self, params: dict[str, Any], context: CallContext | None
-    ) -> tuple[Any, dict[str, Any]]:
+    async def run_raw(self, params: dict[str, Any], context: CallContext) -> Any:
         # The parameters are the child's input, checked against its schema already: they
         # are not converted to a signature's types.
-        return self._run_child, {"params": params, "context": context}
-
-    async def _run_child(self, params: dict[str, Any], context: CallContext) -> Any:
         parent = context.scope
         if not isinstance(parent, RunPlace):  # `run_calls`: a tree of its own
             tree = TreeServices(
@@ -119,14 +112,15 @@ class AgentTool(TreeTool):
                 max_depth=DEFAULT_MAX_DEPTH,
             )
             parent = RunPlace(tree)
-        place = parent.child(context.id, self.agent_name)
+        # The call's full path is the child run's (PROTOCOL §11).
+        place = RunPlace(parent.tree, RunPath.parse(context.id), self.agent_name)
         tree = place.tree
         if place.depth > tree.max_depth:
             raise CallRefused(
                 f"sub-agent {self.agent_name!r} would run at depth {place.depth}, deeper "
                 f"than the root's max_depth of {tree.max_depth}"
             )
-        tree.parked.pop(place.prefix[:-1], None)  # started (again): not parked
+        tree.state.parked.pop(place.path, None)  # started (again): not parked
         async with self._open_config() as config:
             return await run_child(config, place, params)
 
@@ -144,8 +138,8 @@ async def run_child(config: AgentConfig, place: RunPlace, params: dict[str, Any]
         return await _finish(place, loop, nullcontext())
     # A durable tree: the child is journaled in the root's run under its path, and a
     # child that journaled before (a crash, a pause) replays that and goes on from there.
-    path = place.prefix[:-1]
-    top = root.rows.get(place.path[0])
+    path = place.path
+    top = root.rows.get(path.parts[0])
     durable = DurableRun(
         root.writer,
         config.tools,
@@ -157,7 +151,7 @@ async def run_child(config: AgentConfig, place: RunPlace, params: dict[str, Any]
     journal = tree.journal_of(path)
     if journal:
         loop = config.protocol.open_loop(config, ContextLog(), sink, durable)
-        durable.decisions = tree.decisions_under(place.prefix)
+        durable.decisions = tree.decisions_under(path)
         durable.replay(journal, loop)
     else:
         log = initial_log(copy_json(params))
@@ -174,13 +168,13 @@ def _child_config(config: AgentConfig, place: RunPlace) -> AgentConfig:
         config = dataclasses.replace(
             config,
             model=tree.replaying.model_for(place.path, config.model, config.protocol.name),
-            answer=tree.replaying.answer_under(place.prefix),
+            answer=tree.replaying.answer_under(place.path),
         )
     return dataclasses.replace(
         config,
         # One budget for the tree (PROTOCOL §12): the child draws from its parent's ledger
         # (its own budget can only make it tighter), and the root's hook answers.
-        parent_ledger=tree.ledgers.get(place.path[:-1]),
+        parent_ledger=tree.state.ledgers.get(place.path.parent),
         on_budget=tree.on_budget,
         approve=place.ask if tree.approve is not None else None,
         store=None,
@@ -206,7 +200,7 @@ async def _finish(
     finally:
         place.finished(loop.engine.records, loop.config.tools)
     if result.status == "paused":
-        tree.parked[place.prefix[:-1]] = place.pending_of(result.pending)
+        tree.state.parked[place.path] = place.pending_of(result.pending)
         return PARKED
     output = result.output
     # A copy: nothing of the child's log is shared (a pydantic model's JSON is made anew

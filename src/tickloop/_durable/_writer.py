@@ -16,6 +16,7 @@ from .._core._decisions import (
     Decision,
     decision_from_dict,
 )
+from .._core._paths import SEPARATOR
 from .._errors import ResumeError, StoreError
 from ._schema import (
     _INSERT_ENTRIES,
@@ -73,8 +74,8 @@ class RunWriter:
                 self.insert(entries)
                 if rewrite:  # the root's rows: a sub-agent's ("c1.2/c1.0") are its child's
                     connection.execute(
-                        "DELETE FROM calls WHERE run_id = ? AND instr(call_id, '/') = 0",
-                        (self.run_id,),
+                        "DELETE FROM calls WHERE run_id = ? AND instr(call_id, ?) = 0",
+                        (self.run_id, SEPARATOR),
                     )
                 if calls:
                     _insert_calls(connection, calls)
