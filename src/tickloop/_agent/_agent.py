@@ -386,6 +386,8 @@ class Agent(Generic[OutputT]):
                 model=replaying.model_for((), config.model, self.protocol),
                 approve=replaying.decide,
                 answer=replaying.answer_under(""),
+                recorded_room=replaying.room_under(""),
+                budget=replaying.budget(),
                 replaying=replaying,
                 store=store,
             )

@@ -24,6 +24,8 @@ import json
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
+from .._core._budget import Budget
+from .._core._budget_gate import RecordedRoom
 from .._core._decisions import ApproveHook, Decision, Deny, PendingCall
 from .._durable._recording import RecordedCall, RecordedRun, Recording
 from .._durable._store import SQLiteStore, as_store
@@ -38,6 +40,7 @@ from .._models._base import (
     TurnRequest,
     Usage,
 )
+from ._session import budget_in
 from ._turns import response_of
 
 __all__ = [
@@ -153,10 +156,19 @@ class _RunModel:
         self.reused.add(iteration)
         return recorded
 
+    def _usage(self, iteration: int) -> Usage | None:
+        """What the record counted request `iteration` for (PROTOCOL §12): the budget
+        counts a reused answer as the record did."""
+        used = self.run.usage.get(iteration)
+        return Usage(*used) if used is not None and any(used) else None
+
     async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
         recorded = self._recorded(request.iteration, request.to_dict())
         if recorded is not None:
             yield TextDelta(recorded.text)
+            usage = self._usage(request.iteration)
+            if usage is not None:
+                yield usage
             return
         async for item in self.live.stream_solution(request):
             yield item
@@ -164,6 +176,9 @@ class _RunModel:
     async def stream_turn(self, request: TurnRequest) -> AsyncIterator[TurnItem]:
         recorded = self._recorded(request.iteration, request.to_dict())
         if recorded is not None:
+            usage = self._usage(request.iteration)
+            if usage is not None:
+                yield usage
             yield response_of(recorded.turn or {})
             return
         async for item in self.live.stream_turn(request):
@@ -216,6 +231,32 @@ class Replaying:
         if not self.fork and not self.recorded_tools:
             return None
         return lambda call_id: self._answer(prefix + call_id)
+
+    def room_under(self, prefix: str) -> RecordedRoom:
+        """The budget decisions the record made for the run whose calls' full paths start
+        with `prefix` (PROTOCOL §12): a reused call the budget refused is refused again,
+        one that started is counted and never refused; a call run anew reserves room."""
+
+        def decided(call_id: str) -> dict[str, Any] | bool | None:
+            call = self._reusable(prefix + call_id)
+            if call is None:
+                return None
+            if call.refused is not None:
+                return call.refused
+            return True if call.started else None
+
+        return decided
+
+    def budget(self) -> Budget | None:
+        """The budget the replayed tree runs under: the recorded run's own (as a resume
+        takes it, whatever the agent's is now) with every grant its record holds, so the
+        room the record was given is given again; None when the run had none."""
+        own = next(filter(None, map(budget_in, self.recording.root.notes)), None)
+        if own is None:
+            return None
+        for grant in self.recording.grants:
+            own = own + grant
+        return own
 
     def _reusable(self, call_id: str) -> RecordedCall | None:
         call = self.recording.calls.get(call_id)

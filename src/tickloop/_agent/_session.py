@@ -208,10 +208,19 @@ def journaled_budget(journal: Sequence[tuple[int, float, str, Any]]) -> Budget |
     """The budget a stored run started with (its `run(budget=)`, or its agent's), from
     the note its first commit holds; None for a run without one."""
     for _, _, kind, body in journal:
-        if kind == "note" and isinstance(body, dict) and body.get("note") == BUDGET_NOTE:
-            return Budget.from_dict(body["budget"])
+        if kind == "note":
+            budget = budget_in(body)
+            if budget is not None:
+                return budget
         if kind == "event":
             return None  # the note comes with the input, before any event
+    return None
+
+
+def budget_in(note: Any) -> Budget | None:
+    """The budget a run's budget note holds; None for another note."""
+    if isinstance(note, dict) and note.get("note") == BUDGET_NOTE:
+        return Budget.from_dict(note["budget"])
     return None
 
 

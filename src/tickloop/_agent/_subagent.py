@@ -174,6 +174,7 @@ def _child_config(config: AgentConfig, place: RunPlace) -> AgentConfig:
             config,
             model=tree.replaying.model_for(place.path, config.model, config.protocol.name),
             answer=tree.replaying.answer_under(place.prefix),
+            recorded_room=tree.replaying.room_under(place.prefix),
         )
     return dataclasses.replace(
         config,

@@ -22,6 +22,7 @@ import pydantic
 import trio
 
 from .._core._budget import BudgetRequest, Ledger
+from .._core._budget_gate import RecordedRoom
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._driver import Journal, SchedulerDriver, check_configuration
 from .._core._log import MAX_VALUE_DEPTH, SURROGATE_FAULT, ContextLog, has_surrogate
@@ -111,6 +112,7 @@ class Engine(SchedulerDriver):
         budget: Ledger | None = None,
         on_budget: BudgetHook | None = None,
         schedule: str = "critical_path",
+        recorded_room: RecordedRoom | None = None,
     ) -> None:
         # Handed to every call's `CallContext.scope`: what a sub-agent's call needs of
         # the run it belongs to (`_agent._tree.RunPlace`); opaque to the engine.
@@ -131,6 +133,7 @@ class Engine(SchedulerDriver):
             on_budget=on_budget,
             schedule=schedule,
             measured=self._durations,
+            recorded=recorded_room,  # a replayed run's budget decisions, with `answer`
         )
         self._nursery: trio.Nursery | None = None
         self._clock: trio.abc.Clock | None = None  # the run's, read twice per call
