@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
+import trio
+
 from .._core._budget import Budget, Price
 from .._core._log import ContextLog, copy_json
 from .._core._scheduler import CallRecord
@@ -43,6 +45,9 @@ class AgentTool(TreeTool):
     is the agent's own way of taking its configuration for one run (its tool sources
     opened); `agent_tools` its tools, for the tree's checks.
     """
+
+    # Its `timeout` cuts the child run off here, which then ends the child's calls.
+    times_itself = True
 
     def __init__(
         self,
@@ -126,8 +131,19 @@ class AgentTool(TreeTool):
                 f"than the root's max_depth of {tree.max_depth}"
             )
         tree.parked.pop(place.prefix[:-1], None)  # started (again): not parked
-        async with self._open_config() as config:
-            return await run_child(config, place, params)
+        if self.timeout is None:
+            async with self._open_config() as config:
+                return await run_child(config, place, params)
+        # The call's time limit, kept here (`times_itself`): when it cuts the child off,
+        # the child's calls that run end failed, cancelled (`_finish`).
+        with trio.move_on_after(self.timeout) as cut:
+            tree.time_limits[place.prefix] = cut
+            try:
+                async with self._open_config() as config:
+                    return await run_child(config, place, params)
+            finally:
+                del tree.time_limits[place.prefix]
+        raise TimeoutError(f"{self.name} ran over {self.timeout:g} s")
 
 
 async def run_child(config: AgentConfig, place: RunPlace, params: dict[str, Any]) -> Any:
@@ -198,7 +214,16 @@ async def _finish(
     tree = place.tree
     try:
         async with flushing:
-            result = await loop.run()
+            try:
+                result = await loop.run()
+            except* trio.Cancelled:
+                # Cut off by the time limit of its agent call, or of one above it: that
+                # call ends for good, and so do the child's. Any other cancel (of the
+                # whole run) leaves the child to be resumed as it was.
+                cut = place.cut_off()
+                if cut is not None:
+                    loop.engine.abandon(_cancelled(cut))
+                raise
     except RunStopped as stopped:
         raise RuntimeError(
             f"sub-agent {place.agent!r} ended without an output: {stopped}"
@@ -212,6 +237,14 @@ async def _finish(
     # A copy: nothing of the child's log is shared (a pydantic model's JSON is made anew
     # by the engine, like any tool's result).
     return copy_json(output) if isinstance(output, dict | list) else output
+
+
+def _cancelled(call_id: str) -> dict[str, Any]:
+    """The error of a child's call that ran when agent call `call_id` was cut off."""
+    return {
+        "type": "runtime",
+        "message": f"Cancelled: the sub-agent call {call_id} ran out of time while this call ran",
+    }
 
 
 def check_tree(

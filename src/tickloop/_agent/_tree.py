@@ -110,6 +110,9 @@ class TreeServices:
         # the usage of the whole tree); the root's budget hook answers for every run.
         self.ledgers: dict[tuple[str, ...], Ledger] = {}
         self.on_budget = on_budget
+        # The time limits of the agent calls running now (`as_tool(timeout=)`), by the
+        # prefix of their child run: a child cut off by one ends its calls (`cut_off`).
+        self.time_limits: dict[str, trio.CancelScope] = {}
         # Its own queue, beside the approvals' (§12): every run's engine asks through it,
         # so the hook is asked one question at a time across the tree, in turn (fair).
         self.budget_questions = trio.Lock()
@@ -156,6 +159,16 @@ class RunPlace:
     def prefix(self) -> str:
         """What a local call id is prefixed with to be a full path ("" at the root)."""
         return "/".join(self.path) + "/" if self.path else ""
+
+    def cut_off(self) -> str | None:
+        """The agent call (full path) at or above this run whose time limit ran out, if
+        one did: this run ends for good (PROTOCOL §11)."""
+        limits = self.tree.time_limits
+        for depth in range(1, len(self.path) + 1):
+            scope = limits.get("/".join(self.path[:depth]) + "/")
+            if scope is not None and scope.cancel_called:
+                return "/".join(self.path[:depth])
+        return None
 
     def child(self, call_id: str, agent: str) -> RunPlace:
         return RunPlace(self.tree, (*self.path, call_id), agent)

@@ -127,6 +127,9 @@ class Tool:
     #: says False: that tool's calls fail with the reason instead, the server's other
     #: tools stay usable.
     unsafe_schema_fails_definition = True
+    #: Whether the handler keeps its own `timeout` (a sub-agent's call cuts its child run
+    #: off itself, ending the child's calls); the engine applies it to any other.
+    times_itself = False
 
     def __init__(
         self,

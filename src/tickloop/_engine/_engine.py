@@ -151,6 +151,7 @@ class Engine(SchedulerDriver):
         # when it has one: time it waits only for people is not counted (PROTOCOL §12).
         self.wall_clock: Any = None
         self._questions = 0  # questions to a hook (approval, budget) not answered yet
+        self._abandoned = False  # cancelled for good (`abandon`): nothing starts any more
         # Worker threads of sync handlers: as many as calls may run (PROTOCOL §2: a
         # max_concurrency of None means no limit, for sync tools too).
         self._threads = trio.CapacityLimiter(
@@ -264,12 +265,33 @@ class Engine(SchedulerDriver):
         if self.wall_clock is not None:
             self._people_or_not()
 
+    def abandon(self, error: dict[str, Any]) -> None:
+        """End every running call `failed` with `error`, after the session was cancelled
+        for good (a child run whose agent call timed out, PROTOCOL §11): journaled and told
+        like any end, so no call stays `running` forever. Nothing starts any more: a call
+        the ends let start is ended the same way."""
+        self._abandoned = True
+        while True:
+            running = [
+                call_id
+                for call_id, record in self.records.items()
+                if record.status == CallStatus.RUNNING
+            ]
+            if not running:
+                return
+            for call_id in running:
+                self.feed(FinishCall(call_id, None, None, dict(error), self._date()))
+
     def _spawn(self, function: Callable[..., Any], *args: Any) -> None:
+        if self._abandoned:
+            return
         if self._nursery is None:
             raise RuntimeError("the engine runs calls only inside `async with engine.session()`")
         self._nursery.start_soon(function, *args)
 
     def _start(self, action: StartCall) -> None:
+        if self._abandoned:
+            return
         nursery, clock = self._nursery, self._clock
         if nursery is None or clock is None:
             raise RuntimeError("the engine runs calls only inside `async with engine.session()`")
@@ -365,7 +387,7 @@ async def run_handler(
             f"{describe_error(problem)}",
         }
     else:
-        timeout = tool.timeout
+        timeout = None if tool.times_itself else tool.timeout
         # A sync handler's thread is taken before its timeout starts: the timeout
         # measures the handler, not the wait for a thread (which an abandoned,
         # timed-out thread of an earlier call may still hold).
