@@ -118,3 +118,106 @@ def test_a_run_cancelled_from_outside_leaves_its_childs_calls_to_the_resume(
     )
     assert resumed.output == "done"
     assert "interrupted" in resumed.records["c1.0/c1.0"].error["message"]
+
+
+# -- a sub-agent's own hook and store ----------------------------------------------------
+
+WIRED: list[int] = []
+
+
+@tl.tool(requires_approval=True)
+def wire(cents: int) -> str:
+    """Wire money."""
+    WIRED.append(cents)
+    return f"wired {cents}"
+
+
+def _treasurer(approve: Any = None, store: Any = None) -> tl.Agent:
+    return tl.Agent(
+        tl.ScriptedModel(
+            [
+                solution({"_tool": "wire", "cents": 1_000_000, "_outputPath": "†state.w"}),
+                solution(output="†state.w"),
+            ]
+        ),
+        tools=[wire],
+        name="treasurer",
+        description="Moves money.",
+        approve=approve,
+        store=store,
+    )
+
+
+def _root(child: tl.Agent, approve: Any, store: Any = None) -> tl.Agent:
+    return tl.Agent(
+        tl.ScriptedModel(
+            [
+                solution({"_tool": "treasurer", "task": "pay", "_outputPath": "†state.t"}),
+                solution(output="ok"),
+            ]
+        ),
+        tools=[child],
+        approve=approve,
+        store=store,
+    )
+
+
+def test_a_sub_agents_own_deny_is_final_whatever_the_roots_hook_says() -> None:
+    WIRED.clear()
+    asked_root: list[str] = []
+
+    def approve_everything(call: tl.PendingCall) -> bool:
+        asked_root.append(call.id)
+        return True
+
+    never_wire = _treasurer(approve=lambda call: tl.Deny("never wire money"))
+    result = on_mock_clock(_root(never_wire, approve_everything), {})
+    assert WIRED == []
+    denied = result.records["c1.0/c1.0"]
+    assert denied.status == "denied" and "never wire money" in denied.error["message"]
+    assert asked_root == []  # its Deny is final: the root's hook is not asked
+
+
+def test_a_sub_agents_own_approve_still_goes_to_the_roots_hook() -> None:
+    WIRED.clear()
+    seen: list[tuple[str, str]] = []
+
+    def child_hook(call: tl.PendingCall) -> Any:
+        seen.append(("child", call.id))
+        return tl.Edit(cents=500) if call.params["cents"] > 1000 else True
+
+    def root_hook(call: tl.PendingCall) -> bool:
+        seen.append(("root", call.id))
+        return call.params["cents"] <= 1000
+
+    result = on_mock_clock(_root(_treasurer(approve=child_hook), root_hook), {})
+    # The child's hook saw the full path and capped the amount; the root's approved that.
+    assert seen == [("child", "c1.0/c1.0"), ("root", "c1.0/c1.0")]
+    assert WIRED == [500] and result.records["c1.0/c1.0"].status == "done"
+
+    WIRED.clear()
+    refused = on_mock_clock(_root(_treasurer(approve=lambda call: True), lambda c: False), {})
+    assert WIRED == [] and refused.records["c1.0/c1.0"].status == "denied"
+
+
+def test_a_sub_agents_store_can_only_be_the_roots(tmp_path: Path) -> None:
+    WIRED.clear()
+    root_store = tl.SQLiteStore(tmp_path / "root.db")
+    other = _treasurer(store=tl.SQLiteStore(tmp_path / "other.db"))
+    with pytest.raises(tl.ConfigurationError, match=r"sub-agent 'treasurer' has store=.*other\.db"):
+        on_mock_clock(_root(other, lambda call: True, root_store), {}, run_id="r")
+    with pytest.raises(tl.ConfigurationError, match="sub-agent 'treasurer' has store="):
+        on_mock_clock(_root(other, lambda call: True), {})
+    assert WIRED == [] and list(root_store.runs()) == []  # refused before anything ran
+    same = _treasurer(store=tl.SQLiteStore(tmp_path / "root.db"))
+    result = on_mock_clock(_root(same, lambda call: True, root_store), {}, run_id="r")
+    assert result.output == "ok" and WIRED == [1_000_000]
+
+
+def test_a_sub_agent_with_its_own_hook_is_refused_on_temporal_not_lost() -> None:
+    from tickloop import temporal as tlt
+
+    child = _treasurer(approve=lambda call: tl.Deny("never"))
+    root = tl.Agent(tl.ScriptedModel([]), tools=[child], approve=lambda c: True, name="root")
+    with pytest.raises(tl.ConfigurationError, match="'treasurer' has an approval hook of its own"):
+        tlt.worker(None, [root], task_queue="q")  # type: ignore[arg-type]

@@ -380,7 +380,7 @@ class Agent(Generic[OutputT]):
     ) -> RunResult[OutputT]:
         """Run the recorded run again from its opening messages, as `replaying` says:
         a replay in memory (`store` None), or a fork stored as `run_id`."""
-        async with self._open_for_run() as config:
+        async with self._open_for_run(approve=replaying.decide) as config:
             config = dataclasses.replace(
                 config,
                 model=replaying.model_for((), config.model, self.protocol),
@@ -397,24 +397,30 @@ class Agent(Generic[OutputT]):
 
     @asynccontextmanager
     async def _open_for_run(
-        self, budget: Budget | None = None, *, root: bool = True
+        self, budget: Budget | None = None, *, root: bool = True, approve: Any = None
     ) -> AsyncIterator[AgentConfig]:
         """This agent's configuration as one run sees it: its tool sources open (in this
         task), their tools added to its own, their instructions to its instructions.
 
-        A root run checks its tree's approval needs (a child run is served by the root's
-        hook, `root=False`)."""
+        A root run checks its tree (a child run is served by the root's hook and store,
+        `root=False`); `approve` is the hook that will answer, when not the agent's (a
+        replay's recorded decisions)."""
         config = self._config(budget)
-        if not self.tool_sources:
-            if root:
-                check_tree(config.tools.values(), config.approve, config.pricing, config.budget)
-            yield config
+        if self.tool_sources:
+            async with open_tools(self._tool_items) as opened:
+                config = self._config_with(config, opened)
+                if root:
+                    self._check_tree(config, approve)
+                yield config
             return
-        async with open_tools(self._tool_items) as opened:
-            config = self._config_with(config, opened)
-            if root:
-                check_tree(config.tools.values(), config.approve, config.pricing, config.budget)
-            yield config
+        if root:
+            self._check_tree(config, approve)
+        yield config
+
+    def _check_tree(self, config: AgentConfig, approve: Any) -> None:
+        hook = config.approve if approve is None else approve
+        tools = config.tools.values()
+        check_tree(tools, hook, config.pricing, config.budget, config.store)
 
     def _config_with(self, config: AgentConfig, opened: OpenedTools) -> AgentConfig:
         """`config` with a run's listed tool sources: their tools added to the agent's,

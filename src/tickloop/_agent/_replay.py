@@ -29,9 +29,10 @@ from .._core._budget_gate import RecordedRoom
 from .._core._decisions import ApproveHook, Decision, Deny, PendingCall
 from .._durable._recording import RecordedCall, RecordedRun, Recording
 from .._durable._store import SQLiteStore, as_store
+from .._durable._writer import empty_journal
 from .._engine._asking import ask
 from .._engine._engine import Outcome
-from .._errors import ConfigurationError, TickloopError
+from .._errors import ConfigurationError, ResumeError, TickloopError
 from .._models._base import (
     ModelError,
     SolutionRequest,
@@ -64,6 +65,8 @@ def load_recording(
     if opened is None:
         raise ConfigurationError("replay and fork need the store that holds the run")
     recording = Recording.load(opened, run_id)
+    if not recording.runs:
+        raise ResumeError(empty_journal(run_id, "replay or fork"))
     if recording.protocol != protocol:
         raise ConfigurationError(
             f"run {run_id!r} was made with protocol={recording.protocol!r}; replay or fork "
@@ -98,13 +101,30 @@ class ReplayModel:
         self.run_id = run_id
         self.strict = strict
         self._store = store
-        self._run: RecordedRun | None = None
+        self._recording: Recording | None = None
+        self.path = ""  # the run of the tree it answers: "" the root (see `at`)
+
+    @property
+    def recording(self) -> Recording:
+        if self._recording is None:
+            self._recording = load_recording(self._store, self.run_id)
+        return self._recording
 
     @property
     def recorded(self) -> RecordedRun:
-        if self._run is None:
-            self._run = load_recording(self._store, self.run_id).root
-        return self._run
+        return self.recording.run(self.path)
+
+    def at(self, path: tuple[str, ...]) -> ReplayModel:
+        """This model answering the child run at `path` of a tree (PROTOCOL §11) with
+        what was recorded for it: a sub-agent's model, in each of its child runs. The
+        recording of a run without sub-agents (a sub-agent recorded on its own) answers
+        every run that uses it alike."""
+        if not any(self.recording.runs.keys() - {""}):
+            return self
+        model = ReplayModel(self._store, self.run_id, strict=self.strict)
+        model._recording = self._recording
+        model.path = "/".join(path)
+        return model
 
     async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
         run = self.recorded
@@ -114,9 +134,10 @@ class ReplayModel:
         if self.strict:
             difference = first_difference(recorded.request, request.to_dict())
             if difference is not None:
+                where = f" (sub-agent run {run.path})" if run.path else ""
                 raise ReplayMismatchError(
-                    f"request {request.iteration} differs from the one recorded in run "
-                    f"{self.run_id!r}: {difference}"
+                    f"request {request.iteration}{where} differs from the one recorded in "
+                    f"run {self.run_id!r}: {difference}"
                 )
         yield TextDelta(recorded.text)
 
@@ -286,10 +307,15 @@ class Replaying:
             )
         return None
 
+    def recorded_decision(self, call_id: str) -> Decision | None:
+        """The decision the record holds for a call it reuses (full path), if any."""
+        call = self._reusable(call_id)
+        return call.decision if call is not None else None
+
     async def decide(self, pending: PendingCall) -> Decision | bool:
-        call = self._reusable(pending.id)
-        if call is not None and call.decision is not None:
-            return call.decision
+        decision = self.recorded_decision(pending.id)
+        if decision is not None:
+            return decision
         if self.hook is None:
             return Deny(f"replay: run {self.recording.run_id!r} recorded no decision for it")
         return await ask(self.hook, pending)

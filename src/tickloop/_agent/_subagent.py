@@ -10,23 +10,28 @@ tool's; a child that ends without one fails its call, and never its parent.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, nullcontext
+from functools import partial
 from typing import Any
 
 import trio
 
 from .._core._budget import Budget, Price
+from .._core._decisions import Approve, ApproveHook, Decision, Edit, PendingCall
 from .._core._log import ContextLog, copy_json
 from .._core._scheduler import CallRecord
 from .._core._tools import CallContext, Tool, ToolSet
 from .._durable._resume import DurableRun
+from .._engine._asking import ask
 from .._engine._engine import PARKED, CallRefused
 from .._engine._run import initial_log
 from .._errors import ConfigurationError, RunStopped, TickloopError
 from .._observe._events import EventSink, Redactor
 from ._budgeting import check_pricing
 from ._loop import AgentConfig, OuterLoop
+from ._replay import ReplayModel
 from ._tree import DEFAULT_MAX_DEPTH, ChildSink, RunPlace, TreeServices, TreeTool
 
 __all__ = ["DEFAULT_INPUT", "AgentTool", "check_tree", "run_child"]
@@ -182,9 +187,15 @@ async def run_child(config: AgentConfig, place: RunPlace, params: dict[str, Any]
 
 
 def _child_config(config: AgentConfig, place: RunPlace) -> AgentConfig:
-    """A sub-agent's configuration as a child run at `place` sees it: the root's hook,
-    redaction and journal, no store, listeners or tracer of its own."""
+    """A sub-agent's configuration as a child run at `place` sees it: the root's hook
+    (after its own, when it has one), redaction and journal, no store, listeners or
+    tracer of its own."""
     tree = place.tree
+    approve = place.ask if tree.approve is not None else None
+    if config.approve is not None and approve is not None:
+        approve = partial(_own_hook_first, config.approve, place)
+    if isinstance(config.model, ReplayModel):  # replaying a tree: the child's answers
+        config = dataclasses.replace(config, model=config.model.at(place.path))
     if tree.replaying is not None:  # a replayed or forked tree: the child's record, by path
         config = dataclasses.replace(
             config,
@@ -198,13 +209,38 @@ def _child_config(config: AgentConfig, place: RunPlace) -> AgentConfig:
         # (its own budget can only make it tighter), and the root's hook answers.
         parent_ledger=tree.ledgers.get(place.path[:-1]),
         on_budget=tree.on_budget,
-        approve=place.ask if tree.approve is not None else None,
+        approve=approve,
         store=None,
         on_event=None,
         tracer=None,
         redact=tree.redact,
         place=place,
     )
+
+
+async def _own_hook_first(own: ApproveHook, place: RunPlace, pending: PendingCall) -> Decision:
+    """A child's call asked of its sub-agent's own hook first (PROTOCOL §11): a Deny, or
+    any answer that runs nothing or is asked again (Respond, Replace, Defer), is final;
+    an Approve, or an Edit of what runs, goes on to the root's hook, which has the last
+    word on anything that runs. A replayed tree's recorded decision asks nobody."""
+    scoped = place.scoped(pending)
+    replaying = place.tree.replaying
+    if replaying is not None and replaying.recorded_decision(scoped.id) is not None:
+        return await place.tree.ask(scoped)
+    decision = await ask(own, scoped)
+    if isinstance(decision, Approve):
+        return await place.tree.ask(scoped)
+    if not isinstance(decision, Edit):
+        return decision
+    edited = decision.apply_to(pending.params)
+    if not isinstance(edited, dict):
+        return decision  # refused by the scheduler's check, saying why
+    answer = await place.tree.ask(dataclasses.replace(scoped, params=edited))
+    if isinstance(answer, Approve):
+        return decision
+    if isinstance(answer, Edit):
+        return Edit(answer.apply_to(edited))
+    return answer
 
 
 async def _finish(
@@ -252,11 +288,13 @@ def check_tree(
     approve: Any,
     pricing: Mapping[str, Price] | None = None,
     budget: Budget | None = None,
+    store: Any = None,
 ) -> None:
     """Checks of the whole tree, made when the root run starts, before anything runs: a
-    tool that may require approval anywhere needs the root's hook (PROTOCOL §11), and
-    where a `cost` limit holds (the root's budget, or a sub-agent's own) the root's
-    `pricing` must price the sub-agent's model (PROTOCOL §12)."""
+    tool that may require approval anywhere needs the root's hook, a sub-agent's store
+    can only be the root's `store` (PROTOCOL §11), and where a `cost` limit holds (the
+    root's budget, or a sub-agent's own) the root's `pricing` must price the sub-agent's
+    model (PROTOCOL §12)."""
     for agents, tool in _tree_tools(tools):
         where = f" of sub-agent {' > '.join(agents)}" if agents else ""
         if approve is None and tool.may_require_approval:
@@ -266,11 +304,24 @@ def check_tree(
             )
         if isinstance(tool, AgentTool) and tool.agent is not None:
             child = tool.agent
+            if child.store is not None and not _same_store(child.store, store):
+                raise ConfigurationError(
+                    f"sub-agent {tool.agent_name!r}{where} has store={child.store.path!s}, "
+                    f"but a tree of runs is stored in one place, the root's "
+                    f"({'none' if store is None else store.path!s}): give the store to the "
+                    "root agent only"
+                )
             limited = budget if budget is not None and budget.cost is not None else child.budget
             try:
                 check_pricing(pricing or {}, limited, child.model)
             except ConfigurationError as error:
                 raise ConfigurationError(f"sub-agent {tool.agent_name!r}{where}: {error}") from None
+
+
+def _same_store(store: Any, root: Any) -> bool:
+    if root is None:
+        return False
+    return bool(store is root or os.path.realpath(store.path) == os.path.realpath(root.path))
 
 
 def _tree_tools(tools: Iterable[Tool]) -> Iterator[tuple[tuple[str, ...], Tool]]:
