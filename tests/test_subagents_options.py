@@ -221,3 +221,42 @@ def test_a_sub_agent_with_its_own_hook_is_refused_on_temporal_not_lost() -> None
     root = tl.Agent(tl.ScriptedModel([]), tools=[child], approve=lambda c: True, name="root")
     with pytest.raises(tl.ConfigurationError, match="'treasurer' has an approval hook of its own"):
         tlt.worker(None, [root], task_queue="q")  # type: ignore[arg-type]
+
+
+def test_a_resumed_agent_call_keeps_the_time_it_first_started(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    WIRED.clear()
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    root = _root(_treasurer(), lambda call: tl.Defer(), store)
+    assert root.run({}, run_id="later").status == "paused"
+    first = {call.id: call for call in store.calls("later")}
+    done = root.resume("later", decisions={"c1.0/c1.0": tl.Approve()})
+    assert done.status == "done" and WIRED == [1_000_000]
+    rows = {call.id: call for call in store.calls("later")}
+    # Still one call, from its first start to its end, around everything its child did.
+    assert rows["c1.0"].started == first["c1.0"].started
+    assert rows["c1.0"].started <= rows["c1.0/c1.0"].received
+    assert rows["c1.0"].finished >= rows["c1.0/c1.0"].finished
+    records = done.records
+    assert records["c1.0"].started <= records["c1.0/c1.0"].started
+
+    from tickloop._cli._main import main
+
+    assert main(["trace", "later", "--store", str(tmp_path / "runs.db")]) == 0
+    agent_line, child_line = capsys.readouterr().out.splitlines()[1:3]
+    assert float(agent_line.split()[3].rstrip("s")) <= float(child_line.split()[3].rstrip("s"))
+
+
+def test_the_timeline_draws_a_childs_model_requests_on_its_agent_calls_row(
+    tmp_path: Path,
+) -> None:
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    root = _root(_treasurer(), lambda call: True, store)
+    root.run({}, run_id="drawn")
+    page = tl.timeline_html(store, "drawn")
+    for iteration in (1, 2):
+        assert f"<title>request {iteration}: " in page  # the root's lane
+        assert f"<title>sub-agent run c1.0: request {iteration}: " in page
+    row = page.index('data-id="c1.0"')
+    assert row < page.index('data-run="c1.0"') < page.index('data-id="c1.0/c1.0"')

@@ -53,6 +53,8 @@ class AgentTool(TreeTool):
 
     # Its `timeout` cuts the child run off here, which then ends the child's calls.
     times_itself = True
+    # Started again on a resume, it goes on with its child's journal: still one call.
+    resumes = True
 
     def __init__(
         self,

@@ -130,6 +130,10 @@ class Tool:
     #: Whether the handler keeps its own `timeout` (a sub-agent's call cuts its child run
     #: off itself, ending the child's calls); the engine applies it to any other.
     times_itself = False
+    #: Whether a call resumes where it was after a pause or a crash instead of starting
+    #: over (a sub-agent's call: its child run replays its journal), so it keeps the time
+    #: it first started.
+    resumes = False
 
     def __init__(
         self,

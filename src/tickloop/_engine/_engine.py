@@ -295,7 +295,9 @@ class Engine(SchedulerDriver):
         nursery, clock = self._nursery, self._clock
         if nursery is None or clock is None:
             raise RuntimeError("the engine runs calls only inside `async with engine.session()`")
-        self.scheduler.records[action.id].started = clock.current_time()
+        record = self.scheduler.records[action.id]
+        if record.started is None or not self.tools[action.tool].resumes:
+            record.started = clock.current_time()  # one that resumes keeps its first start
         if self.wall_clock is not None:
             self.wall_clock.go_on()  # a call runs: the run does not wait only for people
         # Named as trio would name it, without trio working the name out for every call.
