@@ -102,7 +102,6 @@ class ReplayModel:
         self.strict = strict
         self._store = store
         self._recording: Recording | None = None
-        self.path = ""  # the run of the tree it answers: "" the root (see `at`)
 
     @property
     def recording(self) -> Recording:
@@ -112,22 +111,20 @@ class ReplayModel:
 
     @property
     def recorded(self) -> RecordedRun:
-        return self.recording.run(self.path)
+        """The root run's record."""
+        return self.recording.root
 
-    def at(self, path: tuple[str, ...]) -> ReplayModel:
-        """This model answering the child run at `path` of a tree (PROTOCOL §11) with
-        what was recorded for it: a sub-agent's model, in each of its child runs. The
-        recording of a run without sub-agents (a sub-agent recorded on its own) answers
-        every run that uses it alike."""
-        if not any(self.recording.runs.keys() - {""}):
-            return self
-        model = ReplayModel(self._store, self.run_id, strict=self.strict)
-        model._recording = self._recording
-        model.path = "/".join(path)
-        return model
+    def run_at(self, path: tuple[str, ...]) -> RecordedRun:
+        """The record of the run at `path` (a request's `path`: () the root). A recording
+        of a run without sub-agents (a sub-agent recorded on its own) answers every run
+        that uses it alike; a tree's answers each child run with its own, by path."""
+        recording = self.recording
+        if len(recording.runs) <= 1:
+            return recording.root
+        return recording.run("/".join(path))
 
     async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
-        run = self.recorded
+        run = self.run_at(request.path)
         recorded = run.responses.get(request.iteration)
         if recorded is None:
             raise _unrecorded(self.run_id, run, request.iteration)

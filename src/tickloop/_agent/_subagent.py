@@ -31,7 +31,6 @@ from .._errors import ConfigurationError, RunStopped, TickloopError
 from .._observe._events import EventSink, Redactor
 from ._budgeting import check_pricing
 from ._loop import AgentConfig, OuterLoop
-from ._replay import ReplayModel
 from ._tree import DEFAULT_MAX_DEPTH, ChildSink, RunPlace, TreeServices, TreeTool
 
 __all__ = ["DEFAULT_INPUT", "AgentTool", "check_tree", "run_child"]
@@ -196,8 +195,6 @@ def _child_config(config: AgentConfig, place: RunPlace) -> AgentConfig:
     approve = place.ask if tree.approve is not None else None
     if config.approve is not None and approve is not None:
         approve = partial(_own_hook_first, config.approve, place)
-    if isinstance(config.model, ReplayModel):  # replaying a tree: the child's answers
-        config = dataclasses.replace(config, model=config.model.at(place.path))
     if tree.replaying is not None:  # a replayed or forked tree: the child's record, by path
         config = dataclasses.replace(
             config,
