@@ -27,6 +27,7 @@ from typing import Any
 from .._core._budget import Budget
 from .._core._budget_gate import RecordedRoom
 from .._core._decisions import ApproveHook, Decision, Deny, PendingCall
+from .._core._paths import RunPath
 from .._durable._recording import RecordedCall, RecordedRun, Recording
 from .._durable._store import SQLiteStore, as_store
 from .._durable._writer import empty_journal
@@ -121,7 +122,7 @@ class ReplayModel:
         recording = self.recording
         if len(recording.runs) <= 1:
             return recording.root
-        return recording.run("/".join(path))
+        return recording.run(str(RunPath.of(path)))
 
     async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
         run = self.run_at(request.path)

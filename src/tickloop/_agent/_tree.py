@@ -24,6 +24,7 @@ import trio
 
 from .._core._budget import Ledger
 from .._core._decisions import ApproveHook, Decision, PendingCall
+from .._core._paths import RunPath
 from .._core._scheduler import CallRecord
 from .._core._tools import Tool
 from .._engine._asking import ask
@@ -165,9 +166,10 @@ class RunPlace:
         one did: this run ends for good (PROTOCOL §11)."""
         limits = self.tree.time_limits
         for depth in range(1, len(self.path) + 1):
-            scope = limits.get("/".join(self.path[:depth]) + "/")
+            above = RunPath(self.path[:depth])
+            scope = limits.get(above.prefix)
             if scope is not None and scope.cancel_called:
-                return "/".join(self.path[:depth])
+                return str(above)
         return None
 
     def child(self, call_id: str, agent: str) -> RunPlace:

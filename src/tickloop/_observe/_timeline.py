@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
+from .._core._paths import untag_kind
 from .._core._status import ERROR_STATUSES, CallStatus
 from ._records import CallInfo, RunInfo
 from ._tree_order import in_tree_order
@@ -71,9 +72,10 @@ def _requests(
     runs: dict[str, list[_Request]] = {}
     resumes: list[float] = []
     for _, at, tagged, body in journal:
-        kind, _, path = tagged.partition("@")
+        kind, where = untag_kind(tagged)
         if not isinstance(body, dict) or kind not in ("event", "note"):
             continue
+        path = str(where)
         requests = runs.setdefault(path, [])
         if kind == "event":
             event_type = body.get("type")
