@@ -457,3 +457,20 @@ def test_a_run_whose_journal_was_emptied_is_refused_by_fork_replay_and_resume(
     assert sum(RAN.values()) == 0
     assert [run.run_id for run in store.runs()] == ["order-42"]
     assert store.run("order-42").status == "paused"
+
+
+def test_a_fork_paused_inside_a_child_resumes_reusing_the_childs_record(tmp_path: Path) -> None:
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    first = _approving_tree(store, approve).run(run_id="tree")
+    RAN.clear()
+    later = _approving_tree(store, lambda call: tl.Defer())
+    later.model = tl.ScriptedModel([])  # nothing to answer: every answer is the record's
+    later.tools["researcher"].agent.model = tl.ScriptedModel([])
+    paused = later.fork("tree", "tree-b", store=store, rerun=["c1.0/c1.1"])
+    assert paused.status == "paused" and [c.id for c in paused.pending] == ["c1.0/c1.1"]
+    assert RAN == Counter()  # the child's fetch was reused
+    done = later.resume("tree-b", decisions={"c1.0/c1.1": tl.Approve()})
+    # On resume the tree still reuses its record: only the call re-run runs, and every
+    # answer, the child's next one included, is the recorded one.
+    assert RAN == Counter(publish=1)
+    assert done.output == first.output

@@ -278,3 +278,44 @@ def _writes(result: tl.RunResult[Any], call_id: str) -> list[str]:
         for call in _plan_of(result)
         if call["_id"] == call_id
     ]
+
+
+@tl.tool(requires_approval=True)
+def publish(text: str) -> str:
+    """Publish a text."""
+    RAN["publish"] += 1
+    return f"published {text}"
+
+
+RACE_THEN_PUBLISH = [
+    RACE[0],
+    {"calls": [{"_tool": "publish", "text": "†state.c1", "_outputPath": "†state.p"}]},
+    {"calls": [], "output": "†state.p"},
+]
+
+
+def test_a_fork_that_pauses_resumes_with_the_records_budget_decisions(tmp_path: Path) -> None:
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    budget = tl.Budget(per_tool={"charge": 2})
+    original = tl.Agent(
+        tl.ScriptedModel(RACE_THEN_PUBLISH, chunk_delay=0.1),
+        tools=[charge, quote, publish],
+        store=store,
+        budget=budget,
+        approve=lambda call: True,
+    )
+    first = _on_mock_clock(original.run_async, run_id="r1")
+    assert first.output == "published charged 1"
+    RAN.clear()
+    later = tl.Agent(
+        tl.ScriptedModel(RACE_THEN_PUBLISH),
+        tools=[charge, quote, publish],
+        store=store,
+        approve=lambda call: tl.Defer(),
+    )
+    paused = later.fork("r1", "r2", store=store, rerun=["c2.0"])
+    assert paused.status == "paused" and [call.id for call in paused.pending] == ["c2.0"]
+    resumed = later.resume("r2", decisions={"c2.0": tl.Approve()})
+    assert RAN == Counter(publish=1)  # the refused charge never ran, in either process
+    assert resumed.output == first.output
+    assert _statuses(resumed) == _statuses(first)

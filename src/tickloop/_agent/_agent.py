@@ -35,7 +35,7 @@ from ._budgeting import check_budget, check_pricing
 from ._loop import AgentConfig, LoopProtocol, OutputT, RunResult
 from ._output import OutputSpec
 from ._prompt import DEFAULT_CONTEXT_BUDGET, solution_schema
-from ._replay import Replaying, load_recording, stale_calls
+from ._replay import Replaying, fork_note, forked_from, load_recording, stale_calls
 from ._session import RunSession
 from ._solution import SOLUTION
 from ._subagent import DEFAULT_INPUT, AgentTool, check_tree
@@ -274,7 +274,31 @@ class Agent(Generic[OutputT]):
         async with self._open_for_run() as config:
             session = RunSession.claim(config, run_id, decisions, on_event or self.on_event)
             session.grant = grant
+            forked = forked_from(session.journal or [])
+            if forked is not None:  # a fork goes on reusing its record (docs/replay.md)
+                session.config = self._resumed_fork(session, forked)
             return await session.execute()
+
+    def _resumed_fork(self, session: RunSession, forked: dict[str, Any]) -> AgentConfig:
+        """A resumed fork's configuration: its record's answers, outcomes and budget
+        decisions for what it reused before, as the fork had them."""
+        config = session.config
+        replaying = Replaying(
+            load_recording(config.store, forked["of"], self.protocol),
+            fork=True,
+            recorded_tools=False,
+            hook=config.approve,
+            stale=forked.get("stale") or (),
+        )
+        replaying.resuming(session.journal or [])
+        return dataclasses.replace(
+            config,
+            model=replaying.model_for((), config.model, self.protocol),
+            approve=replaying.decide,
+            answer=replaying.answer_under(""),
+            recorded_room=replaying.room_under(""),
+            replaying=replaying,
+        )
 
     # -- replay and fork (docs/replay.md) ---------------------------------------------------
 
@@ -392,7 +416,10 @@ class Agent(Generic[OutputT]):
                 store=store,
             )
             opening = replaying.recording.root.opening
-            session = RunSession.new(config, None, opening, on_event or self.on_event, run_id)
+            notes = [fork_note(replaying)] if store is not None else []
+            session = RunSession.new(
+                config, None, opening, on_event or self.on_event, run_id, notes
+            )
             return await session.execute()
 
     @asynccontextmanager

@@ -49,6 +49,8 @@ __all__ = [
     "ReplayMismatchError",
     "ReplayModel",
     "Replaying",
+    "fork_note",
+    "forked_from",
     "load_recording",
     "stale_calls",
 ]
@@ -231,18 +233,43 @@ class Replaying:
         self.stale = set(stale)
         self.root_model = root_model  # a fork's model= for the root run; None: the agent's
         self._models: dict[str, _RunModel] = {}
+        # A resumed fork: per run path, the iterations it reused and whether it diverged.
+        self._seeds: dict[str, tuple[set[int], bool]] = {}
 
     def model_for(self, path: tuple[str, ...], model: Any, protocol: str) -> Any:
         """The model of the run at `path` of `protocol`, whose own client is `model`."""
-        where = "/".join(path)
+        where = str(RunPath.of(path))
         live = None
         if self.fork:
             live = self.root_model if not path and self.root_model is not None else model
         run_model = _RunModel(
             self.recording.run_id, self.recording.run(where), model, live, protocol == "tools"
         )
+        seed = self._seeds.get(where)
+        if seed is not None:  # a resumed fork: what it reused before
+            run_model.reused, run_model.diverged = set(seed[0]), seed[1]
         self._models[where] = run_model
         return run_model
+
+    def resuming(self, journal: Iterable[tuple[int, float, str, Any]]) -> None:
+        """A fork resumed from its own `journal`: each of its runs reused the recorded
+        answers of the requests it journaled equal to the recorded ones, up to the first
+        that differed (as `_RunModel` decided then), so its calls get the same outcomes
+        and budget decisions when the journal replays, and after."""
+        forked = Recording(self.recording.run_id, self.recording.protocol)
+        forked._read((kind, body) for _, _, kind, body in journal)
+        for where, run in forked.runs.items():
+            recorded = self.recording.run(where)
+            reused: set[int] = set()
+            diverged = False
+            for iteration in sorted(run.responses):
+                was = recorded.responses.get(iteration)
+                now = run.responses[iteration].request
+                if diverged or was is None or first_difference(was.request, now) is not None:
+                    diverged = True
+                else:
+                    reused.add(iteration)
+            self._seeds[where] = (reused, diverged)
 
     def answer_under(self, prefix: str) -> Callable[[str], Outcome | None] | None:
         """The engine's recorded outcomes for the run whose calls' full paths start with
@@ -317,6 +344,28 @@ class Replaying:
         if self.hook is None:
             return Deny(f"replay: run {self.recording.run_id!r} recorded no decision for it")
         return await ask(self.hook, pending)
+
+
+FORK_NOTE = "fork"  # a fork's first commit names its record, so a resume can find it
+
+
+def fork_note(replaying: Replaying) -> dict[str, Any]:
+    """The note a fork journals with its input: the run it forks and what it re-runs."""
+    return {
+        "note": FORK_NOTE,
+        "of": replaying.recording.run_id,
+        "stale": sorted(replaying.stale),
+    }
+
+
+def forked_from(journal: Iterable[tuple[int, float, str, Any]]) -> dict[str, Any] | None:
+    """The fork note of a stored run made by `fork`; None for any other run."""
+    for _, _, kind, body in journal:
+        if kind == "note" and isinstance(body, dict) and body.get("note") == FORK_NOTE:
+            return body
+        if kind == "event":
+            return None  # the note comes with the input, before any event
+    return None
 
 
 def stale_calls(recording: Recording, rerun: Iterable[str], rerun_tools: Iterable[str]) -> set[str]:

@@ -62,8 +62,10 @@ class RunSession:
         messages: Sequence[dict[str, Any]] | None,
         on_event: Callable[[RunEvent], Any] | None,
         run_id: str | None,
+        notes: Sequence[dict[str, Any]] = (),
     ) -> RunSession:
-        """Claim the run id (refused when the store has it) and start a log."""
+        """Claim the run id (refused when the store has it) and start a log; a stored
+        run journals `notes` with its input (a fork's, naming its record)."""
         if run_id is not None and (not isinstance(run_id, str) or not run_id):
             raise ConfigurationError(f"run_id must be a non-empty string, not {run_id!r}")
         run_id = run_id or new_run_id()
@@ -83,6 +85,7 @@ class RunSession:
             if config.budget is not None:  # the run's own (PROTOCOL §12): its resumes' too
                 note = {"note": BUDGET_NOTE, "budget": config.budget.to_dict()}
                 entries.append((at, "note", dumps_entry(note)))
+            entries += [(at, "note", dumps_entry(note)) for note in notes]
             writer = create_run(store, run_id, config.protocol.name, entries)
             durable = DurableRun(writer, config.tools, config.redact, sink)
             for message in log.messages:
