@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Generic, Protocol
 from typing_extensions import TypeVar
 
 from .._core._budget import Budget, BudgetRequest, Ledger, Price, RunUsage
+from .._core._budget_gate import RecordedRoom
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._log import ContextLog
 from .._core._paths import RunPath
@@ -153,6 +154,9 @@ class AgentConfig:
     # A replayed or forked run's recorded outcome for a call id, given instead of running
     # its handler (None: run it); see `_replay`.
     answer: Callable[[str], Outcome | None] | None = None
+    # And what its record decided of the budget for a call id it reuses: refused (the
+    # error), started (True: counted, never refused), or None (it reserves room).
+    recorded_room: RecordedRoom | None = None
     # The root of a replayed or forked tree: what each of its runs takes from the record
     # (`_replay.Replaying`: a child's model and answers, by path).
     replaying: ReplayingTree | None = None
@@ -257,6 +261,7 @@ class OuterLoop:
             scope=config.place,
             path=config.place.path if config.place is not None else RunPath.ROOT,
             answer=config.answer,
+            recorded_room=config.recorded_room,
             budget=self.ledger,
             on_budget=config.on_budget,
         )

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import trio
 
 from .._core._budget import Ledger
+from .._core._budget_gate import RecordedRoom
 from .._core._decisions import ApproveHook, Decision, PendingCall
 from .._core._paths import RunPath, untag_kind
 from .._core._scheduler import CallRecord
@@ -85,6 +86,12 @@ class ReplayingTree(Protocol):
         """The recorded outcome of each call of the run at `path` (by its local id);
         None when every call runs its handler."""
 
+    def room_under(self, path: RunPath) -> RecordedRoom:
+        """The budget decisions the record made for each call of the run at `path`."""
+
+    def recorded_decision(self, call_id: str) -> Decision | None:
+        """The decision the record holds for a call it reuses (full id), if any."""
+
 
 class TreeState:
     """What changes while a tree of runs runs, shared by its runs in one process.
@@ -103,6 +110,9 @@ class TreeState:
         # so a child's draws from its parent's (and so from the root's, which then holds
         # the usage of the whole tree).
         self.ledgers: dict[RunPath, Ledger] = {}
+        # The time limits of the agent calls running now (`as_tool(timeout=)`), by the
+        # path of their child run: a child cut off by one ends its calls (`cut_off`).
+        self.time_limits: dict[RunPath, trio.CancelScope] = {}
         # A person answers one question at a time, for the whole tree (PROTOCOL §6): a
         # trio.Lock is fair, so questions are asked in the order they came. The budget
         # hook has a queue of its own beside it (§12), in turn across the tree.
@@ -183,6 +193,19 @@ class RunPlace:
     @property
     def depth(self) -> int:
         return self.path.depth
+
+    def cut_off(self) -> str | None:
+        """The agent call (full path) at or above this run whose time limit ran out, if
+        one did: this run ends for good (PROTOCOL §11)."""
+        limits = self.tree.state.time_limits
+        outermost = None
+        run = self.path
+        while run:
+            scope = limits.get(run)
+            if scope is not None and scope.cancel_called:
+                outermost = str(run)
+            run = run.parent
+        return outermost
 
     def child(self, call_id: str, agent: str) -> RunPlace:
         return RunPlace(self.tree, self.path / call_id, agent)

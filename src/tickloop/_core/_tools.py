@@ -142,6 +142,13 @@ class Tool:
     #: says False: that tool's calls fail with the reason instead, the server's other
     #: tools stay usable.
     unsafe_schema_fails_definition = True
+    #: Whether the handler keeps its own `timeout` (a sub-agent's call cuts its child run
+    #: off itself, ending the child's calls); the engine applies it to any other.
+    times_itself = False
+    #: Whether a call resumes where it was after a pause or a crash instead of starting
+    #: over (a sub-agent's call: its child run replays its journal), so it keeps the time
+    #: it first started.
+    resumes = False
 
     #: Whether the tool's calls take their checked JSON parameters as they are, with the
     #: call's context, through `run_raw` (a `RawTool`), instead of a handler's signature.

@@ -544,10 +544,16 @@ class JournalWriter:
             return None
         if not self._mark:
             self.running[action.id] = action  # replay's
-        row.status, row.started = CallStatus.RUNNING, at
+        row.status = CallStatus.RUNNING
+        if row.started is None or not self._resumes(action.tool):
+            row.started = at  # a call that resumes keeps its first start
         if action.params is not self.ready_params.pop(action.id, None):  # edited
             row.params = dumps_entry(self.redact.shared(action.params))
         return row
+
+    def _resumes(self, tool: str) -> bool:
+        found = self.tools.get(tool)
+        return found is not None and found.resumes
 
     def _new_row(self, call_id: str, tool: str | None, at: float) -> Row:
         seq = len(self.rows) if self._row_seq is None else self._row_seq

@@ -132,7 +132,9 @@ class DurableRun(JournalWriter):
             else:
                 self.unresolved.discard(body["iteration"])
         elif body.get("note") == "restart" and body.get("call_id") in self.rows:
-            self.rows[body["call_id"]].started = at
+            row = self.rows[body["call_id"]]
+            if row.started is None or not self._resumes(row.tool or ""):
+                row.started = at
 
     def reopen(self, engine: Engine) -> bool:
         """Settle the calls a crash (or a pause) left open, for either protocol's loop.
@@ -152,7 +154,8 @@ class DurableRun(JournalWriter):
             if tool is not None and tool.idempotent:
                 self.note("restart", call_id=call_id)
                 row = self._dirty[call_id] = self.rows[call_id]
-                row.started = self.now()
+                if not tool.resumes:  # one that resumes keeps its first start
+                    row.started = self.now()
                 self.sink.restarted(action)
                 engine.restart(action)
             else:

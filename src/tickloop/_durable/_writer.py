@@ -264,6 +264,14 @@ class ClaimedRun:
     decisions: dict[str, Decision]
 
 
+def empty_journal(run_id: str, doing: str) -> str:
+    """Why a run whose journal holds nothing cannot be resumed, replayed or forked."""
+    return (
+        f"run {run_id!r} has an empty journal, not even its input (the store was changed "
+        f"outside tickloop): there is nothing to {doing}"
+    )
+
+
 def claim_run(
     store: SQLiteStore, run_id: str, decisions: dict[str, Any], *, protocol: str | None = None
 ) -> ClaimedRun:
@@ -304,6 +312,8 @@ def claim_run(
                 (owner_label(), time.time(), run_id),
             )
             journal = store._journal(connection, run_id)
+            if not journal:  # a run's first commit holds its input: this one was emptied
+                raise ResumeError(empty_journal(run_id, "resume"))
             stored = connection.execute(
                 "SELECT call_id, decision FROM decisions WHERE run_id = ? "
                 "ORDER BY recorded, call_id",
