@@ -17,6 +17,7 @@ import trio
 
 from .._core._budget import Budget
 from .._core._log import ContextLog
+from .._core._paths import RunPath
 from .._core._tools import missing_bindings
 from .._durable._codec import dumps_entry, new_run_id
 from .._durable._resume import DurableRun
@@ -62,8 +63,10 @@ class RunSession:
         messages: Sequence[dict[str, Any]] | None,
         on_event: Callable[[RunEvent], Any] | None,
         run_id: str | None,
+        notes: Sequence[dict[str, Any]] = (),
     ) -> RunSession:
-        """Claim the run id (refused when the store has it) and start a log."""
+        """Claim the run id (refused when the store has it) and start a log; a stored
+        run journals `notes` with its input (a fork's, naming its record)."""
         if run_id is not None and (not isinstance(run_id, str) or not run_id):
             raise ConfigurationError(f"run_id must be a non-empty string, not {run_id!r}")
         run_id = run_id or new_run_id()
@@ -83,6 +86,7 @@ class RunSession:
             if config.budget is not None:  # the run's own (PROTOCOL §12): its resumes' too
                 note = {"note": BUDGET_NOTE, "budget": config.budget.to_dict()}
                 entries.append((at, "note", dumps_entry(note)))
+            entries += [(at, "note", dumps_entry(note)) for note in notes]
             writer = create_run(store, run_id, config.protocol.name, entries)
             durable = DurableRun(writer, config.tools, config.redact, sink)
             for message in log.messages:
@@ -189,14 +193,16 @@ class RunSession:
             redact=config.redact,
             max_depth=config.max_depth,
             durable=durable,
-            journal=self.journal,
-            decisions=durable.decisions if durable is not None else None,
+            journal=self.journal or (),
+            decisions=TreeServices.keyed_decisions(
+                durable.decisions if durable is not None else None
+            ),
             replaying=config.replaying,
             on_budget=config.on_budget,
         )
         if durable is not None:
             durable.share = False  # its children's entries come between its own
-        place = RunPlace(tree, (), config.name)
+        place = RunPlace(tree, RunPath.ROOT, config.name)
         approve = place.ask if config.approve is not None else None
         return dataclasses.replace(config, approve=approve, place=place), place
 
@@ -211,16 +217,16 @@ class TreeReplay:
     meanwhile: the resumed tree counts every journaled start and spending, at every
     depth, before anything new runs, and makes the same refusals. A child that cannot be
     made yet (its agent lists tool sources) replays itself when it starts again. The
-    children made wait in `TreeServices.replayed` for their agent calls (`run_child`).
+    children made wait in `TreeState.replayed` for their agent calls (`run_child`).
     """
 
     def __init__(self, place: RunPlace, loop: OuterLoop) -> None:
         self.root = place
-        self.loops: dict[tuple[str, ...], OuterLoop] = {(): loop}
-        self.durables: dict[tuple[str, ...], DurableRun] = {}
-        self.skipped: set[tuple[str, ...]] = set()
+        self.loops: dict[RunPath, OuterLoop] = {RunPath.ROOT: loop}
+        self.durables: dict[RunPath, DurableRun] = {}
+        self.skipped: set[RunPath] = set()
 
-    def __call__(self, path: tuple[str, ...], seq: int, at: float, kind: str, body: Any) -> None:
+    def __call__(self, path: RunPath, seq: int, at: float, kind: str, body: Any) -> None:
         loop = self.loops.get(path)
         if loop is None:
             if path in self.skipped:
@@ -231,11 +237,11 @@ class TreeReplay:
                 return
         self.durables[path].replay_entry(loop, seq, at, kind, body)
 
-    def _open(self, path: tuple[str, ...]) -> OuterLoop | None:
-        parent = self.loops.get(path[:-1])
+    def _open(self, path: RunPath) -> OuterLoop | None:
+        parent = self.loops.get(path.parent)
         if parent is None or parent.config.place is None:
             return None
-        call_id = path[-1]
+        call_id = path.last
         record = parent.engine.scheduler.records.get(call_id)
         tool = parent.config.tools.get(record.tool or "") if record is not None else None
         if not isinstance(tool, TreeTool):
@@ -248,11 +254,11 @@ class TreeReplay:
 
     def end(self) -> None:
         """The journal is replayed: each child made waits for its agent call."""
-        tree = self.root.tree
+        replayed = self.root.tree.state.replayed
         for path, durable in self.durables.items():
             loop = self.loops[path]
             durable.end_replay(loop)
-            tree.replayed[path] = (loop, durable)
+            replayed[path] = (loop, durable)
 
     def forget(self) -> None:
         for durable in self.durables.values():
@@ -285,10 +291,19 @@ def journaled_budget(journal: Sequence[tuple[int, float, str, Any]]) -> Budget |
     """The budget a stored run started with (its `run(budget=)`, or its agent's), from
     the note its first commit holds; None for a run without one."""
     for _, _, kind, body in journal:
-        if kind == "note" and isinstance(body, dict) and body.get("note") == BUDGET_NOTE:
-            return Budget.from_dict(body["budget"])
+        if kind == "note":
+            budget = budget_in(body)
+            if budget is not None:
+                return budget
         if kind == "event":
             return None  # the note comes with the input, before any event
+    return None
+
+
+def budget_in(note: Any) -> Budget | None:
+    """The budget a run's budget note holds; None for another note."""
+    if isinstance(note, dict) and note.get("note") == BUDGET_NOTE:
+        return Budget.from_dict(note["budget"])
     return None
 
 

@@ -13,6 +13,11 @@ verdicts out on the calls.
 Pure, like the scheduler: the hook's answers come in as `AnswerBudget` events, and what a
 model request spent as `SpendBudget`, so a journal that replays the events replays the
 budget too, and makes the same refusals.
+
+A replayed or forked run (docs/replay.md) gives the gate what its record decided for a
+call it reuses (`recorded`): a call the record refused is refused again with the same
+error, and a call the record started is counted without asking for room (its room was the
+record's); only a call the record does not decide reserves room here.
 """
 
 from __future__ import annotations
@@ -28,7 +33,11 @@ from ._run_queue import Ranks, RunQueue
 from ._scheduler_io import Action, AnswerBudget, AskBudget, SpendBudget
 from ._status import CallStatus
 
-__all__ = ["BudgetedRunQueue", "budget_error", "budget_inputs", "limits_calls"]
+__all__ = ["BudgetedRunQueue", "RecordedRoom", "budget_error", "budget_inputs", "limits_calls"]
+
+# What a replayed record decided for a call id: its budget error (refused), True (it
+# started), or None (the record does not decide it: it reserves room as any call).
+RecordedRoom = Callable[[str], dict[str, Any] | bool | None]
 
 
 def limits_calls(ledger: Ledger) -> bool:
@@ -77,9 +86,9 @@ class BudgetedRunQueue(RunQueue):
         "_emit",
         "_park",
         "_settle",
-        "counts",
         "ledger",
         "limited",
+        "recorded",
         "waiting",
     )
 
@@ -90,9 +99,16 @@ class BudgetedRunQueue(RunQueue):
         emit: Callable[[Action], None],
         ranks: Ranks | None = None,
         park: Callable[[Call], None] | None = None,
+        recorded: RecordedRoom | None = None,
+        *,
+        limited: bool = True,
     ) -> None:
         super().__init__(ranks)
         self.ledger = ledger
+        self.recorded = recorded  # a replayed record's decisions (module docstring)
+        # Whether the chain limits calls; a run whose chain limits none has a gate only
+        # to follow a record's refusals, and counts its calls from their records.
+        self.limited = limited
         self._settle = settle  # the scheduler's: end a call with a status and an error
         self._emit = emit
         # The scheduler's: defer a queued call (it holds nothing; a `Decide` pushes it
@@ -111,11 +127,15 @@ class BudgetedRunQueue(RunQueue):
 
     def push(self, call: Call) -> None:
         """Reserve room for a ready call, then queue it; or park it, or refuse it."""
-        if call.id not in self._again:
+        fate = self.recorded(call.id) if self.recorded is not None else None
+        if isinstance(fate, dict):  # refused in the record: again, and not counted
+            self._settle(call, CallStatus.FAILED, fate)
+            return
+        if self.limited and call.id not in self._again:
             life = self.ledger.life
             if life.has_parked():
                 life.unpark(call.id)  # decided on a resume: it reserves again
-            missing = self.ledger.reserve(call_amount(call.tool.name))
+            missing = self.ledger.reserve(call_amount(call.tool.name), force=fate is True)
             if missing is not None:
                 self._no_room(call, missing)
                 return
@@ -147,6 +167,8 @@ class BudgetedRunQueue(RunQueue):
         return started
 
     def _count(self, started: list[Call]) -> None:
+        if not self.limited:
+            return  # counted from the records (`Ledger.tally`)
         for call in started:  # counted when it starts (PROTOCOL §12)
             amount = call_amount(call.tool.name)
             self.ledger.settle(amount, amount)

@@ -39,7 +39,7 @@ from ._arrival import (
     record_parameters,
 )
 from ._budget import Ledger
-from ._budget_gate import BudgetedRunQueue, budget_inputs, limits_calls
+from ._budget_gate import BudgetedRunQueue, RecordedRoom, budget_inputs, limits_calls
 from ._call import (
     Call,
     CallRecord,
@@ -124,6 +124,7 @@ class Scheduler:
         arrows: bool = False,
         budget: Ledger | None = None,
         schedule: str | Schedule = "critical_path",
+        recorded: RecordedRoom | None = None,
     ) -> None:
         self.tools = tools
         # With `notes=False` the facts (`Note...`, but `NoteTickEnded`) are not returned, for a
@@ -161,7 +162,7 @@ class Scheduler:
         self._plan = PlanOrder(self._writers, self._waiters, self._seq_of, log.lookup)
         ranks = ranks_for(schedule, self._calls, self._seqs, self._plan, self._tool_dependents)
         # By rank under a limit (PROTOCOL §13), or fifo; with a budget, room first (§12).
-        gate = _budget_gate(self, budget, ranks)
+        gate = _budget_gate(self, budget, ranks, recorded)
         self._run_queue = gate or RunQueue(ranks)
         self._handlers: dict[type, Callable[[Any], None]] = {
             FinishCall: self._on_finished,
@@ -708,17 +709,25 @@ class Scheduler:
 
 
 def _budget_gate(
-    scheduler: Scheduler, budget: Ledger | None, ranks: Ranks | None
+    scheduler: Scheduler,
+    budget: Ledger | None,
+    ranks: Ranks | None,
+    recorded: RecordedRoom | None,
 ) -> BudgetedRunQueue | None:
-    """Only a run whose chain limits calls reserves room for each (§12); any other
-    counts its calls from their records when its usage is read (`Ledger.tally`)."""
+    """Only a run whose chain limits calls reserves room for each (§12), or a replayed
+    record's run that follows its recorded refusals; any other counts its calls from
+    their records when its usage is read (`Ledger.tally`)."""
     if budget is None:
         return None
-    if not limits_calls(budget):
+    limited = limits_calls(budget)
+    if not limited:
         budget.tally(partial(started_per_tool, scheduler.records))
-        return None
+        if recorded is None:
+            return None
     park = partial(_defer, scheduler)  # after a deferred budget question, a resume starts it
-    return BudgetedRunQueue(budget, scheduler._settle, scheduler._emit, ranks, park)
+    return BudgetedRunQueue(
+        budget, scheduler._settle, scheduler._emit, ranks, park, recorded, limited=limited
+    )
 
 
 def started_per_tool(records: dict[str, CallRecord]) -> dict[str, int]:

@@ -25,7 +25,7 @@ and solution messages, only to store their calls once (`shared_text`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import trio
@@ -34,7 +34,7 @@ from .._core._decisions import (
     Approve,
 )
 from .._core._log import ContextLog
-from .._core._paths import untag_kind
+from .._core._paths import RunPath, untag_kind
 from .._core._scheduler_io import (
     FinishCall,
 )
@@ -52,7 +52,7 @@ class DurableLoop(Protocol):
     log: ContextLog
 
 
-Below = Callable[[tuple[str, ...], int, float, str, Any], None]
+Below = Callable[[RunPath, int, float, str, Any], None]
 """Takes an entry of a run below the one replayed: (its path, seq, time, kind, body)."""
 
 INTERRUPTED = {
@@ -70,7 +70,7 @@ class DurableRun(JournalWriter):
 
     def replay(
         self,
-        journal: list[tuple[int, float, str, Any]],
+        journal: Sequence[tuple[int, float, str, Any]],
         loop: DurableLoop,
         below: Below | None = None,
     ) -> None:
@@ -84,10 +84,10 @@ class DurableRun(JournalWriter):
         try:
             for seq, at, kind, body in journal:
                 try:
-                    if "@" in kind:
+                    base, path = untag_kind(kind)
+                    if path:  # a sub-agent's entry: its child run replays it
                         if below is not None:
-                            base, path = untag_kind(kind)
-                            below(path.parts, seq, at, base, body)
+                            below(path, seq, at, base, body)
                         continue
                     self.replay_entry(loop, seq, at, kind, body)
                 except (ValueError, KeyError, TypeError, AttributeError) as error:
@@ -127,7 +127,7 @@ class DurableRun(JournalWriter):
         self._checkpoint = True
         # A root's rows are rewritten whole (its children's are left to them); a child's
         # are replaced one by one, every one of them being dirty.
-        self._rewrite = not self._prefix
+        self._rewrite = not self.path
         self.sink.remember(scheduler.records)
         self.resumed = True
 
@@ -161,7 +161,9 @@ class DurableRun(JournalWriter):
             else:
                 self.unresolved.discard(body["iteration"])
         elif body.get("note") == "restart" and body.get("call_id") in self.rows:
-            self.rows[body["call_id"]].started = at
+            row = self.rows[body["call_id"]]
+            if row.started is None or not self._resumes(row.tool or ""):
+                row.started = at
 
     def reopen(self, engine: Engine) -> bool:
         """Settle the calls a crash (or a pause) left open, for either protocol's loop.
@@ -181,7 +183,8 @@ class DurableRun(JournalWriter):
             if tool is not None and tool.idempotent:
                 self.note("restart", call_id=call_id)
                 row = self._dirty[call_id] = self.rows[call_id]
-                row.started = self.now()
+                if not tool.resumes:  # one that resumes keeps its first start
+                    row.started = self.now()
                 self.sink.restarted(action)
                 engine.restart(action)
             else:
