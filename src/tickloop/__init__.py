@@ -17,6 +17,7 @@ import typing as _typing
 
 if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names, eagerly
     from ._agent._agent import Agent, RunResult
+    from ._agent._run_program import run_program
     from ._agent._replay import ReplayMismatchError, ReplayModel
     from ._agent._text_stream import TextStream
     from ._core._budget import Budget, BudgetRequest, Price, RunUsage
@@ -78,6 +79,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
         CallReceived,
         CallStarted,
         EventStream,
+        ProgramPrinted,
         Redactor,
         RequestFinished,
         RequestRetried,
@@ -93,6 +95,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
 _WHERE: dict[str, str] = {
     "Agent": "._agent._agent",
     "RunResult": "._agent._agent",
+    "run_program": "._agent._run_program",
     "ReplayMismatchError": "._agent._replay",
     "ReplayModel": "._agent._replay",
     "TextStream": "._agent._text_stream",
@@ -161,6 +164,7 @@ _WHERE: dict[str, str] = {
     "CallReceived": "._observe._events",
     "CallStarted": "._observe._events",
     "EventStream": "._observe._events",
+    "ProgramPrinted": "._observe._events",
     "Redactor": "._observe._events",
     "RequestFinished": "._observe._events",
     "RequestRetried": "._observe._events",
@@ -210,6 +214,7 @@ __all__ = [
     "PendingCall",
     "PendingDecision",
     "Price",
+    "ProgramPrinted",
     "Redactor",
     "ReferenceSyntaxError",
     "Replace",
@@ -250,6 +255,7 @@ __all__ = [
     "parse_expression",
     "resilient_json_parse",
     "run_calls",
+    "run_program",
     "timeline_html",
     "tool",
 ]

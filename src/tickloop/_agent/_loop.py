@@ -31,10 +31,11 @@ from .._engine._engine import Engine, Outcome
 from .._engine._run import ExecutionResult
 from .._errors import BudgetExceeded, ExecuteError, MaxIterationsError, RunStopped
 from .._models._base import ModelError, Usage
-from .._observe._events import EventSink, Redactor, RequestRetried, RunEvent
+from .._observe._events import EventSink, Redactor, RequestRetried, RequestStarted, RunEvent
 from ._budgeting import RequestMeter, Reservation, WallClock, run_ledger
 from ._output import OutputSpec
 from ._retry import attempts_made
+from ._stubs import printed_of
 
 __all__ = ["AgentConfig", "LoopProtocol", "OuterLoop", "OutputT", "RunResult", "structural"]
 
@@ -67,6 +68,12 @@ class RunResult(ExecutionResult, Generic[OutputT]):
         self.iterations = iterations
         self.run_id = run_id
         self.status = status
+
+    @property
+    def printed(self) -> dict[int, list[str]]:
+        """What each program of a code plan printed, by iteration (PROTOCOL §14); empty
+        for the other protocols."""
+        return printed_of(self._log)
 
     def __repr__(self) -> str:
         return (
@@ -120,6 +127,12 @@ class AgentConfig:
     pricing: Mapping[str, Price] = field(default_factory=dict)
     on_budget: Callable[[BudgetRequest], Any] | None = None
     parent_ledger: Ledger | None = None
+    # Code plans (PROTOCOL §14): what one program may do ("Limits"), and whether the run
+    # is one program only (`tl.run_program`: no model asked again, whatever it ends with).
+    max_calls: int = 1000
+    max_steps: int = 200_000
+    max_eval_seconds: float = 1.0
+    single_program: bool = False
 
 
 class LoopProtocol(ABC):
@@ -327,6 +340,26 @@ class OuterLoop:
         self.log.append(message)
         if self.durable is not None:
             self.durable.journal_messages([message])
+
+    async def _open_request(
+        self, request: Any, iteration: int, *, code: bool = False
+    ) -> tuple[Reservation, Usage] | None:
+        """What every protocol does before it asks the model, written once: room for the
+        request (PROTOCOL §12; None: the budget hook deferred, and the run pauses before
+        asking), the request journaled beside the response it gets, the tick opened and
+        `RequestStarted` told. Returns the reservation and the usage reported before it,
+        which `_metered` takes when the request ends."""
+        reservation = await self._reserve(request)
+        if reservation is None:
+            return None
+        before = Usage(self.usage.input_tokens, self.usage.output_tokens)
+        if self.durable is not None:
+            # Beside the response it gets: what a replay or fork compares a new request
+            # with (docs/replay.md). The last note of an iteration asked twice wins.
+            self.durable.note("request", iteration=iteration, request=request.to_dict())
+        self.engine.open_tick(iteration, code=code)
+        self._emit(RequestStarted, iteration=iteration)
+        return reservation, before
 
     async def _reserve(self, request: Any) -> Reservation | None:
         """Room for the next model request (PROTOCOL §12), before its tick opens; None:

@@ -46,6 +46,7 @@ class CallRecord:
     started: float | None = None
     finished: float | None = None
     worker: str | None = None  # where it ran, when a driver runs calls on many (Temporal)
+    line: int | None = None  # a code plan's call: the program line it was made on (§14)
 
 
 class Call:

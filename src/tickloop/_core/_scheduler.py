@@ -143,6 +143,7 @@ class Scheduler:
         self._index = 0
         self._stream_open = False
         self._tick_active = False
+        self._code = False  # the open tick is a code plan's (`OpenTick.code`)
         self._event: Event | None = None
         self._date = ""
         self._actions: list[Action] = []
@@ -235,6 +236,7 @@ class Scheduler:
             )
         self._iteration = event.iteration
         self._index = 0
+        self._code = event.code
         self._stream_open = True
         self._tick_active = True
         self._request_by_tool = {}
@@ -264,8 +266,11 @@ class Scheduler:
         record = call.record
         self.records[record.id] = record
         self._seqs[record.id] = self._seq
+        if self._code and type(record.call) is dict:
+            line = record.call.get("_line")
+            record.line = line if type(line) is int else None
         try:
-            check_call(self.tools, call, record.call, given, wanted)
+            check_call(self.tools, call, record.call, given, wanted, code=self._code)
         except Structural as fault:
             record_parameters(call)
             # `record.call` is the wire, or the form of it that can be shown (`_check_shape`).
@@ -333,7 +338,7 @@ class Scheduler:
         else:
             earlier.append(call.id)
         if self.notes:
-            self._actions.append(NoteAccepted(call.id, tool.name, call.wire))
+            self._actions.append(NoteAccepted(call.id, tool.name, call.wire, tool.read_only))
         self._start_waiting(call)
 
     def _wait_for_earlier_tools(self, call: Call) -> None:

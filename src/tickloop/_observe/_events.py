@@ -211,6 +211,10 @@ class CallReceived(RunEvent):
     kind: ClassVar[str] = "call.received"
     tool: str | None
     call: Any
+    # A code plan's call (PROTOCOL §14): the program line it was made on, and whether its
+    # tool is read-only (its calls may start before earlier ones are known to succeed).
+    line: int | None = None
+    read_only: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -276,6 +280,17 @@ class DataWritten(RunEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ProgramPrinted(RunEvent):
+    """A code plan's program printed a line (PROTOCOL §14), in program order, once the
+    statement that printed it has committed."""
+
+    kind: ClassVar[str] = "program.printed"
+    iteration: int
+    line: int | None  # the program line of the statement that printed it
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TickEnded(RunEvent):
     """The tick of `iteration` is over: its Error Messages and the calls it paused on."""
 
@@ -300,6 +315,7 @@ _KINDS: dict[str, type[RunEvent]] = {
         CallStarted,
         CallFinished,
         DataWritten,
+        ProgramPrinted,
         TickEnded,
     )
 }
@@ -428,12 +444,15 @@ class EventSink(ActionObserver):
         run_id = self.run_id
         if isinstance(action, sched.NoteAccepted):
             self._tools[action.id] = action.tool
+            line = action.call.get("_line")
             return CallReceived(
                 run_id=run_id,
                 time=now,
                 call_id=action.id,
                 tool=action.tool,
                 call=self.redact(action.call),
+                line=line if type(line) is int else None,
+                read_only=action.read_only,
             )
         if isinstance(action, sched.NoteReady):
             return CallReady(
