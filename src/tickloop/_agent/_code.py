@@ -33,7 +33,7 @@ from .._core._scheduler_io import NoteSettled
 from .._core._tools import ToolSet
 from .._durable._resume import CUT_OFF, DurableRun
 from .._engine._program import ProgramDriver
-from .._errors import ConfigurationError
+from .._errors import ConfigurationError, unwrap_single
 from .._models._base import SolutionRequest, TextDelta, Usage
 from .._observe._events import EventSink, ProgramPrinted, RequestFinished, RunEvent
 from ._loop import AgentConfig, LoopProtocol, OuterLoop, structural
@@ -133,9 +133,7 @@ class _Program:
         durable = self.loop.durable
         if durable is not None and not self.driver.resuming:
             # Journaled before any of its calls starts (PROTOCOL §14 "Durability").
-            durable.statement(
-                self.iteration, statement.index, statement.line, self.program_text()
-            )
+            durable.statement(self.iteration, statement.index, statement.line, self.program_text())
         self.driver.add(statement)
         self.wake()
 
@@ -314,25 +312,30 @@ class _CodeLoop(OuterLoop):
             elif isinstance(item, TextDelta):
                 program.feed(item.text)
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(program.run)
-            try:
-                await self._request(request, on_item)
-            except StreamBroken as error:
-                broken = error
-            except Exception as error:
-                self.meter.release(reservation)  # nothing arrived: retries were used up
-                raise self._request_failed(error) from error
-            text = "".join(program.text)
-            self._metered(reservation, before, text, cut_off=broken is not None)
-            self._emit(
-                RequestFinished,
-                iteration=iteration,
-                error=f"broke off: {broken}" if broken is not None else None,
-            )
-            program.close()
-            notes = [f"your answer broke off ({broken}); the statements before it ran"] if broken else []
-            self._record_program(iteration, program, text, notes)
+        with unwrap_single():
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(program.run)
+                try:
+                    await self._request(request, on_item)
+                except StreamBroken as error:
+                    broken = error
+                except Exception as error:
+                    self.meter.release(reservation)  # nothing arrived: retries were used up
+                    raise self._request_failed(error) from error
+                text = "".join(program.text)
+                self._metered(reservation, before, text, cut_off=broken is not None)
+                self._emit(
+                    RequestFinished,
+                    iteration=iteration,
+                    error=f"broke off: {broken}" if broken is not None else None,
+                )
+                program.close()
+                notes = (
+                    [f"your answer broke off ({broken}); the statements before it ran"]
+                    if broken
+                    else []
+                )
+                self._record_program(iteration, program, text, notes)
         return await self._finish(iteration, program)
 
     async def _request(
@@ -397,9 +400,7 @@ class _CodeLoop(OuterLoop):
             self._clear_variables(iteration)
         else:
             entry["globals"] = program.machine.globals.to_json()
-        self._append(
-            {"type": "data", "kind": PROGRAM_KIND, "_outputMethod": "push", "data": entry}
-        )
+        self._append({"type": "data", "kind": PROGRAM_KIND, "_outputMethod": "push", "data": entry})
         if self.durable is not None:
             self.durable.verdict(iteration, output if done else None)
         self.engine.close_stream()
@@ -473,17 +474,19 @@ class _CodeLoop(OuterLoop):
                 engine.close_stream()
                 await engine.wait_tick()
                 return False, None
-        async with trio.open_nursery() as nursery:
-            program = self.program = _Program(self, iteration, resuming=True)
-            nursery.start_soon(program.run)
-            if solution is None:
-                program.feed(durable.programs.get(iteration) or "")
-                program.close()
-                program.driver.resuming = False
-                self._record_program(iteration, program, "", [CUT_OFF])
-            else:
-                program.feed(str(solution.get("program") or ""))
-                program.close()
+        with unwrap_single():
+            async with trio.open_nursery() as nursery:
+                program = self.program = _Program(self, iteration, resuming=True)
+                nursery.start_soon(program.run)
+                if solution is None:
+                    program.feed(durable.programs.get(iteration) or "")
+                    program.close()
+                    program.driver.resuming = False
+                    self.engine.report(structural(CUT_OFF))
+                    self._record_program(iteration, program, "", [CUT_OFF])
+                else:
+                    program.feed(str(solution.get("program") or ""))
+                    program.close()
         return await self._finish(iteration, program)
 
     def _solution(self, iteration: int) -> dict[str, Any] | None:

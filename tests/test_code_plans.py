@@ -1,0 +1,343 @@
+"""Code plans through the public API (PROTOCOL §14): the model writes Python, every call
+in it is a call of the run.
+
+Timing is on trio's virtual clock (`MockClock(autojump_threshold=0)`): tools sleep a
+known time, the model streams at a known pace, and what started when is read from the
+call records (`started`, `finished`, on the run's clock).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+import tickloop as tl
+
+
+def run_on_mock_clock(agent: tl.Agent[Any], input: Any = None, **options: Any) -> Any:
+    async def main() -> Any:
+        return await agent.run_async(input, **options)
+
+    return trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def fenced(program: str) -> str:
+    return f"```python\n{program.strip()}\n```\n"
+
+
+SECOND = 1.0
+
+
+@tl.tool(read_only=True)
+async def fetch(url: str) -> str:
+    """Fetch a page (one second)."""
+    await trio.sleep(SECOND)
+    return f"page of {url}"
+
+
+@tl.tool(read_only=True)
+async def search(query: str) -> list[str]:
+    """Search (one second)."""
+    await trio.sleep(SECOND)
+    return [f"{query}/a", f"{query}/b", f"{query}/c"]
+
+
+sent: list[dict[str, Any]] = []
+
+
+@tl.tool
+async def send(to: str, body: str) -> dict[str, Any]:
+    """Send a message: a side effect (one second)."""
+    await trio.sleep(SECOND)
+    sent.append({"to": to, "body": body})
+    return {"sent": True}
+
+
+@tl.tool(read_only=True)
+async def broken(url: str) -> str:
+    """Always fails."""
+    await trio.sleep(SECOND)
+    raise RuntimeError(f"cannot reach {url}")
+
+
+@pytest.fixture(autouse=True)
+def _clear_sent() -> None:
+    sent.clear()
+
+
+# -- the request ------------------------------------------------------------------------
+
+
+def test_the_request_shows_tools_as_python_stubs() -> None:
+    lookup = tl.Tool(
+        "find-page",
+        "Find a page by its title.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "lang": {"type": "string", "enum": ["en", "de"], "default": "en"},
+                "title": {"type": "string", "description": "the title"},
+                "limit": {"type": "integer"},
+                "from": {"type": "string"},
+            },
+            "required": ["title"],
+        },
+        output={
+            "type": "object",
+            "properties": {"url": {"type": "string"}, "score": {"type": "number"}},
+            "required": ["url", "score"],
+        },
+        read_only=True,
+    )
+    model = tl.ScriptedModel([fenced('final_answer("done")')])
+    result = tl.Agent(model, tools=[lookup], protocol="code").run({"topic": "trio"})
+    assert result.output == "done"
+    [system, user] = model.requests[0]["messages"]
+    stubs = system["content"]
+    # Required first, then optional in schema order; Literal for an enum, defaults,
+    # mangled names (`-` -> `_`, a keyword gets `_`), the output as a TypedDict.
+    assert "class FindPageResult(TypedDict):\n    url: str\n    score: float" in stubs
+    assert (
+        "def find_page(title: str, lang: Literal['en', 'de'] = 'en', limit: int | None = None, "
+        "from_: str | None = None) -> FindPageResult:" in stubs.replace("\n    ", " ").replace(
+            "(\n", "("
+        ).replace(",\n)", ")")
+        or "def find_page(\n    title: str,\n    lang: Literal['en', 'de'] = 'en',\n"
+        "    limit: int | None = None,\n    from_: str | None = None,\n) -> FindPageResult:"
+        in stubs
+    )
+    assert "Find a page by its title." in stubs
+    assert "final_answer(value)" in stubs
+    assert "task_input = {'topic': 'trio'}" in user["content"]
+    assert model.requests[0]["schema"] is None  # a plain-text answer: no JSON schema
+
+
+def test_names_that_collide_once_mangled_are_a_configuration_error() -> None:
+    one = tl.Tool("get-page", "a", {"type": "object"}, handler=lambda: 1)
+    two = tl.Tool("get_page", "b", {"type": "object"}, handler=lambda: 2)
+    with pytest.raises(tl.ConfigurationError, match="'get-page' and 'get_page'"):
+        tl.Agent(tl.ScriptedModel([]), tools=[one, two], protocol="code")
+    # Only code plans care: the other protocols call tools by their own names.
+    tl.Agent(tl.ScriptedModel([]), tools=[one, two])
+
+
+def test_read_only_is_described_and_shown_in_events() -> None:
+    assert fetch.describe()["options"]["read_only"] is True
+    assert send.describe()["options"]["read_only"] is False
+    events: list[tl.RunEvent] = []
+    model = tl.ScriptedModel([fenced('a = fetch(url="x")\nb = send(to="bob", body=a)\nfinal_answer(b)')])
+    agent = tl.Agent(model, tools=[fetch, send], protocol="code", on_event=events.append)
+    run_on_mock_clock(agent)
+    received = {event.call_id: event for event in events if isinstance(event, tl.CallReceived)}
+    assert received["c1.0"].read_only and not received["c1.1"].read_only
+    assert (received["c1.0"].line, received["c1.1"].line) == (1, 2)
+
+
+# -- streaming and readiness ------------------------------------------------------------
+
+
+def test_the_first_call_starts_while_the_model_is_still_writing() -> None:
+    program = fenced(
+        """
+pages = []
+a = fetch(url="https://a")
+b = fetch(url="https://b")
+c = fetch(url="https://c")
+final_answer([a, b, c])
+"""
+    )
+    # Eight characters every half second: the program takes ~12 s to stream.
+    model = tl.ScriptedModel([program], chunk_chars=8, chunk_delay=0.5)
+    agent = tl.Agent(model, tools=[fetch], protocol="code")
+    result = run_on_mock_clock(agent)
+    assert result.output == ["page of https://a", "page of https://b", "page of https://c"]
+    streamed = (len(program) // 8) * 0.5
+    first = result.records["c1.1"]
+    # Its statement is complete once the next line starts: long before the end.
+    assert first.started is not None and first.started < streamed / 2
+    assert first.finished is not None and first.finished < streamed
+    assert first.line == 2
+    # Every call's id is its call path; each record has its line.
+    assert [(r.id, r.line) for r in result.records.values()] == [
+        ("c1.1", 2),
+        ("c1.2", 3),
+        ("c1.3", 4),
+    ]
+
+
+def test_variables_are_the_state_one_write_per_changed_variable() -> None:
+    program = fenced(
+        """
+a = fetch(url="x")
+b = 2
+print("got", a)
+final_answer(b)
+"""
+    )
+    events: list[tl.RunEvent] = []
+    model = tl.ScriptedModel([program])
+    agent = tl.Agent(model, tools=[fetch], protocol="code", on_event=events.append)
+    result = run_on_mock_clock(agent)
+    assert result.output == 2
+    assert result.state == {"a": "page of x", "b": 2}
+    writes = [
+        (m["_path"], m["_outputMethod"], m.get("_line"))
+        for m in result.messages
+        if m["type"] == "data" and m["kind"] == "state"
+    ]
+    assert writes == [("†state.a", "set", 1), ("†state.b", "set", 2)]
+    assert result.printed == {1: ["got page of x"]}
+    printed = [e for e in events if isinstance(e, tl.ProgramPrinted)]
+    assert [(e.iteration, e.line, e.text) for e in printed] == [(1, 3, "got page of x")]
+
+
+def test_a_program_without_final_answer_is_shown_in_the_next_request() -> None:
+    first = fenced('page = fetch(url="x")\nprint(len(page))\n')
+    second = fenced("final_answer(page)")
+    model = tl.ScriptedModel([first, second])
+    result = run_on_mock_clock(tl.Agent(model, tools=[fetch], protocol="code"))
+    assert result.output == "page of x"
+    assert result.iterations == 2
+    shown = model.requests[1]["messages"][-1]["content"]
+    assert "## Program 1" in shown and 'page = fetch(url="x")' in shown
+    assert "Printed:\n9" in shown
+    assert "page = 'page of x'" in shown  # the variables
+
+
+def test_a_call_with_side_effects_waits_for_every_earlier_call() -> None:
+    program = fenced(
+        """
+a = fetch(url="x")
+s = send(to="bob", body="hello")
+b = fetch(url="y")
+final_answer(s)
+"""
+    )
+    result = run_on_mock_clock(tl.Agent(tl.ScriptedModel([program]), tools=[fetch, send], protocol="code"))
+    records = result.records
+    # The read-only call after it did not wait; the side effect waited for `a`.
+    assert records["c1.1"].started >= records["c1.0"].finished
+    assert records["c1.2"].started < records["c1.1"].finished
+
+
+def test_a_side_effect_after_an_uncaught_failure_never_runs() -> None:
+    program = fenced(
+        """
+a = broken(url="x")
+s = send(to="bob", body="hello")
+final_answer(s)
+"""
+    )
+    model = tl.ScriptedModel([program, fenced('final_answer("gave up")')])
+    result = run_on_mock_clock(tl.Agent(model, tools=[broken, send], protocol="code"))
+    assert result.output == "gave up"
+    assert sent == []
+    assert "c1.1" not in result.records
+    shown = model.requests[1]["messages"][-1]["content"]
+    assert "cannot reach x" in shown and "line 1" in shown
+
+
+def test_model_chosen_ids_may_not_look_like_call_paths() -> None:
+    @tl.tool
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    result = tl.run_calls(
+        [{"_tool": "add", "a": 1, "b": 2, "_id": "c1.0[1]", "_outputPath": "†state.x"}],
+        tools=[add],
+    )
+    [error] = result.errors
+    assert "'[', ']' or '>'" in error["data"]["error"]["message"]
+    assert result.state == {}
+
+
+def test_unset_removes_a_key_from_the_state() -> None:
+    result = tl.run_calls([], tools=[], state={"a": 1, "b": 2})
+    log = result._log
+    log.append({"type": "data", "kind": "state", "_path": "†state.a", "_outputMethod": "unset", "data": {"a": None}})
+    log.append({"type": "data", "kind": "state", "_path": "†state.zz", "_outputMethod": "unset", "data": {"zz": None}})
+    assert result.state == {"b": 2}
+
+
+# -- approvals --------------------------------------------------------------------------
+
+
+def test_a_gated_call_asks_with_resolved_params_while_independent_statements_finish() -> None:
+    asked: list[tuple[str, dict[str, Any], int | None, float]] = []
+
+    @tl.tool(requires_approval=True)
+    async def pay(to: str, cents: int) -> str:
+        """Pay someone."""
+        return f"paid {cents} to {to}"
+
+    async def approve(call: tl.PendingCall) -> tl.Decision:
+        asked.append((call.id, call.params, call.line, trio.current_time()))
+        await trio.sleep(10)  # a person takes ten seconds
+        return tl.Approve()
+
+    program = fenced(
+        """
+who = search(query="payee")
+p = pay(to=who[0], cents=500)
+x = fetch(url="independent")
+y = fetch(url=x)
+final_answer([p, y])
+"""
+    )
+    agent = tl.Agent(
+        tl.ScriptedModel([program]), tools=[search, fetch, pay], protocol="code", approve=approve
+    )
+    result = run_on_mock_clock(agent)
+    assert result.output == ["paid 500 to payee/a", "page of page of independent"]
+    [(call_id, params, line, _)] = asked
+    assert (call_id, params, line) == ("c1.1", {"to": "payee/a", "cents": 500}, 2)
+    # The independent statements finished while the hook was still deciding.
+    hook_answered = result.records["c1.1"].started
+    assert result.records["c1.3"].finished < hook_answered
+
+
+def test_a_denied_call_ends_the_program_at_its_line() -> None:
+    @tl.tool(requires_approval=True)
+    async def pay(to: str, cents: int) -> str:
+        """Pay someone."""
+        return "paid"
+
+    program = fenced('p = pay(to="x", cents=5)\nfinal_answer(p)')
+    model = tl.ScriptedModel([program, fenced('final_answer("no")')])
+    agent = tl.Agent(
+        model, tools=[pay], protocol="code", approve=lambda call: tl.Deny("too much")
+    )
+    result = run_on_mock_clock(agent)
+    assert result.output == "no"
+    assert result.records["c1.0"].status == "denied"
+    shown = model.requests[1]["messages"][-1]["content"]
+    assert "too much" in shown and "line 1" in shown
+
+
+# -- run_program ------------------------------------------------------------------------
+
+
+def test_run_program_runs_one_program_without_a_model() -> None:
+    @tl.tool
+    def double(n: int) -> int:
+        """Double."""
+        return n * 2
+
+    result = tl.run_program("x = double(n=start)\nprint(x)\nfinal_answer(x)\n", tools=[double], state={"start": 21})
+    assert result.output == 42
+    assert result.state == {"start": 21, "x": 42}
+    assert result.printed == {1: ["42"]}
+    with pytest.raises(tl.TickloopError):
+        tl.run_program("x = (", tools=[double])
+
+
+def test_solution_requests_are_unchanged() -> None:
+    model = tl.ScriptedModel([{"calls": [], "output": 1}])
+    tl.Agent(model, tools=[fetch]).run()
+    assert isinstance(model.requests[0]["schema"], dict)
+    assert json.dumps(model.requests[0]["schema"])
