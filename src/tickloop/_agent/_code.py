@@ -35,7 +35,13 @@ from .._durable._resume import CUT_OFF, DurableRun
 from .._engine._program import ProgramDriver
 from .._errors import ConfigurationError, unwrap_single
 from .._models._base import SolutionRequest, TextDelta, Usage
-from .._observe._events import EventSink, ProgramPrinted, RequestFinished, RunEvent
+from .._observe._events import (
+    DataWritten,
+    EventSink,
+    ProgramPrinted,
+    RequestFinished,
+    RunEvent,
+)
 from ._loop import AgentConfig, LoopProtocol, OuterLoop, structural
 from ._retry import StreamBroken, stream_with_retries
 from ._stubs import PROGRAM_KIND, CodeName, code_names, render_code_request
@@ -191,30 +197,10 @@ class _Program:
         index = commit.statement_index
         if index in self._committed:  # a resumed program: its journal holds these already
             return
-        for name, value in commit.writes.items():
-            self.loop._append(
-                {
-                    "type": "data",
-                    "kind": "state",
-                    "_path": f"†state.{name}",
-                    "_outputMethod": "set",
-                    "data": {name: value},
-                    "_line": commit.line,
-                    "_statement": [self.iteration, index],
-                }
-            )
-        for name in commit.deletes:
-            self.loop._append(
-                {
-                    "type": "data",
-                    "kind": "state",
-                    "_path": f"†state.{name}",
-                    "_outputMethod": "unset",
-                    "data": {name: None},
-                    "_line": commit.line,
-                    "_statement": [self.iteration, index],
-                }
-            )
+        changes = [(name, "set", value) for name, value in commit.writes.items()]
+        changes += [(name, "unset", None) for name in commit.deletes]
+        for name, method, value in changes:
+            self.loop.write_variable(name, method, value, commit.line, [self.iteration, index])
 
 
 def _code_tool(entry: CodeName, tools: ToolSet) -> CodeTool:
@@ -258,6 +244,33 @@ class _CodeLoop(OuterLoop):
                 program.driver.settled(action.id)
             program.wake()  # a decision, a deferral, a refusal: the pump looks again
         self.events(action)
+
+    def write_variable(
+        self, name: str, method: str, value: Any, line: int | None, statement: list[int] | None
+    ) -> None:
+        """A variable's change as the run's state (PROTOCOL §14 "Names and the state"):
+        one `data` message at `†state.<name>`, `set` or `unset`, with its `_line`."""
+        message: dict[str, Any] = {
+            "type": "data",
+            "kind": "state",
+            "_path": f"†state.{name}",
+            "_outputMethod": method,
+            "data": {name: value},
+        }
+        if line is not None:
+            message["_line"] = line
+        if statement is not None:
+            message["_statement"] = statement  # what a resume finds committed already
+        self._append(message)
+        events = self.events
+        if events.listeners and events.wants_messages:  # a mirror of the state (AG-UI)
+            self._emit(
+                DataWritten,
+                data_kind="state",
+                output_path=message["_path"],
+                method=method,
+                data=events.redact(message["data"]),
+            )
 
     def committed_statements(self, iteration: int) -> set[int]:
         """Statements of `iteration` whose variable writes the log holds (a resume)."""
@@ -436,15 +449,7 @@ class _CodeLoop(OuterLoop):
         """`reset()`: the variables go (one `unset` each), and so do helpers and imports."""
         state = self.log.view("state")
         for name in list(state) if isinstance(state, dict) else ():
-            self._append(
-                {
-                    "type": "data",
-                    "kind": "state",
-                    "_path": f"†state.{name}",
-                    "_outputMethod": "unset",
-                    "data": {name: None},
-                }
-            )
+            self.write_variable(name, "unset", None, None, None)
 
     # -- resuming ---------------------------------------------------------------------
 

@@ -621,7 +621,8 @@ class Scheduler:
         if error is not None:
             self._errors.append(error_message(call.wire, error))
         if self.notes:
-            self._actions.append(NoteSettled(call.id, status, error))
+            output = call.record.output if not call.writes and status == S.DONE else None
+            self._actions.append(NoteSettled(call.id, status, error, output))
         if call.writes:
             if status in ERROR_STATUSES:
                 self._lost_writers.lose(call, status)

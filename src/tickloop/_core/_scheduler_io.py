@@ -224,6 +224,9 @@ class NoteSettled:
     id: str
     status: str
     error: dict[str, Any] | None
+    # The value of a done call that wrote nothing (a code plan's call, a fire-and-forget
+    # one), which no `NoteMessage` carries; None otherwise.
+    output: Any = None
 
 
 @dataclass(slots=True)

@@ -265,6 +265,9 @@ class CallFinished(RunEvent):
     error: dict[str, Any] | None = None
     duration: float | None = None
     worker: str | None = None
+    # The value of a call whose result is written nowhere (a code plan's call, PROTOCOL
+    # §14), redacted; a call that writes its result tells it in `DataWritten` instead.
+    output: Any = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -507,6 +510,7 @@ class EventSink(ActionObserver):
                 status=action.status,
                 error=action.error,
                 duration=None if started is None else now - started,
+                output=None if action.output is None else self.redact(action.output),
             )
         if isinstance(action, sched.NoteTickEnded):
             return TickEnded(
