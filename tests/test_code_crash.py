@@ -174,7 +174,9 @@ def test_a_program_killed_mid_run_resumes_without_repeating_finished_calls(
     codecrash, db = _crash(tmp_path, mode, monkeypatch)
     counts = lambda: Counter((tmp_path / "counts").read_text().split())  # noqa: E731
     before = counts()
-    assert before == Counter({"fast:1": 1, "fast:2": 1, "double:1": 1, "charge:3": 1, "lookup:4": 1})
+    assert before == Counter(
+        {"fast:1": 1, "fast:2": 1, "double:1": 1, "charge:3": 1, "lookup:4": 1}
+    )
     store = tl.SQLiteStore(db)
     agent = codecrash.make_agent(store)
     result = agent.resume("crashy")

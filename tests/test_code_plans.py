@@ -103,9 +103,8 @@ def test_the_request_shows_tools_as_python_stubs() -> None:
     assert "class FindPageResult(TypedDict):\n    url: str\n    score: float" in stubs
     assert (
         "def find_page(title: str, lang: Literal['en', 'de'] = 'en', limit: int | None = None, "
-        "from_: str | None = None) -> FindPageResult:" in stubs.replace("\n    ", " ").replace(
-            "(\n", "("
-        ).replace(",\n)", ")")
+        "from_: str | None = None) -> FindPageResult:"
+        in stubs.replace("\n    ", " ").replace("(\n", "(").replace(",\n)", ")")
         or "def find_page(\n    title: str,\n    lang: Literal['en', 'de'] = 'en',\n"
         "    limit: int | None = None,\n    from_: str | None = None,\n) -> FindPageResult:"
         in stubs
@@ -129,7 +128,9 @@ def test_read_only_is_described_and_shown_in_events() -> None:
     assert fetch.describe()["options"]["read_only"] is True
     assert send.describe()["options"]["read_only"] is False
     events: list[tl.RunEvent] = []
-    model = tl.ScriptedModel([fenced('a = fetch(url="x")\nb = send(to="bob", body=a)\nfinal_answer(b)')])
+    model = tl.ScriptedModel(
+        [fenced('a = fetch(url="x")\nb = send(to="bob", body=a)\nfinal_answer(b)')]
+    )
     agent = tl.Agent(model, tools=[fetch, send], protocol="code", on_event=events.append)
     run_on_mock_clock(agent)
     received = {event.call_id: event for event in events if isinstance(event, tl.CallReceived)}
@@ -217,7 +218,9 @@ b = fetch(url="y")
 final_answer(s)
 """
     )
-    result = run_on_mock_clock(tl.Agent(tl.ScriptedModel([program]), tools=[fetch, send], protocol="code"))
+    result = run_on_mock_clock(
+        tl.Agent(tl.ScriptedModel([program]), tools=[fetch, send], protocol="code")
+    )
     records = result.records
     # The read-only call after it did not wait; the side effect waited for `a`.
     assert records["c1.1"].started >= records["c1.0"].finished
@@ -259,8 +262,24 @@ def test_model_chosen_ids_may_not_look_like_call_paths() -> None:
 def test_unset_removes_a_key_from_the_state() -> None:
     result = tl.run_calls([], tools=[], state={"a": 1, "b": 2})
     log = result._log
-    log.append({"type": "data", "kind": "state", "_path": "†state.a", "_outputMethod": "unset", "data": {"a": None}})
-    log.append({"type": "data", "kind": "state", "_path": "†state.zz", "_outputMethod": "unset", "data": {"zz": None}})
+    log.append(
+        {
+            "type": "data",
+            "kind": "state",
+            "_path": "†state.a",
+            "_outputMethod": "unset",
+            "data": {"a": None},
+        }
+    )
+    log.append(
+        {
+            "type": "data",
+            "kind": "state",
+            "_path": "†state.zz",
+            "_outputMethod": "unset",
+            "data": {"zz": None},
+        }
+    )
     assert result.state == {"b": 2}
 
 
@@ -309,9 +328,7 @@ def test_a_denied_call_ends_the_program_at_its_line() -> None:
 
     program = fenced('p = pay(to="x", cents=5)\nfinal_answer(p)')
     model = tl.ScriptedModel([program, fenced('final_answer("no")')])
-    agent = tl.Agent(
-        model, tools=[pay], protocol="code", approve=lambda call: tl.Deny("too much")
-    )
+    agent = tl.Agent(model, tools=[pay], protocol="code", approve=lambda call: tl.Deny("too much"))
     result = run_on_mock_clock(agent)
     assert result.output == "no"
     assert result.records["c1.0"].status == "denied"
@@ -328,7 +345,9 @@ def test_run_program_runs_one_program_without_a_model() -> None:
         """Double."""
         return n * 2
 
-    result = tl.run_program("x = double(n=start)\nprint(x)\nfinal_answer(x)\n", tools=[double], state={"start": 21})
+    result = tl.run_program(
+        "x = double(n=start)\nprint(x)\nfinal_answer(x)\n", tools=[double], state={"start": 21}
+    )
     assert result.output == 42
     assert result.state == {"start": 21, "x": 42}
     assert result.printed == {1: ["42"]}
@@ -341,3 +360,56 @@ def test_solution_requests_are_unchanged() -> None:
     tl.Agent(model, tools=[fetch]).run()
     assert isinstance(model.requests[0]["schema"], dict)
     assert json.dumps(model.requests[0]["schema"])
+
+
+# -- sub-agents and budgets --------------------------------------------------------------
+
+
+def test_a_program_calls_an_agent_tool_as_a_sub_agent() -> None:
+    """An agent tool is a function of the program; the child may use any protocol, a
+    code plan included, and its calls are named under the parent's call path."""
+    researcher = tl.Agent(
+        tl.ScriptedModel([{"calls": [], "output": "notes on trio"}]),
+        name="researcher",
+        description="Research a topic.",
+    )
+    coder = tl.Agent(
+        tl.ScriptedModel([fenced('p = fetch(url="https://trio")\nfinal_answer(p)')]),
+        name="coder",
+        tools=[fetch],
+        protocol="code",
+    )
+    program = fenced(
+        """
+notes = researcher(task="trio")
+size = coder(task="measure")
+final_answer({"notes": notes, "size": size})
+"""
+    )
+    agent = tl.Agent(tl.ScriptedModel([program]), tools=[researcher, coder], protocol="code")
+    result = run_on_mock_clock(agent)
+    assert result.output == {"notes": "notes on trio", "size": len("page of https://trio")}
+    assert result.records["c1.1/c1.0"].status == "done"  # the code child's own call
+    assert result.records["c1.1/c1.0"].line == 1
+    assert result.state == {"notes": "notes on trio", "size": 20}
+
+
+def test_a_budget_refusal_is_a_tool_error_of_type_budget() -> None:
+    program = fenced(
+        """
+pages = [fetch(url=u) for u in ["a", "b", "c", "d", "e"]]
+final_answer(pages)
+"""
+    )
+    fallback = fenced('final_answer("over budget")')
+    model = tl.ScriptedModel([program, fallback])
+    agent = tl.Agent(model, tools=[fetch], protocol="code", budget=tl.Budget(tool_calls=3))
+    result = run_on_mock_clock(agent)
+    assert result.output == "over budget"
+    statuses = sorted(record.status for record in result.records.values())
+    assert statuses == ["done", "done", "done", "failed", "failed"]
+    refused = [r for r in result.records.values() if r.status == "failed"]
+    assert all(r.error["type"] == "budget" for r in refused)
+    assert result.usage.tool_calls == 3
+    shown = model.requests[1]["messages"][-1]["content"]
+    assert "budget" in shown and "line 1" in shown

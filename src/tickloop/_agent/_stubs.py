@@ -44,6 +44,7 @@ PROGRAM_KIND = "program"
 """The data kind of what each program of a run left: printed lines, result, error
 (pushed, one entry per iteration, so the view is every program's in order)."""
 
+
 def printed_of(log: ContextLog) -> dict[int, list[str]]:
     """What each program of a run printed, by iteration (`RunResult.printed`)."""
     printed: dict[int, list[str]] = {}
@@ -278,7 +279,9 @@ def annotation_of(schema: Any, definitions: Mapping[str, Any] | None = None, dep
             return _union([annotation_of(option, definitions, depth + 1) for option in options])
     kind = schema.get("type")
     if isinstance(kind, list):
-        return _union([annotation_of({**schema, "type": item}, definitions, depth + 1) for item in kind])
+        return _union(
+            [annotation_of({**schema, "type": item}, definitions, depth + 1) for item in kind]
+        )
     if kind in _SIMPLE:
         return _SIMPLE[kind]
     if kind == "array":
@@ -434,18 +437,16 @@ def _context(log: ContextLog, budget: int | None) -> str:
         sections.append("## Variables\n" + "\n".join(lines))
     else:
         sections.append("## Variables\n(none yet)")
-    helpers = [
-        entry for entry in (log.view(PROGRAM_KIND) or ()) if isinstance(entry, dict)
-    ]
-    defined = [
-        signature for entry in helpers for signature in entry.get("helpers") or ()
-    ]
+    helpers = [entry for entry in (log.view(PROGRAM_KIND) or ()) if isinstance(entry, dict)]
+    defined = [signature for entry in helpers for signature in entry.get("helpers") or ()]
     if defined:
         sections.append("## Your helpers\n" + "\n".join(dict.fromkeys(defined)))
     return "\n\n".join(sections)
 
 
-def _program_section(entry: dict[str, Any], solution: dict[str, Any] | None, budget: int | None) -> str:
+def _program_section(
+    entry: dict[str, Any], solution: dict[str, Any] | None, budget: int | None
+) -> str:
     iteration = entry.get("iteration")
     program = solution.get("program") if solution is not None else None
     lines = [f"## Program {iteration}"]

@@ -40,28 +40,28 @@ CITIES: dict[str, dict[str, Any]] = {
 BUDGET = 2_500
 
 
-@tool
+@tool(read_only=True)
 async def forecast(city: str) -> str:
     """The weather forecast for a city during the offsite week."""
     await trio.sleep(CITIES[city]["delay"] * 0.8)
     return str(CITIES[city]["forecast"])
 
 
-@tool
+@tool(read_only=True)
 async def flight_price(city: str) -> int:
     """Return ticket price in euros, per person."""
     await trio.sleep(CITIES[city]["delay"])
     return int(CITIES[city]["flight"])
 
 
-@tool
+@tool(read_only=True)
 async def hotel_price(city: str, nights: int = 3) -> int:
     """Hotel price in euros per person for the stay."""
     await trio.sleep(CITIES[city]["delay"] * 0.6)
     return int(CITIES[city]["hotel"]) * nights
 
 
-@tool
+@tool(read_only=True)
 async def trip_cost(flight: int, hotel: int, people: int) -> int:
     """Total cost of the trip in euros for the whole team."""
     await trio.sleep(0.2)
