@@ -32,12 +32,12 @@ from .._models._base import ModelClient, TurnClient
 from .._observe._events import DEFAULT_REDACT, Redactor, RunEvent, open_event_stream
 from .._observe._trace import make_tracer
 from ._budgeting import check_budget, check_pricing
+from ._code import CODE
 from ._loop import AgentConfig, LoopProtocol, OutputT, RunResult
 from ._output import OutputSpec
 from ._prompt import DEFAULT_CONTEXT_BUDGET, solution_schema
 from ._replay import Replaying, load_recording, stale_calls
 from ._session import RunSession
-from ._code import CODE
 from ._solution import SOLUTION
 from ._subagent import DEFAULT_INPUT, AgentTool, check_tree
 from ._text_stream import open_stream

@@ -21,7 +21,8 @@ cut by a crash is the statements journaled before it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
@@ -42,7 +43,7 @@ from .._observe._events import (
     RequestFinished,
     RunEvent,
 )
-from ._loop import AgentConfig, LoopProtocol, OuterLoop, structural
+from ._loop import AgentConfig, LoopProtocol, OuterLoop, StreamRestarted, structural
 from ._retry import StreamBroken, stream_with_retries
 from ._stubs import PROGRAM_KIND, CodeName, code_names, render_code_request
 
@@ -93,7 +94,9 @@ class _Program:
         self.statements = 0
         self.closed = False  # no more statements
         self.paused = False  # waits only on deferred calls: the run pauses
-        self._wake = trio.Event()
+        self._wake = loop.new_event()
+        self._handed = 0  # statements given to the machine (a restarted stream repeats them)
+        self._seen = 0  # statements the current stream has completed
         config = loop.config
         self.names = loop.names
         self._committed = loop.committed_statements(iteration) if resuming else set()
@@ -125,6 +128,13 @@ class _Program:
         for statement in self.stream.feed(text):
             self._add(statement)
 
+    def restart(self) -> None:
+        """The answer starts over (a worker died mid-stream, `StreamRestarted`): the
+        statements already handed to the machine stay, and their repeats are dropped."""
+        self.stream = ProgramStream()
+        self.text.clear()
+        self._seen = 0
+
     def close(self) -> None:
         if self.closed:
             return
@@ -135,6 +145,10 @@ class _Program:
         self.wake()
 
     def _add(self, statement: Any) -> None:
+        self._seen += 1
+        if self._seen <= self._handed:
+            return  # a restarted stream's repeat of a statement handed over already
+        self._handed = self._seen
         self.statements += 1
         durable = self.loop.durable
         if durable is not None and not self.driver.resuming:
@@ -160,15 +174,15 @@ class _Program:
             if self.driver.finished:
                 return
             if busy:
-                await trio.sleep(0)  # the evaluator yields to the calls (PROTOCOL §14)
+                await self.loop.yield_turn()  # the evaluator yields to the calls (§14)
                 continue
-            if self.closed:
+            if self.closed and self.loop.pauses_on_deferred:
                 deferred = {pending.id: pending for pending in scheduler.deferred}
                 if deferred and self.driver.waits_only_on(deferred):
                     self.paused = True
                     return
             await self._wake.wait()
-            self._wake = trio.Event()
+            self._wake = self.loop.new_event()
 
     # -- what the driver tells --------------------------------------------------------
 
@@ -220,6 +234,9 @@ class _CodeLoop(OuterLoop):
     protocol = CODE
     final_answer = "final_answer"
     measures_time = True  # evaluator time for max_eval_seconds (not on Temporal)
+    # A program that waits only on deferred calls pauses the run (PROTOCOL §10); a
+    # Temporal workflow instead waits for their decisions, durably.
+    pauses_on_deferred = True
 
     def __init__(
         self,
@@ -232,7 +249,22 @@ class _CodeLoop(OuterLoop):
         self.program: _Program | None = None
         super().__init__(config, log, on_event, durable)
 
-    # -- plumbing ---------------------------------------------------------------------
+    # -- plumbing: what a driver on another event loop replaces (Temporal) --------------
+
+    def new_event(self) -> Any:
+        """An event the program's pump waits on."""
+        return trio.Event()
+
+    async def yield_turn(self) -> None:
+        await trio.sleep(0)
+
+    @asynccontextmanager
+    async def beside(self, work: Callable[[], Awaitable[None]]) -> AsyncIterator[None]:
+        """Run `work` (the program's pump) beside the block; wait for it after."""
+        with unwrap_single():
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(work)
+                yield
 
     def _action_listener(self) -> Callable[[Any], None] | None:
         return self._on_action  # the program hears of every call's end, listened to or not
@@ -319,36 +351,36 @@ class _CodeLoop(OuterLoop):
         program = self.program = _Program(self, iteration)
         broken: StreamBroken | None = None
 
-        def on_item(item: TextDelta | Usage) -> None:
+        def on_item(item: Any) -> None:
             if isinstance(item, Usage):
                 self.usage = self.usage + item
             elif isinstance(item, TextDelta):
                 program.feed(item.text)
+            elif isinstance(item, StreamRestarted):
+                program.restart()
 
-        with unwrap_single():
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(program.run)
-                try:
-                    await self._request(request, on_item)
-                except StreamBroken as error:
-                    broken = error
-                except Exception as error:
-                    self.meter.release(reservation)  # nothing arrived: retries were used up
-                    raise self._request_failed(error) from error
-                text = "".join(program.text)
-                self._metered(reservation, before, text, cut_off=broken is not None)
-                self._emit(
-                    RequestFinished,
-                    iteration=iteration,
-                    error=f"broke off: {broken}" if broken is not None else None,
-                )
-                program.close()
-                notes = (
-                    [f"your answer broke off ({broken}); the statements before it ran"]
-                    if broken
-                    else []
-                )
-                self._record_program(iteration, program, text, notes)
+        async with self.beside(program.run):
+            try:
+                await self._request(request, on_item)
+            except StreamBroken as error:
+                broken = error
+            except Exception as error:
+                self.meter.release(reservation)  # nothing arrived: retries were used up
+                raise self._request_failed(error) from error
+            text = "".join(program.text)
+            self._metered(reservation, before, text, cut_off=broken is not None)
+            self._emit(
+                RequestFinished,
+                iteration=iteration,
+                error=f"broke off: {broken}" if broken is not None else None,
+            )
+            program.close()
+            notes = (
+                [f"your answer broke off ({broken}); the statements before it ran"]
+                if broken
+                else []
+            )
+            self._record_program(iteration, program, text, notes)
         return await self._finish(iteration, program)
 
     async def _request(
@@ -479,19 +511,17 @@ class _CodeLoop(OuterLoop):
                 engine.close_stream()
                 await engine.wait_tick()
                 return False, None
-        with unwrap_single():
-            async with trio.open_nursery() as nursery:
-                program = self.program = _Program(self, iteration, resuming=True)
-                nursery.start_soon(program.run)
-                if solution is None:
-                    program.feed(durable.programs.get(iteration) or "")
-                    program.close()
-                    program.driver.resuming = False
-                    self.engine.report(structural(CUT_OFF))
-                    self._record_program(iteration, program, "", [CUT_OFF])
-                else:
-                    program.feed(str(solution.get("program") or ""))
-                    program.close()
+        program = self.program = _Program(self, iteration, resuming=True)
+        async with self.beside(program.run):
+            if solution is None:
+                program.feed(durable.programs.get(iteration) or "")
+                program.close()
+                program.driver.resuming = False
+                self.engine.report(structural(CUT_OFF))
+                self._record_program(iteration, program, "", [CUT_OFF])
+            else:
+                program.feed(str(solution.get("program") or ""))
+                program.close()
         return await self._finish(iteration, program)
 
     def _solution(self, iteration: int) -> dict[str, Any] | None:

@@ -37,11 +37,27 @@ from ._output import OutputSpec
 from ._retry import attempts_made
 from ._stubs import printed_of
 
-__all__ = ["AgentConfig", "LoopProtocol", "OuterLoop", "OutputT", "RunResult", "structural"]
+__all__ = [
+    "AgentConfig",
+    "LoopProtocol",
+    "OuterLoop",
+    "OutputT",
+    "RunResult",
+    "StreamRestarted",
+    "structural",
+]
 
 # What a run's output is: the type given as `output=` (`Agent(model, output=Answer)` is an
 # `Agent[Answer]`), `Any` for a JSON Schema or no output schema.
 OutputT = TypeVar("OutputT", default=Any)
+
+
+class StreamRestarted:
+    """An item a request's stream may yield: the answer starts over from its beginning.
+
+    Only a driver that can lose a stream midway and ask again (a Temporal activity retried
+    after its worker died) yields it; see `_SolutionLoop._iterate`.
+    """
 
 
 class RunResult(ExecutionResult, Generic[OutputT]):

@@ -21,20 +21,12 @@ from .._errors import ConfigurationError, ExecuteError
 from .._json._stream import SolutionStream
 from .._models._base import SolutionRequest, TextDelta, Usage
 from .._observe._events import EventSink, RequestFinished, RunEvent
-from ._loop import AgentConfig, LoopProtocol, OuterLoop, structural
+from ._loop import AgentConfig, LoopProtocol, OuterLoop, StreamRestarted, structural
 from ._output import has_references, resolve_output
 from ._prompt import PromptRenderer, strip_strict_nulls, strip_strict_output_nulls
 from ._retry import StreamBroken, stream_with_retries
 
 __all__ = ["SOLUTION", "SolutionProtocol", "StreamRestarted", "iterations_in"]
-
-
-class StreamRestarted:
-    """An item a request's stream may yield: the answer starts over from its beginning.
-
-    Only a driver that can lose a stream midway and ask again (a Temporal activity retried
-    after its worker died) yields it; see `_SolutionLoop._iterate`.
-    """
 
 
 class _CallNotTaken(Exception):
