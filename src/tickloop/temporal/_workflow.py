@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     import pydantic
 
     from .._agent._agent import Agent
+    from .._agent._code import _CodeLoop
     from .._agent._loop import AgentConfig, RunResult
     from .._agent._retry import StreamBroken
     from .._agent._solution import StreamRestarted, _SolutionLoop
@@ -136,6 +137,7 @@ def record_to_dict(record: Any) -> dict[str, Any]:
         "started": record.started,
         "finished": record.finished,
         "worker": getattr(record, "worker", None),
+        "line": getattr(record, "line", None),  # a code plan's call (PROTOCOL §14)
     }
 
 
@@ -373,6 +375,42 @@ class _WorkflowSolutionLoop(_SolutionLoop):
         await self.host.solution_request(request, on_item)
 
 
+class _WorkflowCodeLoop(_CodeLoop):
+    """A code plan (PROTOCOL §14) in the workflow: the program's pump is a workflow task,
+    its waits workflow conditions; evaluator time is not measured (a workflow may not
+    read a clock), and a deferred call is waited for durably, as every other call is."""
+
+    measures_time = False
+    pauses_on_deferred = False
+
+    def __init__(self, host: AgentWorkflow, log: Any) -> None:
+        self.host = host
+        super().__init__(host.config, log, host.sink, None)
+
+    def _make_engine(self, on_action: Callable[[Any], None] | None, durable: Any) -> Any:
+        return WorkflowEngine(self.host, self.log, on_action, self.ledger)
+
+    async def _request(self, request: Any, on_item: Callable[[Any], None]) -> None:
+        await self.host.solution_request(request, on_item)
+
+    def new_event(self) -> Any:
+        return asyncio.Event()
+
+    async def yield_turn(self) -> None:
+        await asyncio.sleep(0)
+
+    @asynccontextmanager
+    async def beside(self, work: Callable[[], Any]) -> AsyncIterator[None]:
+        task = asyncio.ensure_future(work())
+        try:
+            yield
+        except BaseException:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise
+        await task
+
+
 class _WorkflowTurnLoop(_TurnLoop):
     def __init__(self, host: AgentWorkflow, log: Any) -> None:
         self.host = host
@@ -507,6 +545,8 @@ class AgentWorkflow:
                 self.config = await self._with_listed_tools(agent, log)
             if agent.protocol == "tools":
                 self._loop = _WorkflowTurnLoop(self, log)
+            elif agent.protocol == "code":
+                self._loop = _WorkflowCodeLoop(self, log)
             else:
                 self._loop = _WorkflowSolutionLoop(self, log)
             result = await self._loop.run()
@@ -637,9 +677,11 @@ class AgentWorkflow:
             }
         child = _ChildHost(self, agent, path)
         log = initial_log(copy_json(action.params))
-        loop: _WorkflowSolutionLoop | _WorkflowTurnLoop
+        loop: _WorkflowSolutionLoop | _WorkflowTurnLoop | _WorkflowCodeLoop
         if agent.protocol == "tools":
             loop = _WorkflowTurnLoop(child, log)  # type: ignore[arg-type]
+        elif agent.protocol == "code":
+            loop = _WorkflowCodeLoop(child, log)  # type: ignore[arg-type]
         else:
             loop = _WorkflowSolutionLoop(child, log)  # type: ignore[arg-type]
         self.children["/".join(path)] = loop
@@ -841,13 +883,14 @@ async def _solution_request(
     iteration = request.iteration
     key = "/".join(host.path)  # whose deltas: a child run's ("c1.2") or the root's ("")
     data: dict[str, Any] = {
-        "protocol": "solution",
+        # A code plan's request asks for plain text (PROTOCOL §14): no schema.
+        "protocol": "code" if request.schema is None else "solution",
         "messages": request.messages,
         "iteration": iteration,
     }
     if key:
         data["path"] = key
-    if host.sources:  # the worker's agent does not know the run's MCP tools
+    if host.sources and request.schema is not None:  # the worker's agent lacks MCP tools
         data["schema"] = host.config.schema
     problem = too_big(data, f"the request of iteration {iteration}")
     if problem is not None:  # the run ends with its log, never a stuck workflow
