@@ -413,3 +413,50 @@ final_answer(pages)
     assert result.usage.tool_calls == 3
     shown = model.requests[1]["messages"][-1]["content"]
     assert "budget" in shown and "line 1" in shown
+
+
+# -- durability ---------------------------------------------------------------------------
+
+
+def test_a_deferred_call_pauses_the_program_and_a_resume_goes_on(tmp_path: Any) -> None:
+    paid: list[int] = []
+
+    @tl.tool(requires_approval=True)
+    async def pay(to: str, cents: int) -> str:
+        """Pay someone."""
+        paid.append(cents)
+        return f"paid {cents} to {to}"
+
+    program = fenced(
+        """
+who = fetch(url="payee")
+p = pay(to=who, cents=500)
+after = fetch(url=p)
+final_answer(after)
+"""
+    )
+
+    def agent(answers: list[str]) -> tl.Agent[Any]:
+        return tl.Agent(
+            tl.ScriptedModel(answers),
+            tools=[fetch, pay],
+            protocol="code",
+            approve=lambda call: tl.Defer(),
+            store=tmp_path / "runs.db",
+        )
+
+    first = run_on_mock_clock(agent([program]), run_id="pay-1")
+    assert first.status == "paused"
+    [pending] = first.pending
+    assert (pending.id, pending.params, pending.line) == ("c1.1", {"to": "page of payee", "cents": 500}, 2)
+    assert paid == [] and "c1.2" not in first.records
+
+    async def resume() -> Any:
+        return await agent([]).resume_async("pay-1", decisions={"c1.1": tl.Approve()})
+
+    done = trio.run(resume, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert done.status == "done"
+    assert done.output == "page of paid 500 to page of payee"
+    assert paid == [500]
+    assert done.records["c1.0"].status == "done"
+    assert done.state["p"] == "paid 500 to page of payee"
