@@ -460,3 +460,22 @@ final_answer(after)
     assert paid == [500]
     assert done.records["c1.0"].status == "done"
     assert done.state["p"] == "paid 500 to page of payee"
+
+
+def test_trace_and_the_store_show_each_code_calls_line(tmp_path: Any) -> None:
+    from tickloop._cli._main import main
+
+    program = fenced('a = fetch(url="x")\nb = fetch(url=a)\nfinal_answer(b)')
+    agent = tl.Agent(
+        tl.ScriptedModel([program]), tools=[fetch], protocol="code", store=tmp_path / "r.db"
+    )
+    run_on_mock_clock(agent, run_id="traced")
+    store = tl.SQLiteStore(tmp_path / "r.db")
+    assert [(call.id, call.line) for call in store.calls("traced")] == [("c1.0", 1), ("c1.1", 2)]
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["trace", "traced", "--store", str(tmp_path / "r.db")]) == 0
+    assert "fetch @1" in out.getvalue() and "fetch @2" in out.getvalue()
