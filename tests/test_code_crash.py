@@ -85,8 +85,9 @@ final_answer([a, b, c, d, e])
 
 
 class CrashModel:
-    """Iteration 1 streams PROGRAM; with hang=True it stops inside its last line and
-    waits forever, as a model still writing would."""
+    """Iteration 1 streams PROGRAM; with hang=True it stops before the closing fence
+    (its last statement is not complete yet) and waits forever, as a model still
+    writing would."""
 
     def __init__(self, hang):
         self.hang = hang
@@ -96,7 +97,8 @@ class CrashModel:
         self.iterations.append(request.iteration)
         if request.iteration == 1:
             if self.hang:
-                yield tl.TextDelta(PROGRAM[: PROGRAM.index("final_answer") + 6])
+                # Statement 5 is complete once the next line has come whole.
+                yield tl.TextDelta(PROGRAM[: PROGRAM.index("```\n", 10)])
                 await trio.sleep_forever()
             yield tl.TextDelta(PROGRAM)
             return

@@ -142,31 +142,58 @@ def test_read_only_is_described_and_shown_in_events() -> None:
 
 
 def test_the_first_call_starts_while_the_model_is_still_writing() -> None:
+    """A gated model: it sends the rest of the program only once the first call has
+    finished, so the run can end only if calls run while the stream is open."""
+    ran = trio.Event()
+
+    class Gated:
+        async def stream_solution(self, request: tl.SolutionRequest) -> Any:
+            if request.iteration > 1:
+                raise AssertionError("one program is enough")
+            # A statement is complete once the next line has come whole (it could have
+            # been an `else:`), so the first call waits for line 2, not for the rest.
+            yield tl.TextDelta('```python\na = fetch(url="https://a")\nb = fetch(url=a)\n')
+            with trio.fail_after(60):
+                await ran.wait()
+            yield tl.TextDelta("final_answer(b)\n```\n")
+
+    def on_event(event: tl.RunEvent) -> None:
+        if isinstance(event, tl.CallFinished) and event.call_id == "c1.0":
+            ran.set()
+
+    agent = tl.Agent(Gated(), tools=[fetch], protocol="code", on_event=on_event)  # type: ignore[arg-type]
+    result = run_on_mock_clock(agent)
+    assert result.output == "page of page of https://a"
+    assert [(r.id, r.line) for r in result.records.values()] == [("c1.0", 1), ("c1.1", 2)]
+
+
+def test_calls_start_as_their_statements_complete_on_a_paced_stream() -> None:
     program = fenced(
         """
-pages = []
 a = fetch(url="https://a")
 b = fetch(url="https://b")
 c = fetch(url="https://c")
+note = "the model is still writing this long line, and more lines after it"
+more = "so the program streams for a good while after its first calls complete"
 final_answer([a, b, c])
 """
     )
-    # Eight characters every half second: the program takes ~12 s to stream.
+    events: list[tl.RunEvent] = []
+    # Eight characters every half second: the program takes ~15 s to stream.
     model = tl.ScriptedModel([program], chunk_chars=8, chunk_delay=0.5)
-    agent = tl.Agent(model, tools=[fetch], protocol="code")
+    agent = tl.Agent(model, tools=[fetch], protocol="code", on_event=events.append)
     result = run_on_mock_clock(agent)
     assert result.output == ["page of https://a", "page of https://b", "page of https://c"]
-    streamed = (len(program) // 8) * 0.5
-    first = result.records["c1.1"]
-    # Its statement is complete once the next line starts: long before the end.
-    assert first.started is not None and first.started < streamed / 2
-    assert first.finished is not None and first.finished < streamed
-    assert first.line == 2
-    # Every call's id is its call path; each record has its line.
+    [finished] = [e for e in events if isinstance(e, tl.RequestFinished)]
+    [started] = [e for e in events if isinstance(e, tl.RequestStarted)]
+    for record in result.records.values():
+        # Each call ran to its end while the model was still writing.
+        assert record.finished is not None and record.finished < finished.time
+    assert result.records["c1.0"].started - started.time < 5  # once line 2 arrived
     assert [(r.id, r.line) for r in result.records.values()] == [
+        ("c1.0", 1),
         ("c1.1", 2),
         ("c1.2", 3),
-        ("c1.3", 4),
     ]
 
 
@@ -448,7 +475,11 @@ final_answer(after)
     first = run_on_mock_clock(agent([program]), run_id="pay-1")
     assert first.status == "paused"
     [pending] = first.pending
-    assert (pending.id, pending.params, pending.line) == ("c1.1", {"to": "page of payee", "cents": 500}, 2)
+    assert (pending.id, pending.params, pending.line) == (
+        "c1.1",
+        {"to": "page of payee", "cents": 500},
+        2,
+    )
     assert paid == [] and "c1.2" not in first.records
 
     async def resume() -> Any:

@@ -95,6 +95,7 @@ class _Program:
         self.closed = False  # no more statements
         self.paused = False  # waits only on deferred calls: the run pauses
         self._wake = loop.new_event()
+        self._complete = ""  # the program up to its last complete statement
         self._handed = 0  # statements given to the machine (a restarted stream repeats them)
         self._seen = 0  # statements the current stream has completed
         config = loop.config
@@ -150,16 +151,21 @@ class _Program:
             return  # a restarted stream's repeat of a statement handed over already
         self._handed = self._seen
         self.statements += 1
+        # The program up to this statement's last line: what a resume runs (§14).
+        end = statement.line - 1 + statement.source.rstrip("\n").count("\n") + 1
+        lines = str(self.stream.program).splitlines(keepends=True)
+        self._complete = "".join(lines[:end])
         durable = self.loop.durable
         if durable is not None and not self.driver.resuming:
             # Journaled before any of its calls starts (PROTOCOL §14 "Durability").
-            durable.statement(self.iteration, statement.index, statement.line, self.program_text())
+            durable.statement(self.iteration, statement.index, statement.line, self._complete)
         self.driver.add(statement)
         self.wake()
 
     def program_text(self) -> str:
-        """The program so far: what the stream has completed (`ProgramStream.program`)."""
-        return str(self.stream.program)
+        """The program: once the stream has closed, all it read; before, its complete
+        statements."""
+        return str(self.stream.program) if self.closed else self._complete
 
     # -- the pump ---------------------------------------------------------------------
 
@@ -406,8 +412,10 @@ class _CodeLoop(OuterLoop):
             "program": program.program_text(),
             "text": text,
         }
-        ignored = getattr(program.stream, "ignored", None)
-        if ignored:
+        prose = program.stream.prose.strip()
+        if prose:
+            message["prose"] = prose  # kept, never evaluated (§14 "The answer")
+        if program.stream.second_block:
             notes.append(
                 "the text after your program's code block was ignored (only the first "
                 "```python block runs)"
