@@ -30,13 +30,13 @@ from temporalio.exceptions import ApplicationError
 
 from .._agent._prompt import _visible_parameters
 from .._agent._retry import MAX_BACKOFF
+from .._code import ProgramStream
 from .._core._decisions import PendingCall, decision_to_dict
 from .._core._tools import CallContext
 from .._durable._resume import INTERRUPTED
 from .._engine._asking import ask
 from .._engine._engine import run_handler
 from .._errors import ConfigurationError
-from .._code import ProgramStream
 from .._json._stream import SolutionStream
 from .._mcp._server import MCPServer
 from .._models._base import (
