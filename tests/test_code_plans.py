@@ -510,3 +510,106 @@ def test_trace_and_the_store_show_each_code_calls_line(tmp_path: Any) -> None:
     with contextlib.redirect_stdout(out):
         assert main(["trace", "traced", "--store", str(tmp_path / "r.db")]) == 0
     assert "fetch @1" in out.getvalue() and "fetch @2" in out.getvalue()
+
+
+# -- the critical path, whatever the style --------------------------------------------------
+
+
+@tl.tool(read_only=True)
+async def step(x: int) -> int:
+    """One second of work."""
+    await trio.sleep(SECOND)
+    return x + 1
+
+
+CALL_BY_CALL = """
+a = await step(x=1)
+b = await step(x=2)
+c = await step(x=3)
+d = await step(x=a)
+e = await step(x=b)
+f = await step(x=c)
+g = await step(x=d + e)
+final_answer([f, g])
+"""
+
+WITH_GATHER = """
+import asyncio
+a, b, c = await asyncio.gather(step(x=1), step(x=2), step(x=3))
+d, e, f = await asyncio.gather(step(x=a), step(x=b), step(x=c))
+g = await step(x=d + e)
+final_answer([f, g])
+"""
+
+IN_A_LOOP = """
+firsts = [step(x=i) for i in [1, 2, 3]]
+seconds = []
+for value in firsts:
+    seconds.append(step(x=value))
+final_answer([seconds[2], step(x=seconds[0] + seconds[1])])
+"""
+
+
+@pytest.mark.parametrize(
+    "program", [CALL_BY_CALL, WITH_GATHER, IN_A_LOOP], ids=["calls", "gather", "loop"]
+)
+def test_read_only_calls_finish_within_five_percent_of_the_critical_path(program: str) -> None:
+    """Seven one-second calls whose longest chain is three: a serial run takes 7 s; the
+    program, however written, takes its critical path, 3 s (PROTOCOL §14 "Readiness")."""
+
+    async def main() -> tuple[Any, float]:
+        agent = tl.Agent(tl.ScriptedModel([fenced(program)]), tools=[step], protocol="code")
+        start = trio.current_time()
+        result = await agent.run_async()
+        return result, trio.current_time() - start
+
+    result, took = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert result.output == [5, 9]
+    assert len(result.records) == 7
+    critical_path = 3 * SECOND
+    assert critical_path <= took <= critical_path * 1.05
+
+
+def test_a_denied_call_caught_by_try_lets_the_program_go_on() -> None:
+    @tl.tool(requires_approval=True)
+    async def pay(to: str, cents: int) -> str:
+        """Pay someone."""
+        return "paid"
+
+    program = fenced(
+        """
+try:
+    p = pay(to="x", cents=5)
+except ToolError as error:
+    p = f"not paid ({error.type}: {error.message})"
+final_answer(p)
+"""
+    )
+    agent = tl.Agent(
+        tl.ScriptedModel([program]),
+        tools=[pay],
+        protocol="code",
+        approve=lambda call: tl.Deny("too much"),
+    )
+    result = run_on_mock_clock(agent)
+    assert result.output == "not paid (denied: too much)"
+    assert result.iterations == 1
+
+
+def test_a_side_effect_after_a_caught_failure_runs() -> None:
+    program = fenced(
+        """
+try:
+    a = broken(url="x")
+except ToolError:
+    a = "fallback"
+s = send(to="bob", body=a)
+final_answer(s)
+"""
+    )
+    result = run_on_mock_clock(
+        tl.Agent(tl.ScriptedModel([program]), tools=[broken, send], protocol="code")
+    )
+    assert result.output == {"sent": True}
+    assert sent == [{"to": "bob", "body": "fallback"}]
+    assert result.records["c1.1"].started >= result.records["c1.0"].finished
