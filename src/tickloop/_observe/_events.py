@@ -231,6 +231,7 @@ class CallAwaitingApproval(RunEvent):
     kind: ClassVar[str] = "call.awaiting_approval"
     tool: str | None
     params: Any
+    line: int | None = None  # a code plan's call: the program line it was made on (§14)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -473,6 +474,7 @@ class EventSink(ActionObserver):
                 call_id=pending.id,
                 tool=pending.tool,
                 params=self.redact(pending.params),
+                line=pending.line,
             )
         if isinstance(action, sched.NoteDecided):
             detail = decision_to_dict(action.decision)

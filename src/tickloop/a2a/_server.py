@@ -195,7 +195,7 @@ class _Executor(AgentExecutor):
             await updater.failed(_agent_message(updater, f"{type(error).__name__}: {error}"))
             return
         if result.status == "paused":
-            pending = [{"id": call.id, "tool": call.tool} for call in result.pending]
+            pending = [_pending(call.id, call.tool, call.line) for call in result.pending]
             text = "the run is paused until its calls are decided (tickloop approve / serve)"
             await updater.requires_input(_agent_message(updater, text, {"pending": pending}))
             return
@@ -211,8 +211,7 @@ class _Executor(AgentExecutor):
         while (event := await events.get()) is not None:
             if isinstance(event, CallAwaitingApproval) and event.call_id is not None:
                 waiting[event.call_id] = {
-                    "id": event.call_id,
-                    "tool": event.tool,
+                    **_pending(event.call_id, event.tool, event.line),
                     "params": event.params,
                 }
                 text = "waiting for a decision on " + ", ".join(sorted(waiting))
@@ -225,3 +224,12 @@ class _Executor(AgentExecutor):
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Cancelling the request's task cancels the run (a2a-sdk cancels `execute`)."""
+
+
+def _pending(call_id: str, tool: str | None, line: int | None) -> dict[str, Any]:
+    """A call waiting for a decision, as the task's data shows it; a code plan's call
+    with the program line that made it (PROTOCOL §14)."""
+    shown: dict[str, Any] = {"id": call_id, "tool": tool}
+    if line is not None:
+        shown["line"] = line
+    return shown
