@@ -17,8 +17,8 @@ import typing as _typing
 
 if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names, eagerly
     from ._agent._agent import Agent, RunResult
-    from ._agent._run_program import run_program
     from ._agent._replay import ReplayMismatchError, ReplayModel
+    from ._agent._run_program import run_program
     from ._agent._text_stream import TextStream
     from ._core._budget import Budget, BudgetRequest, Price, RunUsage
     from ._core._decisions import (

@@ -74,7 +74,7 @@ def _program_agent(
     if not isinstance(source, str):
         raise TypeError(f"run_program takes the program's source as a str, not {source!r}")
     agent: Agent[Any] = Agent(
-        _Program(source),  # type: ignore[arg-type]  # a ModelClient by its one method
+        _Program(source),  # a ModelClient by its one method
         tools=tools,
         protocol="code",
         approve=approve,

@@ -57,7 +57,7 @@ def build_code_demo_agent(*, chunk_delay: float = 0.012, out: TextIO | None = No
     """The code-plan demo agent; `chunk_delay` paces the scripted model like a real one."""
     model = _AnnouncedModel(ScriptedModel([PROGRAM], chunk_chars=12, chunk_delay=chunk_delay), out)
     return Agent(
-        model,  # type: ignore[arg-type]  # a ModelClient by its one method
+        model,
         tools=[forecast, flight_price, hotel_price, trip_cost, book_venue, ask_for_more_budget],
         output=OffsitePlan,
         instructions="Plan the team offsite: the cheaper city within budget, booked.",

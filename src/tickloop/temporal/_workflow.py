@@ -489,7 +489,7 @@ class AgentWorkflow:
         self.root = self
         self.children: dict[str, Any] = {}  # each child run's loop, by its agent call's path
         self._tree: TreeServices | None = None
-        self._loop: _WorkflowSolutionLoop | _WorkflowTurnLoop | None = None
+        self._loop: _WorkflowSolutionLoop | _WorkflowTurnLoop | _WorkflowCodeLoop | None = None
         # The run's events, as a local run delivers them to `on_event`: made here from
         # the scheduler's actions (deterministic, stamped with the workflow's clock) and
         # read by clients through EVENTS_QUERY; workflow code delivers nothing itself.
