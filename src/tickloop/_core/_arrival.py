@@ -174,6 +174,9 @@ def check_call(
         check_id(call, given, wanted, code)
     if not isinstance(wire, dict):
         raise Structural(f"a call must be a JSON object, got {json_type(wire)}")
+    if code:  # a code plan's call: the program line that made it (PROTOCOL §14)
+        line = wire.get("_line")
+        call.record.line = line if type(line) is int else None
     # One pass over the keys: the parameters, and any meta key that is not one.
     params: dict[str, Any] = {}
     unknown: list[str] = []

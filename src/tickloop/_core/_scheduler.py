@@ -111,6 +111,7 @@ class Scheduler:
     """Decides, for one run, what every call does next. See the module docstring."""
 
     _arrival: type | None = ReceiveCall  # its new calls may be ready on arrival; None: tests
+    _code = False  # the open tick is a code plan's (`OpenTick.code`, PROTOCOL §14)
 
     def __init__(
         self,
@@ -143,7 +144,6 @@ class Scheduler:
         self._index = 0
         self._stream_open = False
         self._tick_active = False
-        self._code = False  # the open tick is a code plan's (`OpenTick.code`)
         self._event: Event | None = None
         self._date = ""
         self._actions: list[Action] = []
@@ -234,9 +234,8 @@ class Scheduler:
                 f"a tick is already open (iteration {self._iteration}); wait for "
                 "NoteTickEnded before opening another",
             )
-        self._iteration = event.iteration
+        self._iteration, self._code = event.iteration, event.code
         self._index = 0
-        self._code = event.code
         self._stream_open = True
         self._tick_active = True
         self._request_by_tool = {}
@@ -266,9 +265,6 @@ class Scheduler:
         record = call.record
         self.records[record.id] = record
         self._seqs[record.id] = self._seq
-        if self._code and type(record.call) is dict:
-            line = record.call.get("_line")
-            record.line = line if type(line) is int else None
         try:
             check_call(self.tools, call, record.call, given, wanted, code=self._code)
         except Structural as fault:
@@ -621,8 +617,8 @@ class Scheduler:
         if error is not None:
             self._errors.append(error_message(call.wire, error))
         if self.notes:
-            output = call.record.output if not call.writes and status == S.DONE else None
-            self._actions.append(NoteSettled(call.id, status, error, output))
+            output = None if call.writes else call.record.output  # set only when done
+            self._emit(NoteSettled(call.id, status, error, output))
         if call.writes:
             if status in ERROR_STATUSES:
                 self._lost_writers.lose(call, status)
