@@ -703,8 +703,10 @@ def _check_in(views: dict[str, Any], term: Term, method: str, value: Any) -> str
     A missing key on the way would be created as a dict, so below it only key steps can
     follow: an index step needs a list that already exists.
     """
-    if method == "unset":
-        return None  # removes what is there, if anything: it cannot fail
+    if method == "unset":  # removes what is there, if anything
+        if term.path and isinstance(term.path[-1], int):
+            return f"cannot unset {term}: unset removes a key of an object, not a list's item"
+        return None
     # A number, a boolean or null can be set or pushed anywhere: nothing to check in it.
     if type(value) not in SCALARS or (method != "set" and method != "push"):
         error = _check_value(method, value)
@@ -789,7 +791,7 @@ def _apply_in(views: dict[str, Any], term: Term, method: str, value: Any) -> Non
 
 
 def _unset_in(views: dict[str, Any], term: Term) -> None:
-    """Remove the key (or list item) at `term`, when it is there (PROTOCOL §4 `unset`)."""
+    """Remove the key at `term`, when it is there (PROTOCOL §4 `unset`)."""
     if not term.path:
         views.pop(term.kind, None)
         return
@@ -801,9 +803,5 @@ def _unset_in(views: dict[str, Any], term: Term) -> None:
         elif not isinstance(node, dict) or step not in node:
             return
         node = node[step]
-    last = term.path[-1]
-    if isinstance(last, int):
-        if isinstance(node, list) and last < len(node):
-            del node[last]
-    elif isinstance(node, dict):
-        node.pop(last, None)
+    if isinstance(node, dict):  # the last step is a key (`_check_in`)
+        node.pop(term.path[-1], None)
