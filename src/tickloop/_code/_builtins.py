@@ -58,7 +58,7 @@ def _no_kwargs(name: str, kwargs: dict[str, Any], allowed: tuple[str, ...] = ())
 
 
 async def _apply(
-    ev: Evaluator, fn: Any, args: list[Any], node: ast.Call, frame: Frame, item: int
+    ev: Evaluator, fn: Any, args: list[Any], node: ast.Call | None, frame: Frame | None, item: int
 ) -> Any:
     """Call a function given to a built-in, for the item at `item`."""
     return await ev.call_value(fn, args, {}, node, frame, item=item)
@@ -173,7 +173,11 @@ async def _sorted(
 
 
 async def sort_items(
-    ev: Evaluator, items: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Frame
+    ev: Evaluator,
+    items: list[Any],
+    kwargs: dict[str, Any],
+    node: ast.Call | None,
+    frame: Frame | None,
 ) -> list[Any]:
     """`items` sorted as `sorted`/`list.sort` do (stable; key called once per item)."""
     key = kwargs.get("key")

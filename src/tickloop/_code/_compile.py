@@ -78,7 +78,7 @@ def _locally_bound(tree: ast.Module) -> set[str]:
     return names
 
 
-def _check_called_names(tree: ast.Module, known: set[str]) -> None:
+def _check_called_names(tree: ast.Module, known: set[str] | frozenset[str]) -> None:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             name = node.func.id

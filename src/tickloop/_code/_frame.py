@@ -73,7 +73,9 @@ class Host(Protocol):
 
     iteration: int
     meter: Meter
-    tools: Mapping[str, CodeToolLike]
+
+    @property
+    def tools(self) -> Mapping[str, CodeToolLike]: ...
 
     async def earlier(self, index: int, name: str) -> Any:
         """The variable as the last earlier statement that may write it left it (waiting

@@ -88,7 +88,7 @@ class ProgramMachine:
         limits: Limits | None = None,
     ) -> None:
         self.iteration = iteration
-        self.tools = dict(tools)
+        self.tools: Mapping[str, CodeTool] = dict(tools)
         self.limits = limits or Limits()
         self.meter = Meter(self.limits.max_steps)
         self._given = Globals.from_json(globals.to_json())
@@ -174,16 +174,15 @@ class ProgramMachine:
         """Run every statement that can go on until all block (or about 1,000 steps);
         return the actions since the last step."""
         start = self.meter.steps
-        while self._ready and self._outcome is None:
-            if self.meter.steps - start >= _STEPS_PER_STEP:
+        while self._outcome is None:
+            self._try_commit()  # a commit may wake statements waiting at the barrier
+            if not self._ready or self.meter.steps - start >= _STEPS_PER_STEP:
                 break
             index = heapq.heappop(self._ready)
             record = self._statements[index]
             if record.ended or (record.waiting is not None and not self._satisfied(record)):
                 continue
             self._resume(record)
-            self._try_commit()
-        self._try_commit()
         actions, self._actions = self._actions, []
         return actions
 
@@ -502,8 +501,18 @@ class ProgramMachine:
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
                 self._helper_effects |= helper_effects(node)
-                if may_end(ast.Module(body=[ast.Expr(node)], type_ignores=[])):
+                if _calls_an_end(node):
                     self._helpers_end = True
+
+
+def _calls_an_end(node: ast.AST) -> bool:
+    """Whether a helper's body calls `final_answer` or `reset`."""
+    return any(
+        isinstance(inner, ast.Call)
+        and isinstance(inner.func, ast.Name)
+        and inner.func.id in ("final_answer", "reset")
+        for inner in ast.walk(node)
+    )
 
 
 def _first_site(helper: Helper) -> int:

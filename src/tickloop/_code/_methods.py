@@ -129,10 +129,10 @@ async def call_method(
     mutation changes it), the arguments are copies."""
     if isinstance(receiver, dict) and name not in _DICT_METHODS:
         target = attribute_of(receiver, name)
-        return await ev.call_value(target, args, kwargs, None, None)  # type: ignore[arg-type]
+        return await ev.call_value(target, args, kwargs, None, None)
     member = attribute_of(receiver, name)
     if not isinstance(member, Builtin) or isinstance(receiver, Module):
-        return await ev.call_value(member, args, kwargs, None, None)  # type: ignore[arg-type]
+        return await ev.call_value(member, args, kwargs, None, None)
     if isinstance(receiver, list):
         return await _list_method(ev, receiver, name, args, kwargs)
     if isinstance(receiver, dict):
@@ -204,7 +204,7 @@ async def _list_method(
 
         for i, item in enumerate(items):
             items[i] = await ev.materialize(item)
-        items[:] = await sort_items(ev, items, kwargs, None, None)  # type: ignore[arg-type]
+        items[:] = await sort_items(ev, items, kwargs, None, None)
         return None
     await ev.materialize(items)
     charge_size(ev.meter, items)
