@@ -20,6 +20,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
     from ._agent._replay import ReplayMismatchError, ReplayModel
     from ._agent._run_program import run_program
     from ._agent._text_stream import TextStream
+    from ._code import ToolError, compile_program
     from ._core._budget import Budget, BudgetRequest, Price, RunUsage
     from ._core._decisions import (
         Approve,
@@ -39,6 +40,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
     from ._engine._run import ExecutionResult, execute, run_calls
     from ._errors import (
         BudgetExceeded,
+        CodeError,
         ConfigurationError,
         ExecuteError,
         MaxIterationsError,
@@ -99,6 +101,8 @@ _WHERE: dict[str, str] = {
     "ReplayMismatchError": "._agent._replay",
     "ReplayModel": "._agent._replay",
     "TextStream": "._agent._text_stream",
+    "ToolError": "._code._exceptions",
+    "compile_program": "._code._compile",
     "Budget": "._core._budget",
     "BudgetRequest": "._core._budget",
     "Price": "._core._budget",
@@ -128,6 +132,7 @@ _WHERE: dict[str, str] = {
     "execute": "._engine._run",
     "run_calls": "._engine._run",
     "BudgetExceeded": "._errors",
+    "CodeError": "._errors",
     "ConfigurationError": "._errors",
     "ExecuteError": "._errors",
     "MaxIterationsError": "._errors",
@@ -194,6 +199,7 @@ __all__ = [
     "CallReceived",
     "CallRecord",
     "CallStarted",
+    "CodeError",
     "ConfigurationError",
     "ConsoleApproval",
     "Decision",
@@ -243,6 +249,7 @@ __all__ = [
     "TickloopError",
     "Tool",
     "ToolCallStarted",
+    "ToolError",
     "ToolResult",
     "ToolSpec",
     "TurnClient",
@@ -250,6 +257,7 @@ __all__ = [
     "TurnResponse",
     "TurnToolCall",
     "Usage",
+    "compile_program",
     "execute",
     "open_event_stream",
     "parse_expression",

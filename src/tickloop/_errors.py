@@ -106,6 +106,18 @@ class StoreError(TickloopError):
     """A store file that cannot be used (not a store, corrupt, unreadable)."""
 
 
+class CodeError(TickloopError, ValueError):
+    """A program outside the language of code plans (PROTOCOL §14), or one that does not
+    parse. `.line` is the 1-based line of the program it points at, `.construct` names
+    what is refused ("syntax", "import", "class", "dunder", ...)."""
+
+    def __init__(self, message: str, *, line: int = 0, construct: str = "") -> None:
+        super().__init__(f"line {line}: {message}" if line else message)
+        self.reason = message
+        self.line = line
+        self.construct = construct
+
+
 @contextmanager
 def unwrap_single() -> Iterator[None]:
     """Give back a nursery's lone exception as itself.

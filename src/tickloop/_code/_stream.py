@@ -46,7 +46,18 @@ def _fence_tag(line: str) -> str | None:
     return stripped[3:].strip().lower()
 
 
-def _spans(text: str, *, final: bool) -> tuple[list[tuple[int, int]], int]:
+def _starts_statement(partial: str) -> bool:
+    """Whether an unfinished last line already shows a new top-level statement: it
+    starts at column 0 with a whole first word that is not a continuation keyword."""
+    if not partial or partial[0].isspace() or partial[0] == "#":
+        return False
+    word = partial[: len(partial) - len(partial.lstrip("abcdefghijklmnopqrstuvwxyz"))]
+    if word == partial:  # the word may still grow: `el` into `else`
+        return not any(keyword.startswith(word) for keyword in _CONTINUATIONS)
+    return word not in _CONTINUATIONS
+
+
+def _spans(text: str, *, final: bool, partial: str = "") -> tuple[list[tuple[int, int]], int]:
     """The complete statements of `text` as (first line, last line) pairs (1-based,
     inclusive), and the line the next statement starts on (or where code may begin).
 
@@ -72,8 +83,11 @@ def _spans(text: str, *, final: bool) -> tuple[list[tuple[int, int]], int]:
                 start = row
             newline_at = None
     except (tokenize.TokenError, IndentationError, SyntaxError):
-        pass  # an unfinished string or bracket: what follows `start` is not complete yet
+        newline_at = None  # an unfinished string or bracket: nothing after `start` is done
     lines = text.count("\n") + (0 if text.endswith("\n") else 1)
+    if not final and start is not None and newline_at is not None and _starts_statement(partial):
+        spans.append((start, newline_at))
+        start = None
     if final and start is not None and text[_offset(text, start) :].strip():
         spans.append((start, lines))
         start = None
@@ -106,13 +120,19 @@ class _Splitter:
         self.text += text
         if not final:
             cut = self.text.rfind("\n") + 1
-            if not cut or "\n" not in text:
+            if not cut:
                 return []
-            return self._take(self.text[:cut], final=False)
+            return self._take(self.text[:cut], final=False, partial=self.text[cut:])
         return self._take(self.text, final=True)
 
-    def _take(self, text: str, *, final: bool) -> list[Statement]:
-        spans, next_start = _spans(text, final=final)
+    def peek(self, partial: str) -> list[Statement]:
+        """Statements completed by the start of an unfinished line (`z` after an `if`)."""
+        if not self.text.endswith("\n") or not _starts_statement(partial):
+            return []
+        return self._take(self.text, final=False, partial=partial)
+
+    def _take(self, text: str, *, final: bool, partial: str = "") -> list[Statement]:
+        spans, next_start = _spans(text, final=final, partial=partial)
         lines = text.splitlines(keepends=True)
         statements = []
         for first, last in spans:
@@ -164,6 +184,8 @@ class ProgramStream:
         while "\n" in self._pending:
             line, self._pending = self._pending.split("\n", 1)
             out += self._line(line + "\n")
+        if self._state == "program" and self._pending and not self._pending.startswith("`"):
+            out += self._splitter.peek(self._pending)
         return out
 
     def close(self) -> list[Statement]:

@@ -1,0 +1,356 @@
+"""The program machine of code plans (PROTOCOL §14), driven directly: statements in,
+calls finished in a chosen order, actions and the outcome out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tickloop._code import (
+    CodeTool,
+    Commit,
+    Globals,
+    Limits,
+    MakeCall,
+    Printed,
+    ProgramMachine,
+    ProgramStream,
+    split_statements,
+)
+
+TOOLS = {
+    "fetch": CodeTool("fetch", "fetch", ("url",), {}, read_only=True),
+    "search": CodeTool("search", "search", ("query", "limit"), {"limit": 3}, read_only=True),
+    "charge": CodeTool("charge", "charge", ("customer", "cents"), {}, read_only=False),
+}
+
+
+def default_result(call: MakeCall) -> Any:
+    """fetch(url) → url*2; search(query) → three urls; charge → receipt; "bad" fails."""
+    if "bad" in str(call.params.values()):
+        return RuntimeError(f"{call.tool} failed")
+    if call.tool == "fetch":
+        return str(call.params["url"]) * 2
+    if call.tool == "search":
+        return [f"{call.params['query']}-{i}" for i in range(3)]
+    return {"ok": True, "cents": call.params.get("cents")}
+
+
+@dataclass
+class Run:
+    machine: ProgramMachine
+    actions: list[Any] = field(default_factory=list)
+    waves: list[list[str]] = field(default_factory=list)  # call ids made per step
+
+    @property
+    def calls(self) -> list[MakeCall]:
+        return [a for a in self.actions if isinstance(a, MakeCall)]
+
+    @property
+    def ids(self) -> list[str]:
+        return [c.call_id for c in self.calls]
+
+    @property
+    def commits(self) -> list[Any]:
+        return [a for a in self.actions if isinstance(a, Commit | Printed)]
+
+    @property
+    def outcome(self) -> tl_outcome:
+        return self.machine.outcome()
+
+    @property
+    def printed(self) -> list[str]:
+        return [a.text for a in self.actions if isinstance(a, Printed)]
+
+    def variables(self) -> dict[str, Any]:
+        return self.machine.globals.variables
+
+
+tl_outcome = Any
+
+
+def drive(
+    source: str,
+    results: Callable[[MakeCall], Any] = default_result,
+    *,
+    pick: Callable[[list[MakeCall]], int] = lambda pending: 0,
+    globals: Globals | None = None,
+    limits: Limits | None = None,
+    task_input: Any = None,
+    iteration: int = 1,
+) -> Run:
+    """Run a program on the machine; `pick` chooses which running call ends next."""
+    machine = ProgramMachine(
+        iteration=iteration, tools=TOOLS, globals=globals or Globals(),
+        task_input=task_input, limits=limits or Limits(),
+    )  # fmt: skip
+    for statement in split_statements(source):
+        machine.add_statement(statement)
+    machine.close()
+    run = Run(machine)
+    running: list[MakeCall] = []
+    for _ in range(100_000):
+        actions = machine.step()
+        run.actions += actions
+        made = [a for a in actions if isinstance(a, MakeCall)]
+        run.waves.append([c.call_id for c in made])
+        running += made
+        if machine.finished:
+            return run
+        if not running:
+            continue  # paused after 1,000 steps
+        call = running.pop(pick(running) % len(running))
+        result = results(call)
+        if isinstance(result, Exception):
+            error = {"type": "runtime", "message": str(result), "status": "failed"}
+            machine.call_finished(call.call_id, error=error)
+        else:
+            machine.call_finished(call.call_id, result)
+    raise AssertionError("the program never finished")
+
+
+def reversed_pick(pending: Sequence[MakeCall]) -> int:
+    return len(pending) - 1
+
+
+# -- the stream -------------------------------------------------------------------------------
+
+
+def test_statements_complete_as_the_answer_streams() -> None:
+    stream = ProgramStream()
+    seen = []
+    text = "Plan:\n```python\nx = fetch('a')\nif x:\n    y = 1\nelse:\n    y = 2\nz = 3\n```\n"
+    for char in text:
+        seen += [(s.line, s.source) for s in stream.feed(char)]
+        if char == "z":  # `if` completes when the next statement starts at column 0
+            assert seen == [(1, "x = fetch('a')\n"), (2, "if x:\n    y = 1\nelse:\n    y = 2\n")]
+    seen += [(s.line, s.source) for s in stream.close()]
+    assert seen[-1] == (6, "z = 3\n")
+    assert stream.prose == "Plan:\n"
+
+
+def test_text_after_the_closing_fence_is_ignored_and_a_second_block_flagged() -> None:
+    stream = ProgramStream()
+    out = stream.feed("```py\na = 1\n```\nmore\n```python\nb = 2\n```\n") + stream.close()
+    assert [s.source for s in out] == ["a = 1\n"]
+    assert stream.second_block
+
+
+def test_an_answer_without_a_fence_is_the_program_at_the_end() -> None:
+    stream = ProgramStream()
+    assert stream.feed("a = 1\nb = 2\n") == []  # held: a fence may still open
+    assert [s.source for s in stream.close()] == ["a = 1\n", "b = 2\n"]
+
+
+# -- data flow --------------------------------------------------------------------------------
+
+
+def test_independent_statements_make_their_calls_in_the_same_step() -> None:
+    run = drive("a = fetch('x')\nb = fetch('y')\nc = fetch(a + b)\n")
+    assert run.waves[0] == ["c1.0", "c1.1"]  # both at once, c1.2 waits for a and b
+    assert "c1.2" not in run.waves[0]
+    assert run.variables() == {"a": "xx", "b": "yy", "c": "xxyyxxyy"}
+
+
+def test_a_loop_makes_all_its_calls_at_once() -> None:
+    run = drive("pages = [fetch(u) for u in ['a', 'b', 'c']]\nfor u in 'de':\n    fetch(u)\n")
+    assert run.waves[0] == ["c1.0[0]", "c1.0[1]", "c1.0[2]", "c1.1[0]", "c1.1[1]"]
+    assert run.variables()["pages"] == ["aa", "bb", "cc"]
+
+
+def test_a_dependent_statement_waits_for_the_value_it_reads() -> None:
+    run = drive("a = fetch('x')\nb = fetch(a)\n")
+    assert run.waves[0] == ["c1.0"]
+    assert run.waves[1] == ["c1.1"]
+    assert run.calls[1].params == {"url": "xx"}
+
+
+def test_storing_a_call_value_does_not_wait_for_it() -> None:
+    run = drive("pages = []\nfor u in ['a', 'b']:\n    pages.append(fetch(u))\nn = len(pages)\n")
+    assert run.waves[0] == ["c1.0[0]", "c1.0[1]"]
+    assert run.variables() == {"pages": ["aa", "bb"], "u": "b", "n": 2}
+
+
+# -- the side-effect barrier --------------------------------------------------------------------
+
+
+def test_a_call_with_side_effects_waits_for_every_earlier_call_to_end_ok() -> None:
+    run = drive("a = fetch('x')\ncharge(customer='c', cents=5)\nb = fetch('y')\n")
+    assert run.waves[0] == ["c1.0", "c1.2"]  # the read-only call after it does not wait
+    assert run.waves[1] == ["c1.1"]
+
+
+def test_a_call_with_side_effects_is_never_made_after_an_uncaught_failure() -> None:
+    run = drive("a = fetch('bad')\ncharge(customer='c', cents=5)\nb = fetch('y')\n")
+    assert "c1.1" not in run.ids
+    error = run.outcome.error
+    assert error is not None and error["line"] == 1 and error["type"] == "runtime"
+    assert "ToolError: fetch failed (call c1.0)" in error["message"]
+    assert error["also_ran"] == ["c1.2"]  # the read-only call that had started
+    assert error["text"] == "a = fetch('bad')"
+
+
+def test_try_catches_a_failed_call_and_the_program_goes_on() -> None:
+    source = (
+        "try:\n    r = fetch('bad')\n    print('not here')\nexcept ToolError as e:\n"
+        "    r = None\n    print('caught', e.call_id, e.type)\ncharge(customer='c', cents=1)\n"
+    )
+    run = drive(source)
+    assert run.printed == ["caught c1.0 runtime"]
+    assert run.outcome.kind == "none"
+    assert run.variables() == {"r": None}
+    assert "c1.1" in run.ids  # the barrier holds: the failure was caught
+
+
+def test_inside_a_try_a_call_waits_for_the_calls_before_it_in_the_body() -> None:
+    run = drive("try:\n    a = fetch('bad')\n    b = fetch('y')\nexcept ToolError:\n    b = 0\n")
+    assert run.ids == ["c1.0"]  # the failure leaves the body before c1.1 is made
+    assert run.variables() == {"b": 0}
+
+
+def test_an_uncaught_failure_discards_later_statements() -> None:
+    run = drive("print('one')\nx = fetch('bad')\nprint('two')\ny = 1\n")
+    assert run.printed == ["one"]
+    assert "y" not in run.variables()
+    assert run.outcome.kind == "error"
+
+
+def test_a_failure_in_a_dropped_value_still_raises_at_its_site() -> None:
+    run = drive("fetch('bad')\nx = 1\n")
+    assert run.outcome.kind == "error" and run.outcome.error["line"] == 1  # type: ignore[index]
+    assert run.variables() == {}
+
+
+# -- call ids ---------------------------------------------------------------------------------
+
+
+def test_call_ids_for_nested_loops_helpers_and_map() -> None:
+    source = (
+        "def get(u):\n    return fetch(u)\n"
+        "grid = [[fetch(a + b) for b in 'xy'] for a in 'pq']\n"
+        "i = 0\nwhile i < 2:\n    get(str(i))\n    i += 1\n"
+        "m = list(map(lambda u: fetch(u), ['s', 't']))\n"
+        "srt = sorted(['b', 'a'], key=get)\n"
+    )
+    run = drive(source)
+    assert sorted(run.ids) == sorted(
+        ["c1.1[0][0]", "c1.1[0][1]", "c1.1[1][0]", "c1.1[1][1]", "c1.2[0]>0", "c1.2[1]>0",
+         "c1.4[0]>3", "c1.4[1]>3", "c1.5[0]>0", "c1.5[1]>0"]
+    )  # fmt: skip
+    assert run.variables()["srt"] == ["a", "b"]
+    assert run.variables()["m"] == ["ss", "tt"]
+
+
+def test_call_ids_never_depend_on_timing() -> None:
+    source = "xs = [fetch(u) for u in 'abc']\ny = [fetch(x) for x in xs if len(x) > 0]\n"
+    first = drive(source)
+    second = drive(source, pick=reversed_pick)
+    assert sorted(first.ids) == sorted(second.ids)
+    assert first.commits == second.commits
+
+
+# -- commits in program order -------------------------------------------------------------------
+
+
+PROGRAM = """
+import math
+results = {}
+def score(text, bonus=0):
+    return len(text) * 2 + bonus
+for u in ['a', 'bb', 'ccc']:
+    page = fetch(u)
+    results[u] = score(page, bonus=1)
+    print(f"{u}: {results[u]}")
+hits = search('q')
+texts = [fetch(h) for h in hits]
+try:
+    bad = fetch('bad')
+except ToolError as error:
+    print('failed:', error.message)
+total = sum(results.values()) + len(texts)
+print('total', total, math.floor(total / 3))
+final_answer({"total": total, "texts": texts})
+"""
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=50), min_size=30, max_size=30))
+def test_commits_and_prints_are_in_program_order_under_any_finish_order(
+    choices: list[int],
+) -> None:
+    picks = iter(choices * 10)
+    run = drive(PROGRAM, pick=lambda pending: next(picks))
+    reference = drive(PROGRAM)
+    assert run.commits == reference.commits
+    assert sorted(run.ids) == sorted(reference.ids)
+    assert run.outcome == reference.outcome
+    assert run.outcome.kind == "final"
+    assert run.printed[:3] == ["a: 5", "bb: 9", "ccc: 13"]
+    assert run.printed[3].startswith("failed: fetch failed")
+
+
+# -- the end -----------------------------------------------------------------------------------
+
+
+def test_final_answer_waits_for_earlier_calls_and_stops_later_ones() -> None:
+    run = drive("a = fetch('x')\nfinal_answer(a)\nb = fetch('never')\n")
+    assert run.ids == ["c1.0"]
+    assert run.outcome.kind == "final" and run.outcome.value == "xx"
+
+
+def test_the_last_expression_is_the_result() -> None:
+    run = drive("x = fetch('a')\n{'x': x, 'n': len(x)}\n")
+    assert run.outcome.kind == "result" and run.outcome.value == {"x": "aa", "n": 2}
+    assert drive("fetch('a')\n").outcome.kind == "none"  # a tool call is no result
+
+
+def test_a_top_level_return_ends_the_program_with_its_value() -> None:
+    run = drive("await fetch('a')\nreturn [1, 2]\nprint('no')\n")
+    assert run.outcome.kind == "final" and run.outcome.value == [1, 2]
+    assert run.printed == []
+
+
+def test_gather_makes_its_calls_together_and_returns_exceptions() -> None:
+    source = (
+        "import asyncio\n"
+        "rs = await asyncio.gather(fetch('a'), fetch('bad'), return_exceptions=True)\n"
+        "kinds = [isinstance(r, ToolError) for r in rs]\n"
+    )
+    run = drive(source)
+    assert run.waves[0] == ["c1.0", "c1.1"]
+    assert run.variables()["kinds"] == [False, True]
+
+
+# -- globals across programs --------------------------------------------------------------------
+
+
+def test_variables_helpers_and_imports_carry_to_the_next_program() -> None:
+    first = drive("import math\ndef double(x):\n    return x * 2\nn = 3\n")
+    carried = Globals.from_json(first.machine.globals.to_json())
+    assert carried.variables == {"n": 3}
+    second = drive("m = double(math.floor(n + 0.5))\n", globals=carried, iteration=2)
+    assert second.variables()["m"] == 6
+    third = drive("reset()\n", globals=second.machine.globals, iteration=3)
+    assert third.outcome.kind == "reset"
+    assert third.machine.globals.variables == {}
+
+
+def test_values_are_copies_not_references() -> None:
+    run = drive("a = [1]\nb = a\nb.append(2)\nc = {'k': a}\nc['k'].append(3)\n")
+    assert run.variables() == {"a": [1], "b": [1, 2], "c": {"k": [1, 3]}}
+
+
+def test_attribute_read_on_a_dict_reads_the_key() -> None:
+    run = drive("r = {'title': 'T'}\nt = r.title\nu = r.get('title')\n")
+    assert run.variables()["t"] == "T" and run.variables()["u"] == "T"
+
+
+def test_a_state_commit_names_only_changed_variables() -> None:
+    run = drive("x = 1\nx = 1\ny = [x]\ndel x\n")
+    commits = [a for a in run.actions if isinstance(a, Commit)]
+    assert [c.writes for c in commits] == [{"x": 1}, {}, {"y": [1]}, {}]
+    assert commits[3].deletes == ["x"]
