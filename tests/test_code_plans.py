@@ -401,7 +401,7 @@ def test_a_program_calls_an_agent_tool_as_a_sub_agent() -> None:
         description="Research a topic.",
     )
     coder = tl.Agent(
-        tl.ScriptedModel([fenced('p = fetch(url="https://trio")\nfinal_answer(p)')]),
+        tl.ScriptedModel([fenced('p = fetch(url="https://trio")\nfinal_answer(len(p))')]),
         name="coder",
         tools=[fetch],
         protocol="code",
@@ -564,7 +564,7 @@ def test_read_only_calls_finish_within_five_percent_of_the_critical_path(program
         return result, trio.current_time() - start
 
     result, took = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-    assert result.output == [5, 9]
+    assert result.output == [5, 8]
     assert len(result.records) == 7
     critical_path = 3 * SECOND
     assert critical_path <= took <= critical_path * 1.05

@@ -109,6 +109,7 @@ class _Program:
             limits=Limits(
                 max_calls=config.max_calls,
                 max_steps=config.max_steps,
+                max_eval_seconds=config.max_eval_seconds,
             ),
         )
         self.driver = ProgramDriver(
@@ -225,11 +226,13 @@ class _Program:
 
 def _code_tool(entry: CodeName, tools: ToolSet) -> CodeTool:
     tool = tools[entry.tool]
+    optional = [python for python, key in entry.params if key not in entry.required]
     return CodeTool(
         name=entry.name,
         tool=entry.tool,
         params=entry.python_params,
-        defaults=dict(entry.defaults),
+        # Every parameter a call may leave out (the machine binds; it fills nothing in).
+        defaults={python: entry.defaults.get(python) for python in optional},
         read_only=tool.read_only,
     )
 

@@ -29,7 +29,11 @@ from .._core._scheduler import CallRecord
 from .._core._status import FINAL_STATUSES, CallStatus
 from .._errors import ResumeError
 
-__all__ = ["CallMaker", "ProgramDriver", "code_error", "literal_params"]
+__all__ = ["YIELD_STEPS", "CallMaker", "ProgramDriver", "code_error", "literal_params"]
+
+# The machine yields at least this often (PROTOCOL §14 "Limits"): a `step` that ran this
+# many steps may have stopped with statements still runnable.
+YIELD_STEPS = 1_000
 
 
 class CallMaker(Protocol):
@@ -103,6 +107,7 @@ class ProgramDriver:
     made: dict[str, _Made] = field(default_factory=dict)
     _ended: list[str] = field(default_factory=list)  # calls ended, not yet fed
     _stopped: bool = False
+    _more: bool = False  # the last step stopped at its step limit, not at a wait
 
     # -- what comes in -----------------------------------------------------------------
 
@@ -136,18 +141,24 @@ class ProgramDriver:
             call_id = self._ended.pop(0)
             self._feed_end(call_id, records[call_id])
         actions = self._step()
-        busy = bool(actions)
+        busy = bool(actions) or self._more
         for action in actions:
             self._carry_out(action)
         return busy or bool(self._ended)
 
     def _step(self) -> list[Any]:
         clock = self.clock
+        steps = self.machine.meter.steps
         if clock is None:
-            return list(self.machine.step())
-        start = clock()
-        actions = list(self.machine.step())
-        self.evaluated += clock() - start
+            actions = list(self.machine.step())
+        else:
+            start = clock()
+            actions = list(self.machine.step())
+            self.evaluated += clock() - start
+        # A step ends after about YIELD_STEPS steps with work left: not waiting, busy.
+        self._more = self.machine.meter.steps - steps >= YIELD_STEPS
+        if clock is None:
+            return actions
         limit = self.max_eval_seconds
         if limit is not None and self.evaluated > limit and not self._stopped:
             self._stopped = True
