@@ -613,3 +613,20 @@ final_answer(s)
     assert result.output == {"sent": True}
     assert sent == [{"to": "bob", "body": "fallback"}]
     assert result.records["c1.1"].started >= result.records["c1.0"].finished
+
+
+def test_max_eval_seconds_is_measured_by_the_driver_and_ends_the_program() -> None:
+    """The machine reads no clock: the driver times each `step` and stops the program
+    past `max_eval_seconds` (PROTOCOL §14 "Limits"); the error names the limit, and the
+    loop goes on."""
+    busy = fenced("total = 0\nfor i in range(10**8):\n    total += i\nfinal_answer(total)")
+    model = tl.ScriptedModel([busy, fenced('final_answer("gave up")')])
+    agent = tl.Agent(
+        model, tools=[fetch], protocol="code", max_steps=10**12, max_eval_seconds=0.05
+    )
+    result = agent.run()
+    assert result.output == "gave up"
+    shown = model.requests[1]["messages"][-1]["content"]
+    assert "max_eval_seconds" in shown and "line 2" in shown
+    [error] = [e for e in result.errors if "max_eval_seconds" in e["data"]["error"]["message"]]
+    assert error["data"]["error"]["line"] == 2
