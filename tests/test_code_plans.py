@@ -91,6 +91,7 @@ def test_the_request_shows_tools_as_python_stubs() -> None:
             "properties": {"url": {"type": "string"}, "score": {"type": "number"}},
             "required": ["url", "score"],
         },
+        handler=lambda title, lang="en", limit=None: {"url": title, "score": 1.0},
         read_only=True,
     )
     model = tl.ScriptedModel([fenced('final_answer("done")')])
@@ -122,6 +123,20 @@ def test_names_that_collide_once_mangled_are_a_configuration_error() -> None:
         tl.Agent(tl.ScriptedModel([]), tools=[one, two], protocol="code")
     # Only code plans care: the other protocols call tools by their own names.
     tl.Agent(tl.ScriptedModel([]), tools=[one, two])
+
+
+def test_what_code_plans_cannot_drive_yet_is_refused_before_anything_runs() -> None:
+    latent = tl.Tool("guess", "A guess.", {"type": "object"}, output={"type": "string"})
+    with pytest.raises(tl.ConfigurationError, match="latent tool 'guess'"):
+        tl.Agent(tl.ScriptedModel([]), tools=[latent], protocol="code")
+
+    @tl.tool(depends_on=["†state.token"])
+    def use(x: int) -> int:
+        """Use the token."""
+        return x
+
+    with pytest.raises(tl.ConfigurationError, match="depends on †state.token"):
+        tl.Agent(tl.ScriptedModel([]), tools=[use], protocol="code")
 
 
 def test_read_only_is_described_and_shown_in_events() -> None:

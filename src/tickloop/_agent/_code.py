@@ -64,6 +64,19 @@ class CodeProtocol(LoopProtocol):
                 f"{model!r} cannot stream a program (it has no stream_solution method)"
             )
         code_names(tools)  # names that collide once mangled (PROTOCOL §14)
+        for tool in tools.values():
+            if tool.is_latent:
+                raise ConfigurationError(
+                    f"latent tool {tool.name!r}: protocol='code' does not answer latent tools "
+                    "yet; give it a handler, or use protocol='solution'"
+                )
+            if tool.dependency_references:
+                raise ConfigurationError(
+                    f"tool {tool.name!r} depends on "
+                    f"{', '.join(map(str, tool.dependency_references))}: protocol='code' does "
+                    "not read depends_on references yet; pass the value as a parameter, or "
+                    "depend on the tool that makes it by name"
+                )
 
     def iterations_in(self, log: ContextLog) -> int:
         return programs_in(log)

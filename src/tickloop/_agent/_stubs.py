@@ -208,8 +208,6 @@ def _stub(tool: Tool, name: CodeName, classes: list[str]) -> str:
         notes.append("Read-only: it changes nothing, so it may start early.")
     if tool.may_require_approval:
         notes.append("A person may have to approve a call.")
-    if tool.is_latent:
-        notes.append("Answered by a model, not by code.")
     doc = "\n\n".join(part for part in (doc, " ".join(notes)) if part) or "(no description)"
     body = _docstring(doc)
     return f"{signature}\n{body}\n    ..."
