@@ -17,7 +17,7 @@ from typing import Any
 
 from ._builtins import bind_tool_arguments
 from ._exceptions import EXCEPTION_CLASSES, EndProgram, LimitExceeded, OutsideLanguage, ProgramRaise
-from ._expressions import Expressions
+from ._expressions import Expressions, dispatch
 from ._frame import MAX_DEPTH, Frame, Host, Wait
 from ._methods import attribute_of, call_method
 from ._modules import GATHER
@@ -132,11 +132,11 @@ class Evaluator(Expressions):
             self.meter.paused()
             await Wait("pause")
         self.line = node.lineno
-        method = getattr(self, "_exec_" + type(node).__name__, None)
+        method = dispatch(type(self), "_exec_", type(node))
         if method is None:
             raise OutsideLanguage(f"{type(node).__name__} is outside the language")
         try:
-            await method(node, scope, frame)
+            await method(self, node, scope, frame)
         except ProgramRaise as raised:
             if not raised.line:
                 raised.line = node.lineno

@@ -30,7 +30,7 @@ from ._values import (
     type_name,
 )
 
-__all__ = ["Expressions", "GenValue", "charge_size"]
+__all__ = ["Expressions", "GenValue", "charge_size", "dispatch"]
 
 _BINARY: Final[dict[type[ast.operator], Any]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -46,6 +46,19 @@ _COMPARE: Final[dict[type[ast.cmpop], Any]] = {
     ast.NotIn: lambda a, b: a not in b,
 }  # fmt: skip
 _NUMBERS_IN_SPEC: Final = re.compile(r"\d+")
+_NUMBERS: Final = frozenset({int, float, bool})
+_GROWING: Final = frozenset({ast.Mult, ast.Pow, ast.LShift})  # may build a huge integer
+_METHODS: dict[tuple[type, str, type], Any] = {}  # (evaluator class, prefix, node type)
+
+
+def dispatch(owner: type, prefix: str, kind: type) -> Any:
+    """The evaluator's method for a node type (`_eval_BinOp`), looked up once."""
+    key = (owner, prefix, kind)
+    method = _METHODS.get(key)
+    if method is None:
+        method = getattr(owner, prefix + kind.__name__, None)
+        _METHODS[key] = method
+    return method
 
 
 def charge_size(meter: Meter, value: Any) -> None:
@@ -71,8 +84,7 @@ def estimate_binary(op: type[ast.operator], left: Any, right: Any) -> None:
     if op is ast.Mult:
         for seq, times in ((left, right), (right, left)):
             if isinstance(seq, str | list | tuple) and isinstance(times, int):
-                per = 1 if isinstance(seq, str) else 8
-                check_size(len(seq) * per * max(times, 0), "repeating a sequence")
+                check_size(size_of(seq) * max(times, 0), "repeating a sequence")
         if isinstance(left, int) and isinstance(right, int):
             check_size((left.bit_length() + right.bit_length()) / 8, "a multiplication")
     elif op is ast.Pow and isinstance(left, int) and isinstance(right, int) and right > 0:
@@ -169,10 +181,15 @@ class Expressions:
 
     async def eval(self, node: ast.expr, scope: Scope, frame: Frame) -> Any:
         self.meter.charge()
-        method = getattr(self, "_eval_" + type(node).__name__, None)
+        kind = type(node)
+        if kind is ast.Constant:
+            return await self._eval_Constant(node, scope, frame)  # type: ignore[arg-type]
+        if kind is ast.Name:
+            return await scope.load(node.id)  # type: ignore[attr-defined]
+        method = dispatch(type(self), "_eval_", kind)
         if method is None:
-            raise OutsideLanguage(f"{type(node).__name__} is outside the language")
-        return await method(node, scope, frame)
+            raise OutsideLanguage(f"{kind.__name__} is outside the language")
+        return await method(self, node, scope, frame)
 
     async def value(self, node: ast.expr, scope: Scope, frame: Frame) -> Any:
         """Evaluate and force (what most operations need)."""
@@ -271,6 +288,9 @@ class Expressions:
         return await self.binary(type(node.op), left, right)
 
     async def binary(self, op: type[ast.operator], left: Any, right: Any) -> Any:
+        if type(left) in _NUMBERS and type(right) in _NUMBERS and op not in _GROWING:
+            self.meter.charge()
+            return _BINARY[op](left, right)  # the common case: small arithmetic
         if op is ast.MatMult:
             raise OutsideLanguage("the operator @ is outside the language")
         if isinstance(left, list | dict | tuple | PSet):
@@ -280,8 +300,6 @@ class Expressions:
         estimate_binary(op, left, right)
         charge_size(self.meter, left)
         charge_size(self.meter, right)
-        if op is ast.Mod and isinstance(left, str) and isinstance(right, dict | list | PSet):
-            pass
         result = _BINARY[op](left, right)
         if isinstance(result, list) and op in (ast.Add, ast.Mult):
             result = copy_value(result, self.meter)  # the items of `[x] * 3` are not shared

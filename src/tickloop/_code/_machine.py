@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import ast
 import bisect
+import contextlib
 import heapq
-from collections.abc import Coroutine, Mapping
+import sys
+from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any
 
 from .._errors import CodeError
@@ -50,6 +52,7 @@ from ._values import CallState, Lazy, Meter, copy_value, leave
 __all__ = ["ProgramMachine"]
 
 _STEPS_PER_STEP = 1_000  # §14: the evaluator yields to the driver at least this often
+_RECURSION_LIMIT = 8_000  # Python frames while stepping: helper depth 100 x nesting
 
 Result = tuple[str, Any]  # ("ok", value) | ("raise", ProgramRaise) | ("end", EndProgram) | ...
 
@@ -173,6 +176,12 @@ class ProgramMachine:
     def step(self) -> list[CodeAction]:
         """Run every statement that can go on until all block (or about 1,000 steps);
         return the actions since the last step."""
+        with _stack_for_helpers():
+            self._step()
+        actions, self._actions = self._actions, []
+        return actions
+
+    def _step(self) -> None:
         start = self.meter.steps
         while self._outcome is None:
             self._try_commit()  # a commit may wake statements waiting at the barrier
@@ -183,8 +192,6 @@ class ProgramMachine:
             if record.ended or (record.waiting is not None and not self._satisfied(record)):
                 continue
             self._resume(record)
-        actions, self._actions = self._actions, []
-        return actions
 
     def stop_for_limit(self, limit: str) -> None:
         """The driver measured a limit the machine cannot (`max_eval_seconds`)."""
@@ -356,9 +363,9 @@ class ProgramMachine:
             self._print(line, text)
         try:
             writes, deletes = self._writes_of(record)
-        except ProgramRaise as raised:
-            kind, payload = "raise", raised
-            writes, deletes = {}, []
+        except (ProgramRaise, LimitExceeded) as problem:
+            kind = "raise" if isinstance(problem, ProgramRaise) else "limit"
+            payload, writes, deletes = problem, {}, []
         self._apply(writes, deletes, evaluator)
         self._actions.append(Commit(record.index, record.line, writes, deletes))
         self._committed += 1
@@ -505,6 +512,21 @@ class ProgramMachine:
                     self._helpers_end = True
 
 
+@contextlib.contextmanager
+def _stack_for_helpers() -> Iterator[None]:
+    """Room for helper depth 100 (§14): the evaluator recurses about a dozen Python
+    frames per helper call, more than the default limit of 1,000 allows. Raised only
+    while the machine steps, and never lowered below what it was."""
+    before = sys.getrecursionlimit()
+    if before < _RECURSION_LIMIT:
+        sys.setrecursionlimit(_RECURSION_LIMIT)
+    try:
+        yield
+    finally:
+        if before < _RECURSION_LIMIT:
+            sys.setrecursionlimit(before)
+
+
 def _calls_an_end(node: ast.AST) -> bool:
     """Whether a helper's body calls `final_answer` or `reset`."""
     return any(
@@ -533,9 +555,12 @@ def _module_path(value: Any) -> str | None:
 
 
 def _not_data(value: Any) -> bool:
+    """A value that is no variable of the state (a module, a function, a generator, a
+    range): kept while the program runs, not carried to the next."""
+    from ._expressions import GenValue
     from ._values import Builtin, Module
 
-    return isinstance(value, Module | Builtin) or callable(value)
+    return isinstance(value, Module | Builtin | GenValue | range) or callable(value)
 
 
 def _resolved(value: Any) -> Any:

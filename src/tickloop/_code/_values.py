@@ -211,11 +211,11 @@ def copy_value(value: Any, meter: Meter | None = None) -> Any:
     references"). Lazy values stay lazy; immutable values are shared."""
     if isinstance(value, list):
         if meter is not None:
-            meter.charge(1 + len(value) // 16)
+            meter.charge(1 + len(value) // 4)
         return [copy_value(item, meter) for item in value]
     if isinstance(value, dict):
         if meter is not None:
-            meter.charge(1 + len(value) // 16)
+            meter.charge(1 + len(value) // 4)
         return {key: copy_value(item, meter) for key, item in value.items()}
     if isinstance(value, tuple):
         return tuple(copy_value(item, meter) for item in value)
