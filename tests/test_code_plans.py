@@ -645,3 +645,24 @@ def test_max_eval_seconds_is_measured_by_the_driver_and_ends_the_program() -> No
     assert "max_eval_seconds" in shown and "line 2" in shown
     [error] = [e for e in result.errors if "max_eval_seconds" in e["data"]["error"]["message"]]
     assert error["data"]["error"]["line"] == 2
+
+
+def test_a_code_run_replays_from_its_record_and_forks(tmp_path: Any) -> None:
+    ran: list[str] = []
+
+    @tl.tool(read_only=True)
+    def page(url: str) -> str:
+        """Fetch a page."""
+        ran.append(url)
+        return "page " + url
+
+    program = fenced('a = page(url="x")\nb = page(url=a)\nprint(b)\nfinal_answer(b)')
+    db = tmp_path / "runs.db"
+    agent = tl.Agent(tl.ScriptedModel([program]), tools=[page], protocol="code", store=db)
+    first = agent.run(run_id="r1")
+    assert (first.output, ran) == ("page page x", ["x", "page x"])
+    ran.clear()
+    again = agent.replay("r1", store=db)  # the model and every call from the record
+    assert (again.output, again.printed, ran) == ("page page x", {1: ["page page x"]}, [])
+    forked = agent.fork("r1", "r2", store=db, rerun=["c1.0"])
+    assert forked.output == "page page x" and ran == ["x"]  # only the call named re-ran
