@@ -135,7 +135,7 @@ def test_what_code_plans_cannot_drive_yet_is_refused_before_anything_runs() -> N
         """Use the token."""
         return x
 
-    with pytest.raises(tl.ConfigurationError, match="depends on †state.token"):
+    with pytest.raises(tl.ConfigurationError, match=r"depends on †state\.token"):
         tl.Agent(tl.ScriptedModel([]), tools=[use], protocol="code")
 
 
@@ -636,9 +636,7 @@ def test_max_eval_seconds_is_measured_by_the_driver_and_ends_the_program() -> No
     loop goes on."""
     busy = fenced("total = 0\nfor i in range(10**8):\n    total += i\nfinal_answer(total)")
     model = tl.ScriptedModel([busy, fenced('final_answer("gave up")')])
-    agent = tl.Agent(
-        model, tools=[fetch], protocol="code", max_steps=10**12, max_eval_seconds=0.05
-    )
+    agent = tl.Agent(model, tools=[fetch], protocol="code", max_steps=10**12, max_eval_seconds=0.05)
     result = agent.run()
     assert result.output == "gave up"
     shown = model.requests[1]["messages"][-1]["content"]
