@@ -7,9 +7,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tickloop as tl
 from tickloop._code import (
     CodeTool,
     Commit,
@@ -354,3 +356,119 @@ def test_a_state_commit_names_only_changed_variables() -> None:
     commits = [a for a in run.actions if isinstance(a, Commit)]
     assert [c.writes for c in commits] == [{"x": 1}, {}, {"y": [1]}, {}]
     assert commits[3].deletes == ["x"]
+
+
+def test_a_failure_met_late_reruns_the_statement_strictly() -> None:
+    source = "out = []\nfor u in ['a', 'bad', 'c']:\n    out.append(fetch(u))\n    print(u)\n"
+    run = drive(source, pick=reversed_pick)
+    assert run.waves[0] == ["c1.0[0]", "c1.0[1]", "c1.0[2]"]  # all at once, lazily
+    assert run.printed == ["a"]  # as the reference: it raised at c1.0[1]
+    error = run.outcome.error
+    assert error is not None and error["line"] == 3
+    assert error["also_ran"] == ["c1.0[2]"]
+    assert run.variables() == {"out": ["aa"], "u": "bad"}  # as the reference left them
+
+
+def test_a_handler_sees_the_first_failure_of_its_body_in_program_order() -> None:
+    source = (
+        "try:\n    a = fetch('bad1')\n    b = 1 / 0\nexcept ZeroDivisionError:\n    r = 'zero'\n"
+        "except ToolError as e:\n    r = e.message\n"
+    )
+    run = drive(source, results=lambda c: RuntimeError(str(c.params["url"])))
+    assert run.variables()["r"] == "bad1"
+
+
+# -- limits: hostile programs end with a clear error, quickly -----------------------------------
+
+
+def _error_of(source: str, **options: Any) -> dict[str, Any]:
+    run = drive(source, **options)
+    assert run.outcome.kind == "error", run.outcome
+    assert run.outcome.error is not None
+    return run.outcome.error
+
+
+@pytest.mark.parametrize(
+    ("source", "limit", "words"),
+    [
+        ("while True:\n    pass\n", "limit", "max_steps"),
+        ("x = 'a' * 10**10\n", "limit", "10 MB"),
+        ("x = 10**10**10\n", "limit", "10 MB"),
+        ("x = [0] * 10**9\n", "limit", "10 MB"),
+        ("x = list(range(10**9))\n", "limit", "10 MB"),
+        ("x = [[1] * 1000] * 1000\n", "limit", "10 MB"),
+        ("x = 'a'.ljust(10**10)\n", "limit", "10 MB"),
+        ("x = f'{1:>10000000000}'\n", "limit", "10 MB"),
+        ("x = 1 << 10**10\n", "limit", "10 MB"),
+        ("import math\nx = math.factorial(10**8)\n", "limit", "10 MB"),
+        ("s = 'ab'\nwhile True:\n    s = s + s\n", "limit", ""),
+        ("x = [i for i in range(10**12)]\n", "limit", "max_steps"),
+        ("def f(n):\n    return f(n + 1)\nf(0)\n", "limit", "deeper than 100"),
+        ("x = ().__class__\n", "structural", "'__class__'"),
+        ("x = {}.__class__.__subclasses__()\n", "structural", "outside the language"),
+        ("x = '{0.__class__}'.format(1)\n", "structural", "format field"),
+        ("t = '{0.__globals__}'\nx = t.format(1)\n", "structural", "format field"),
+        ("try:\n    1/0\nexcept Exception as e:\n    t = e.__traceback__\n", "structural", ""),
+        ("import os\n", "structural", "importing 'os'"),
+        ("import datetime\nx = datetime.datetime.now()\n", "structural", "clock"),
+        ("class A:\n    pass\n", "structural", "'class'"),
+        ("with open('f') as f:\n    pass\n", "structural", "'with'"),
+        ("def g():\n    yield 1\n", "structural", "'yield'"),
+        ("x = getattr(1, 'real')\n", "runtime", "NameError"),
+        ("import re\nx = re.search(r'(a)\\1', 'aa')\n", "runtime", "linear-time"),
+        ("x = 2**70\n", "runtime", "2**63"),
+    ],
+)
+def test_a_hostile_program_is_a_clear_error(source: str, limit: str, words: str) -> None:
+    error = _error_of(source)
+    assert error["type"] == limit
+    assert words in error["message"]
+    assert error["line"] >= 1 and error["also_ran"] == []
+
+
+def test_a_limit_is_not_caught_by_try() -> None:
+    error = _error_of("try:\n    x = 'a' * 10**10\nexcept Exception:\n    x = 'caught'\n")
+    assert error["type"] == "limit" and error["line"] == 2
+
+
+def test_max_calls_stops_the_program_at_the_statement_that_passes_it() -> None:
+    error = _error_of("xs = [fetch(str(i)) for i in range(10)]\n", limits=Limits(max_calls=4))
+    assert error["type"] == "limit" and "max_calls=4" in error["message"]
+
+
+def test_the_machine_yields_every_thousand_steps_and_stops_for_a_driver_limit() -> None:
+    machine = ProgramMachine(iteration=1, tools=TOOLS, globals=Globals())
+    for statement in split_statements("while True:\n    pass\n"):
+        machine.add_statement(statement)
+    machine.close()
+    for _ in range(5):
+        before = machine.meter.steps
+        machine.step()
+        assert 0 < machine.meter.steps - before < 1_100
+    machine.stop_for_limit("max_eval_seconds")
+    assert machine.finished
+    error = machine.outcome().error
+    assert error is not None and "max_eval_seconds" in error["message"]
+
+
+def test_deep_helpers_within_the_depth_limit_run() -> None:
+    run = drive("def f(n):\n    return 0 if n == 0 else 1 + f(n - 1)\nx = f(95)\n")
+    assert run.variables() == {"x": 95}
+
+
+def test_a_syntax_error_ends_the_program_at_its_statement_and_earlier_ones_go_on() -> None:
+    run = drive("a = fetch('x')\nb = (\nc = 1\n")
+    error = run.outcome.error
+    assert error is not None and error["type"] == "structural" and error["line"] == 2
+    assert run.variables() == {"a": "xx"}
+
+
+def test_compile_program_names_the_construct_and_a_close_match() -> None:
+    with pytest.raises(tl.CodeError) as caught:
+        tl.compile_program("x = 1\ny = serch(query='a')\n", tools=TOOLS)
+    assert caught.value.line == 2 and caught.value.construct == "name"
+    assert "'search'" in str(caught.value)
+    with pytest.raises(tl.CodeError) as caught:
+        tl.compile_program("import subprocess\n")
+    assert caught.value.construct == "import" and isinstance(caught.value, tl.TickloopError)
+    assert len(tl.compile_program("def f(x):\n    return fetch(x)\nf('a')\n", tools=TOOLS)) == 2

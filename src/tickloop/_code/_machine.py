@@ -555,12 +555,24 @@ def _module_path(value: Any) -> str | None:
 
 
 def _not_data(value: Any) -> bool:
-    """A value that is no variable of the state (a module, a function, a generator, a
-    range): kept while the program runs, not carried to the next."""
+    """A value that is no variable of the state (it holds a module, a function, a
+    generator, a range, a regular expression): kept while the program runs, not carried
+    to the next, never shown as state."""
     from ._expressions import GenValue
     from ._values import Builtin, Module
 
-    return isinstance(value, Module | Builtin | GenValue | range) or callable(value)
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list | tuple):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif type(item).__name__ in ("_Match", "_Regexp") or callable(item):
+            return True
+        elif isinstance(item, Module | Builtin | GenValue | range):
+            return True
+    return False
 
 
 def _resolved(value: Any) -> Any:

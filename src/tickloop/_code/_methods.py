@@ -59,6 +59,10 @@ _MATCH_ATTRIBUTES: Final = frozenset(
 _PATTERN_ATTRIBUTES: Final = frozenset(
     {"search", "match", "fullmatch", "findall", "finditer", "sub", "subn", "split", "pattern"}
 )
+_DATA_ATTRIBUTES: Final = frozenset(
+    {"year", "month", "day", "hour", "minute", "second", "microsecond", "tzinfo", "days",
+     "seconds", "microseconds", "string", "pattern"}
+)  # fmt: skip
 _ERROR_ATTRIBUTES: Final = frozenset({"args", "message", "type", "status", "call_id"})
 _PADDING: Final = frozenset({"center", "ljust", "rjust", "zfill"})
 
@@ -84,6 +88,8 @@ def attribute_of(value: Any, name: str) -> Any:
             raise OutsideLanguage(f"the attribute {name!r} of an exception is outside the language")
         return getattr(value, name)
     if _allowed(value, name):
+        if name in _DATA_ATTRIBUTES:
+            return getattr(value, name)  # `d.year`, `m.string`: a value, not a method
         return Builtin(name, _bound(value, name))
     kind = "set" if isinstance(value, PSet) else type(value).__name__
     raise OutsideLanguage(f"the attribute {name!r} of a {kind} is outside the language")
@@ -139,6 +145,8 @@ async def call_method(
         return await _dict_method(ev, receiver, name, args, kwargs)
     if isinstance(receiver, PSet):
         return await _set_method(ev, receiver, name, args)
+    if isinstance(receiver, str) and name == "join" and len(args) == 1:
+        args = [await ev.iterate_all(args[0])]
     plain = [await ev.materialize(a) for a in args]
     named = {k: await ev.materialize(v) for k, v in kwargs.items()}
     if isinstance(receiver, str):
@@ -247,7 +255,8 @@ async def _dict_method(
 
 async def _set_method(ev: Evaluator, items: PSet, name: str, args: list[Any]) -> Any:
     ev.meter.charge(1 + len(items))
-    others = [PSet([await ev.hashable(x) for x in await ev.iterate_all(a)]) for a in args]
+    if name in ("add", "discard", "remove") and len(args) != 1:
+        raise ProgramRaise(TypeError(f"set.{name}() takes exactly one argument"))
     if name == "add":
         items.items[await ev.hashable(args[0])] = None
         return None
@@ -266,12 +275,13 @@ async def _set_method(ev: Evaluator, items: PSet, name: str, args: list[Any]) ->
     if name == "clear":
         items.items.clear()
         return None
+    if name == "copy":
+        return PSet(items.items)
+    others = [PSet([await ev.hashable(x) for x in await ev.iterate_all(a)]) for a in args]
     if name == "update":
         for other in others:
             items.items.update(other.items)
         return None
-    if name == "copy":
-        return PSet(items.items)
     result: Any = items
     for other in others:
         result = _set_binary(name, result, other)

@@ -316,6 +316,8 @@ def _leave(value: Any, what: str, depth: int) -> Any:
         return value.total_seconds()
     if isinstance(value, ToolError):
         return {"type": value.type, "message": value.message, "call_id": value.call_id}
+    if isinstance(value, Exception):
+        return f"{type(value).__name__}: {value}" if str(value) else type(value).__name__
     raise ProgramRaise(TypeError(f"{what} holds a {type_name(value)}, which is not JSON"))
 
 
