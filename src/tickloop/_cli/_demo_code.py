@@ -69,9 +69,11 @@ def build_code_demo_agent(*, chunk_delay: float = 0.012, out: TextIO | None = No
 class _CodeLiveView(_LiveView):
     """The live view, with the program's line for each call and its printed lines."""
 
+    id_width = 8
+
     def __call__(self, event: RunEvent) -> None:
         if isinstance(event, ProgramPrinted):
-            self.out.write(f"{self.now():6.2f}s  print  line {event.line}: {event.text}\n")
+            self.out.write(f"{self.now():6.2f}s  {'print':<8} line {event.line}: {event.text}\n")
             return
         super().__call__(event)
 
@@ -87,7 +89,7 @@ async def run_code_demo(out: TextIO = sys.stdout, *, chunk_delay: float = 0.012)
     out.write(f"  {result.output!r}\n\nVariables:\n")
     for name, value in result.state.items():
         out.write(f"  {name} = {value!r}\n")
-    out.write("\nTimeline (trio clock):\n" + render_timeline(result) + "\n")
+    out.write("\nTimeline (trio clock):\n" + render_timeline(result, id_width=8) + "\n")
     lines = ", ".join(f"{r.id}:{r.line}" for r in result.records.values())
     out.write(f"\nCalls and their lines: {lines}\n")
     return result
