@@ -20,6 +20,7 @@ from tickloop._code import (
     MakeCall,
     Printed,
     ProgramMachine,
+    ProgramOutcome,
     ProgramStream,
     split_statements,
 )
@@ -61,7 +62,7 @@ class Run:
         return [a for a in self.actions if isinstance(a, Commit | Printed)]
 
     @property
-    def outcome(self) -> tl_outcome:
+    def outcome(self) -> ProgramOutcome:
         return self.machine.outcome()
 
     @property
@@ -71,8 +72,6 @@ class Run:
     def variables(self) -> dict[str, Any]:
         return self.machine.globals.variables
 
-
-tl_outcome = Any
 
 
 def drive(
@@ -84,6 +83,8 @@ def drive(
     limits: Limits | None = None,
     task_input: Any = None,
     iteration: int = 1,
+    on_make: Callable[[MakeCall], None] = lambda call: None,
+    on_end: Callable[[str], None] = lambda call_id: None,
 ) -> Run:
     """Run a program on the machine; `pick` chooses which running call ends next."""
     machine = ProgramMachine(
@@ -99,6 +100,8 @@ def drive(
         actions = machine.step()
         run.actions += actions
         made = [a for a in actions if isinstance(a, MakeCall)]
+        for call in made:
+            on_make(call)
         run.waves.append([c.call_id for c in made])
         running += made
         if machine.finished:
@@ -107,6 +110,7 @@ def drive(
             continue  # paused after 1,000 steps
         call = running.pop(pick(running) % len(running))
         result = results(call)
+        on_end(call.call_id)
         if isinstance(result, Exception):
             error = {"type": "runtime", "message": str(result), "status": "failed"}
             machine.call_finished(call.call_id, error=error)
@@ -223,7 +227,8 @@ def test_an_uncaught_failure_discards_later_statements() -> None:
 
 def test_a_failure_in_a_dropped_value_still_raises_at_its_site() -> None:
     run = drive("fetch('bad')\nx = 1\n")
-    assert run.outcome.kind == "error" and run.outcome.error["line"] == 1  # type: ignore[index]
+    error = run.outcome.error
+    assert run.outcome.kind == "error" and error is not None and error["line"] == 1
     assert run.variables() == {}
 
 
@@ -472,3 +477,46 @@ def test_compile_program_names_the_construct_and_a_close_match() -> None:
         tl.compile_program("import subprocess\n")
     assert caught.value.construct == "import" and isinstance(caught.value, tl.TickloopError)
     assert len(tl.compile_program("def f(x):\n    return fetch(x)\nf('a')\n", tools=TOOLS)) == 2
+
+
+FAILING = """
+seen = []
+for u in ['a', 'b', 'c']:
+    seen.append(fetch(u))
+    print('got', u)
+charge(customer='x', cents=len(seen))
+more = [fetch(v) for v in 'de']
+bad = fetch('bad')
+print('never')
+charge(customer='y', cents=1)
+"""
+
+
+def _site(call_id: str) -> int:
+    """The top-level site of a call id (`c1.7[3]>1` → 7): program order in FAILING."""
+    return int(call_id.split(".")[1].split("[")[0].split(">")[0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=50), min_size=20, max_size=20))
+def test_an_uncaught_failure_gives_the_same_commits_under_any_finish_order(
+    choices: list[int],
+) -> None:
+    picks = iter(choices * 10)
+    made: list[str] = []
+    ended: set[str] = set()
+
+    def check_barrier(call: MakeCall) -> None:
+        if not call.read_only:  # every call before it in program order has ended
+            before = [other for other in made if _site(other) < _site(call.call_id)]
+            assert all(other in ended for other in before), (call.call_id, made, ended)
+        made.append(call.call_id)
+
+    run = drive(FAILING, pick=lambda p: next(picks), on_make=check_barrier, on_end=ended.add)
+    reference = drive(FAILING)
+    assert run.commits == reference.commits
+    assert run.outcome.error is not None and run.outcome.error["line"] == 8
+    assert run.printed == ["got a", "got b", "got c"]
+    assert "c1.4" not in run.ids  # the charge after the failure is never made
+    charge = next(c for c in run.calls if c.call_id == "c1.1")
+    assert charge.params == {"customer": "x", "cents": 3}

@@ -570,7 +570,7 @@ def _not_data(value: Any) -> bool:
             stack.extend(item.values())
         elif type(item).__name__ in ("_Match", "_Regexp") or callable(item):
             return True
-        elif isinstance(item, Module | Builtin | GenValue | range):
+        elif isinstance(item, Module | Builtin | GenValue | range | Helper | ToolRef):
             return True
     return False
 
