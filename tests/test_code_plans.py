@@ -150,6 +150,8 @@ def test_read_only_is_described_and_shown_in_events() -> None:
     run_on_mock_clock(agent)
     received = {event.call_id: event for event in events if isinstance(event, tl.CallReceived)}
     assert received["c1.0"].read_only and not received["c1.1"].read_only
+    records = run_on_mock_clock(agent).records
+    assert records["c1.0"].read_only and not records["c1.1"].read_only
     assert (received["c1.0"].line, received["c1.1"].line) == (1, 2)
 
 

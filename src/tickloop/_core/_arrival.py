@@ -193,6 +193,8 @@ def check_call(
             raise Structural(f"the call has no _tool; the tools are: {known}")
         raise Structural(f"unknown tool {tool_name!r}; the tools are: {known}")
     call.tool = tool
+    if tool.read_only:
+        call.record.read_only = True
     if unknown:
         unknown.sort()
         raise Structural(f"unknown meta key {unknown[0]!r}; meta keys are: {_META_LIST}")

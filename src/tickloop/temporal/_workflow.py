@@ -138,6 +138,7 @@ def record_to_dict(record: Any) -> dict[str, Any]:
         "finished": record.finished,
         "worker": getattr(record, "worker", None),
         "line": getattr(record, "line", None),  # a code plan's call (PROTOCOL §14)
+        "read_only": getattr(record, "read_only", False),
     }
 
 
