@@ -427,7 +427,9 @@ def test_resume_force_takes_over_a_run_whose_process_id_was_reused(
     monkeypatch.setitem(sys.modules, "hostile_agent_module", module)
     argv = ["resume", "r1", "--agent", "hostile_agent_module:agent", "--store", str(path)]
     assert main(argv) == 2
-    assert "is running in process" in capsys.readouterr().err
+    refused = capsys.readouterr().err
+    assert "is running in another process" in refused
+    assert refused.endswith(f"(the process: {socket.gethostname()}:{alive})\n")
     assert main([*argv, "--force"]) == 0
     captured = capsys.readouterr()
     assert "warning: taking over run r1" in captured.err

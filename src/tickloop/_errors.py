@@ -99,7 +99,16 @@ class BudgetExceeded(RunStopped):
 
 
 class ResumeError(TickloopError):
-    """A resume that cannot go ahead: unknown run, finished run, or a bad decision."""
+    """A resume that cannot go ahead: unknown run, finished run, or a bad decision.
+
+    `process` is the `host:pid` of the process running the run when that is why; it is
+    kept out of the message, which a served agent shows its web clients (AG-UI's
+    `RUN_ERROR`, an A2A task's failure); `tickloop resume` prints it.
+    """
+
+    def __init__(self, message: str, *, process: str | None = None) -> None:
+        super().__init__(message)
+        self.process = process
 
 
 class StoreError(TickloopError):

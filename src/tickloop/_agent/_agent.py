@@ -22,7 +22,7 @@ import trio
 
 from .._core._budget import Budget, BudgetRequest, Price
 from .._core._decisions import ApproveHook
-from .._core._tools import Tool, ToolSet, ToolSource, split_tools
+from .._core._tools import MakesTool, Tool, ToolSet, ToolSource, split_tools
 from .._durable._store import SQLiteStore, as_store
 from .._engine._engine import check_configuration
 from .._engine._event_loops import refuse_inside_trio, require_trio
@@ -39,7 +39,7 @@ from ._prompt import DEFAULT_CONTEXT_BUDGET, solution_schema
 from ._replay import Replaying, load_recording, stale_calls
 from ._session import RunSession
 from ._solution import SOLUTION
-from ._subagent import DEFAULT_INPUT, AgentTool, check_tree
+from ._subagent import DEFAULT_INPUT, AgentTool, check_tree, tree_tool_names
 from ._text_stream import open_stream
 from ._tree import DEFAULT_MAX_DEPTH
 from ._turns import TOOLS
@@ -61,7 +61,7 @@ def _check_on_event(callback: Any) -> Any:
     return callback
 
 
-class Agent(Generic[OutputT]):
+class Agent(MakesTool, Generic[OutputT]):
     """A model, tools and options: `agent.run(input)` loops until the model answers.
 
     Generic in its output: `Agent(model, output=Answer)` is an `Agent[Answer]`, whose
@@ -389,10 +389,15 @@ class Agent(Generic[OutputT]):
             fork=True,
             recorded_tools=False,
             hook=self.approve,
-            stale=stale_calls(recording, rerun, rerun_tools),
+            stale=stale_calls(recording, rerun, rerun_tools, self._tree_tool_names()),
             root_model=model,
         )
         return await self._run_recorded(replaying, as_store(store), new_run_id, on_event)
+
+    def _tree_tool_names(self) -> set[str] | None:
+        """The names of this agent's tools and its sub-agents'; None while some are
+        known only once a tool source (an MCP server) is listed."""
+        return None if self.tool_sources else tree_tool_names(self.tools.values())
 
     async def _run_recorded(
         self,

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from .._core._decisions import ApproveHook, Decision, Deny, PendingCall
+from .._core._suggest import did_you_mean
 from .._durable._recording import RecordedCall, RecordedRun, Recording
 from .._durable._store import SQLiteStore, as_store
 from .._engine._asking import ask
@@ -254,10 +255,16 @@ class Replaying:
         return await ask(self.hook, pending)
 
 
-def stale_calls(recording: Recording, rerun: Iterable[str], rerun_tools: Iterable[str]) -> set[str]:
+def stale_calls(
+    recording: Recording,
+    rerun: Iterable[str],
+    rerun_tools: Iterable[str],
+    tools: Iterable[str] | None = (),
+) -> set[str]:
     """The recorded calls a fork runs again: those named, those of the tools named, the
     calls of the child runs they started, and every call that depends on any of them. A
-    name the run does not have is a caller's mistake."""
+    name the run does not have is a caller's mistake; so is a tool that is neither the
+    agent's (`tools`, its tree's; None when not all are known) nor called in the run."""
     rerun, rerun_tools = list(rerun), list(rerun_tools)
     for item, kind in [(i, "rerun") for i in rerun] + [(t, "rerun_tools") for t in rerun_tools]:
         if not isinstance(item, str):
@@ -267,8 +274,17 @@ def stale_calls(recording: Recording, rerun: Iterable[str], rerun_tools: Iterabl
         raise ConfigurationError(
             f"run {recording.run_id!r} has no call {', '.join(map(repr, unknown))} to re-run"
         )
-    tools = set(rerun_tools)
-    roots = set(rerun) | {c.id for c in recording.calls.values() if c.tool in tools}
+    known = {call.tool for call in recording.calls.values() if call.tool is not None}
+    known |= set(tools or ())
+    for tool in rerun_tools if tools is not None else ():
+        if tool not in known:
+            raise ConfigurationError(
+                f"rerun_tools names {tool!r}, which is no tool of the agent and no tool "
+                f"run {recording.run_id!r} called{did_you_mean(tool, known)}; the tools: "
+                + ", ".join(sorted(known))
+            )
+    named = set(rerun_tools)
+    roots = set(rerun) | {c.id for c in recording.calls.values() if c.tool in named}
     return recording.downstream_of(roots | recording.below(roots))
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from .._core._budget import Budget, Price
 from .._core._log import ContextLog, copy_json
 from .._core._scheduler import CallRecord
+from .._core._suggest import did_you_mean
 from .._core._tools import CallContext, Tool, ToolSet
 from .._durable._resume import DurableRun
 from .._engine._engine import PARKED, CallRefused
@@ -27,7 +28,7 @@ from ._budgeting import check_pricing
 from ._loop import AgentConfig, OuterLoop
 from ._tree import DEFAULT_MAX_DEPTH, ChildSink, RunPlace, TreeServices, TreeTool
 
-__all__ = ["DEFAULT_INPUT", "AgentTool", "check_tree", "run_child"]
+__all__ = ["DEFAULT_INPUT", "AgentTool", "check_tree", "run_child", "tree_tool_names"]
 
 DEFAULT_INPUT: dict[str, Any] = {
     "type": "object",
@@ -222,7 +223,10 @@ def check_tree(
     """Checks of the whole tree, made when the root run starts, before anything runs: a
     tool that may require approval anywhere needs the root's hook (PROTOCOL §11), and
     where a `cost` limit holds (the root's budget, or a sub-agent's own) the root's
-    `pricing` must price the sub-agent's model (PROTOCOL §12)."""
+    `pricing` must price the sub-agent's model (PROTOCOL §12); a `per_tool` limit names
+    a tool of the tree below it (a typo would switch the limit off)."""
+    tools = list(tools)
+    check_per_tool(budget, tools, "the run's budget")
     for agents, tool in _tree_tools(tools):
         where = f" of sub-agent {' > '.join(agents)}" if agents else ""
         if approve is None and tool.may_require_approval:
@@ -232,11 +236,45 @@ def check_tree(
             )
         if isinstance(tool, AgentTool) and tool.agent is not None:
             child = tool.agent
+            if not child.tool_sources:  # else its tools are known only when it starts
+                check_per_tool(
+                    child.budget, tool.child_tools(), f"the budget of sub-agent {tool.agent_name!r}"
+                )
             limited = budget if budget is not None and budget.cost is not None else child.budget
             try:
                 check_pricing(pricing or {}, limited, child.model)
             except ConfigurationError as error:
                 raise ConfigurationError(f"sub-agent {tool.agent_name!r}{where}: {error}") from None
+
+
+def check_per_tool(budget: Budget | None, tools: Iterable[Tool], whose: str) -> None:
+    """Each `per_tool` limit of `budget` names a tool of `tools` or of the sub-agents
+    below them, else `ConfigurationError` naming it and the close match. A tree with a
+    sub-agent whose tool sources (MCP servers) are listed only when it starts is not
+    fully known here, and is not checked."""
+    if budget is None or not budget.per_tool:
+        return
+    names = tree_tool_names(tools)
+    if names is None:
+        return
+    for name in budget.per_tool:
+        if name not in names:
+            raise ConfigurationError(
+                f"{whose} limits per_tool {name!r}, but no tool of the agent or its "
+                f"sub-agents is called {name!r}{did_you_mean(name, names)}; the tools: "
+                + ", ".join(sorted(names))
+            )
+
+
+def tree_tool_names(tools: Iterable[Tool]) -> set[str] | None:
+    """The names of `tools` and of the tools of the sub-agents below them; None when a
+    sub-agent lists tools from a source (an MCP server) only once it starts."""
+    names: set[str] = set()
+    for _, tool in _tree_tools(tools):
+        names.add(tool.name)
+        if isinstance(tool, AgentTool) and tool.agent is not None and tool.agent.tool_sources:
+            return None
+    return names
 
 
 def _tree_tools(tools: Iterable[Tool]) -> Iterator[tuple[tuple[str, ...], Tool]]:

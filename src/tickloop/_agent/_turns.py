@@ -32,7 +32,14 @@ from typing import Any
 import trio
 
 from .._core._expressions import MAX_NESTING
-from .._core._log import ContextLog, shape_fault, storable
+from .._core._log import (
+    MAX_VALUE_DEPTH,
+    SURROGATE_FAULT,
+    ContextLog,
+    has_surrogate,
+    shape_fault,
+    storable,
+)
 from .._core._scheduler_io import NoteSettled
 from .._core._status import FINAL_STATUSES, CallStatus
 from .._core._tools import ToolSet
@@ -226,9 +233,7 @@ class _TurnLoop(OuterLoop):
                     )
                 ],
                 **({"reasoning": response.reasoning} if response.reasoning else {}),
-                # A lone surrogate or 1e999 in a call's arguments (decoded by the client)
-                # is that call's structural error; the turn is still recorded.
-                "messages": storable(response.messages),
+                "messages": response.messages,
             }
         )
         self._hand_over(iteration, response)
@@ -453,8 +458,8 @@ class _TurnLoop(OuterLoop):
     def _dispatch(self, id: str, call: TurnToolCall) -> None:
         """Hand one provider call to the engine; or, when its arguments cannot make a
         call at all, report the fault (its result is an error, see `_result`)."""
-        if call.name not in self.config.tools:
-            self.engine.receive({"_tool": call.name, "_id": id})  # "unknown tool", recorded
+        if call.name not in self.config.tools:  # "unknown tool", recorded (escaped: storable)
+            self.engine.receive(storable({"_tool": call.name, "_id": id}))
             return
         arguments, problem = self._arguments(call)
         if problem is not None:
@@ -542,6 +547,8 @@ class _TurnLoop(OuterLoop):
         """The answer's output as JSON data (the text itself without an output schema),
         or why it is not one; `spec.convert` makes it typed at the end of the run."""
         spec = self.config.output
+        if has_surrogate(text):  # it could never be stored or sent on as the output
+            return None, f"the final answer {SURROGATE_FAULT}"
         if spec.schema is None or spec.is_text:  # output=str: the answer's text itself
             return text, None
         try:
@@ -550,6 +557,9 @@ class _TurnLoop(OuterLoop):
             value, strategy = resilient_json_parse_with_strategy(text)
             if strategy == "none":
                 return None, f"the final answer is not JSON ({_jsonstructural(text)})"
+        fault = shape_fault(value, MAX_VALUE_DEPTH)
+        if fault is not None and SURROGATE_FAULT in fault:  # "\\ud800" decodes to one
+            return None, f"the final answer {fault}"
         try:
             problem = spec.check(value)
         except RecursionError:
@@ -559,12 +569,17 @@ class _TurnLoop(OuterLoop):
         return value, None
 
     def _append_turn(self, entry: dict[str, Any]) -> None:
+        """Record a turn. A lone surrogate or 1e999 anywhere in what the provider sent
+        (the arguments text as its client gave it, a call's name or id, the text, its
+        messages) is recorded escaped (`storable`): the turn is kept as near to what came
+        as JSON holds, and the call it made is that call's structural error on arrival
+        (`_dispatch`), never a failed write of the turn."""
         self._append(
             {
                 "type": "data",
                 "kind": TURN_KIND,
                 "_outputMethod": "push",
-                "data": {"format": self.format, **entry},
+                "data": storable({"format": self.format, **entry}),
             }
         )
 

@@ -26,7 +26,16 @@ from .._errors import ConfigurationError, ReferenceSyntaxError, is_call_error
 from ._expressions import RESERVED_OUTPUT_KINDS, Expression, is_reference, parse_expression
 from ._validation import SchemaValidator, schema_problem
 
-__all__ = ["Branch", "CallContext", "Tool", "ToolSet", "ToolSource", "split_tools", "tool"]
+__all__ = [
+    "Branch",
+    "CallContext",
+    "MakesTool",
+    "Tool",
+    "ToolSet",
+    "ToolSource",
+    "split_tools",
+    "tool",
+]
 
 TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")  # used with fullmatch: no "\n" before $
 _NO_OUTPUT_ANNOTATIONS = (inspect.Signature.empty, None, type(None), Any)
@@ -568,7 +577,10 @@ def _check_positive(value: Any, tool_name: str, option: str, kind: type) -> Any:
         raise ConfigurationError(f"tool {tool_name!r}: {option} must be a positive number")
     if kind is int and not isinstance(value, int):
         raise ConfigurationError(f"tool {tool_name!r}: {option} must be a whole number")
-    return kind(value)
+    try:
+        return kind(value)
+    except OverflowError:  # an int too large for a float
+        raise ConfigurationError(f"tool {tool_name!r}: {option} must be a finite number") from None
 
 
 def _check_finite(value: float | None, tool_name: str, option: str) -> float | None:
@@ -683,10 +695,20 @@ class ToolSource:
         return False
 
 
+class MakesTool:
+    """Stands in a tools list for the tool it makes (an `Agent`: `agent.as_tool()`, a
+    call that runs it as a child run), so every `tools=` takes it alike: an Agent's,
+    `run_calls`' and `execute`'s. This layer only asks for the tool."""
+
+    def as_tool(self) -> Tool:
+        raise NotImplementedError
+
+
 def split_tools(
-    items: Sequence[Tool | ToolSource] | Mapping[str, Tool] | ToolSet,
+    items: Sequence[Tool | ToolSource | MakesTool] | Mapping[str, Tool | MakesTool] | ToolSet,
 ) -> tuple[list[Tool], list[ToolSource]]:
-    """The plain tools and the tool sources of a `tools=` argument, each in given order."""
+    """The plain tools and the tool sources of a `tools=` argument, each in given order
+    (a `MakesTool` as the tool it makes)."""
     if isinstance(items, Mapping):
         return _tools_of_mapping(items), []
     if isinstance(items, ToolSource):  # a lone server passed where a list is expected
@@ -699,6 +721,8 @@ def split_tools(
             if any(item is other for other in sources):
                 raise ConfigurationError(f"{item.label} is listed twice among the tools")
             sources.append(item)
+        elif isinstance(item, MakesTool):
+            tools.append(item.as_tool())
         else:
             tools.append(item)
     return tools, sources
@@ -714,6 +738,8 @@ def _tools_of_mapping(items: Mapping[Any, Any]) -> list[Tool]:
         return list(items.values())
     tools: list[Tool] = []
     for key, item in items.items():
+        if isinstance(item, MakesTool):
+            item = item.as_tool()
         if not isinstance(item, Tool):
             raise ConfigurationError(
                 f"tools= maps {key!r} to {item!r}, which is not a tickloop Tool "

@@ -226,8 +226,9 @@ def create_run(
                     (store.path.resolve(), run_id) in _ACTIVE or _owner_alive(row[1])
                 ):
                     raise ResumeError(
-                        f"run {run_id!r} is running now (process {row[1]}); wait for it to "
-                        "finish or pause: it cannot be resumed while it runs"
+                        f"run {run_id!r} is running now, in another process; wait for it to "
+                        "finish or pause: it cannot be resumed while it runs",
+                        process=row[1],
                     )
                 if row[0] == "done":
                     raise ResumeError(
@@ -292,8 +293,9 @@ def claim_run(
                 status == "running" and owner != owner_label() and _owner_alive(owner)
             ):
                 raise ResumeError(
-                    f"run {run_id!r} is running in process {owner}; wait for it to finish "
-                    "or pause, then resume it if it paused"
+                    f"run {run_id!r} is running in another process; wait for it to finish "
+                    "or pause, then resume it if it paused",
+                    process=owner,
                 )
             store._insert_decisions(connection, run_id, checked)
             connection.execute(

@@ -12,7 +12,10 @@ the AG-UI events each one means. The shapes it keeps:
   that changes it is one `STATE_DELTA` (RFC 6902), so a client applying them holds the
   run's state (values under secret-looking names show as "[redacted]", as in every event);
 - a sub-agent's events (a non-empty path) are wrapped in `SUBAGENT_STARTED` and
-  `SUBAGENT_FINISHED` / `SUBAGENT_ERROR`, closed when the call that started it settles.
+  `SUBAGENT_FINISHED` / `SUBAGENT_ERROR`, closed when the call that started it settles;
+  one still open when the run pauses is suspended, not finished: `SUBAGENT_FINISHED`
+  with AG-UI's `suspended` outcome (naming the interrupts it raised itself), and one
+  still open when the run fails gets `SUBAGENT_ERROR`.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from ag_ui.core import (
     StateSnapshotEvent,
     SubagentErrorEvent,
     SubagentFinishedEvent,
+    SubagentFinishedSuspendedOutcome,
     SubagentStartedEvent,
     TextMessageContentEvent,
     TextMessageEndEvent,
@@ -142,7 +146,10 @@ class Translation:
     def finished(self, output: Any, status: str, pending: list[Any]) -> list[BaseEvent]:
         """The run ended: its output as an assistant message, then `RUN_FINISHED` (with an
         interrupt per call waiting for a decision when the run paused)."""
-        out = self._end_open_calls()
+        if status == "paused":  # a sub-agent still open waits with the run (a parked call)
+            out = self._end_open_calls(suspended=_interrupts_by_run(pending))
+        else:
+            out = self._end_open_calls()
         if output is not None:
             message_id = f"{self.run_id}:output"
             text = _text(output)
@@ -165,17 +172,20 @@ class Translation:
         return out
 
     def failed(self, message: str) -> list[BaseEvent]:
-        return [*self._end_open_calls(), RunErrorEvent(message=message)]
+        return [*self._end_open_calls(failed=True), RunErrorEvent(message=message)]
 
-    def _end_open_calls(self) -> list[BaseEvent]:
+    def _end_open_calls(
+        self, *, failed: bool = False, suspended: dict[str, list[str]] | None = None
+    ) -> list[BaseEvent]:
         """A run that stops with calls unsettled (deferred, or waiting on one that is)
         still ends each call's AG-UI tool call; it has no result (an interrupt names the
-        deferred ones)."""
+        deferred ones). The sub-agents still open end as the run did: failed, or
+        suspended (`suspended`: each one's own interrupts)."""
         out: list[BaseEvent] = []
         for call_id, call in self._calls.items():
             if not call.ended:
                 self._end_call(call_id, call.params, out)
-        return self._close_subagents("", out)
+        return self._close_subagents("", out, failed=failed, suspended=suspended)
 
     # -- calls ---------------------------------------------------------------------------
 
@@ -255,19 +265,36 @@ class Translation:
         return "/".join(path)
 
     def _close_subagents(
-        self, call_id: str, out: list[BaseEvent], *, failed: bool = False
+        self,
+        call_id: str,
+        out: list[BaseEvent],
+        *,
+        failed: bool = False,
+        suspended: dict[str, list[str]] | None = None,
     ) -> list[BaseEvent]:
         """Finish the sub-agent runs started by `call_id` and those below them (all of
-        them for ""), innermost first."""
+        them for ""), innermost first: failed, suspended (a paused run's), or done."""
         for run in reversed(list(self._open)):
             if call_id and run != call_id and not run.startswith(call_id + "/"):
                 continue
             self._open.remove(run)
             if failed:
                 out.append(SubagentErrorEvent(subagent_run_id=run, message="the sub-agent failed"))
+            elif suspended is not None:
+                outcome = SubagentFinishedSuspendedOutcome(interrupt_ids=suspended.get(run, []))
+                out.append(SubagentFinishedEvent(subagent_run_id=run, outcome=outcome))
             else:
                 out.append(SubagentFinishedEvent(subagent_run_id=run))
         return out
+
+
+def _interrupts_by_run(pending: list[Any]) -> dict[str, list[str]]:
+    """The deferred calls of a paused run by the sub-agent run that made them ("c1.0"
+    for "c1.0/c1.2"; the root's under ""): each one's own interrupts."""
+    by_run: dict[str, list[str]] = {}
+    for call in pending:
+        by_run.setdefault("/".join(call.path), []).append(call.id)
+    return by_run
 
 
 def _unnest(data: Any, path: str) -> Any:
