@@ -73,7 +73,6 @@ class Run:
         return self.machine.globals.variables
 
 
-
 def drive(
     source: str,
     results: Callable[[MakeCall], Any] = default_result,
@@ -520,3 +519,12 @@ def test_an_uncaught_failure_gives_the_same_commits_under_any_finish_order(
     assert "c1.4" not in run.ids  # the charge after the failure is never made
     charge = next(c for c in run.calls if c.call_id == "c1.1")
     assert charge.params == {"customer": "x", "cents": 3}
+
+
+def test_a_carried_helper_keeps_its_defaults_and_its_call_ids() -> None:
+    first = drive("x = fetch('a')\ndef get(u, suffix='!'):\n    return fetch(u + suffix)\n")
+    carried = Globals.from_json(first.machine.globals.to_json())
+    assert set(carried.helpers) == {"get"}
+    second = drive("y = get('b')\n", globals=carried, iteration=2)
+    assert second.calls[0].params == {"url": "b!"}
+    assert second.ids == ["c2.0>1"]  # the body's site as numbered in program 1

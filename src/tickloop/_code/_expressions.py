@@ -437,7 +437,7 @@ class Expressions:
         return result
 
     async def _eval_GeneratorExp(self, node: ast.GeneratorExp, scope: Scope, frame: Frame) -> Any:
-        inner = Frame(frame.prefix, frame.depth, list(frame.indexes))
+        inner = Frame(frame.prefix, frame.sites, frame.depth, list(frame.indexes))
         first = await self.value(node.generators[0].iter, scope, frame)
         return GenValue(self._comprehend(node, scope, inner, first=first))
 

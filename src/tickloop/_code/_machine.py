@@ -495,16 +495,15 @@ class ProgramMachine:
             module, _, member = path.partition(".")
             base[name] = module_named(module).members[member] if member else module_named(module)
         for name, entry in self._given.helpers.items():
-            tree = check_statement(entry["source"])
-            sites = Sites(int(entry.get("site", 0)))
-            sites.number(tree)
-            node = tree.body[0]
-            assert isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-            base[name] = Helper(name, node, [], {}, None, sites, entry["source"])
-            self._learn_helpers(tree)
+            helper = _carried_helper(name, entry)
+            if helper is not None:
+                base[name] = helper
+                self._learn_helpers(helper.node)
         base["task_input"] = self._task_input
 
-    def _learn_helpers(self, tree: ast.Module) -> None:
+    def _learn_helpers(self, tree: ast.AST) -> None:
+        """Remember what the helpers defined in `tree` may write and whether they may
+        end the program (a statement that may call a helper takes both on)."""
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
                 self._helper_effects |= helper_effects(node)
@@ -535,6 +534,30 @@ def _calls_an_end(node: ast.AST) -> bool:
         and inner.func.id in ("final_answer", "reset")
         for inner in ast.walk(node)
     )
+
+
+def _carried_helper(name: str, entry: Mapping[str, Any]) -> Helper | None:
+    """A helper of an earlier program, from its source: its body numbered from the site
+    it had (the same call ids), its defaults literals. None when it cannot be rebuilt
+    (a default that is no literal): it is not carried."""
+    try:
+        tree = check_statement(str(entry["source"]))
+        node = tree.body[0]
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            return None
+        args = node.args
+        defaults = [ast.literal_eval(d) for d in args.defaults]
+        kw_defaults = {
+            arg.arg: ast.literal_eval(d)
+            for arg, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+            if d is not None
+        }
+    except (CodeError, ValueError, TypeError, SyntaxError, KeyError, IndexError):
+        return None
+    sites = Sites(int(entry.get("site", 0)))
+    sites.number(tree)
+    first = int(entry.get("site", 0))
+    return Helper(name, node, defaults, kw_defaults, None, sites, str(entry["source"]), first)
 
 
 def _first_site(helper: Helper) -> int:
