@@ -19,7 +19,7 @@ from ._frame import Frame
 from ._values import Builtin, PSet, copy_value, type_name
 
 if TYPE_CHECKING:
-    from ._evaluator import Evaluator
+    from ._expressions import Expressions as Evaluator
 
 __all__ = ["BUILTINS", "bind_tool_arguments"]
 

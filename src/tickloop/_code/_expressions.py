@@ -121,7 +121,24 @@ class Expressions:
     made: list[CallState]
     raised_calls: set[str]
 
+    printed: list[tuple[int, str]]  # (line, text) this pass printed, in order
+
     async def call_node(self, node: ast.Call, scope: Scope, frame: Frame) -> Any:
+        raise NotImplementedError
+
+    async def call_value(
+        self,
+        callee: Any,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        node: ast.Call | None,
+        frame: Frame | None,
+        *,
+        item: int | None = None,
+    ) -> Any:
+        raise NotImplementedError
+
+    async def end_program(self, kind: str, value: Any) -> None:
         raise NotImplementedError
 
     async def make_function(self, node: ast.Lambda, scope: Scope, frame: Frame) -> Any:

@@ -22,7 +22,7 @@ from ._expressions import charge_size, estimate_binary
 from ._values import Builtin, Module, check_size, size_of
 
 if TYPE_CHECKING:
-    from ._evaluator import Evaluator
+    from ._expressions import Expressions as Evaluator
 
 __all__ = ["GATHER", "class_member", "module_named"]
 
