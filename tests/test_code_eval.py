@@ -106,6 +106,7 @@ def drive(
         if machine.finished:
             return run
         if not running:
+            assert machine.runnable, "nothing runs and no call is running: a deadlock"
             continue  # paused after 1,000 steps
         call = running.pop(pick(running) % len(running))
         result = results(call)

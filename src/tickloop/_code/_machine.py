@@ -100,7 +100,9 @@ class ProgramMachine:
         self._writers: dict[str, list[int]] = {}
         self._ending: list[int] = []  # statements that may end the program, in order
         self._calls: dict[str, CallState] = {}
-        self._call_waiters: dict[str, list[int]] = {}
+        self._call_waiters: dict[str, list[int]] = {}  # call id -> statements waiting
+        self._end_waiters: dict[int, list[int]] = {}  # statement -> statements waiting
+        self._commit_waiters: list[tuple[int, int]] = []  # heap: (barrier index, statement)
         self._ready: list[int] = []  # heap of statement indexes to resume
         self._actions: list[CodeAction] = []
         self._committed = 0  # statements < this have committed
@@ -201,6 +203,12 @@ class ProgramMachine:
             self._end_with_error("limit", f"the program passed its {limit} limit", line, index)
 
     @property
+    def runnable(self) -> bool:
+        """Whether `step()` has work without any call ending (it returned after ~1,000
+        steps): the driver calls it again, measuring evaluator time between."""
+        return self._outcome is None and bool(self._ready)
+
+    @property
     def finished(self) -> bool:
         """The program ended and every call it made ended."""
         return self._outcome is not None and all(c.ended for c in self._calls.values())
@@ -256,13 +264,17 @@ class ProgramMachine:
         self._park(record, wait)
 
     def _park(self, record: _Statement, wait: Wait) -> None:
+        """Queue a blocked statement where the event it waits for will find it."""
         if wait.kind == "pause" or self._satisfied(record):
             self.meter.paused()
             heapq.heappush(self._ready, record.index)
         elif wait.kind == "call":
             assert wait.call is not None
             self._call_waiters.setdefault(wait.call.id, []).append(record.index)
-        # "ended" and "committed" waiters are woken by `_wake_all` when that happens
+        elif wait.kind == "ended":
+            self._end_waiters.setdefault(wait.index, []).append(record.index)
+        else:
+            heapq.heappush(self._commit_waiters, (wait.index, record.index))
 
     def _satisfied(self, record: _Statement) -> bool:
         wait = record.waiting
@@ -275,18 +287,13 @@ class ProgramMachine:
             return self._statements[wait.index].ended
         return self._committed >= wait.index
 
-    def _wake_all(self, kind: str) -> None:
-        for record in self._statements[self._committed :]:
-            if record.waiting is not None and record.waiting.kind == kind and not record.ended:
-                if self._satisfied(record):
-                    heapq.heappush(self._ready, record.index)
-
     def _pass_ended(self, record: _Statement, result: Result) -> None:
         if result[0] == "reevaluate":
             self._start_pass(record, strict=True)
             return
         record.result = result
-        self._wake_all("ended")
+        for index in self._end_waiters.pop(record.index, []):
+            heapq.heappush(self._ready, index)
 
     # -- the Host interface the evaluator uses ---------------------------------------------------
 
@@ -369,8 +376,10 @@ class ProgramMachine:
         self._apply(writes, deletes, evaluator)
         self._actions.append(Commit(record.index, record.line, writes, deletes))
         self._committed += 1
+        waiters = self._commit_waiters
+        while waiters and waiters[0][0] <= self._committed:
+            heapq.heappush(self._ready, heapq.heappop(waiters)[1])
         if kind == "ok":
-            self._wake_all("committed")
             return
         if kind == "end":
             self._end_program(payload)
