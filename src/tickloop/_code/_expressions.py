@@ -68,6 +68,8 @@ def charge_size(meter: Meter, value: Any) -> None:
         meter.charge(1 + len(value) // 64)
     elif isinstance(value, list | tuple | dict | PSet):
         meter.charge(1 + len(value))
+    elif isinstance(value, int):
+        meter.charge(1 + value.bit_length() // 64)  # a big integer: a step a word
     else:
         meter.charge(1)
 
@@ -79,7 +81,9 @@ def check_spec(spec: str) -> None:
             check_size(int(number[:30]) if len(number) < 30 else 10.0**30, "a format width")
 
 
-def estimate_binary(op: type[ast.operator], left: Any, right: Any) -> None:
+def estimate_binary(
+    op: type[ast.operator], left: Any, right: Any, meter: Meter | None = None
+) -> None:
     """Refuse before building a result that would pass the value-size limit."""
     if op is ast.Mult:
         for seq, times in ((left, right), (right, left)):
@@ -89,6 +93,8 @@ def estimate_binary(op: type[ast.operator], left: Any, right: Any) -> None:
             check_size((left.bit_length() + right.bit_length()) / 8, "a multiplication")
     elif op is ast.Pow and isinstance(left, int) and isinstance(right, int) and right > 0:
         check_size(right * max(left.bit_length(), 1) / 8, "a power")
+        if meter is not None:
+            meter.charge(right * left.bit_length() // 64)  # the result's words
     elif op is ast.LShift and isinstance(left, int) and isinstance(right, int):
         check_size((left.bit_length() + max(right, 0)) / 8, "a shift")
     elif op is ast.Add and isinstance(left, str | list | tuple):
@@ -314,7 +320,7 @@ class Expressions:
             left = await self.materialize(left)
         if isinstance(right, list | dict | tuple | PSet):
             right = await self.materialize(right)
-        estimate_binary(op, left, right)
+        estimate_binary(op, left, right, self.meter)
         charge_size(self.meter, left)
         charge_size(self.meter, right)
         result = _BINARY[op](left, right)

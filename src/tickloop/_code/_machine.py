@@ -371,8 +371,10 @@ class ProgramMachine:
         try:
             writes, deletes = self._writes_of(record)
         except (ProgramRaise, LimitExceeded) as problem:
-            kind = "raise" if isinstance(problem, ProgramRaise) else "limit"
-            payload, writes, deletes = problem, {}, []
+            if kind in ("ok", "end"):  # an error the statement met first is its error
+                kind = "raise" if isinstance(problem, ProgramRaise) else "limit"
+                payload = problem
+            writes, deletes = {}, []
         self._apply(writes, deletes, evaluator)
         self._actions.append(Commit(record.index, record.line, writes, deletes))
         self._committed += 1
