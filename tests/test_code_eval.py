@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tickloop as tl
+from tickloop._core._paths import is_call_path
 from tickloop._code import (
     CodeTool,
     Commit,
@@ -244,6 +245,7 @@ def test_call_ids_for_nested_loops_helpers_and_map() -> None:
         "srt = sorted(['b', 'a'], key=get)\n"
     )
     run = drive(source)
+    assert all(is_call_path(call_id) for call_id in run.ids)
     assert sorted(run.ids) == sorted(
         ["c1.1[0][0]", "c1.1[0][1]", "c1.1[1][0]", "c1.1[1][1]", "c1.2[0]>0", "c1.2[1]>0",
          "c1.4[0]>3", "c1.4[1]>3", "c1.5[0]>0", "c1.5[1]>0"]

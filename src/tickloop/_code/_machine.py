@@ -20,6 +20,7 @@ import sys
 from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any
 
+from .._core._paths import is_call_path
 from .._errors import CodeError
 from ._builtins import BUILTINS
 from ._check import check_statement
@@ -325,6 +326,8 @@ class ProgramMachine:
         known = self._calls.get(call_id)
         if known is not None:
             return known  # a strict pass reuses the call its lazy pass made (same id)
+        if not is_call_path(call_id):  # the grammar's owner is _core/_paths.py
+            raise AssertionError(f"the machine built a call id outside §14: {call_id!r}")
         if len(self._calls) >= self.limits.max_calls:
             raise LimitExceeded(
                 "max_calls", f"the program made more than max_calls={self.limits.max_calls} calls"
