@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tickloop as tl
-from tickloop._core._paths import is_call_path
 from tickloop._code import (
     CodeTool,
     Commit,
@@ -25,6 +24,7 @@ from tickloop._code import (
     ProgramStream,
     split_statements,
 )
+from tickloop._core._paths import is_call_path
 
 TOOLS = {
     "fetch": CodeTool("fetch", "fetch", ("url",), {}, read_only=True),
