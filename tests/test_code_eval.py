@@ -534,3 +534,38 @@ def test_a_carried_helper_keeps_its_defaults_and_its_call_ids() -> None:
     second = drive("y = get('b')\n", globals=carried, iteration=2)
     assert second.calls[0].params == {"url": "b!"}
     assert second.ids == ["c2.0>1"]  # the body's site as numbered in program 1
+
+
+def test_the_allowed_modules_work_without_a_clock_and_on_re2() -> None:
+    source = (
+        "import json, math, re, datetime\nfrom datetime import date, timedelta\n"
+        "j = json.loads(json.dumps({'a': [1, 2.5]}))\n"
+        "m = [math.floor(2.7), math.gcd(12, 18), round(math.pi, 2)]\n"
+        "r = re.findall(r'a+', 'aAa b AA', re.I)\n"
+        "s = re.sub(r'\\s+', ' ', 'a   b')\n"
+        "d = (date(2024, 3, 1) - timedelta(days=1)).isoformat()\n"
+        "t = datetime.datetime.fromisoformat('2024-01-02T03:04:05').year\n"
+        "k = dict.fromkeys('ab', 0)\n"
+    )
+    assert drive(source).variables() == {
+        "j": {"a": [1, 2.5]},
+        "m": [2, 6, 3.14],
+        "r": ["aAa", "AA"],
+        "s": "a b",
+        "d": "2024-02-29",
+        "t": 2024,
+        "k": {"a": 0, "b": 0},
+    }
+
+
+def test_helpers_closures_and_scopes_follow_python() -> None:
+    source = (
+        "def outer(n):\n    def inner(m):\n        return n * m\n    return inner\n"
+        "nine = outer(3)(3)\n"
+        "count = 0\ndef bump(by=1, *rest, **named):\n    global count\n"
+        "    count += by + len(rest) + len(named)\n    return count\n"
+        "bump()\nbump(2, 3, x=4)\n"
+        "fs = [lambda x, i=i: x + i for i in range(3)]\nr = [f(10) for f in fs]\n"
+        "if (n := len('hello')) > 3:\n    big = n\n"
+    )
+    assert drive(source).variables() == {"nine": 9, "count": 5, "r": [10, 11, 12], "n": 5, "big": 5}

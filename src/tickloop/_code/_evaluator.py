@@ -466,7 +466,9 @@ class Evaluator(Expressions):
             if isinstance(receiver, Module) and receiver.members.get(func.attr) is GATHER:
                 return await self._gather(node, scope, frame)
             args, kwargs = await self.arguments(node, scope, frame)
-            if isinstance(receiver, Module):
+            if isinstance(
+                receiver, Module | Builtin
+            ):  # `math.floor`, `datetime.date.fromisoformat`
                 member = await self.get_attribute(receiver, func.attr)
                 return await self.call_value(member, args, kwargs, node, frame)
             if (
