@@ -137,13 +137,14 @@ class ProgramMachine:
             self._try_commit()
             return
         self._sites.number(tree)
-        writes = may_write(tree)
-        calls_helpers = may_call_helper(tree, self.tools)
+        nodes = list(ast.walk(tree))
+        writes = may_write(tree, nodes)
+        calls_helpers = may_call_helper(tree, self.tools, nodes)
         if calls_helpers:
             writes |= self._helper_effects
         record = _Statement(statement, tree, writes)
-        record.ends_program = may_end(tree) or (calls_helpers and self._helpers_end)
-        self._learn_helpers(tree)
+        record.ends_program = may_end(tree, nodes) or (calls_helpers and self._helpers_end)
+        self._learn_helpers(nodes)
         for name in writes:
             self._writers.setdefault(name, []).append(record.index)
         if record.ends_program:
@@ -512,13 +513,13 @@ class ProgramMachine:
             helper = _carried_helper(name, entry)
             if helper is not None:
                 base[name] = helper
-                self._learn_helpers(helper.node)
+                self._learn_helpers(list(ast.walk(helper.node)))
         base["task_input"] = self._task_input
 
-    def _learn_helpers(self, tree: ast.AST) -> None:
-        """Remember what the helpers defined in `tree` may write and whether they may
-        end the program (a statement that may call a helper takes both on)."""
-        for node in ast.walk(tree):
+    def _learn_helpers(self, nodes: list[ast.AST]) -> None:
+        """Remember what the helpers among `nodes` may write and whether they may end
+        the program (a statement that may call a helper takes both on)."""
+        for node in nodes:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
                 self._helper_effects |= helper_effects(node)
                 if _calls_an_end(node):
