@@ -24,6 +24,7 @@ from tickloop._code import (
     ProgramStream,
     split_statements,
 )
+from tickloop._core._paths import is_call_path
 
 TOOLS = {
     "fetch": CodeTool("fetch", "fetch", ("url",), {}, read_only=True),
@@ -73,7 +74,6 @@ class Run:
         return self.machine.globals.variables
 
 
-
 def drive(
     source: str,
     results: Callable[[MakeCall], Any] = default_result,
@@ -107,6 +107,7 @@ def drive(
         if machine.finished:
             return run
         if not running:
+            assert machine.runnable, "nothing runs and no call is running: a deadlock"
             continue  # paused after 1,000 steps
         call = running.pop(pick(running) % len(running))
         result = results(call)
@@ -244,6 +245,7 @@ def test_call_ids_for_nested_loops_helpers_and_map() -> None:
         "srt = sorted(['b', 'a'], key=get)\n"
     )
     run = drive(source)
+    assert all(is_call_path(call_id) for call_id in run.ids)
     assert sorted(run.ids) == sorted(
         ["c1.1[0][0]", "c1.1[0][1]", "c1.1[1][0]", "c1.1[1][1]", "c1.2[0]>0", "c1.2[1]>0",
          "c1.4[0]>3", "c1.4[1]>3", "c1.5[0]>0", "c1.5[1]>0"]
@@ -408,6 +410,9 @@ def _error_of(source: str, **options: Any) -> dict[str, Any]:
         ("import math\nx = math.factorial(10**8)\n", "limit", "10 MB"),
         ("s = 'ab'\nwhile True:\n    s = s + s\n", "limit", ""),
         ("x = [i for i in range(10**12)]\n", "limit", "max_steps"),
+        ("a = 2**(8 * 5_000_000)\nb = a * a\n", "limit", "max_steps"),
+        ("import json\nx = json.loads('[' * 100000 + ']' * 100000)\n", "limit", ""),
+        ("x = []\nfor i in range(100000):\n    x = [x]\n", "limit", ""),
         ("def f(n):\n    return f(n + 1)\nf(0)\n", "limit", "deeper than 100"),
         ("x = ().__class__\n", "structural", "'__class__'"),
         ("x = {}.__class__.__subclasses__()\n", "structural", "outside the language"),
@@ -520,3 +525,47 @@ def test_an_uncaught_failure_gives_the_same_commits_under_any_finish_order(
     assert "c1.4" not in run.ids  # the charge after the failure is never made
     charge = next(c for c in run.calls if c.call_id == "c1.1")
     assert charge.params == {"customer": "x", "cents": 3}
+
+
+def test_a_carried_helper_keeps_its_defaults_and_its_call_ids() -> None:
+    first = drive("x = fetch('a')\ndef get(u, suffix='!'):\n    return fetch(u + suffix)\n")
+    carried = Globals.from_json(first.machine.globals.to_json())
+    assert set(carried.helpers) == {"get"}
+    second = drive("y = get('b')\n", globals=carried, iteration=2)
+    assert second.calls[0].params == {"url": "b!"}
+    assert second.ids == ["c2.0>1"]  # the body's site as numbered in program 1
+
+
+def test_the_allowed_modules_work_without_a_clock_and_on_re2() -> None:
+    source = (
+        "import json, math, re, datetime\nfrom datetime import date, timedelta\n"
+        "j = json.loads(json.dumps({'a': [1, 2.5]}))\n"
+        "m = [math.floor(2.7), math.gcd(12, 18), round(math.pi, 2)]\n"
+        "r = re.findall(r'a+', 'aAa b AA', re.I)\n"
+        "s = re.sub(r'\\s+', ' ', 'a   b')\n"
+        "d = (date(2024, 3, 1) - timedelta(days=1)).isoformat()\n"
+        "t = datetime.datetime.fromisoformat('2024-01-02T03:04:05').year\n"
+        "k = dict.fromkeys('ab', 0)\n"
+    )
+    assert drive(source).variables() == {
+        "j": {"a": [1, 2.5]},
+        "m": [2, 6, 3.14],
+        "r": ["aAa", "AA"],
+        "s": "a b",
+        "d": "2024-02-29",
+        "t": 2024,
+        "k": {"a": 0, "b": 0},
+    }
+
+
+def test_helpers_closures_and_scopes_follow_python() -> None:
+    source = (
+        "def outer(n):\n    def inner(m):\n        return n * m\n    return inner\n"
+        "nine = outer(3)(3)\n"
+        "count = 0\ndef bump(by=1, *rest, **named):\n    global count\n"
+        "    count += by + len(rest) + len(named)\n    return count\n"
+        "bump()\nbump(2, 3, x=4)\n"
+        "fs = [lambda x, i=i: x + i for i in range(3)]\nr = [f(10) for f in fs]\n"
+        "if (n := len('hello')) > 3:\n    big = n\n"
+    )
+    assert drive(source).variables() == {"nine": 9, "count": 5, "r": [10, 11, 12], "n": 5, "big": 5}

@@ -19,7 +19,7 @@ from ._frame import Frame
 from ._values import Builtin, PSet, copy_value, type_name
 
 if TYPE_CHECKING:
-    from ._evaluator import Evaluator
+    from ._expressions import Expressions as Evaluator
 
 __all__ = ["BUILTINS", "bind_tool_arguments"]
 
@@ -123,6 +123,8 @@ async def _sum(
     _no_kwargs("sum", kwargs, ("start",))
     total = kwargs.get("start", args[1] if len(args) > 1 else 0)
     total = await ev.materialize(total)
+    if isinstance(total, str):
+        raise ProgramRaise(TypeError("sum() can't sum strings [use ''.join(seq) instead]"))
     async for item in ev.each(args[0]):
         total = await ev.binary(ast.Add, total, await ev.materialize(item))
     return total
@@ -345,6 +347,17 @@ async def _to_dict(ev: Evaluator, args: list[Any], kwargs: dict[str, Any]) -> An
     return result
 
 
+async def _fromkeys_run(
+    ev: Evaluator, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Frame
+) -> Any:
+    keys = await _items_of(ev, args[0])
+    value = args[1] if len(args) > 1 else None
+    return {await ev.hashable(key): copy_value(value, ev.meter) for key in keys}
+
+
+_fromkeys = Builtin("fromkeys", _fromkeys_run)
+
+
 async def _isinstance(
     ev: Evaluator, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Frame
 ) -> Any:
@@ -407,7 +420,7 @@ BUILTINS: dict[str, Any] = {
     "list": _typed("list", list, _to_list),
     "tuple": _typed("tuple", tuple, _to_tuple),
     "set": _typed("set", PSet, _to_set),
-    "dict": _typed("dict", dict, _to_dict),
+    "dict": Builtin("dict", _typed("dict", dict, _to_dict).run, dict, {"fromkeys": _fromkeys}),
     "isinstance": Builtin("isinstance", _isinstance),
     "repr": Builtin("repr", _repr),
     **EXCEPTION_CLASSES,

@@ -12,7 +12,7 @@ one of its own calls failed.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ._builtins import bind_tool_arguments
@@ -61,16 +61,6 @@ class _Return(Exception):
         self.value = value
 
 
-@dataclass
-class PassResult:
-    """What one pass over a statement left: its scope (writes), printed text, and the
-    calls it made in order; `error` the uncaught exception, `end` an EndProgram."""
-
-    scope: GlobalScope
-    printed: list[tuple[int, str]] = field(default_factory=list)
-    value: Any = None
-
-
 class Evaluator(Expressions):
     """Runs one statement once (lazy or strict) against the machine (`host`)."""
 
@@ -99,7 +89,7 @@ class Evaluator(Expressions):
     async def run(self, tree: ast.Module) -> Any:
         """Run the statement; returns the value of an expression statement (the program's
         result when it is the last), else None."""
-        frame = Frame(f"c{self.host.iteration}.")
+        frame = Frame(f"c{self.host.iteration}.", self.sites)
         value = None
         for node in tree.body:
             if isinstance(node, ast.Expr):
@@ -440,9 +430,9 @@ class Evaluator(Expressions):
         source = ""
         if closure is None and not isinstance(node, ast.Lambda) and frame.depth == 0:
             source = ast.unparse(node)  # carried to later programs (§14), comments dropped
-        sites = [self.sites.site(n) for n in ast.walk(node) if isinstance(n, ast.Call)]
-        first = min((s for s in sites if s is not None), default=0)
-        return Helper(name, node, defaults, kw_defaults, closure, self.sites, source, first)
+        numbers = [frame.sites.site(n) for n in ast.walk(node) if isinstance(n, ast.Call)]
+        first = min((n for n in numbers if n is not None), default=0)
+        return Helper(name, node, defaults, kw_defaults, closure, frame.sites, source, first)
 
     async def _exec_Import(self, node: ast.Import, scope: Scope, frame: Frame) -> None:
         from ._modules import module_named
@@ -476,7 +466,9 @@ class Evaluator(Expressions):
             if isinstance(receiver, Module) and receiver.members.get(func.attr) is GATHER:
                 return await self._gather(node, scope, frame)
             args, kwargs = await self.arguments(node, scope, frame)
-            if isinstance(receiver, Module):
+            if isinstance(
+                receiver, Module | Builtin
+            ):  # `math.floor`, `datetime.date.fromisoformat`
                 member = await self.get_attribute(receiver, func.attr)
                 return await self.call_value(member, args, kwargs, node, frame)
             if (
@@ -529,7 +521,7 @@ class Evaluator(Expressions):
         whose helper has no call site, so a tool call inside it is refused); `item` the
         index of the item a built-in calls it for (§14: the built-in's site and the
         item's index)."""
-        site = None if node is None else self.sites.site(node)
+        site = None if node is None or frame is None else frame.sites.site(node)
         if isinstance(callee, ToolRef):
             if node is None or frame is None or site is None:
                 raise OutsideLanguage(
@@ -537,11 +529,14 @@ class Evaluator(Expressions):
                     "(through a method or a built-in's name): call it directly"
                 )
             if item is not None:
-                frame = Frame(frame.prefix, frame.depth, [*frame.indexes, item])
+                frame = Frame(frame.prefix, frame.sites, frame.depth, [*frame.indexes, item])
             return await self.call_tool(callee, args, kwargs, node, frame)
         if isinstance(callee, Helper):
             depth = 1 if frame is None else frame.depth + 1
-            inner = Frame("", depth) if site is None or frame is None else frame.inner(site, item)
+            if site is None or frame is None:
+                inner = Frame("", callee.sites, depth)
+            else:
+                inner = frame.inner(site, callee.sites, item)
             return await self.call_helper(callee, args, kwargs, inner)
         if isinstance(callee, Builtin):
             return await callee.run(self, args, kwargs, node, frame)
@@ -555,7 +550,7 @@ class Evaluator(Expressions):
     async def call_tool(
         self, tool: ToolRef, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Frame
     ) -> Any:
-        site = self.sites.site(node)
+        site = frame.sites.site(node)
         if site is None or not frame.prefix:
             raise OutsideLanguage(
                 f"the tool {tool.name} is called where a call has no site (inside a function "

@@ -68,6 +68,8 @@ def charge_size(meter: Meter, value: Any) -> None:
         meter.charge(1 + len(value) // 64)
     elif isinstance(value, list | tuple | dict | PSet):
         meter.charge(1 + len(value))
+    elif isinstance(value, int):
+        meter.charge(1 + value.bit_length() // 64)  # a big integer: a step a word
     else:
         meter.charge(1)
 
@@ -79,7 +81,9 @@ def check_spec(spec: str) -> None:
             check_size(int(number[:30]) if len(number) < 30 else 10.0**30, "a format width")
 
 
-def estimate_binary(op: type[ast.operator], left: Any, right: Any) -> None:
+def estimate_binary(
+    op: type[ast.operator], left: Any, right: Any, meter: Meter | None = None
+) -> None:
     """Refuse before building a result that would pass the value-size limit."""
     if op is ast.Mult:
         for seq, times in ((left, right), (right, left)):
@@ -89,6 +93,8 @@ def estimate_binary(op: type[ast.operator], left: Any, right: Any) -> None:
             check_size((left.bit_length() + right.bit_length()) / 8, "a multiplication")
     elif op is ast.Pow and isinstance(left, int) and isinstance(right, int) and right > 0:
         check_size(right * max(left.bit_length(), 1) / 8, "a power")
+        if meter is not None:
+            meter.charge(right * left.bit_length() // 64)  # the result's words
     elif op is ast.LShift and isinstance(left, int) and isinstance(right, int):
         check_size((left.bit_length() + max(right, 0)) / 8, "a shift")
     elif op is ast.Add and isinstance(left, str | list | tuple):
@@ -121,7 +127,24 @@ class Expressions:
     made: list[CallState]
     raised_calls: set[str]
 
+    printed: list[tuple[int, str]]  # (line, text) this pass printed, in order
+
     async def call_node(self, node: ast.Call, scope: Scope, frame: Frame) -> Any:
+        raise NotImplementedError
+
+    async def call_value(
+        self,
+        callee: Any,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        node: ast.Call | None,
+        frame: Frame | None,
+        *,
+        item: int | None = None,
+    ) -> Any:
+        raise NotImplementedError
+
+    async def end_program(self, kind: str, value: Any) -> None:
         raise NotImplementedError
 
     async def make_function(self, node: ast.Lambda, scope: Scope, frame: Frame) -> Any:
@@ -297,7 +320,7 @@ class Expressions:
             left = await self.materialize(left)
         if isinstance(right, list | dict | tuple | PSet):
             right = await self.materialize(right)
-        estimate_binary(op, left, right)
+        estimate_binary(op, left, right, self.meter)
         charge_size(self.meter, left)
         charge_size(self.meter, right)
         result = _BINARY[op](left, right)
@@ -437,7 +460,7 @@ class Expressions:
         return result
 
     async def _eval_GeneratorExp(self, node: ast.GeneratorExp, scope: Scope, frame: Frame) -> Any:
-        inner = Frame(frame.prefix, frame.depth, list(frame.indexes))
+        inner = Frame(frame.prefix, frame.sites, frame.depth, list(frame.indexes))
         first = await self.value(node.generators[0].iter, scope, frame)
         return GenValue(self._comprehend(node, scope, inner, first=first))
 

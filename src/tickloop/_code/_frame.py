@@ -13,6 +13,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
 
+from ._scope import Sites
 from ._values import CallState, Meter
 
 __all__ = ["MAX_DEPTH", "Frame", "Host", "Wait"]
@@ -40,21 +41,23 @@ class Wait:
 @dataclass
 class Frame:
     """Where evaluation is in the call tree: `prefix` is the call path up to this frame
-    (`c2.` at the top, `c2.7[3]>` inside a helper called at site 7 in iteration 3),
+    (`c2.` at the top, `c2.7[3]>` inside a helper called at site 7 in iteration 3; ""
+    inside a function given to a method, where a tool call has no id and is refused),
     `indexes` the counters of the enclosing `for`/`while`/comprehension clauses of this
     frame, outermost first, and `depth` how many helpers deep it is (0 at the top)."""
 
     prefix: str
+    sites: Sites  # the numbering of the code running in this frame (a helper's own)
     depth: int = 0
     indexes: list[int] = field(default_factory=list)
 
     def call_id(self, site: int) -> str:
         return self.prefix + str(site) + "".join(f"[{i}]" for i in self.indexes)
 
-    def inner(self, site: int, item: int | None = None) -> Frame:
+    def inner(self, site: int, sites: Sites, item: int | None = None) -> Frame:
         """The frame of a helper entered from `site` (with a built-in's item index)."""
         prefix = self.call_id(site) + (f"[{item}]" if item is not None else "") + ">"
-        return Frame(prefix, self.depth + 1)
+        return Frame(prefix, sites, self.depth + 1)
 
 
 class CodeToolLike(Protocol):

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any
 
+from .._core._paths import is_call_path
 from .._errors import CodeError
 from ._builtins import BUILTINS
 from ._check import check_statement
@@ -100,7 +101,9 @@ class ProgramMachine:
         self._writers: dict[str, list[int]] = {}
         self._ending: list[int] = []  # statements that may end the program, in order
         self._calls: dict[str, CallState] = {}
-        self._call_waiters: dict[str, list[int]] = {}
+        self._call_waiters: dict[str, list[int]] = {}  # call id -> statements waiting
+        self._end_waiters: dict[int, list[int]] = {}  # statement -> statements waiting
+        self._commit_waiters: list[tuple[int, int]] = []  # heap: (barrier index, statement)
         self._ready: list[int] = []  # heap of statement indexes to resume
         self._actions: list[CodeAction] = []
         self._committed = 0  # statements < this have committed
@@ -134,13 +137,14 @@ class ProgramMachine:
             self._try_commit()
             return
         self._sites.number(tree)
-        writes = may_write(tree)
-        calls_helpers = may_call_helper(tree, self.tools)
+        nodes = list(ast.walk(tree))
+        writes = may_write(tree, nodes)
+        calls_helpers = may_call_helper(tree, self.tools, nodes)
         if calls_helpers:
             writes |= self._helper_effects
         record = _Statement(statement, tree, writes)
-        record.ends_program = may_end(tree) or (calls_helpers and self._helpers_end)
-        self._learn_helpers(tree)
+        record.ends_program = may_end(tree, nodes) or (calls_helpers and self._helpers_end)
+        self._learn_helpers(nodes)
         for name in writes:
             self._writers.setdefault(name, []).append(record.index)
         if record.ends_program:
@@ -201,6 +205,12 @@ class ProgramMachine:
             self._end_with_error("limit", f"the program passed its {limit} limit", line, index)
 
     @property
+    def runnable(self) -> bool:
+        """Whether `step()` has work without any call ending (it returned after ~1,000
+        steps): the driver calls it again, measuring evaluator time between."""
+        return self._outcome is None and bool(self._ready)
+
+    @property
     def finished(self) -> bool:
         """The program ended and every call it made ended."""
         return self._outcome is not None and all(c.ended for c in self._calls.values())
@@ -256,13 +266,17 @@ class ProgramMachine:
         self._park(record, wait)
 
     def _park(self, record: _Statement, wait: Wait) -> None:
+        """Queue a blocked statement where the event it waits for will find it."""
         if wait.kind == "pause" or self._satisfied(record):
             self.meter.paused()
             heapq.heappush(self._ready, record.index)
         elif wait.kind == "call":
             assert wait.call is not None
             self._call_waiters.setdefault(wait.call.id, []).append(record.index)
-        # "ended" and "committed" waiters are woken by `_wake_all` when that happens
+        elif wait.kind == "ended":
+            self._end_waiters.setdefault(wait.index, []).append(record.index)
+        else:
+            heapq.heappush(self._commit_waiters, (wait.index, record.index))
 
     def _satisfied(self, record: _Statement) -> bool:
         wait = record.waiting
@@ -275,18 +289,13 @@ class ProgramMachine:
             return self._statements[wait.index].ended
         return self._committed >= wait.index
 
-    def _wake_all(self, kind: str) -> None:
-        for record in self._statements[self._committed :]:
-            if record.waiting is not None and record.waiting.kind == kind and not record.ended:
-                if self._satisfied(record):
-                    heapq.heappush(self._ready, record.index)
-
     def _pass_ended(self, record: _Statement, result: Result) -> None:
         if result[0] == "reevaluate":
             self._start_pass(record, strict=True)
             return
         record.result = result
-        self._wake_all("ended")
+        for index in self._end_waiters.pop(record.index, []):
+            heapq.heappush(self._ready, index)
 
     # -- the Host interface the evaluator uses ---------------------------------------------------
 
@@ -318,6 +327,8 @@ class ProgramMachine:
         known = self._calls.get(call_id)
         if known is not None:
             return known  # a strict pass reuses the call its lazy pass made (same id)
+        if not is_call_path(call_id):  # the grammar's owner is _core/_paths.py
+            raise AssertionError(f"the machine built a call id outside §14: {call_id!r}")
         if len(self._calls) >= self.limits.max_calls:
             raise LimitExceeded(
                 "max_calls", f"the program made more than max_calls={self.limits.max_calls} calls"
@@ -364,13 +375,17 @@ class ProgramMachine:
         try:
             writes, deletes = self._writes_of(record)
         except (ProgramRaise, LimitExceeded) as problem:
-            kind = "raise" if isinstance(problem, ProgramRaise) else "limit"
-            payload, writes, deletes = problem, {}, []
+            if kind in ("ok", "end"):  # an error the statement met first is its error
+                kind = "raise" if isinstance(problem, ProgramRaise) else "limit"
+                payload = problem
+            writes, deletes = {}, []
         self._apply(writes, deletes, evaluator)
         self._actions.append(Commit(record.index, record.line, writes, deletes))
         self._committed += 1
+        waiters = self._commit_waiters
+        while waiters and waiters[0][0] <= self._committed:
+            heapq.heappush(self._ready, heapq.heappop(waiters)[1])
         if kind == "ok":
-            self._wake_all("committed")
             return
         if kind == "end":
             self._end_program(payload)
@@ -495,17 +510,16 @@ class ProgramMachine:
             module, _, member = path.partition(".")
             base[name] = module_named(module).members[member] if member else module_named(module)
         for name, entry in self._given.helpers.items():
-            tree = check_statement(entry["source"])
-            sites = Sites(int(entry.get("site", 0)))
-            sites.number(tree)
-            node = tree.body[0]
-            assert isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-            base[name] = Helper(name, node, [], {}, None, sites, entry["source"])
-            self._learn_helpers(tree)
+            helper = _carried_helper(name, entry)
+            if helper is not None:
+                base[name] = helper
+                self._learn_helpers(list(ast.walk(helper.node)))
         base["task_input"] = self._task_input
 
-    def _learn_helpers(self, tree: ast.Module) -> None:
-        for node in ast.walk(tree):
+    def _learn_helpers(self, nodes: list[ast.AST]) -> None:
+        """Remember what the helpers among `nodes` may write and whether they may end
+        the program (a statement that may call a helper takes both on)."""
+        for node in nodes:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
                 self._helper_effects |= helper_effects(node)
                 if _calls_an_end(node):
@@ -535,6 +549,30 @@ def _calls_an_end(node: ast.AST) -> bool:
         and inner.func.id in ("final_answer", "reset")
         for inner in ast.walk(node)
     )
+
+
+def _carried_helper(name: str, entry: Mapping[str, Any]) -> Helper | None:
+    """A helper of an earlier program, from its source: its body numbered from the site
+    it had (the same call ids), its defaults literals. None when it cannot be rebuilt
+    (a default that is no literal): it is not carried."""
+    try:
+        tree = check_statement(str(entry["source"]))
+        node = tree.body[0]
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            return None
+        args = node.args
+        defaults = [ast.literal_eval(d) for d in args.defaults]
+        kw_defaults = {
+            arg.arg: ast.literal_eval(d)
+            for arg, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+            if d is not None
+        }
+    except (CodeError, ValueError, TypeError, SyntaxError, KeyError, IndexError):
+        return None
+    sites = Sites(int(entry.get("site", 0)))
+    sites.number(tree)
+    first = int(entry.get("site", 0))
+    return Helper(name, node, defaults, kw_defaults, None, sites, str(entry["source"]), first)
 
 
 def _first_site(helper: Helper) -> int:

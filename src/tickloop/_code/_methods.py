@@ -18,7 +18,7 @@ from ._expressions import charge_size, check_spec
 from ._values import Builtin, Module, PSet, check_size, copy_value, size_of
 
 if TYPE_CHECKING:
-    from ._evaluator import Evaluator
+    from ._expressions import Expressions as Evaluator
 
 __all__ = ["attribute_of", "call_method"]
 

@@ -22,10 +22,11 @@ from ._expressions import charge_size, estimate_binary
 from ._values import Builtin, Module, check_size, size_of
 
 if TYPE_CHECKING:
-    from ._evaluator import Evaluator
+    from ._expressions import Expressions as Evaluator
 
 __all__ = ["GATHER", "class_member", "module_named"]
 
+_ARGS_BEFORE_FLAGS: Final = {"sub": 3, "subn": 3, "split": 2}  # others: (string, flags)
 _FLAGS: Final = {"IGNORECASE": 2, "I": 2, "MULTILINE": 8, "M": 8, "DOTALL": 16, "S": 16}
 
 
@@ -156,7 +157,11 @@ def _pattern(pattern: Any, flags: Any = 0) -> Any:
 
 
 def _re_function(name: str) -> Any:
+    before_flags = _ARGS_BEFORE_FLAGS.get(name, 1)
+
     def run(pattern: Any, *args: Any, flags: int = 0, **kwargs: Any) -> Any:
+        if len(args) > before_flags:  # `re.findall(p, s, re.I)`: flags given by position
+            args, flags = args[:before_flags], args[before_flags]
         compiled = _pattern(pattern, flags)
         if name in ("sub", "subn") and args and not isinstance(args[0], str):
             raise ProgramRaise(TypeError(f"re.{name}() takes a string replacement here"))

@@ -253,12 +253,13 @@ def _mutated_names(nodes: Iterable[ast.AST]) -> set[str]:
     return names
 
 
-def may_write(tree: ast.Module) -> set[str]:
+def may_write(tree: ast.Module, nodes: list[ast.AST] | None = None) -> set[str]:
     """The variables a top-level statement may write by itself (not counting helpers it
-    calls: the machine adds their effects)."""
+    calls: the machine adds their effects). `nodes`: `list(ast.walk(tree))`, if known."""
+    nodes = list(ast.walk(tree)) if nodes is None else nodes
     written = set(scope_info_module(tree))
-    written |= _mutated_names(ast.walk(tree))
-    for node in ast.walk(tree):
+    written |= _mutated_names(nodes)
+    for node in nodes:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
             written |= helper_effects(node)
     return written
@@ -294,10 +295,12 @@ def helper_effects(node: ast.AST) -> set[str]:
     return effects
 
 
-def may_call_helper(tree: ast.AST, tools: Iterable[str]) -> bool:
+def may_call_helper(
+    tree: ast.AST, tools: Iterable[str], nodes: list[ast.AST] | None = None
+) -> bool:
     """Whether a statement may run a helper (then every helper's effects are its own)."""
     known = BUILTIN_NAMES | set(tools)
-    for node in ast.walk(tree):
+    for node in ast.walk(tree) if nodes is None else nodes:
         if isinstance(node, ast.Call):
             func = node.func
             if isinstance(func, ast.Name) and func.id not in known:
@@ -309,10 +312,10 @@ def may_call_helper(tree: ast.AST, tools: Iterable[str]) -> bool:
     return False
 
 
-def may_end(tree: ast.AST) -> bool:
+def may_end(tree: ast.AST, nodes: list[ast.AST] | None = None) -> bool:
     """Whether a statement itself may end the program (`final_answer`, `reset`, or a
     top-level `return`); a helper it calls may too (the machine asks each helper)."""
-    for node in ast.walk(tree):
+    for node in ast.walk(tree) if nodes is None else nodes:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id in ("final_answer", "reset"):
                 return True

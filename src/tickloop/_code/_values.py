@@ -314,6 +314,8 @@ def _leave(value: Any, what: str, depth: int) -> Any:
         return value.isoformat()
     if isinstance(value, _dt.timedelta):
         return value.total_seconds()
+    if isinstance(value, _dt.tzinfo):
+        return str(value)  # "UTC", "UTC+02:00"
     if isinstance(value, ToolError):
         return {"type": value.type, "message": value.message, "call_id": value.call_id}
     if isinstance(value, Exception):
