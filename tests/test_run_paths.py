@@ -188,6 +188,9 @@ NOT_A_RUN_PATH = {
     ("_agent/_prompt.py", 'name = schema["$ref"].rsplit("/", 1)[-1]'),
     ("_core/_validation.py", 'if not ref.startswith("#/"):'),
     ("_core/_validation.py", 'for step in ref[2:].split("/"):'),
+    ("_agent/_stubs.py", 'target = definitions.get(schema["$ref"].rsplit("/", 1)[-1])'),
+    # a state path's steps (`unset` of a variable, PROTOCOL §4)
+    ("_core/_log.py", "for step in term.path[:-1]:"),
     # a message's place in a stored plan (JSON keys)
     ("_durable/_codec.py", "for key in path[:-1]:"),
     # a URL
