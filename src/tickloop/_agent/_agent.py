@@ -22,7 +22,8 @@ import trio
 
 from .._core._budget import Budget, BudgetRequest, Price
 from .._core._decisions import ApproveHook
-from .._core._tools import Tool, ToolSet, ToolSource, split_tools
+from .._core._paths import RunPath
+from .._core._tools import MakesTool, Tool, ToolSet, ToolSource, split_tools
 from .._durable._store import SQLiteStore, as_store
 from .._engine._engine import check_configuration
 from .._engine._event_loops import refuse_inside_trio, require_trio
@@ -38,7 +39,7 @@ from ._prompt import DEFAULT_CONTEXT_BUDGET, solution_schema
 from ._replay import Replaying, load_recording, stale_calls
 from ._session import RunSession
 from ._solution import SOLUTION
-from ._subagent import DEFAULT_INPUT, AgentTool, check_tree
+from ._subagent import DEFAULT_INPUT, AgentTool, check_tree, tree_tool_names
 from ._text_stream import open_stream
 from ._tree import DEFAULT_MAX_DEPTH
 from ._turns import TOOLS
@@ -58,7 +59,7 @@ def _check_on_event(callback: Any) -> Any:
     return callback
 
 
-class Agent(Generic[OutputT]):
+class Agent(MakesTool, Generic[OutputT]):
     """A model, tools and options: `agent.run(input)` loops until the model answers.
 
     Generic in its output: `Agent(model, output=Answer)` is an `Agent[Answer]`, whose
@@ -366,10 +367,15 @@ class Agent(Generic[OutputT]):
             fork=True,
             recorded_tools=False,
             hook=self.approve,
-            stale=stale_calls(recording, rerun, rerun_tools),
+            stale=stale_calls(recording, rerun, rerun_tools, self._tree_tool_names()),
             root_model=model,
         )
         return await self._run_recorded(replaying, as_store(store), new_run_id, on_event)
+
+    def _tree_tool_names(self) -> set[str] | None:
+        """The names of this agent's tools and its sub-agents'; None while some are
+        known only once a tool source (an MCP server) is listed."""
+        return None if self.tool_sources else tree_tool_names(self.tools.values())
 
     async def _run_recorded(
         self,
@@ -383,9 +389,9 @@ class Agent(Generic[OutputT]):
         async with self._open_for_run() as config:
             config = dataclasses.replace(
                 config,
-                model=replaying.model_for((), config.model, self.protocol),
+                model=replaying.model_for(RunPath.ROOT, config.model, self.protocol),
                 approve=replaying.decide,
-                answer=replaying.answer_under(""),
+                answer=replaying.answer_under(RunPath.ROOT),
                 replaying=replaying,
                 store=store,
             )
@@ -496,7 +502,10 @@ class Agent(Generic[OutputT]):
         """
         from .._engine._asyncio_bridge import run_trio_in_asyncio
 
-        return await run_trio_in_asyncio(partial(self.run_async, input, **options))
+        result: RunResult[OutputT] = await run_trio_in_asyncio(
+            partial(self.run_async, input, **options)
+        )
+        return result
 
 
 def _agents_as_tools(tools: Any) -> Sequence[Tool | ToolSource] | Mapping[str, Tool]:

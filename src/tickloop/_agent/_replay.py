@@ -25,11 +25,13 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from .._core._decisions import ApproveHook, Decision, Deny, PendingCall
+from .._core._paths import RunPath
+from .._core._suggest import did_you_mean
 from .._durable._recording import RecordedCall, RecordedRun, Recording
 from .._durable._store import SQLiteStore, as_store
 from .._engine._asking import ask
 from .._engine._engine import Outcome
-from .._errors import ConfigurationError, TickloopError
+from .._errors import ConfigurationError, ReplayMismatchError
 from .._models._base import (
     ModelError,
     SolutionRequest,
@@ -47,10 +49,6 @@ __all__ = [
     "load_recording",
     "stale_calls",
 ]
-
-
-class ReplayMismatchError(TickloopError):
-    """A strict `ReplayModel` got a request that differs from the recorded one."""
 
 
 def load_recording(
@@ -196,41 +194,41 @@ class Replaying:
         self.hook = hook
         self.stale = set(stale)
         self.root_model = root_model  # a fork's model= for the root run; None: the agent's
-        self._models: dict[str, _RunModel] = {}
+        self._models: dict[RunPath, _RunModel] = {}
 
-    def model_for(self, path: tuple[str, ...], model: Any, protocol: str) -> Any:
+    def model_for(self, path: RunPath, model: Any, protocol: str) -> Any:
         """The model of the run at `path` of `protocol`, whose own client is `model`."""
-        where = "/".join(path)
         live = None
         if self.fork:
             live = self.root_model if not path and self.root_model is not None else model
         run_model = _RunModel(
-            self.recording.run_id, self.recording.run(where), model, live, protocol == "tools"
+            self.recording.run_id, self.recording.run(path), model, live, protocol == "tools"
         )
-        self._models[where] = run_model
+        self._models[path] = run_model
         return run_model
 
-    def answer_under(self, prefix: str) -> Callable[[str], Outcome | None] | None:
-        """The engine's recorded outcomes for the run whose calls' full paths start with
-        `prefix`; None when every call runs its handler."""
+    def answer_under(self, path: RunPath) -> Callable[[str], Outcome | None] | None:
+        """The engine's recorded outcomes for the run at `path`, by its calls' local ids;
+        None when every call runs its handler."""
         if not self.fork and not self.recorded_tools:
             return None
-        return lambda call_id: self._answer(prefix + call_id)
+        return lambda call_id: self._answer(path / call_id)
 
-    def _reusable(self, call_id: str) -> RecordedCall | None:
+    def _reusable(self, path: RunPath) -> RecordedCall | None:
+        call_id = str(path)
         call = self.recording.calls.get(call_id)
         if call is None or call_id in self.stale:
             return None
         if self.fork:
-            run_model = self._models.get(call_id.rpartition("/")[0])
+            run_model = self._models.get(path.parent)
             if run_model is None or call.iteration not in run_model.reused:
                 return None  # a call of a request the model answered anew
         return call
 
-    def _answer(self, call_id: str) -> Outcome | None:
-        if call_id in self.recording.runs:
+    def _answer(self, path: RunPath) -> Outcome | None:
+        if path in self.recording.runs:
             return None  # an agent call: its child run replays, answered from its record
-        call = self._reusable(call_id)
+        call = self._reusable(path)
         if call is not None and call.outcome is not None:
             return call.outcome
         if self.recorded_tools:
@@ -240,13 +238,13 @@ class Replaying:
                 {
                     "type": "runtime",
                     "message": f"replay: run {self.recording.run_id!r} recorded no result for "
-                    f"call {call_id}",
+                    f"call {path}",
                 },
             )
         return None
 
     async def decide(self, pending: PendingCall) -> Decision | bool:
-        call = self._reusable(pending.id)
+        call = self._reusable(RunPath.parse(pending.id))
         if call is not None and call.decision is not None:
             return call.decision
         if self.hook is None:
@@ -254,10 +252,16 @@ class Replaying:
         return await ask(self.hook, pending)
 
 
-def stale_calls(recording: Recording, rerun: Iterable[str], rerun_tools: Iterable[str]) -> set[str]:
+def stale_calls(
+    recording: Recording,
+    rerun: Iterable[str],
+    rerun_tools: Iterable[str],
+    tools: Iterable[str] | None = (),
+) -> set[str]:
     """The recorded calls a fork runs again: those named, those of the tools named, the
     calls of the child runs they started, and every call that depends on any of them. A
-    name the run does not have is a caller's mistake."""
+    name the run does not have is a caller's mistake; so is a tool that is neither the
+    agent's (`tools`, its tree's; None when not all are known) nor called in the run."""
     rerun, rerun_tools = list(rerun), list(rerun_tools)
     for item, kind in [(i, "rerun") for i in rerun] + [(t, "rerun_tools") for t in rerun_tools]:
         if not isinstance(item, str):
@@ -267,8 +271,17 @@ def stale_calls(recording: Recording, rerun: Iterable[str], rerun_tools: Iterabl
         raise ConfigurationError(
             f"run {recording.run_id!r} has no call {', '.join(map(repr, unknown))} to re-run"
         )
-    tools = set(rerun_tools)
-    roots = set(rerun) | {c.id for c in recording.calls.values() if c.tool in tools}
+    known = {call.tool for call in recording.calls.values() if call.tool is not None}
+    known |= set(tools or ())
+    for tool in rerun_tools if tools is not None else ():
+        if tool not in known:
+            raise ConfigurationError(
+                f"rerun_tools names {tool!r}, which is no tool of the agent and no tool "
+                f"run {recording.run_id!r} called{did_you_mean(tool, known)}; the tools: "
+                + ", ".join(sorted(known))
+            )
+    named = set(rerun_tools)
+    roots = set(rerun) | {c.id for c in recording.calls.values() if c.tool in named}
     return recording.downstream_of(roots | recording.below(roots))
 
 

@@ -17,6 +17,7 @@ import trio
 
 from .._core._budget import Budget
 from .._core._log import ContextLog
+from .._core._paths import RunPath
 from .._core._tools import missing_bindings
 from .._durable._codec import dumps_entry, new_run_id
 from .._durable._resume import DurableRun
@@ -189,14 +190,16 @@ class RunSession:
             redact=config.redact,
             max_depth=config.max_depth,
             durable=durable,
-            journal=self.journal,
-            decisions=durable.decisions if durable is not None else None,
+            journal=self.journal or (),
+            decisions=TreeServices.keyed_decisions(
+                durable.decisions if durable is not None else None
+            ),
             replaying=config.replaying,
             on_budget=config.on_budget,
         )
         if durable is not None:
             durable.share = False  # its children's entries come between its own
-        place = RunPlace(tree, (), config.name)
+        place = RunPlace(tree, RunPath.ROOT, config.name)
         approve = place.ask if config.approve is not None else None
         return dataclasses.replace(config, approve=approve, place=place), place
 

@@ -16,7 +16,9 @@ from typing import Any
 
 from .._core._budget import Budget, Price
 from .._core._log import ContextLog, copy_json
+from .._core._paths import RunPath
 from .._core._scheduler import CallRecord
+from .._core._suggest import did_you_mean
 from .._core._tools import CallContext, Tool, ToolSet
 from .._durable._resume import DurableRun
 from .._engine._engine import PARKED, CallRefused
@@ -27,7 +29,7 @@ from ._budgeting import check_pricing
 from ._loop import AgentConfig, OuterLoop
 from ._tree import DEFAULT_MAX_DEPTH, ChildSink, RunPlace, TreeServices, TreeTool
 
-__all__ = ["DEFAULT_INPUT", "AgentTool", "check_tree", "run_child"]
+__all__ = ["DEFAULT_INPUT", "AgentTool", "check_tree", "run_child", "tree_tool_names"]
 
 DEFAULT_INPUT: dict[str, Any] = {
     "type": "object",
@@ -63,7 +65,6 @@ class AgentTool(TreeTool):
             description,
             parameters,
             output,
-            handler=self._run_child,
             requires_approval=requires_approval,
             timeout=timeout,
             # A crash while the child runs starts the call again: its child then replays
@@ -85,14 +86,12 @@ class AgentTool(TreeTool):
 
     def recorded_calls(self, place: RunPlace) -> dict[str, CallRecord]:
         tree = place.tree
-        journal = tree.journal_of(place.prefix[:-1]) if tree.durable is not None else []
-        if not journal:
+        journal = tree.journal_of(place.path)
+        if not journal or tree.durable is None:
             return {}
         config = _child_config(self._config(), place)
         sink = EventSink(tree.run_id, tree.redact)  # a replay delivers no events
-        durable = DurableRun(
-            tree.durable.writer, config.tools, tree.redact, sink, path=place.prefix[:-1]
-        )
+        durable = DurableRun(tree.durable.writer, config.tools, tree.redact, sink, path=place.path)
         loop = config.protocol.open_loop(config, ContextLog(), sink, durable)
         try:
             durable.replay(journal, loop)  # nothing runs, nothing is written
@@ -100,14 +99,9 @@ class AgentTool(TreeTool):
             return {}
         return place.gather(loop.engine.records, config.tools)
 
-    def prepare(
-        self, params: dict[str, Any], context: CallContext | None
-    ) -> tuple[Any, dict[str, Any]]:
+    async def run_raw(self, params: dict[str, Any], context: CallContext) -> Any:
         # The parameters are the child's input, checked against its schema already: they
         # are not converted to a signature's types.
-        return self._run_child, {"params": params, "context": context}
-
-    async def _run_child(self, params: dict[str, Any], context: CallContext) -> Any:
         parent = context.scope
         if not isinstance(parent, RunPlace):  # `run_calls`: a tree of its own
             tree = TreeServices(
@@ -118,14 +112,15 @@ class AgentTool(TreeTool):
                 max_depth=DEFAULT_MAX_DEPTH,
             )
             parent = RunPlace(tree)
-        place = parent.child(context.id, self.agent_name)
+        # The call's full path is the child run's (PROTOCOL §11).
+        place = RunPlace(parent.tree, RunPath.parse(context.id), self.agent_name)
         tree = place.tree
         if place.depth > tree.max_depth:
             raise CallRefused(
                 f"sub-agent {self.agent_name!r} would run at depth {place.depth}, deeper "
                 f"than the root's max_depth of {tree.max_depth}"
             )
-        tree.parked.pop(place.prefix[:-1], None)  # started (again): not parked
+        tree.state.parked.pop(place.path, None)  # started (again): not parked
         async with self._open_config() as config:
             return await run_child(config, place, params)
 
@@ -143,8 +138,8 @@ async def run_child(config: AgentConfig, place: RunPlace, params: dict[str, Any]
         return await _finish(place, loop, nullcontext())
     # A durable tree: the child is journaled in the root's run under its path, and a
     # child that journaled before (a crash, a pause) replays that and goes on from there.
-    path = place.prefix[:-1]
-    top = root.rows.get(place.path[0])
+    path = place.path
+    top = root.rows.get(path.parts[0])
     durable = DurableRun(
         root.writer,
         config.tools,
@@ -156,7 +151,7 @@ async def run_child(config: AgentConfig, place: RunPlace, params: dict[str, Any]
     journal = tree.journal_of(path)
     if journal:
         loop = config.protocol.open_loop(config, ContextLog(), sink, durable)
-        durable.decisions = tree.decisions_under(place.prefix)
+        durable.decisions = tree.decisions_under(path)
         durable.replay(journal, loop)
     else:
         log = initial_log(copy_json(params))
@@ -173,13 +168,13 @@ def _child_config(config: AgentConfig, place: RunPlace) -> AgentConfig:
         config = dataclasses.replace(
             config,
             model=tree.replaying.model_for(place.path, config.model, config.protocol.name),
-            answer=tree.replaying.answer_under(place.prefix),
+            answer=tree.replaying.answer_under(place.path),
         )
     return dataclasses.replace(
         config,
         # One budget for the tree (PROTOCOL §12): the child draws from its parent's ledger
         # (its own budget can only make it tighter), and the root's hook answers.
-        parent_ledger=tree.ledgers.get(place.path[:-1]),
+        parent_ledger=tree.state.ledgers.get(place.path.parent),
         on_budget=tree.on_budget,
         approve=place.ask if tree.approve is not None else None,
         store=None,
@@ -205,7 +200,7 @@ async def _finish(
     finally:
         place.finished(loop.engine.records, loop.config.tools)
     if result.status == "paused":
-        tree.parked[place.prefix[:-1]] = place.pending_of(result.pending)
+        tree.state.parked[place.path] = place.pending_of(result.pending)
         return PARKED
     output = result.output
     # A copy: nothing of the child's log is shared (a pydantic model's JSON is made anew
@@ -222,7 +217,10 @@ def check_tree(
     """Checks of the whole tree, made when the root run starts, before anything runs: a
     tool that may require approval anywhere needs the root's hook (PROTOCOL §11), and
     where a `cost` limit holds (the root's budget, or a sub-agent's own) the root's
-    `pricing` must price the sub-agent's model (PROTOCOL §12)."""
+    `pricing` must price the sub-agent's model (PROTOCOL §12); a `per_tool` limit names
+    a tool of the tree below it (a typo would switch the limit off)."""
+    tools = list(tools)
+    check_per_tool(budget, tools, "the run's budget")
     for agents, tool in _tree_tools(tools):
         where = f" of sub-agent {' > '.join(agents)}" if agents else ""
         if approve is None and tool.may_require_approval:
@@ -232,11 +230,45 @@ def check_tree(
             )
         if isinstance(tool, AgentTool) and tool.agent is not None:
             child = tool.agent
+            if not child.tool_sources:  # else its tools are known only when it starts
+                check_per_tool(
+                    child.budget, tool.child_tools(), f"the budget of sub-agent {tool.agent_name!r}"
+                )
             limited = budget if budget is not None and budget.cost is not None else child.budget
             try:
                 check_pricing(pricing or {}, limited, child.model)
             except ConfigurationError as error:
                 raise ConfigurationError(f"sub-agent {tool.agent_name!r}{where}: {error}") from None
+
+
+def check_per_tool(budget: Budget | None, tools: Iterable[Tool], whose: str) -> None:
+    """Each `per_tool` limit of `budget` names a tool of `tools` or of the sub-agents
+    below them, else `ConfigurationError` naming it and the close match. A tree with a
+    sub-agent whose tool sources (MCP servers) are listed only when it starts is not
+    fully known here, and is not checked."""
+    if budget is None or not budget.per_tool:
+        return
+    names = tree_tool_names(tools)
+    if names is None:
+        return
+    for name in budget.per_tool:
+        if name not in names:
+            raise ConfigurationError(
+                f"{whose} limits per_tool {name!r}, but no tool of the agent or its "
+                f"sub-agents is called {name!r}{did_you_mean(name, names)}; the tools: "
+                + ", ".join(sorted(names))
+            )
+
+
+def tree_tool_names(tools: Iterable[Tool]) -> set[str] | None:
+    """The names of `tools` and of the tools of the sub-agents below them; None when a
+    sub-agent lists tools from a source (an MCP server) only once it starts."""
+    names: set[str] = set()
+    for _, tool in _tree_tools(tools):
+        names.add(tool.name)
+        if isinstance(tool, AgentTool) and tool.agent is not None and tool.agent.tool_sources:
+            return None
+    return names
 
 
 def _tree_tools(tools: Iterable[Tool]) -> Iterator[tuple[tuple[str, ...], Tool]]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._core._decisions import Decision, Defer, decision_from_dict
+from .._core._paths import RunPath, untag_kind
 from ._store import SQLiteStore
 
 __all__ = ["TURN_KIND", "RecordedCall", "RecordedResponse", "RecordedRun", "Recording"]
@@ -50,7 +51,7 @@ class RecordedCall:
 class RecordedRun:
     """One run of the tree: the messages it began with and the answers it got."""
 
-    path: str  # "" for the root, "c1.2" for the child its call c1.2 started
+    path: RunPath  # the root's is empty; "c1.2" for the child its call c1.2 started
     opening: list[dict[str, Any]] = field(default_factory=list)
     responses: dict[int, RecordedResponse] = field(default_factory=dict)
     _requests: dict[int, dict[str, Any] | None] = field(default_factory=dict)
@@ -89,7 +90,7 @@ class RecordedRun:
 class Recording:
     run_id: str
     protocol: str
-    runs: dict[str, RecordedRun] = field(default_factory=dict)  # by path; "" the root
+    runs: dict[RunPath, RecordedRun] = field(default_factory=dict)  # by path
     calls: dict[str, RecordedCall] = field(default_factory=dict)  # by full path
 
     @classmethod
@@ -111,15 +112,15 @@ class Recording:
 
     @property
     def root(self) -> RecordedRun:
-        return self.run("")
+        return self.run(RunPath.ROOT)
 
-    def run(self, path: str) -> RecordedRun:
-        """The run at `path` ("" the root); an empty one when the record has none."""
+    def run(self, path: RunPath) -> RecordedRun:
+        """The run at `path`; an empty one when the record has none."""
         return self.runs.get(path) or RecordedRun(path)
 
     def _read(self, entries: Iterable[tuple[str, Any]]) -> None:
         for tagged, body in entries:
-            kind, _, path = tagged.partition("@")
+            kind, path = untag_kind(tagged)
             run = self.runs.get(path)
             if run is None:
                 run = self.runs[path] = RecordedRun(path)
@@ -127,11 +128,11 @@ class Recording:
             if kind == "event" and isinstance(body, dict):
                 self._read_event(path, body)
 
-    def _read_event(self, path: str, body: dict[str, Any]) -> None:
+    def _read_event(self, path: RunPath, body: dict[str, Any]) -> None:
         kind = body.get("type")
         if kind not in ("CallFinished", "DecisionMade"):
             return
-        call = self.calls.get(f"{path}/{body['call_id']}" if path else body["call_id"])
+        call = self.calls.get(path.full(body["call_id"]))
         if call is None:
             return
         if kind == "CallFinished":
@@ -150,9 +151,9 @@ class Recording:
         for call in self.calls.values():
             for dep in call.deps:
                 readers.setdefault(dep, []).append(call.id)
-            parent, _, _ = call.id.rpartition("/")
-            if parent:
-                readers.setdefault(call.id, []).append(parent)
+            run = RunPath.parse(call.id).parent
+            if run:
+                readers.setdefault(call.id, []).append(str(run))
         seen: set[str] = set()
         todo = [root for root in roots if root in self.calls]
         while todo:
@@ -165,8 +166,13 @@ class Recording:
 
     def below(self, call_ids: Iterable[str]) -> set[str]:
         """Every recorded call of the child runs the agent calls `call_ids` started."""
-        prefixes = tuple(f"{call_id}/" for call_id in call_ids)
-        return {call_id for call_id in self.calls if call_id.startswith(prefixes)}
+        runs = [RunPath.parse(call_id) for call_id in call_ids]
+        found = set()
+        for call_id in self.calls:
+            above = RunPath.parse(call_id).parent
+            if any(above.is_within(run) for run in runs):
+                found.add(call_id)
+        return found
 
 
 def _solution_text(message: dict[str, Any]) -> str:

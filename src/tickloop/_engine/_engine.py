@@ -25,6 +25,7 @@ from .._core._budget import BudgetRequest, Ledger
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._driver import Journal, SchedulerDriver, check_configuration
 from .._core._log import MAX_VALUE_DEPTH, SURROGATE_FAULT, ContextLog, has_surrogate
+from .._core._paths import RunPath
 from .._core._scheduler_io import (
     Action,
     Decide,
@@ -111,10 +112,14 @@ class Engine(SchedulerDriver):
         budget: Ledger | None = None,
         on_budget: BudgetHook | None = None,
         schedule: str = "critical_path",
+        path: RunPath = RunPath.ROOT,
     ) -> None:
         # Handed to every call's `CallContext.scope`: what a sub-agent's call needs of
         # the run it belongs to (`_agent._tree.RunPlace`); opaque to the engine.
         self.scope = scope
+        # The run's place in its tree (PROTOCOL §11): a call's context names it by its
+        # full path, unique in the tree.
+        self.path = path
         # How long each tool's calls take, measured here: ranks under a limit read the
         # means (PROTOCOL §13); the process keeps them when the session ends.
         self._durations = RunDurations()
@@ -294,7 +299,13 @@ class Engine(SchedulerDriver):
             tool = self.tools[action.tool]
             context = (
                 CallContext(
-                    action.id, tool.name, action.call, self.log.view, self.run_id, self.scope
+                    self.path.full(action.id),
+                    tool.name,
+                    action.call,
+                    self.log.view,
+                    self.run_id,
+                    self.scope,
+                    self.path.parts,
                 )
                 if tool.takes_context
                 else None  # most handlers take none: not made for every call
@@ -524,7 +535,8 @@ def _drive_on_either(steps: Any, loop: Any) -> Any:
 
 
 async def _host_turn(steps: Any, first: Any) -> tuple[str, Any]:
-    return await _host_steps(steps, first)
+    turn: tuple[str, Any] = await _host_steps(steps, first)
+    return turn
 
 
 @types.coroutine
@@ -600,7 +612,8 @@ def _surely_json(value: Any) -> bool:
     int, an ASCII string (`tests/test_fast_paths.py` checks the conversion agrees)."""
     kind = type(value)
     if kind is int:
-        return -_SURELY_SHORT < value < _SURELY_SHORT
+        short: bool = -_SURELY_SHORT < value < _SURELY_SHORT
+        return short
     return value is None or kind is bool or (kind is str and value.isascii())
 
 

@@ -41,9 +41,7 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from .._agent._agent import Agent
-from .._agent._loop import RunResult
-from .._agent._subagent import AgentTool
+from .._agent.seam import Agent, AgentTool, RunResult
 from .._core._budget import Budget, RunUsage
 from .._core._decisions import (
     Decision,
@@ -316,7 +314,8 @@ class RunHandle:
 
     async def snapshot(self) -> dict[str, Any]:
         """The run so far: messages, calls (with the worker of each), model requests."""
-        return await self.workflow.query(SNAPSHOT_QUERY)
+        snapshot: dict[str, Any] = await self.workflow.query(SNAPSHOT_QUERY)
+        return snapshot
 
     async def events(self, since: int = 0, *, follow: bool = True) -> AsyncIterator[RunEvent]:
         """The run's typed events (those a local run gives `on_event`), from the first
