@@ -226,3 +226,36 @@ restream_agent = tl.Agent(
     tools=[quick],
     name="restream",
 )
+
+
+# -- a code plan (PROTOCOL §14) ----------------------------------------------------------
+
+
+@tl.tool(read_only=True)
+async def plus(a: int, b: int) -> int:
+    """Add two integers (read-only)."""
+    await trio.sleep(0.01)
+    return a + b
+
+
+CODE_PROGRAM = """```python
+x = plus(a=1, b=2)
+y = plus(a=x, b=10)
+c = charge(customer="alice", cents=500)
+try:
+    boom(x=y)
+except ToolError as error:
+    print("boom failed:", error.message)
+final_answer({"y": y, "c": c})
+```
+"""
+
+
+def code_agent(name: str = "coder") -> tl.Agent:
+    return tl.Agent(
+        tl.ScriptedModel([CODE_PROGRAM], chunk_chars=8, chunk_delay=0.05),
+        tools=[plus, charge, boom],
+        approve=approve,
+        name=name,
+        protocol="code",
+    )

@@ -108,6 +108,7 @@ def test_tool_signature_and_defaults() -> None:
         ("bind", K, None),
         ("idempotent", K, False),
         ("expected_duration", K, None),
+        ("read_only", K, False),
     ]
     assert isinstance(add, tl.Tool) and isinstance(charge, tl.Tool)
 

@@ -42,3 +42,24 @@ def test_help_explains_the_commands() -> None:
     )
     assert completed.returncode == 0
     assert "demo" in completed.stdout and "dependency graph" in completed.stdout
+
+
+def test_the_code_demo_runs_a_program_and_books_while_showing_lines() -> None:
+    from tickloop._cli._demo_code import run_code_demo
+
+    out = io.StringIO()
+    result = trio.run(
+        lambda: run_code_demo(out), clock=trio.testing.MockClock(autojump_threshold=0)
+    )
+    text = out.getvalue()
+    assert result.output is not None and result.output.city == "porto"
+    assert result.output.confirmation == "OFF-POR-2027"
+    assert "awaiting approval" in text and "approved automatically" in text
+    assert "line 8: cheapest: porto at 2490 euros" in text
+    finished_writing = float(
+        re.search(r"([\d.]+)s  -- request 1: the model finished writing", text).group(1)
+    )
+    first_run = float(re.search(r"([\d.]+)s  \S+ +\w+ +running", text).group(1))
+    assert first_run < finished_writing
+    assert all(record.line is not None for record in result.records.values())
+    assert main(["demo", "--code", "--virtual-time"]) == 0

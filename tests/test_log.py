@@ -558,8 +558,27 @@ def o_combine(method: str, read: Read, value: Any) -> Any:
     return {**old, **value}
 
 
+def o_unset(read: Read, rel: Path) -> Read:
+    """An `unset` at `rel` below the value being read: the key goes, if it is there."""
+    if not rel:
+        return ABSENT
+    present, old = read
+    step, rest = rel[0], rel[1:]
+    if not present or not o_lookup(old, (step,))[0]:
+        return read  # nothing there: nothing removed, nothing made
+    container = copy.copy(old)
+    child = o_unset((True, container[step]), rest)
+    if child is ABSENT:
+        del container[step]
+    else:
+        container[step] = child[1]
+    return True, container
+
+
 def o_apply_below(read: Read, rel: Path, method: str, value: Any) -> Read:
     """A write at `rel` below the value being read, rebuilt without mutating anything."""
+    if method == "unset":
+        return o_unset(read, rel)
     if not rel:
         return True, o_combine(method, read, copy.deepcopy(value))
     present, old = read
@@ -621,6 +640,8 @@ def o_read(messages: list[dict[str, Any]], path: Path) -> Read:
         if method == "set" and o_is_prefix(at, path):
             base = o_lookup(value, path[len(at) :])
             break
+        if method == "unset" and o_is_prefix(at, path):
+            break  # removed, with all below it: absent unless a newer write made it
         newer.append(index)
     read = base
     for index in reversed(newer):
@@ -666,6 +687,7 @@ VALUES_FOR = {
     "merge": OBJECTS | JSON,
     "assign": OBJECTS | JSON,
     "concat": st.lists(JSON, max_size=3) | JSON,
+    "unset": st.none(),  # the value of an unset is never read
 }
 
 

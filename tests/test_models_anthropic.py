@@ -369,3 +369,22 @@ def test_a_given_client_is_left_open() -> None:
     client = httpx.AsyncClient(transport=httpx.MockTransport(server))
     run(Anthropic("m", base_url=BASE, client=client))
     assert not client.is_closed
+
+
+def test_a_plain_text_request_forces_no_tool_and_streams_the_text() -> None:
+    """A code plan's program (PROTOCOL §14) is asked for as plain text: no schema, no
+    forced tool, no JSON instruction; the text blocks stream, whatever the mode."""
+    program = ["```python\n", "x = 1\n", "final_answer(x)\n```"]
+    events = [
+        message_start(),
+        block_start(0, {"type": "text", "text": ""}),
+        *(text_delta(0, piece) for piece in program),
+        {"type": "content_block_stop", "index": 0},
+        *ending(output_tokens=12, stop_reason="end_turn"),
+    ]
+    for mode in ("tool", "json"):
+        server = Server(stream(events))
+        items = run(model_for(server, structured=mode), request(schema=None))
+        assert "tools" not in server.body and "tool_choice" not in server.body
+        assert "JSON" not in server.body.get("system", "")
+        assert [i.text for i in items if isinstance(i, TextDelta)] == program

@@ -522,3 +522,15 @@ def test_without_a_client_each_request_opens_and_closes_its_own(
     assert len(opened) == 2
     assert all(client.is_closed for client in opened)
     assert opened[0].timeout == httpx.Timeout(12.5)
+
+
+@pytest.mark.parametrize("mode", ["json_schema", "json_object", "none"])
+def test_a_plain_text_request_asks_for_no_response_format(mode: str) -> None:
+    """A code plan's program (PROTOCOL §14) is plain text: no `response_format` and no
+    JSON instruction, in every structured mode."""
+    server = Server(ok(["```python\nfinal_answer(1)\n```"]))
+    items = run(model_for(server, structured=mode), request(schema=None))
+    body = server.bodies[0]
+    assert "response_format" not in body
+    assert body["messages"] == MESSAGES
+    assert text_of(items) == "```python\nfinal_answer(1)\n```"

@@ -144,7 +144,9 @@ def test_journal_kinds_tag_and_untag(path: RunPath, kind: str) -> None:
 
 
 def test_a_model_id_with_a_call_path_character_is_a_structural_error() -> None:
-    """PROTOCOL §14: only a code plan's call path holds '[', ']' or '>'."""
+    """PROTOCOL §14: only a code plan's call path holds '[', ']' or '>', and a model's own
+    `_id` in a plan may not hold them at all, not even as a whole call path (only the code
+    plan's driver names calls by their call paths)."""
 
     @tl.tool
     def add(a: int, b: int) -> int:
@@ -154,15 +156,16 @@ def test_a_model_id_with_a_call_path_character_is_a_structural_error() -> None:
         [
             {"_tool": "add", "a": 1, "b": 2, "_id": "sum[0]", "_outputPath": "†state.x"},
             {"_tool": "add", "a": 1, "b": 2, "_id": "c2.7[3]>1[0]", "_outputPath": "†state.y"},
+            {"_tool": "add", "a": 1, "b": 3, "_id": "fine", "_outputPath": "†state.z"},
         ],
         tools=[add],
     )
-    assert result.state == {"y": 3}
-    assert result.records["c2.7[3]>1[0]"].status == "done"
-    [bad] = [r for r in result.records.values() if r.status == "invalid"]
-    assert "'sum[0]'" in result.errors[0]["data"]["error"]["message"]
-    assert "'[', ']' or '>'" in result.errors[0]["data"]["error"]["message"]
-    assert bad.id != "sum[0]"
+    assert result.state == {"z": 4}
+    bad = [r for r in result.records.values() if r.status == "invalid"]
+    assert len(bad) == 2
+    messages = [error["data"]["error"]["message"] for error in result.errors]
+    assert "'sum[0]'" in messages[0] and "'[', ']' or '>'" in messages[0]
+    assert "'c2.7[3]>1[0]'" in messages[1] and "'[', ']' or '>'" in messages[1]
 
 
 # -- one owner: nothing outside `_core/_paths.py` takes a path apart or puts one together ------
@@ -185,6 +188,9 @@ NOT_A_RUN_PATH = {
     ("_agent/_prompt.py", 'name = schema["$ref"].rsplit("/", 1)[-1]'),
     ("_core/_validation.py", 'if not ref.startswith("#/"):'),
     ("_core/_validation.py", 'for step in ref[2:].split("/"):'),
+    ("_agent/_stubs.py", 'target = definitions.get(schema["$ref"].rsplit("/", 1)[-1])'),
+    # a state path's steps (`unset` of a variable, PROTOCOL §4)
+    ("_core/_log.py", "for step in term.path[:-1]:"),
     # a message's place in a stored plan (JSON keys)
     ("_durable/_codec.py", "for key in path[:-1]:"),
     # a URL

@@ -894,3 +894,31 @@ def test_an_mcp_server_that_cannot_start_ends_the_run_with_an_error_naming_it(
     assert failure.messages == [{"type": "data", "kind": "input", "data": {"q": 1}}]
     assert [event.kind for event in seen] == ["run.started", "run.ended"]
     assert seen[-1].status == "failed" and "could not be listed" in seen[-1].error  # type: ignore[attr-defined]
+
+
+def test_a_code_plan_on_temporal_ends_as_the_same_local_run(temporal_address: str) -> None:
+    """PROTOCOL §14 on Temporal: the workflow evaluates the program on the same core; its
+    calls are activities, the approval hook edits the charge, a failure is caught."""
+    local = agents.code_agent().run({"question": "?"})
+    agent = agents.code_agent()
+    queue = _queue()
+
+    async def on_temporal(client: Client) -> tl.RunResult:
+        async with tlt.worker(client, [agent], task_queue=queue):
+            handle = await tlt.start(client, agent, {"question": "?"}, task_queue=queue)
+            result = await handle.result()
+            history = await handle.workflow.fetch_history()
+        await Replayer(
+            workflows=[tlt.AgentWorkflow], workflow_runner=tlt.workflow_runner()
+        ).replay_workflow(history)
+        return result
+
+    result = _run(on_temporal, temporal_address)
+    assert result.output == local.output == {"y": 13, "c": {"customer": "alice", "cents": 499}}
+    assert _statuses(result) == _statuses(local)
+    assert result.state == local.state
+    assert result.printed == local.printed == {1: ["boom failed: ValueError: no 13"]}
+    assert {r.id: r.line for r in result.records.values()} == {
+        r.id: r.line for r in local.records.values()
+    }
+    assert all(r.worker for r in result.records.values())

@@ -377,6 +377,49 @@ def test_the_card_carries_a_declared_input_schema_and_the_agents_description() -
     assert plain.description == "Hi." and "input" not in plain_params
 
 
+def test_a_code_plans_waiting_call_shows_its_line_over_a2a() -> None:
+    """PROTOCOL §14: a code plan's call waiting for a decision carries its program line
+    in the task's `input-required` data."""
+    decided = asyncio.Event()
+
+    async def approve(pending: tl.PendingCall) -> tl.Decision:
+        while not decided.is_set():
+            await trio.sleep(0.01)
+        return tl.Approve()
+
+    program = '```python\ntopic = task_input["task"]\nfinal_answer(lookup(topic=topic))\n```\n'
+    agent = tl.Agent(
+        tl.ScriptedModel([program]),
+        tools=[careful_lookup],
+        name="coder",
+        protocol="code",
+        approve=approve,
+    )
+    pending: list[dict[str, Any]] = []
+
+    async def main() -> list[StreamResponse]:
+        async with _serving(agent) as (url, token):
+            headers = {"Authorization": f"Bearer {token}"}
+            async with httpx.AsyncClient(headers=headers) as http:
+                client = await create_client(url, client_config=ClientConfig(httpx_client=http))
+                message = Message(role=Role.ROLE_USER, message_id="m", parts=[new_text_part("x")])
+                seen = []
+                async for item in client.send_message(SendMessageRequest(message=message)):
+                    seen.append(item)
+                    if item.HasField("status_update"):
+                        state = TaskState.Name(item.status_update.status.state)
+                        if state == "TASK_STATE_INPUT_REQUIRED":
+                            data = MessageToDict(item.status_update.status.message.parts[1].data)
+                            pending.extend(data["pending"])
+                            decided.set()
+                await client.close()
+            return seen
+
+    seen = asyncio.run(main())
+    assert [(p["id"], p["tool"], p["line"]) for p in pending] == [("c1.0", "lookup", 2)]
+    assert _artifact(seen)["topic"] == "x"
+
+
 def test_a_message_to_a_paused_task_is_refused_and_starts_no_second_run(tmp_path: Any) -> None:
     """One run per task (docs/web.md "A2A"): a message naming a task waiting for
     decisions is refused with an A2A error; the paused task lists its calls' params

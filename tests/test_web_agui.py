@@ -383,6 +383,28 @@ def test_a_client_that_leaves_cancels_the_run() -> None:
     trio.run(main)
 
 
+def test_a_code_plans_calls_show_with_their_lines() -> None:
+    """PROTOCOL §14: a program's calls are tool calls with their program line (a custom
+    event after each start), their results, and the variables as the state."""
+    program = "```python\nx = add(a=1, b=2)\ny = add(a=x, b=10)\nfinal_answer(y)\n```\n"
+    agent = tl.Agent(tl.ScriptedModel([program]), tools=[add], protocol="code")
+    seen = trio.run(_read_with_the_client, agui.app(agent), {}, "add them")
+    assert seen["result"] == 13
+    assert seen["state"] == {"x": 3, "y": 13}
+    lines = {
+        event["value"]["callId"]: event["value"]["line"]
+        for event in seen["events"]
+        if event["type"] == "CUSTOM" and event["name"] == agui.CODE_CALL
+    }
+    assert lines == {"c1.0": 1, "c1.1": 2}
+    results = {
+        event["toolCallId"]: json.loads(event["content"])
+        for event in seen["events"]
+        if event["type"] == "TOOL_CALL_RESULT"
+    }
+    assert results == {"c1.0": 3, "c1.1": 13}
+
+
 def test_a_paused_sub_agent_is_suspended_not_finished(tmp_path: Path) -> None:
     """Issue 44: a child that paused on a deferred call got a plain SUBAGENT_FINISHED (a
     success); it ends AG-UI's way for a paused sub-agent, the `suspended` outcome naming

@@ -20,7 +20,9 @@ __version__ = "0.3.0"  # the one place: pyproject.toml reads it (tool.hatch.vers
 if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names, eagerly
     from ._agent._agent import Agent, RunResult
     from ._agent._replay import ReplayModel
+    from ._agent._run_program import run_program
     from ._agent._text_stream import TextStream
+    from ._code import ToolError, compile_program
     from ._core._budget import Budget, BudgetRequest, Price, RunUsage
     from ._core._decisions import (
         Approve,
@@ -40,6 +42,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
     from ._engine._run import ExecutionResult, execute, run_calls
     from ._errors import (
         BudgetExceeded,
+        CodeError,
         ConfigurationError,
         ExecuteError,
         MaxIterationsError,
@@ -81,6 +84,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
         CallReceived,
         CallStarted,
         EventStream,
+        ProgramPrinted,
         Redactor,
         RequestFinished,
         RequestRetried,
@@ -96,9 +100,12 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
 _WHERE: dict[str, str] = {
     "Agent": "._agent._agent",
     "RunResult": "._agent._agent",
+    "run_program": "._agent._run_program",
     "ReplayMismatchError": "._errors",
     "ReplayModel": "._agent._replay",
     "TextStream": "._agent._text_stream",
+    "ToolError": "._code._exceptions",
+    "compile_program": "._code._compile",
     "Budget": "._core._budget",
     "BudgetRequest": "._core._budget",
     "Price": "._core._budget",
@@ -128,6 +135,7 @@ _WHERE: dict[str, str] = {
     "execute": "._engine._run",
     "run_calls": "._engine._run",
     "BudgetExceeded": "._errors",
+    "CodeError": "._errors",
     "ConfigurationError": "._errors",
     "ExecuteError": "._errors",
     "MaxIterationsError": "._errors",
@@ -164,6 +172,7 @@ _WHERE: dict[str, str] = {
     "CallReceived": "._observe._events",
     "CallStarted": "._observe._events",
     "EventStream": "._observe._events",
+    "ProgramPrinted": "._observe._events",
     "Redactor": "._observe._events",
     "RequestFinished": "._observe._events",
     "RequestRetried": "._observe._events",
@@ -193,6 +202,7 @@ __all__ = [
     "CallReceived",
     "CallRecord",
     "CallStarted",
+    "CodeError",
     "ConfigurationError",
     "ConsoleApproval",
     "Decision",
@@ -213,6 +223,7 @@ __all__ = [
     "PendingCall",
     "PendingDecision",
     "Price",
+    "ProgramPrinted",
     "Redactor",
     "ReferenceSyntaxError",
     "Replace",
@@ -241,6 +252,7 @@ __all__ = [
     "TickloopError",
     "Tool",
     "ToolCallStarted",
+    "ToolError",
     "ToolResult",
     "ToolSpec",
     "TurnClient",
@@ -248,11 +260,13 @@ __all__ = [
     "TurnResponse",
     "TurnToolCall",
     "Usage",
+    "compile_program",
     "execute",
     "open_event_stream",
     "parse_expression",
     "resilient_json_parse",
     "run_calls",
+    "run_program",
     "timeline_html",
     "tool",
 ]

@@ -17,11 +17,15 @@ whole tree, every class defined here (catch `TickloopError` for all of them):
     ├── ReplayMismatchError ····· a strict `ReplayModel` got another request than recorded
     ├── ResumeError ············· a resume that cannot go ahead (unknown run, decision)
     ├── StoreError ·············· a store file that cannot be used
+    ├── CodeError ··············· (also a ValueError) a program outside the language of
+    │                             code plans; `.line`, `.construct`
     └── RemoteAgentError ········ (also a RuntimeError) `tickloop.a2a`: the remote task
                                   failed, was rejected or gave no output
 
 A `ModelError` inside a run is retried (PROTOCOL §8) and reaches the caller as the
 `ExecuteError` it ended in; a `RemoteAgentError` fails its call, never the run.
+`ToolError` (`tickloop._code`) is no exception tickloop raises at its caller: it is what a
+code plan's program catches when one of its calls fails (PROTOCOL §14).
 """
 
 from __future__ import annotations
@@ -174,6 +178,18 @@ class ResumeError(TickloopError):
 
 class StoreError(TickloopError):
     """A store file that cannot be used (not a store, corrupt, unreadable)."""
+
+
+class CodeError(TickloopError, ValueError):
+    """A program outside the language of code plans (PROTOCOL §14), or one that does not
+    parse. `.line` is the 1-based line of the program it points at, `.construct` names
+    what is refused ("syntax", "import", "class", "dunder", ...)."""
+
+    def __init__(self, message: str, *, line: int = 0, construct: str = "") -> None:
+        super().__init__(f"line {line}: {message}" if line else message)
+        self.reason = message
+        self.line = line
+        self.construct = construct
 
 
 @contextmanager

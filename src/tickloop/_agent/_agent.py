@@ -33,6 +33,7 @@ from .._models._base import ModelClient, TurnClient
 from .._observe._events import DEFAULT_REDACT, Redactor, RunEvent, open_event_stream
 from .._observe._trace import make_tracer
 from ._budgeting import check_budget, check_pricing
+from ._code import CODE
 from ._loop import AgentConfig, LoopProtocol, OutputT, RunResult
 from ._output import OutputSpec
 from ._prompt import DEFAULT_CONTEXT_BUDGET, solution_schema
@@ -46,7 +47,9 @@ from ._turns import TOOLS
 
 __all__ = ["Agent", "RunResult"]
 
-PROTOCOLS: dict[str, LoopProtocol] = {protocol.name: protocol for protocol in (SOLUTION, TOOLS)}
+PROTOCOLS: dict[str, LoopProtocol] = {
+    protocol.name: protocol for protocol in (SOLUTION, TOOLS, CODE)
+}
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 
@@ -78,7 +81,7 @@ class Agent(MakesTool, Generic[OutputT]):
         max_llm_retries: int = 3,
         max_concurrency: int | None = None,
         schedule: Literal["critical_path", "fifo"] = "critical_path",
-        protocol: Literal["solution", "tools"] = "solution",
+        protocol: Literal["solution", "tools", "code"] = "solution",
         strict: bool = True,
         on_event: Callable[[RunEvent], Any] | None = None,
         seed: int | None = None,
@@ -93,6 +96,9 @@ class Agent(MakesTool, Generic[OutputT]):
         budget: Budget | None = None,
         pricing: Mapping[str, Price] | None = None,
         on_budget: Callable[[BudgetRequest], Any] | None = None,
+        max_calls: int = 1000,
+        max_steps: int = 200_000,
+        max_eval_seconds: float = 1.0,
     ) -> None:
         if name is not None and (not isinstance(name, str) or not _NAME.fullmatch(name)):
             raise ConfigurationError(
@@ -126,6 +132,19 @@ class Agent(MakesTool, Generic[OutputT]):
         self.approve = approve
         self.max_iterations = _positive(max_iterations, "max_iterations")
         self.max_llm_retries = _positive(max_llm_retries, "max_llm_retries")
+        # What one program of a code plan may do (PROTOCOL §14 "Limits").
+        self.max_calls = _positive(max_calls, "max_calls")
+        self.max_steps = _positive(max_steps, "max_steps")
+        if (
+            isinstance(max_eval_seconds, bool)
+            or not isinstance(max_eval_seconds, int | float)
+            or not 0 < max_eval_seconds < float("inf")
+        ):
+            raise ConfigurationError(
+                f"max_eval_seconds must be a positive number of seconds, not {max_eval_seconds!r}"
+            )
+        self.max_eval_seconds = float(max_eval_seconds)
+        self._single_program = False  # `tl.run_program`: one program, no model asked again
         self.max_concurrency = max_concurrency
         self.schedule = schedule  # the order of starts under a limit (PROTOCOL §13)
         # Characters of JSON a state value may take in a request (PROTOCOL §8); None: all.
@@ -210,6 +229,10 @@ class Agent(MakesTool, Generic[OutputT]):
             budget=self.budget if budget is None else budget,
             pricing=self.pricing,
             on_budget=self.on_budget,
+            max_calls=self.max_calls,
+            max_steps=self.max_steps,
+            max_eval_seconds=self.max_eval_seconds,
+            single_program=self._single_program,
         )
 
     async def run_async(

@@ -41,11 +41,12 @@ from .._models._base import (
     Usage,
     checked_usage,
 )
-from .._observe._events import EventSink, Redactor, RequestRetried, RunEvent
+from .._observe._events import EventSink, Redactor, RequestRetried, RequestStarted, RunEvent
 from .._observe._trace import RunTracer
 from ._budgeting import RequestMeter, Reservation, WallClock, run_ledger
 from ._output import OutputSpec
 from ._retry import attempts_made
+from ._stubs import printed_of
 from ._tree import ReplayingTree, RunPlace
 
 __all__ = [
@@ -55,12 +56,21 @@ __all__ = [
     "OuterLoop",
     "OutputT",
     "RunResult",
+    "StreamRestarted",
     "structural",
 ]
 
 # What a run's output is: the type given as `output=` (`Agent(model, output=Answer)` is an
 # `Agent[Answer]`), `Any` for a JSON Schema or no output schema.
 OutputT = TypeVar("OutputT", default=Any)
+
+
+class StreamRestarted:
+    """An item a request's stream may yield: the answer starts over from its beginning.
+
+    Only a driver that can lose a stream midway and ask again (a Temporal activity retried
+    after its worker died) yields it; see `_SolutionLoop._iterate`.
+    """
 
 
 class RunResult(ExecutionResult, Generic[OutputT]):
@@ -87,6 +97,12 @@ class RunResult(ExecutionResult, Generic[OutputT]):
         self.iterations = iterations
         self.run_id = run_id
         self.status = status
+
+    @property
+    def printed(self) -> dict[int, list[str]]:
+        """What each program of a code plan printed, by iteration (PROTOCOL §14); empty
+        for the other protocols."""
+        return printed_of(self._log)
 
     def __repr__(self) -> str:
         return (
@@ -169,6 +185,12 @@ class AgentConfig:
     parent_ledger: Ledger | None = None
     # Another driver of the run's loop than trio here (a Temporal workflow); None: trio.
     driver: LoopDriver | None = None
+    # Code plans (PROTOCOL §14): what one program may do ("Limits"), and whether the run
+    # is one program only (`tl.run_program`: no model asked again, whatever it ends with).
+    max_calls: int = 1000
+    max_steps: int = 200_000
+    max_eval_seconds: float = 1.0
+    single_program: bool = False
 
 
 class LoopProtocol(ABC):
@@ -382,6 +404,26 @@ class OuterLoop:
         self.log.append(message)
         if self.durable is not None:
             self.durable.journal_messages([message])
+
+    async def _open_request(
+        self, request: Any, iteration: int, *, code: bool = False
+    ) -> tuple[Reservation, Usage] | None:
+        """What every protocol does before it asks the model, written once: room for the
+        request (PROTOCOL §12; None: the budget hook deferred, and the run pauses before
+        asking), the request journaled beside the response it gets, the tick opened and
+        `RequestStarted` told. Returns the reservation and the usage reported before it,
+        which `_metered` takes when the request ends."""
+        reservation = await self._reserve(request)
+        if reservation is None:
+            return None
+        before = Usage(self.usage.input_tokens, self.usage.output_tokens)
+        if self.durable is not None:
+            # Beside the response it gets: what a replay or fork compares a new request
+            # with (docs/replay.md). The last note of an iteration asked twice wins.
+            self.durable.note("request", iteration=iteration, request=request.to_dict())
+        self.engine.open_tick(iteration, code=code)
+        self._emit(RequestStarted, iteration=iteration)
+        return reservation, before
 
     async def _reserve(self, request: Any) -> Reservation | None:
         """Room for the next model request (PROTOCOL §12), before its tick opens; None:

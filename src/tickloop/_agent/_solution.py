@@ -20,8 +20,8 @@ from .._durable._resume import CUT_OFF, UNCHECKED, DurableRun
 from .._errors import ConfigurationError, ExecuteError
 from .._json._stream import SolutionStream
 from .._models._base import ModelClient, SolutionRequest, TextDelta, Usage
-from .._observe._events import EventSink, RequestFinished, RequestStarted, RunEvent
-from ._loop import AgentConfig, LoopProtocol, OuterLoop, structural
+from .._observe._events import EventSink, RequestFinished, RunEvent
+from ._loop import AgentConfig, LoopProtocol, OuterLoop, StreamRestarted, structural
 from ._output import has_references, resolve_output
 from ._prompt import (
     PromptRenderer,
@@ -32,14 +32,6 @@ from ._prompt import (
 from ._retry import StreamBroken, stream_with_retries
 
 __all__ = ["SOLUTION", "SolutionProtocol", "StreamRestarted", "iterations_in"]
-
-
-class StreamRestarted:
-    """An item a request's stream may yield: the answer starts over from its beginning.
-
-    Only a driver that can lose a stream midway and ask again (a Temporal activity retried
-    after its worker died) yields it; see `_SolutionLoop._iterate`.
-    """
 
 
 class _CallNotTaken(Exception):
@@ -154,20 +146,14 @@ class _SolutionLoop(OuterLoop):
             iteration=iteration,
             path=self._path(),
         )
-        reservation = await self._reserve(request)  # PROTOCOL §12: room before it is sent
-        if reservation is None:
+        opened = await self._open_request(request, iteration)
+        if opened is None:
             return False, None  # the budget hook deferred: the run pauses before asking
-        before = Usage(self.usage.input_tokens, self.usage.output_tokens)
-        if self.durable is not None:
-            # Beside the response it gets: what a replay or fork compares a new request
-            # with (docs/replay.md). The last note of an iteration asked twice wins.
-            self.durable.note("request", iteration=iteration, request=request.to_dict())
+        reservation, before = opened
         stream = SolutionStream()
         text: list[str] = []
         handed = 0  # calls given to the tick (a restarted stream's first ones were)
         seen = 0  # calls the current stream has closed
-        self.engine.open_tick(iteration)
-        self._emit(RequestStarted, iteration=iteration)
 
         def on_item(item: TextDelta | Usage | StreamRestarted) -> None:
             nonlocal stream, seen, handed

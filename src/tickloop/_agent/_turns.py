@@ -59,7 +59,7 @@ from .._models._base import (
     TurnToolCall,
     Usage,
 )
-from .._observe._events import EventSink, RequestFinished, RequestStarted, RunEvent
+from .._observe._events import EventSink, RequestFinished, RunEvent
 from ._loop import AgentConfig, LoopProtocol, OuterLoop, structural
 from ._prompt import visible_parameters
 from ._retry import StreamBroken, stream_with_retries
@@ -192,16 +192,10 @@ class _TurnLoop(OuterLoop):
             iteration=iteration,
             path=self._path(),
         )
-        reservation = await self._reserve(request)  # PROTOCOL §12: room before it is sent
-        if reservation is None:
+        opened = await self._open_request(request, iteration)
+        if opened is None:
             return False, None  # the budget hook deferred: the run pauses before asking
-        before = Usage(self.usage.input_tokens, self.usage.output_tokens)
-        if self.durable is not None:
-            # Beside the response it gets: what a replay or fork compares a new request
-            # with (docs/replay.md). The last note of an iteration asked twice wins.
-            self.durable.note("request", iteration=iteration, request=request.to_dict())
-        self.engine.open_tick(iteration)
-        self._emit(RequestStarted, iteration=iteration)
+        reservation, before = opened
         try:
             response = await self._ask(request)
         except StreamBroken as broken:

@@ -40,28 +40,28 @@ CITIES: dict[str, dict[str, Any]] = {
 BUDGET = 2_500
 
 
-@tool
+@tool(read_only=True)
 async def forecast(city: str) -> str:
     """The weather forecast for a city during the offsite week."""
     await trio.sleep(CITIES[city]["delay"] * 0.8)
     return str(CITIES[city]["forecast"])
 
 
-@tool
+@tool(read_only=True)
 async def flight_price(city: str) -> int:
     """Return ticket price in euros, per person."""
     await trio.sleep(CITIES[city]["delay"])
     return int(CITIES[city]["flight"])
 
 
-@tool
+@tool(read_only=True)
 async def hotel_price(city: str, nights: int = 3) -> int:
     """Hotel price in euros per person for the stay."""
     await trio.sleep(CITIES[city]["delay"] * 0.6)
     return int(CITIES[city]["hotel"]) * nights
 
 
-@tool
+@tool(read_only=True)
 async def trip_cost(flight: int, hotel: int, people: int) -> int:
     """Total cost of the trip in euros for the whole team."""
     await trio.sleep(0.2)
@@ -225,6 +225,8 @@ async def _approve_automatically(call: PendingCall) -> Approve:
 class _LiveView:
     """Prints each call's transitions as they happen, with trio-clock timestamps."""
 
+    id_width = 6  # a plan's call ids (`c1.12`); a code plan's call paths are longer
+
     def __init__(self, out: TextIO) -> None:
         self.out = out
         _ORIGIN[0] = trio.current_time()
@@ -235,7 +237,7 @@ class _LiveView:
         return _elapsed()
 
     def line(self, call_id: str, text: str) -> None:
-        self.out.write(f"{self.now():6.2f}s  {call_id:<6} {text}\n")
+        self.out.write(f"{self.now():6.2f}s  {call_id:<{self.id_width}} {text}\n")
         self.out.flush()
 
     def __call__(self, event: RunEvent) -> None:
@@ -266,7 +268,7 @@ def _short(params: dict[str, Any]) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def render_timeline(result: RunResult, width: int = 50) -> str:
+def render_timeline(result: RunResult, width: int = 50, id_width: int = 6) -> str:
     """A compact text timeline: one bar per call that ran, on the trio clock."""
     ran = [r for r in result.records.values() if r.started is not None and r.finished is not None]
     if not ran:
@@ -280,8 +282,10 @@ def render_timeline(result: RunResult, width: int = 50) -> str:
         left = int((record.started - origin) * scale)
         length = max(1, int((record.finished - record.started) * scale))
         bar = " " * left + "█" * length
-        lines.append(f"  {record.id:<6} {record.tool or '':<20} |{bar:<{width}}| {record.status}")
-    lines.append(f"  {'':<6} {'':<20} 0{'':<{width - 8}}{end - origin:6.2f}s")
+        lines.append(
+            f"  {record.id:<{id_width}} {record.tool or '':<20} |{bar:<{width}}| {record.status}"
+        )
+    lines.append(f"  {'':<{id_width}} {'':<20} 0{'':<{width - 8}}{end - origin:6.2f}s")
     return "\n".join(lines)
 
 

@@ -42,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run on trio's virtual clock (instant; the timings shown are still realistic)",
     )
+    demo.add_argument(
+        "--code",
+        action="store_true",
+        help="the model writes a Python program (a code plan, protocol='code') instead",
+    )
     add_run_commands(commands)  # runs, pending, approve, deny, resume, trace, budget
     add_serve_command(commands)
     add_fork_command(commands)
@@ -106,9 +111,10 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def _demo(arguments: argparse.Namespace) -> int:
     from ._demo import run_demo
+    from ._demo_code import run_code_demo
 
     clock = trio.testing.MockClock(autojump_threshold=0) if arguments.virtual_time else None
-    trio.run(run_demo, sys.stdout, clock=clock)
+    trio.run(run_code_demo if arguments.code else run_demo, sys.stdout, clock=clock)
     return 0
 
 

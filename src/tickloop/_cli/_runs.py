@@ -277,6 +277,8 @@ def _trace(store: SQLiteStore, run_id: str, html: str | None, out: TextIO) -> in
             else f"{call.finished - call.started:.3f}s"
         )
         tool = _safe(call.tool or "?")
+        if call.line is not None:  # a code plan's call: the program line that made it
+            tool = f"{tool} @{call.line}"
         why = _safe(" ".join(str(fault.get("message", "")).split())[:120])
         shown = "  " * depth_of(call.id) + _safe(call.id)  # nested under its agent call
         out.write(

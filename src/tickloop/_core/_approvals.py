@@ -71,6 +71,7 @@ def pending_call(
         dependents=sorted(readers, key=seq_of),
         schema=call.tool.parameters,
         output_schema=call.tool.output,
+        line=call.record.line,
     )
 
 

@@ -128,12 +128,22 @@ def _free_id(auto_id: str, calls: Mapping[str, object]) -> str:
     return candidate
 
 
-def check_id(call: Call, given: Any, wanted: str) -> None:
+# The characters of a code plan's call path (PROTOCOL §14): only its driver's ids hold them.
+_CALL_PATH_MARKS = frozenset("[]>")
+
+
+def check_id(call: Call, given: Any, wanted: str, code: bool = False) -> None:
     if given is not None and (not isinstance(given, str) or not given):
         raise Structural(f"_id must be a non-empty string, got {given!r}")
     problem = id_problem(given) if isinstance(given, str) else None
     if problem is not None:
         raise Structural(f"_id {problem}")
+    if not code and isinstance(given, str) and not _CALL_PATH_MARKS.isdisjoint(given):
+        # Even a whole call path: only a code plan's driver names calls by them (§14).
+        raise Structural(
+            f"_id {given!r} holds '[', ']' or '>', which only the call paths of code plans "
+            "use; choose an id without them"
+        )
     if call.id != wanted:
         raise Structural(
             f"id {wanted!r} is already used by another call in this run; ids must be unique "
@@ -143,7 +153,13 @@ def check_id(call: Call, given: Any, wanted: str) -> None:
 
 
 def check_call(
-    tools: ToolSet, call: Call, wire: Any, given: Any = None, wanted: str | None = None
+    tools: ToolSet,
+    call: Call,
+    wire: Any,
+    given: Any = None,
+    wanted: str | None = None,
+    *,
+    code: bool = False,
 ) -> None:
     """Structural checks made at once, before a call may wait or run (PROTOCOL §7.1).
 
@@ -155,16 +171,19 @@ def check_call(
     if not plain:  # a plain call passes the shape check and holds no reference
         _check_shape(call, wire)
     if wanted is not None:
-        check_id(call, given, wanted)
+        check_id(call, given, wanted, code)
     if not isinstance(wire, dict):
         raise Structural(f"a call must be a JSON object, got {json_type(wire)}")
+    if code:  # a code plan's call: the program line that made it (PROTOCOL §14)
+        line = wire.get("_line")
+        call.record.line = line if type(line) is int else None
     # One pass over the keys: the parameters, and any meta key that is not one.
     params: dict[str, Any] = {}
     unknown: list[str] = []
     for key, value in wire.items():
         if key[:1] != "_":
             params[key] = value
-        elif key not in META_KEYS:
+        elif key not in META_KEYS and not (code and key == "_line"):
             unknown.append(key)
     tool_name = wire.get("_tool")
     tool = tools.get(tool_name) if isinstance(tool_name, str) else None
@@ -174,6 +193,8 @@ def check_call(
             raise Structural(f"the call has no _tool; the tools are: {known}")
         raise Structural(f"unknown tool {tool_name!r}; the tools are: {known}")
     call.tool = tool
+    if tool.read_only:
+        call.record.read_only = True
     if unknown:
         unknown.sort()
         raise Structural(f"unknown meta key {unknown[0]!r}; meta keys are: {_META_LIST}")

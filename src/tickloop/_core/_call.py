@@ -46,6 +46,8 @@ class CallRecord:
     started: float | None = None
     finished: float | None = None
     worker: str | None = None  # where it ran, when a driver runs calls on many (Temporal)
+    line: int | None = None  # a code plan's call: the program line it was made on (§14)
+    read_only: bool = False  # its tool's `read_only` (PROTOCOL §14 "Readiness")
 
 
 class Call:

@@ -52,6 +52,8 @@ class PendingCall:
     # the full path, "c1.2/c1.0") and the name of the agent that made it; () at the root.
     path: tuple[str, ...] = ()
     agent: str | None = None
+    # A code plan's call (PROTOCOL §14): the line of the program it was made on.
+    line: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

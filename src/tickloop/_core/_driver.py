@@ -164,9 +164,10 @@ class SchedulerDriver:
 
     # -- the tick, as the outer loop sees it -----------------------------------------------
 
-    def open_tick(self, iteration: int) -> None:
+    def open_tick(self, iteration: int, *, code: bool = False) -> None:
+        """Open the tick of a request; `code`: a code plan's (PROTOCOL §14)."""
         self._reset_tick()
-        self.feed(OpenTick(iteration, self._date()))
+        self.feed(OpenTick(iteration, self._date(), code=code))
 
     def date(self) -> str:
         """The driver's clock, as every event carries it."""

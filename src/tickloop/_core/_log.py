@@ -46,7 +46,9 @@ __all__ = [
     "short_repr",
 ]
 
-METHODS: Final = ("set", "merge", "assign", "push", "concat")
+# `unset` removes the key at the path (absent is no error); only code plans write it, for a
+# variable a program deleted (PROTOCOL §4, §14): a call's `_outputMethod` cannot name it.
+METHODS: Final = ("set", "merge", "assign", "push", "concat", "unset")
 """The `_outputMethod`s, `set` first because it is the default."""
 
 MESSAGE_TYPES: Final = ("text", "data", "plan", "solution")
@@ -701,6 +703,10 @@ def _check_in(views: dict[str, Any], term: Term, method: str, value: Any) -> str
     A missing key on the way would be created as a dict, so below it only key steps can
     follow: an index step needs a list that already exists.
     """
+    if method == "unset":  # removes what is there, if anything
+        if term.path and isinstance(term.path[-1], int):
+            return f"cannot unset {term}: unset removes a key of an object, not a list's item"
+        return None
     # A number, a boolean or null can be set or pushed anywhere: nothing to check in it.
     if type(value) not in SCALARS or (method != "set" and method != "push"):
         error = _check_value(method, value)
@@ -749,6 +755,9 @@ def _check_in(views: dict[str, Any], term: Term, method: str, value: Any) -> str
 def _apply_in(views: dict[str, Any], term: Term, method: str, value: Any) -> None:
     """Apply a checked write to `views`; `value` is a private copy the view may keep."""
     kind, path = term.kind, term.path
+    if method == "unset":
+        _unset_in(views, term)
+        return
     if not path:
         present = kind in views
         views[kind] = _combine(method, present, views.get(kind), value)
@@ -779,3 +788,20 @@ def _apply_in(views: dict[str, Any], term: Term, method: str, value: Any) -> Non
         old = parent.get(step, _MISSING)
         present = old is not _MISSING
         parent[step] = _combine(method, present, old if present else None, value)
+
+
+def _unset_in(views: dict[str, Any], term: Term) -> None:
+    """Remove the key at `term`, when it is there (PROTOCOL §4 `unset`)."""
+    if not term.path:
+        views.pop(term.kind, None)
+        return
+    node = views.get(term.kind, _MISSING)
+    for step in term.path[:-1]:
+        if isinstance(step, int):
+            if not isinstance(node, list) or step >= len(node):
+                return
+        elif not isinstance(node, dict) or step not in node:
+            return
+        node = node[step]
+    if isinstance(node, dict):  # the last step is a key (`_check_in`)
+        node.pop(term.path[-1], None)

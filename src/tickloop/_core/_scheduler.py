@@ -111,6 +111,7 @@ class Scheduler:
     """Decides, for one run, what every call does next. See the module docstring."""
 
     _arrival: type | None = ReceiveCall  # its new calls may be ready on arrival; None: tests
+    _code = False  # the open tick is a code plan's (`OpenTick.code`, PROTOCOL §14)
 
     def __init__(
         self,
@@ -234,7 +235,7 @@ class Scheduler:
                 f"a tick is already open (iteration {self._iteration}); wait for "
                 "NoteTickEnded before opening another",
             )
-        self._iteration = event.iteration
+        self._iteration, self._code = event.iteration, event.code
         self._index = 0
         self._stream_open = True
         self._tick_active = True
@@ -266,7 +267,7 @@ class Scheduler:
         self.records[record.id] = record
         self._seqs[record.id] = self._seq
         try:
-            check_call(self.tools, call, record.call, given, wanted)
+            check_call(self.tools, call, record.call, given, wanted, code=self._code)
         except Structural as fault:
             record_parameters(call)
             # `record.call` is the wire, or the form of it that can be shown (`_check_shape`).
@@ -334,7 +335,7 @@ class Scheduler:
         else:
             earlier.append(call.id)
         if self.notes:
-            self._actions.append(NoteAccepted(call.id, tool.name, call.wire))
+            self._actions.append(NoteAccepted(call.id, tool.name, call.wire, tool.read_only))
         self._start_waiting(call)
 
     def _wait_for_earlier_tools(self, call: Call) -> None:
@@ -617,7 +618,8 @@ class Scheduler:
         if error is not None:
             self._errors.append(error_message(call.wire, error))
         if self.notes:
-            self._actions.append(NoteSettled(call.id, status, error))
+            output = None if call.writes else call.record.output  # set only when done
+            self._emit(NoteSettled(call.id, status, error, output))
         if call.writes:
             if status in ERROR_STATUSES:
                 self._lost_writers.lose(call, status)

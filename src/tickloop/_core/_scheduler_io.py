@@ -61,6 +61,10 @@ class OpenTick:
     # Ticks journaled before plan order (PROTOCOL §3, §4) replay with the old rule: every
     # read live, no write held. Every tick opened now keeps plan order.
     plan_order: bool = True
+    # A code plan's tick (PROTOCOL §14): its calls come from tickloop's program driver,
+    # never from the model's own JSON, so they may carry call paths as ids (`c2.7[3]>1`)
+    # and the `_line` they were written on; any other tick refuses both.
+    code: bool = False
 
 
 @dataclass(slots=True)
@@ -168,6 +172,7 @@ class NoteAccepted:
     id: str
     tool: str
     call: dict[str, Any]
+    read_only: bool = False  # its tool's `read_only` (PROTOCOL §14), for records and events
 
 
 @dataclass(slots=True)
@@ -219,6 +224,9 @@ class NoteSettled:
     id: str
     status: str
     error: dict[str, Any] | None
+    # The value of a done call that wrote nothing (a code plan's call, a fire-and-forget
+    # one), which no `NoteMessage` carries; None otherwise.
+    output: Any = None
 
 
 @dataclass(slots=True)

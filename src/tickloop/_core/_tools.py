@@ -171,6 +171,7 @@ class Tool:
         idempotent: bool = False,
         annotations: Mapping[str, Any] | None = None,
         expected_duration: float | None = None,
+        read_only: bool = False,
     ) -> None:
         if name == "<lambda>":
             raise ConfigurationError(
@@ -249,6 +250,13 @@ class Tool:
                 f"tool {name!r}: idempotent must be True or False, not {idempotent!r}"
             )
         self.idempotent = idempotent
+        if not isinstance(read_only, bool):
+            raise ConfigurationError(
+                f"tool {name!r}: read_only must be True or False, not {read_only!r}"
+            )
+        # The tool changes nothing: a code plan may start its calls before earlier calls
+        # are known not to fail (PROTOCOL §14 "Readiness"); shown in records and events.
+        self.read_only = read_only
         # What the tool's source says about it (an MCP server's annotations: readOnlyHint,
         # destructiveHint...), kept for approval hooks and UIs; the engine does not read it.
         self.annotations: dict[str, Any] = dict(annotations or {})
@@ -330,6 +338,7 @@ class Tool:
             "expected_duration": self.expected_duration,
             "bind": dict(self.bind),
             "idempotent": self.idempotent,
+            "read_only": self.read_only,
         }
         return {
             "name": self.name,
@@ -657,6 +666,7 @@ def tool(
     bind: Mapping[str, str] | None = None,
     idempotent: bool = False,
     expected_duration: float | None = None,
+    read_only: bool = False,
 ) -> Tool: ...
 
 
@@ -674,6 +684,7 @@ def tool(
     bind: Mapping[str, str] | None = None,
     idempotent: bool = False,
     expected_duration: float | None = None,
+    read_only: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -690,6 +701,7 @@ def tool(
     bind: Mapping[str, str] | None = None,
     idempotent: bool = False,
     expected_duration: float | None = None,
+    read_only: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a `Tool` from a type-hinted function; the docstring is the description.
 
@@ -709,6 +721,7 @@ def tool(
             bind=bind,
             idempotent=idempotent,
             expected_duration=expected_duration,
+            read_only=read_only,
         )
         if not made.description:
             # Once per definition (the warnings filter's default): the model would see a

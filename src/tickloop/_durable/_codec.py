@@ -71,6 +71,8 @@ def event_to_dict(event: Event) -> dict[str, Any]:
         body = {"type": "TickOpened", "iteration": event.iteration}
         if event.plan_order:
             body["plan_order"] = True
+        if event.code:
+            body["code"] = True
     elif isinstance(event, CloseStream):
         body = {"type": "StreamClosed"}
     elif isinstance(event, ReportFault):
@@ -103,7 +105,7 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
         return Decide(data["call_id"], decision_from_dict(data["decision"]), date)
     if kind == "TickOpened":
         # Every tick of a version 2 journal keeps plan order (`_migrations._from_1`).
-        return OpenTick(data["iteration"], date)
+        return OpenTick(data["iteration"], date, code=bool(data.get("code")))
     if kind == "StreamClosed":
         return CloseStream(date)
     if kind == "FaultReported":

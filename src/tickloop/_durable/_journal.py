@@ -126,6 +126,9 @@ class JournalWriter:
         self.solutions: set[int] = set()
         self.plan_due = False
         self.verdicts: dict[int, Any] = {}  # iteration -> accepted output (None: none)
+        # A code plan's program text so far, by iteration: its journaled statements
+        # (PROTOCOL §14), the program a resume runs when the stream had not closed.
+        self.programs: dict[int, str] = {}
         self.unresolved: set[int] = set()  # iterations whose output awaits its tick (§8)
         self.decisions: dict[str, Decision] = {}
         self.parked: set[str] = set()  # sub-agent calls parked while their child paused
@@ -368,6 +371,13 @@ class JournalWriter:
             with trio.move_on_at(math.inf if since is None else since + ROW_LAG):
                 await self._wakeup.wait()
             self.commit()
+
+    def statement(self, iteration: int, index: int, line: int, program: str) -> None:
+        """A code plan's statement is complete (PROTOCOL §14): journaled, with the
+        program's text so far, before any of its calls starts (they start only once
+        their own entries, which come after this one, are committed)."""
+        self.programs[iteration] = program
+        self.note("statement", iteration=iteration, index=index, line=line, program=program)
 
     def verdict(self, iteration: int, output: Any, *, unresolved: bool = False) -> None:
         """The loop's judgement of an iteration's answer: its accepted output, or None.

@@ -128,8 +128,9 @@ class Anthropic:
 
     def _body(self, request: SolutionRequest) -> dict[str, Any]:
         system, messages = _split_messages(request.messages)
-        if self.structured == "json":
-            system.append(json_instruction(request.schema))
+        plain = request.schema is None  # a plain-text answer (a code plan's program)
+        if self.structured == "json" and not plain:
+            system.append(json_instruction(request.schema or {}))
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": output_limit(self.max_tokens, request),
@@ -138,7 +139,7 @@ class Anthropic:
         }
         if system:
             body["system"] = "\n\n".join(system)
-        if self.structured == "tool":
+        if self.structured == "tool" and not plain:
             body["tools"] = [
                 {
                     "name": request.schema_name,
@@ -167,19 +168,25 @@ class Anthropic:
         )
 
     async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
+        wanted = "text" if request.schema is None or self.structured != "tool" else "tool_use"
         async with self._post(self._body(request)) as response:
-            async for item in self._read_stream(response, self._what, (self._api_key,)):
+            async for item in self._read_stream(response, self._what, (self._api_key,), wanted):
                 yield item
 
     async def _read_stream(
-        self, response: httpx.Response, what: str, secrets: tuple[str | None, ...]
+        self,
+        response: httpx.Response,
+        what: str,
+        secrets: tuple[str | None, ...],
+        wanted: str | None = None,
     ) -> AsyncIterator[TextDelta | Usage]:
         """The solution text of a Messages event stream, then its usage.
 
         Only the blocks that carry the solution are read: the forced tool's arguments
         (`input_json_delta`) in tool mode, text in json mode; thinking is skipped.
         """
-        wanted = "tool_use" if self.structured == "tool" else "text"
+        if wanted is None:
+            wanted = "tool_use" if self.structured == "tool" else "text"
         blocks: dict[int, str] = {}  # content block index -> block type
         stream = _MessageStream(response, what, secrets)
         async for kind, payload in stream.events():

@@ -113,7 +113,9 @@ class SolutionRequest:
     """One request of the solution protocol.
 
     `messages` are chat messages `{"role": "system"|"user"|"assistant", "content": str}`;
-    `schema` is the solution's JSON Schema (strict-mode compatible); `iteration` counts
+    `schema` is the solution's JSON Schema (strict-mode compatible), or None when the
+    answer is plain text (a code plan's program, PROTOCOL §14: a client then asks for no
+    structured output at all); `iteration` counts
     requests of the run from 1 (a scripted model answers by it); `path` is the ids of the
     agent calls above the run that asks (`()` at the root, PROTOCOL §11). `max_output_tokens`,
     when set, is the most the answer may write (a budget's room, PROTOCOL §12): a client
@@ -121,7 +123,7 @@ class SolutionRequest:
     """
 
     messages: list[dict[str, Any]]
-    schema: dict[str, Any]
+    schema: dict[str, Any] | None
     iteration: int
     schema_name: str = "solution"
     metadata: dict[str, Any] = field(default_factory=dict)

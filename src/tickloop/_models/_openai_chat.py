@@ -127,8 +127,9 @@ class OpenAIChat:
 
     def _body(self, request: SolutionRequest, mode: StructuredMode) -> dict[str, Any]:
         messages = [dict(message) for message in request.messages]
-        if mode == "none":
-            _add_system_text(messages, json_instruction(request.schema))
+        plain = request.schema is None  # a plain-text answer (a code plan's program)
+        if mode == "none" and not plain:
+            _add_system_text(messages, json_instruction(request.schema or {}))
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -137,7 +138,9 @@ class OpenAIChat:
         }
         if request.max_output_tokens is not None:  # a budget's room (PROTOCOL §12)
             body["max_completion_tokens"] = request.max_output_tokens
-        if mode == "json_schema":
+        if plain:
+            pass  # no response_format, no JSON instruction
+        elif mode == "json_schema":
             body["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {

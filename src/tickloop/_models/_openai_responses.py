@@ -154,16 +154,17 @@ class OpenAIResponses:
                 for m in request.messages
                 if m.get("role") != "system"
             ],
-            "text": {
+            "stream": True,
+        }
+        if request.schema is not None:  # else a plain-text answer (a code plan's program)
+            body["text"] = {
                 "format": {
                     "type": "json_schema",
                     "name": request.schema_name,
                     "schema": request.schema,
                     "strict": True,
                 }
-            },
-            "stream": True,
-        }
+            }
         if system:
             body["instructions"] = "\n\n".join(str(text) for text in system)
         async for item in self._post(self._options(body, request)):

@@ -211,6 +211,10 @@ class CallReceived(RunEvent):
     kind: ClassVar[str] = "call.received"
     tool: str | None
     call: Any
+    # A code plan's call (PROTOCOL §14): the program line it was made on, and whether its
+    # tool is read-only (its calls may start before earlier ones are known to succeed).
+    line: int | None = None
+    read_only: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -227,6 +231,7 @@ class CallAwaitingApproval(RunEvent):
     kind: ClassVar[str] = "call.awaiting_approval"
     tool: str | None
     params: Any
+    line: int | None = None  # a code plan's call: the program line it was made on (§14)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -261,6 +266,9 @@ class CallFinished(RunEvent):
     error: dict[str, Any] | None = None
     duration: float | None = None
     worker: str | None = None
+    # The value of a call whose result is written nowhere (a code plan's call, PROTOCOL
+    # §14), redacted; a call that writes its result tells it in `DataWritten` instead.
+    output: Any = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -273,6 +281,17 @@ class DataWritten(RunEvent):
     output_path: str
     method: str
     data: Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProgramPrinted(RunEvent):
+    """A code plan's program printed a line (PROTOCOL §14), in program order, once the
+    statement that printed it has committed."""
+
+    kind: ClassVar[str] = "program.printed"
+    iteration: int
+    line: int | None  # the program line of the statement that printed it
+    text: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -300,6 +319,7 @@ _KINDS: dict[str, type[RunEvent]] = {
         CallStarted,
         CallFinished,
         DataWritten,
+        ProgramPrinted,
         TickEnded,
     )
 }
@@ -428,12 +448,15 @@ class EventSink(ActionObserver):
         run_id = self.run_id
         if isinstance(action, sched.NoteAccepted):
             self._tools[action.id] = action.tool
+            line = action.call.get("_line")
             return CallReceived(
                 run_id=run_id,
                 time=now,
                 call_id=action.id,
                 tool=action.tool,
                 call=self.redact(action.call),
+                line=line if type(line) is int else None,
+                read_only=action.read_only,
             )
         if isinstance(action, sched.NoteReady):
             return CallReady(
@@ -451,6 +474,7 @@ class EventSink(ActionObserver):
                 call_id=pending.id,
                 tool=pending.tool,
                 params=self.redact(pending.params),
+                line=pending.line,
             )
         if isinstance(action, sched.NoteDecided):
             detail = decision_to_dict(action.decision)
@@ -488,6 +512,7 @@ class EventSink(ActionObserver):
                 status=action.status,
                 error=action.error,
                 duration=None if started is None else now - started,
+                output=None if action.output is None else self.redact(action.output),
             )
         if isinstance(action, sched.NoteTickEnded):
             return TickEnded(

@@ -49,3 +49,9 @@ class CallInfo:
     started: float | None
     finished: float | None
     worker: str | None = None  # the worker that ran it, when calls run on many (Temporal)
+
+    @property
+    def line(self) -> int | None:
+        """A code plan's call (PROTOCOL §14): the program line that made it."""
+        line = self.call.get("_line") if isinstance(self.call, dict) else None
+        return line if type(line) is int else None

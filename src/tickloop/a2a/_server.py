@@ -264,7 +264,10 @@ class _Executor(AgentExecutor):
             return
         if result.status == "paused":
             pending = [
-                {"id": call.id, "tool": call.tool, "params": self.agent.redact(call.params)}
+                {
+                    **_pending(call.id, call.tool, call.line),
+                    "params": self.agent.redact(call.params),
+                }
                 for call in result.pending or ()
             ]
             text = "the run is paused until its calls are decided (tickloop approve / serve)"
@@ -282,8 +285,7 @@ class _Executor(AgentExecutor):
         while (event := await events.get()) is not None:
             if isinstance(event, CallAwaitingApproval) and event.call_id is not None:
                 waiting[event.call_id] = {
-                    "id": event.call_id,
-                    "tool": event.tool,
+                    **_pending(event.call_id, event.tool, event.line),
                     "params": event.params,
                 }
                 text = "waiting for a decision on " + ", ".join(sorted(waiting))
@@ -296,3 +298,12 @@ class _Executor(AgentExecutor):
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Cancelling the request's task cancels the run (a2a-sdk cancels `execute`)."""
+
+
+def _pending(call_id: str, tool: str | None, line: int | None) -> dict[str, Any]:
+    """A call waiting for a decision, as the task's data shows it; a code plan's call
+    with the program line that made it (PROTOCOL §14)."""
+    shown: dict[str, Any] = {"id": call_id, "tool": tool}
+    if line is not None:
+        shown["line"] = line
+    return shown

@@ -59,10 +59,11 @@ from .._observe._events import (
     RunEvent,
 )
 
-__all__ = ["APPROVAL_DECIDED", "APPROVAL_REQUESTED", "Translation", "json_patch"]
+__all__ = ["APPROVAL_DECIDED", "APPROVAL_REQUESTED", "CODE_CALL", "Translation", "json_patch"]
 
 APPROVAL_REQUESTED = "tickloop.approval_requested"
 APPROVAL_DECIDED = "tickloop.approval_decided"
+CODE_CALL = "tickloop.code_call"  # a code plan's call: its program line (PROTOCOL §14)
 
 
 def _path(event: RunEvent) -> RunPath:
@@ -124,6 +125,9 @@ class Translation:
                     subagent_run_id=subagent,
                 )
             )
+            if event.line is not None:
+                value = {"callId": call_id, "line": event.line, "readOnly": event.read_only}
+                out.append(CustomEvent(name=CODE_CALL, value=value, subagent_run_id=subagent))
         elif isinstance(event, CallReady) and call_id in self._calls:
             self._calls[call_id].params = event.params
         elif isinstance(event, CallStarted) and call_id in self._calls:
@@ -203,7 +207,7 @@ class Translation:
         # A sub-agent this call started ends with it, before the call's own result.
         self._close_subagents(call_id, out, failed=event.status != "done")
         if event.status == "done":
-            content = _text(call.result)
+            content = _text(call.result if event.output is None else event.output)
         else:
             content = _text({"status": event.status, "error": event.error})
         out.append(

@@ -29,6 +29,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from .._agent.seam import MAX_BACKOFF, visible_parameters
+from .._code import ProgramStream
 from .._core._decisions import PendingCall, decision_to_dict
 from .._core._tools import CallContext
 from .._durable._resume import INTERRUPTED
@@ -386,12 +387,16 @@ async def _stream_solution(
     agent: Agent, data: dict[str, Any], hand: Callable[[str], None]
 ) -> dict[str, Any]:
     """Stream one solution request; hand the text over each time a call's object closes."""
+    code = data.get("protocol") == "code"  # a program: plain text (PROTOCOL §14)
     request = SolutionRequest(
         messages=data["messages"],
-        schema=data.get("schema") or agent.schema,  # the run's, with its MCP tools
+        schema=None if code else data.get("schema") or agent.schema,  # with its MCP tools
         iteration=data["iteration"],
+        schema_name="program" if code else "solution",
     )
-    stream = SolutionStream()
+    # The text is handed over each time a call's object closes, or a program's statement
+    # is complete: the workflow may start its calls now.
+    stream: Any = ProgramStream() if code else SolutionStream()
     text: list[str] = []
     held: list[str] = []  # text not handed over yet
     usage = Usage()
@@ -404,7 +409,7 @@ async def _stream_solution(
                 continue
             text.append(item.text)
             held.append(item.text)
-            if stream.feed(item.text):  # a call closed: the workflow may start it now
+            if stream.feed(item.text):  # a call closed, a statement completed
                 hand("".join(held))
                 held.clear()
     except ModelError as error:

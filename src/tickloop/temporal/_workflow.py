@@ -148,6 +148,8 @@ def record_to_dict(record: Any) -> dict[str, Any]:
         "started": record.started,
         "finished": record.finished,
         "worker": getattr(record, "worker", None),
+        "line": getattr(record, "line", None),  # a code plan's call (PROTOCOL §14)
+        "read_only": getattr(record, "read_only", False),
     }
 
 
@@ -849,13 +851,14 @@ async def _solution_request(
     iteration = request.iteration
     key: RunPath = host.path  # whose deltas: a child run's ("c1.2") or the root's
     data: dict[str, Any] = {
-        "protocol": "solution",
+        # A code plan's request asks for plain text (PROTOCOL §14): no schema.
+        "protocol": "code" if request.schema is None else "solution",
         "messages": request.messages,
         "iteration": iteration,
     }
     if key:
         data["path"] = str(key)
-    if host.sources:  # the worker's agent does not know the run's MCP tools
+    if host.sources and request.schema is not None:  # the worker's agent lacks MCP tools
         data["schema"] = host.config.schema
     problem = too_big(data, f"the request of iteration {iteration}")
     if problem is not None:  # the run ends with its log, never a stuck workflow
