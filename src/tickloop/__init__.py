@@ -15,7 +15,7 @@ parts that need them (`benchmarks/bench_import.py` holds `import tickloop` to 1.
 import importlib as _importlib
 import typing as _typing
 
-__version__ = "0.3.0"  # the one place: pyproject.toml reads it (tool.hatch.version)
+__version__ = "0.4.0"  # the one place: pyproject.toml reads it (tool.hatch.version)
 
 if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names, eagerly
     from ._agent._agent import Agent, RunResult
