@@ -23,6 +23,8 @@ import contextlib
 import inspect
 import io
 import json
+import random
+import re
 import types
 from collections import Counter
 from collections.abc import Callable
@@ -32,7 +34,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import tickloop as tl
@@ -102,10 +104,13 @@ CODE_TOOLS = {
         name,
         name,
         tuple(inspect.signature(f).parameters),
-        {p.name: p.default for p in inspect.signature(f).parameters.values()
-         if p.default is not inspect.Parameter.empty},
+        {
+            p.name: p.default
+            for p in inspect.signature(f).parameters.values()
+            if p.default is not inspect.Parameter.empty
+        },
         read_only=name in READ_ONLY,
-    )  # fmt: skip
+    )
     for name, f in FUNCTIONS.items()
 }
 
@@ -161,7 +166,7 @@ class _Reference(ast.NodeTransformer):
         self.generic_visit(node)
         return ast.copy_location(
             ast.FunctionDef(node.name, node.args, node.body, node.decorator_list,
-                            node.returns, node.type_comment, type_params=[]),
+                            node.returns, node.type_comment),
             node,
         )  # fmt: skip
 
@@ -180,7 +185,8 @@ def _is_result_statement(statement: ast.stmt) -> bool:
     return True
 
 
-def run_reference(source: str) -> Observed:
+def run_reference(source: str, message: Callable[[str], str] = str) -> Observed:
+    """Run the reference program; `message(m)` is the message a failed call shows."""
     tree = _Reference().visit(ast.parse(source))
     if tree.body and _is_result_statement(tree.body[-1]):
         last = tree.body[-1]
@@ -195,7 +201,10 @@ def run_reference(source: str) -> Observed:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             calls.append(call_key(name, dict(signature.bind(*args, **kwargs).arguments)))
-            return function(*args, **kwargs)
+            try:
+                return function(*args, **kwargs)
+            except ToolError as error:
+                raise ToolError(message(error.message)) from None
 
         return call
 
@@ -218,9 +227,7 @@ def run_reference(source: str) -> Observed:
             kind, value = "final", end.value
         except Exception as error:
             kind, error_type = "error", type(error).__name__
-            frames = [
-                f for f in _traceback_frames(error.__traceback__) if f[0] == "<program>"
-            ]
+            frames = [f for f in _traceback_frames(error.__traceback__) if f[0] == "<program>"]
             error_line = frames[-1][1]
     if kind == "none" and namespace.get("__result__") is not None:
         kind, value = "result", namespace["__result__"]
@@ -354,8 +361,13 @@ class Scope:
     loops: int = 0  # enclosing loops (for break / continue)
 
     def child(self, **changes: Any) -> Scope:
-        values = {"defined": dict(self.defined), "frozen": set(self.frozen),
-                  "helpers": self.helpers, "in_helper": self.in_helper, "loops": self.loops}  # fmt: skip
+        values: dict[str, Any] = {
+            "defined": dict(self.defined),
+            "frozen": set(self.frozen),
+            "helpers": self.helpers,
+            "in_helper": self.in_helper,
+            "loops": self.loops,
+        }
         values.update(changes)
         return Scope(**values)
 
@@ -426,7 +438,7 @@ class Writer:
         return self.pick(atoms)
 
     def str_expr(self, scope: Scope, depth: int = 2) -> str:
-        atoms = [repr(self.pick(WORDS))] + scope.names("str")
+        atoms = [repr(self.pick(WORDS)), *scope.names("str")]
         if depth <= 0:
             return self.pick(atoms)
         inner = depth - 1
@@ -475,9 +487,9 @@ class Writer:
             return f"sorted({self.pick(scope.names('list'))}, reverse={self.chance(50)})"
         if kind == "concat":
             return f"{self.pick(scope.names('list'))} + [{self.int_expr(scope, 0)}]"
-        if kind == "gather":
+        if kind == "gather":  # over calls that cannot fail: see the xfail test below
             xs = self.pick(scope.names("list"))
-            return f"await asyncio.gather(*[square(k) for k in {xs}])"
+            return f"await asyncio.gather(*[size(fetch(str(k))) for k in {xs}])"
         if kind == "slice":
             return f"{self.pick(scope.names('list'))}[1:]"
         items = [self.int_expr(scope, max(inner, 0)) for _ in range(self.draw(st.integers(0, 3)))]
@@ -727,4 +739,146 @@ def test_a_program_means_what_cpython_does_with_the_reference_program(
 ) -> None:
     reference = run_reference(source)
     ours = run_machine(source, lambda n: data.draw(st.integers(0, n - 1)))
+    assert_same(reference, ours, source)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="found by the property: after a failure inside asyncio.gather the machine keeps "
+    "the gather's later calls as the program's own, not as 'also ran' (PROTOCOL §14 "
+    "'Failures'); the generator gathers only calls that cannot fail until it is fixed",
+)
+@pytest.mark.parametrize("schedule", [lambda n: 0, lambda n: n - 1], ids=["first", "last"])
+def test_a_failure_inside_gather_lists_the_calls_after_it_as_also_ran(
+    schedule: Callable[[int], int],
+) -> None:
+    source = "import asyncio\nzs = await asyncio.gather(square(6), square(8), square(21))\n"
+    assert_same(run_reference(source), run_machine(source, schedule), source)
+
+
+# -- the same, through the trio driver on the virtual clock ---------------------------------
+
+LATENCIES = [0.0, 0.25, 1.0, 3.0]
+latency_seed = [0]
+
+
+async def _latency(tool: str, **params: Any) -> None:
+    """A latency per call that depends only on the seed, the tool and its parameters."""
+    key = f"{latency_seed[0]}|{tool}|{json.dumps(params, sort_keys=True)}"
+    await trio.sleep(random.Random(key).choice(LATENCIES))
+
+
+def _failing(tool: str, params: dict[str, Any]) -> Any:
+    value, message = answer(tool, params)
+    if message is not None:
+        raise ValueError(message)  # a failed call; the program sees "ValueError: ..."
+    return value
+
+
+@tl.tool(name="fetch", read_only=True)
+async def fetch_tool(url: str) -> str:
+    """Fetch a page."""
+    await _latency("fetch", url=url)
+    return str(_failing("fetch", {"url": url}))
+
+
+@tl.tool(name="size", read_only=True)
+async def size_tool(text: str) -> int:
+    """The length of a text."""
+    await _latency("size", text=text)
+    return int(_failing("size", {"text": text}))
+
+
+@tl.tool(name="square", read_only=True)
+async def square_tool(n: int) -> int:
+    """n squared."""
+    await _latency("square", n=n)
+    return int(_failing("square", {"n": n}))
+
+
+@tl.tool(name="span", read_only=True)
+async def span_tool(n: int, width: int = 3) -> list[int]:
+    """Consecutive integers."""
+    await _latency("span", n=n, width=width)
+    return list(_failing("span", {"n": n, "width": width}))
+
+
+@tl.tool(name="store")
+async def store_tool(key: str, value: int) -> dict[str, Any]:
+    """Store a value: a side effect."""
+    await _latency("store", key=key, value=value)
+    return dict(_failing("store", {"key": key, "value": value}))
+
+
+@tl.tool(name="notify")
+async def notify_tool(text: str) -> bool:
+    """Send a notification: a side effect."""
+    await _latency("notify", text=text)
+    return bool(_failing("notify", {"text": text}))
+
+
+TRIO_TOOLS = [fetch_tool, size_tool, square_tool, span_tool, store_tool, notify_tool]
+ALSO_RAN = re.compile(r"\(also ran: ([^)]*)\)")
+
+
+def run_agent(source: str, chunk_chars: int, chunk_delay: float) -> Observed:
+    """The program as a model's answer, streamed, through `protocol="code"` on trio's
+    virtual clock; when it does not end the run, the next program does, changing nothing."""
+    model = tl.ScriptedModel(
+        [f"```python\n{source}```\n", "```python\nfinal_answer(None)\n```\n"],
+        chunk_chars=chunk_chars,
+        chunk_delay=chunk_delay,
+    )
+    agent = tl.Agent(model, tools=TRIO_TOOLS, protocol="code", max_iterations=2)
+
+    async def main() -> tl.RunResult[Any]:
+        with trio.fail_after(10_000):  # virtual seconds: a hang fails, never blocks
+            return await agent.run_async()
+
+    result = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    records = [r for r in result.records.values() if r.id.startswith("c1.")]
+    ended = [e["data"]["error"] for e in result.errors if e["data"].get("call") is None]
+    kind = "final" if result.iterations == 1 else "none"
+    error_type, error_line, also = "", 0, set()
+    if ended:
+        [error] = ended
+        kind, error_line = "error", int(error["line"])
+        error_type = error["message"].split("`: ", 1)[1].split(":")[0]
+        found = ALSO_RAN.search(error["message"])
+        also = set(found.group(1).split(", ")) if found else set()
+    by_id = {r.id: r for r in records}
+    return Observed(
+        calls=[call_key(str(r.tool), r.params) for r in records if r.id not in also],
+        variables=dict(result.state),
+        printed=result.printed.get(1, []),
+        kind=kind,
+        value=result.output,
+        error_type=error_type,
+        error_line=error_line,
+        also_ran=[
+            (
+                *call_key(str(by_id[i].tool), by_id[i].params),
+                i in by_id and by_id[i].tool in READ_ONLY,
+            )
+            for i in also
+        ],
+    )
+
+
+@settings(max_examples=40, deadline=None, phases=[Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
+@given(
+    source=programs(),
+    seed=st.integers(0, 2**32),
+    chunk_chars=st.sampled_from([1, 7, 40, 10_000]),
+    chunk_delay=st.sampled_from([0.0, 0.1, 1.0]),
+)
+def test_a_program_through_the_trio_driver_means_what_cpython_does(
+    source: str, seed: int, chunk_chars: int, chunk_delay: float
+) -> None:
+    latency_seed[0] = seed
+    reference = run_reference(source, message=lambda m: f"ValueError: {m}")
+    if reference.kind == "result":
+        reference.kind, reference.value = "none", None  # shown to the model, not the output
+    ours = run_agent(source, chunk_chars, chunk_delay)
     assert_same(reference, ours, source)
