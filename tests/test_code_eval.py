@@ -569,3 +569,10 @@ def test_helpers_closures_and_scopes_follow_python() -> None:
         "if (n := len('hello')) > 3:\n    big = n\n"
     )
     assert drive(source).variables() == {"nine": 9, "count": 5, "r": [10, 11, 12], "n": 5, "big": 5}
+
+
+def test_printed_lines_are_whole_lines_in_program_order() -> None:
+    run = drive("print('a', 1, sep='-')\nprint('b', end='')\nprint('c')\nprint('d', end='')\n")
+    printed = [(a.line, a.text) for a in run.actions if isinstance(a, Printed)]
+    assert printed == [(1, "a-1"), (3, "bc"), (4, "d")]
+    assert run.outcome.printed == ["a-1", "bc", "d"]

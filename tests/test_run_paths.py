@@ -4,6 +4,8 @@ call path, made, parsed, compared and shown only by `tickloop._core._paths`."""
 from __future__ import annotations
 
 import itertools
+import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -164,3 +166,88 @@ def test_a_model_id_with_a_call_path_character_is_a_structural_error() -> None:
     messages = [error["data"]["error"]["message"] for error in result.errors]
     assert "'sum[0]'" in messages[0] and "'[', ']' or '>'" in messages[0]
     assert "'c2.7[3]>1[0]'" in messages[1] and "'[', ']' or '>'" in messages[1]
+
+
+# -- one owner: nothing outside `_core/_paths.py` takes a path apart or puts one together ------
+
+SOURCE = Path(__file__).resolve().parents[1] / "src" / "tickloop"
+OWNER = Path("_core/_paths.py")
+
+#: What path manipulation looks like: splitting or joining on "/", counting or finding
+#: it, cutting the last segment off a prefix, a journal kind's "@" tag.
+PATH_MANIPULATION = re.compile(
+    r"""partition\(["'][/@]["']\)|split\(["']/["']|["']/["']\.join|\.count\(["']/["']\)"""
+    r"""|["'][/@]["'] in |\+ ["']/["']|f["']@\{|(?:prefix|path)\[:-1\]|\}/\{|\}/["']"""
+    r"""|(?:starts|ends)with\(f?["'][^"']*/"""
+)
+
+#: Lines that match but handle no run path, each with why.
+NOT_A_RUN_PATH = {
+    # a JSON Schema "$ref" ("#/$defs/Name"), a JSON pointer
+    ("_agent/_prompt.py", 'name = reference.rsplit("/", 1)[-1]'),
+    ("_agent/_prompt.py", 'name = schema["$ref"].rsplit("/", 1)[-1]'),
+    ("_core/_validation.py", 'if not ref.startswith("#/"):'),
+    ("_core/_validation.py", 'for step in ref[2:].split("/"):'),
+    ("_agent/_stubs.py", 'target = definitions.get(schema["$ref"].rsplit("/", 1)[-1])'),
+    # a state path's steps (`unset` of a variable, PROTOCOL §4)
+    ("_core/_log.py", "for step in term.path[:-1]:"),
+    # a message's place in a stored plan (JSON keys)
+    ("_durable/_codec.py", "for key in path[:-1]:"),
+    # a URL
+    ("_human/_web.py", 'if rest.endswith("/timeline"):'),
+    ("_cli/_serve_web.py", 'guard.app = a2a.app(agent, url=f"http://{shown}:{bound}/")'),
+    # a schema error's place in a value, shown
+    ("_human/_common.py", 'where = "/".join(str(step) for step in error.absolute_path)'),
+    # the page's key of a waiting call: its run id (or its slot on the page) before its
+    # full id, never taken apart
+    ("_human/_browser.py", 'return f"{run_id}/{call_id}"'),
+    ("_human/_browser.py", 'return f"#{slot}/{call_id}"'),
+    (
+        "_human/_browser.py",
+        'key for key in self._decided if key.startswith("#") and key.endswith(f"/{call_id}")',
+    ),
+    ("_human/_common.py", 'return f"#{self.slot}/{self.id}"'),
+    ("_human/_common.py", "return f\"{self.run_id or ''}/{self.id}\""),
+}
+
+
+def path_manipulations(root: Path) -> list[str]:
+    """`file:line text` for every line under `root` that takes a path apart or puts one
+    together, outside the owner and the known lines that handle no run path."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if relative == OWNER:
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            code = line.split("  #", 1)[0].strip()
+            if code.startswith("#") or not PATH_MANIPULATION.search(code):
+                continue
+            if (relative.as_posix(), code) not in NOT_A_RUN_PATH:
+                found.append(f"{relative}:{number} {code}")
+    return found
+
+
+def test_no_path_manipulation_outside_the_run_path_module() -> None:
+    assert path_manipulations(SOURCE) == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'parent, _, local = call_id.rpartition("/")',
+        'prefix = "/".join(self.path) + "/"',
+        "journal = tree.journal_of(place.prefix[:-1])",
+        'kind, _, where = tagged.partition("@")',
+        'self._tag = f"@{path}"',
+        'if "@" in kind:',
+        'depth = call_id.count("/")',
+        'full = f"{prefix}/{call_id}"',
+        'if run.startswith(call_id + "/"):',
+    ],
+)
+def test_the_check_finds_path_manipulation(tmp_path: Path, line: str) -> None:
+    (tmp_path / "module.py").write_text(f"def f():\n    {line}\n")
+    (tmp_path / "_core").mkdir()
+    (tmp_path / "_core" / "_paths.py").write_text(f"def g():\n    {line}\n")
+    assert path_manipulations(tmp_path) == [f"module.py:2 {line}"]

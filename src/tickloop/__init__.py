@@ -19,7 +19,7 @@ __version__ = "0.3.0"  # the one place: pyproject.toml reads it (tool.hatch.vers
 
 if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names, eagerly
     from ._agent._agent import Agent, RunResult
-    from ._agent._replay import ReplayMismatchError, ReplayModel
+    from ._agent._replay import ReplayModel
     from ._agent._run_program import run_program
     from ._agent._text_stream import TextStream
     from ._code import ToolError, compile_program
@@ -46,7 +46,9 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
         ConfigurationError,
         ExecuteError,
         MaxIterationsError,
+        ModelError,
         ReferenceSyntaxError,
+        ReplayMismatchError,
         ResumeError,
         RunStopped,
         StoreError,
@@ -59,7 +61,6 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
     from ._models._anthropic import Anthropic
     from ._models._base import (
         ModelClient,
-        ModelError,
         SolutionRequest,
         TextDelta,
         ToolCallStarted,
@@ -100,7 +101,7 @@ _WHERE: dict[str, str] = {
     "Agent": "._agent._agent",
     "RunResult": "._agent._agent",
     "run_program": "._agent._run_program",
-    "ReplayMismatchError": "._agent._replay",
+    "ReplayMismatchError": "._errors",
     "ReplayModel": "._agent._replay",
     "TextStream": "._agent._text_stream",
     "ToolError": "._code._exceptions",
@@ -150,7 +151,7 @@ _WHERE: dict[str, str] = {
     "Anthropic": "._models._anthropic",
     "ModelClient": "._models._base",
     "FunctionModel": "._models._function",
-    "ModelError": "._models._base",
+    "ModelError": "._errors",
     "OpenAIChat": "._models._openai_chat",
     "OpenAIResponses": "._models._openai_responses",
     "ScriptedModel": "._models._scripted",

@@ -22,6 +22,7 @@ import trio
 
 from .._core._budget import Budget, BudgetRequest, Price
 from .._core._decisions import ApproveHook
+from .._core._paths import RunPath
 from .._core._tools import MakesTool, Tool, ToolSet, ToolSource, split_tools
 from .._durable._store import SQLiteStore, as_store
 from .._engine._engine import check_configuration
@@ -36,7 +37,7 @@ from ._code import CODE
 from ._loop import AgentConfig, LoopProtocol, OutputT, RunResult
 from ._output import OutputSpec
 from ._prompt import DEFAULT_CONTEXT_BUDGET, solution_schema
-from ._replay import Replaying, load_recording, stale_calls
+from ._replay import Replaying, fork_note, forked_from, load_recording, stale_calls
 from ._session import RunSession
 from ._solution import SOLUTION
 from ._subagent import DEFAULT_INPUT, AgentTool, check_tree, tree_tool_names
@@ -297,7 +298,31 @@ class Agent(MakesTool, Generic[OutputT]):
         async with self._open_for_run() as config:
             session = RunSession.claim(config, run_id, decisions, on_event or self.on_event)
             session.grant = grant
+            forked = forked_from(session.journal or [])
+            if forked is not None:  # a fork goes on reusing its record (docs/replay.md)
+                session.config = self._resumed_fork(session, forked)
             return await session.execute()
+
+    def _resumed_fork(self, session: RunSession, forked: dict[str, Any]) -> AgentConfig:
+        """A resumed fork's configuration: its record's answers, outcomes and budget
+        decisions for what it reused before, as the fork had them."""
+        config = session.config
+        replaying = Replaying(
+            load_recording(config.store, forked["of"], self.protocol),
+            fork=True,
+            recorded_tools=False,
+            hook=config.approve,
+            stale=forked.get("stale") or (),
+        )
+        replaying.resuming(session.journal or [])
+        return dataclasses.replace(
+            config,
+            model=replaying.model_for(RunPath.ROOT, config.model, self.protocol),
+            approve=replaying.decide,
+            answer=replaying.answer_under(RunPath.ROOT),
+            recorded_room=replaying.room_under(RunPath.ROOT),
+            replaying=replaying,
+        )
 
     # -- replay and fork (docs/replay.md) ---------------------------------------------------
 
@@ -408,39 +433,50 @@ class Agent(MakesTool, Generic[OutputT]):
     ) -> RunResult[OutputT]:
         """Run the recorded run again from its opening messages, as `replaying` says:
         a replay in memory (`store` None), or a fork stored as `run_id`."""
-        async with self._open_for_run() as config:
+        async with self._open_for_run(approve=replaying.decide) as config:
             config = dataclasses.replace(
                 config,
-                model=replaying.model_for((), config.model, self.protocol),
+                model=replaying.model_for(RunPath.ROOT, config.model, self.protocol),
                 approve=replaying.decide,
-                answer=replaying.answer_under(""),
+                answer=replaying.answer_under(RunPath.ROOT),
+                recorded_room=replaying.room_under(RunPath.ROOT),
+                budget=replaying.budget(),
                 replaying=replaying,
                 store=store,
             )
             opening = replaying.recording.root.opening
-            session = RunSession.new(config, None, opening, on_event or self.on_event, run_id)
+            notes = [fork_note(replaying)] if store is not None else []
+            session = RunSession.new(
+                config, None, opening, on_event or self.on_event, run_id, notes
+            )
             return await session.execute()
 
     @asynccontextmanager
     async def _open_for_run(
-        self, budget: Budget | None = None, *, root: bool = True
+        self, budget: Budget | None = None, *, root: bool = True, approve: Any = None
     ) -> AsyncIterator[AgentConfig]:
         """This agent's configuration as one run sees it: its tool sources open (in this
         task), their tools added to its own, their instructions to its instructions.
 
-        A root run checks its tree's approval needs (a child run is served by the root's
-        hook, `root=False`)."""
+        A root run checks its tree (a child run is served by the root's hook and store,
+        `root=False`); `approve` is the hook that will answer, when not the agent's (a
+        replay's recorded decisions)."""
         config = self._config(budget)
-        if not self.tool_sources:
-            if root:
-                check_tree(config.tools.values(), config.approve, config.pricing, config.budget)
-            yield config
+        if self.tool_sources:
+            async with open_tools(self._tool_items) as opened:
+                config = self._config_with(config, opened)
+                if root:
+                    self._check_tree(config, approve)
+                yield config
             return
-        async with open_tools(self._tool_items) as opened:
-            config = self._config_with(config, opened)
-            if root:
-                check_tree(config.tools.values(), config.approve, config.pricing, config.budget)
-            yield config
+        if root:
+            self._check_tree(config, approve)
+        yield config
+
+    def _check_tree(self, config: AgentConfig, approve: Any) -> None:
+        hook = config.approve if approve is None else approve
+        tools = config.tools.values()
+        check_tree(tools, hook, config.pricing, config.budget, config.store)
 
     def _config_with(self, config: AgentConfig, opened: OpenedTools) -> AgentConfig:
         """`config` with a run's listed tool sources: their tools added to the agent's,
@@ -524,7 +560,10 @@ class Agent(MakesTool, Generic[OutputT]):
         """
         from .._engine._asyncio_bridge import run_trio_in_asyncio
 
-        return await run_trio_in_asyncio(partial(self.run_async, input, **options))
+        result: RunResult[OutputT] = await run_trio_in_asyncio(
+            partial(self.run_async, input, **options)
+        )
+        return result
 
 
 def _agents_as_tools(tools: Any) -> Sequence[Tool | ToolSource] | Mapping[str, Tool]:

@@ -21,7 +21,7 @@ cut by a crash is the statements journaled before it.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
@@ -35,7 +35,7 @@ from .._core._tools import ToolSet
 from .._durable._resume import CUT_OFF, DurableRun
 from .._engine._program import ProgramDriver
 from .._errors import ConfigurationError, unwrap_single
-from .._models._base import SolutionRequest, TextDelta, Usage
+from .._models._base import ModelClient, SolutionRequest, TextDelta, Usage
 from .._observe._events import (
     DataWritten,
     EventSink,
@@ -107,6 +107,7 @@ class _Program:
         self.statements = 0
         self.closed = False  # no more statements
         self.paused = False  # waits only on deferred calls: the run pauses
+        self.inline = False  # pumped where it is fed and waited for (`_CodeLoop.beside`)
         self._wake = loop.new_event()
         self._complete = ""  # the program up to its last complete statement
         self._handed = 0  # statements given to the machine (a restarted stream repeats them)
@@ -142,6 +143,15 @@ class _Program:
         self.text.append(text)
         for statement in self.stream.feed(text):
             self._add(statement)
+        if self.inline:
+            self.pump_until_waiting()
+
+    def pump_until_waiting(self) -> bool:
+        """Pump until the machine waits (under another driver, which has no task for
+        it); True once the program has ended (or waits only on people)."""
+        while self.driver.pump():
+            pass
+        return self.driver.finished
 
     def restart(self) -> None:
         """The answer starts over (a worker died mid-stream, `StreamRestarted`): the
@@ -158,6 +168,8 @@ class _Program:
         self.closed = True
         self.driver.close()
         self.wake()
+        if self.inline:
+            self.pump_until_waiting()
 
     def _add(self, statement: Any) -> None:
         self._seen += 1
@@ -255,10 +267,18 @@ class _CodeLoop(OuterLoop):
 
     protocol = CODE
     final_answer = "final_answer"
-    measures_time = True  # evaluator time for max_eval_seconds (not on Temporal)
+
+    @property
+    def measures_time(self) -> bool:
+        """Evaluator time for max_eval_seconds: not under another driver (a workflow may
+        not read a clock)."""
+        return self.config.driver is None
+
     # A program that waits only on deferred calls pauses the run (PROTOCOL §10); a
     # Temporal workflow instead waits for their decisions, durably.
-    pauses_on_deferred = True
+    @property
+    def pauses_on_deferred(self) -> bool:
+        return self.config.driver is None
 
     def __init__(
         self,
@@ -281,12 +301,21 @@ class _CodeLoop(OuterLoop):
         await trio.sleep(0)
 
     @asynccontextmanager
-    async def beside(self, work: Callable[[], Awaitable[None]]) -> AsyncIterator[None]:
-        """Run `work` (the program's pump) beside the block; wait for it after."""
-        with unwrap_single():
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(work)
-                yield
+    async def beside(self, program: _Program) -> AsyncIterator[None]:
+        """Pump `program` while the block runs (the model's request), then until it has
+        ended or waits only on people. On trio the pump is a task of its own; under
+        another driver (a Temporal workflow) the program is pumped as its text arrives
+        and inside the driver's waits, which are checked as the engine's calls end."""
+        driver = self.config.driver
+        if driver is None:
+            with unwrap_single():
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(program.run)
+                    yield
+            return
+        program.inline = True
+        yield
+        await driver.wait_until(program.pump_until_waiting)
 
     def _action_listener(self) -> Callable[[Any], None] | None:
         return self._on_action  # the program hears of every call's end, listened to or not
@@ -381,7 +410,7 @@ class _CodeLoop(OuterLoop):
             elif isinstance(item, StreamRestarted):
                 program.restart()
 
-        async with self.beside(program.run):
+        async with self.beside(program):
             try:
                 await self._request(request, on_item)
             except StreamBroken as error:
@@ -409,8 +438,13 @@ class _CodeLoop(OuterLoop):
         self, request: SolutionRequest, on_item: Callable[[TextDelta | Usage], None]
     ) -> None:
         config = self.config
+        if config.driver is not None:  # the request is its driver's (an activity)
+            await config.driver.request_solution(request, on_item)
+            return
+        model = config.model
+        assert isinstance(model, ModelClient)  # `CodeProtocol.check` made sure
         await stream_with_retries(
-            lambda: config.model.stream_solution(request),
+            lambda: model.stream_solution(request),
             on_item,
             attempts=config.max_llm_retries,
             rng=config.rng,
@@ -536,7 +570,7 @@ class _CodeLoop(OuterLoop):
                 await engine.wait_tick()
                 return False, None
         program = self.program = _Program(self, iteration, resuming=True)
-        async with self.beside(program.run):
+        async with self.beside(program):
             if solution is None:
                 program.feed(durable.programs.get(iteration) or "")
                 program.close()

@@ -26,7 +26,7 @@ from typing import Any
 from .._core._log import ContextLog
 from .._core._tools import Tool, ToolSet
 from .._errors import ConfigurationError
-from ._prompt import _visible_parameters
+from ._prompt import visible_parameters
 
 __all__ = [
     "CODE_GUIDE",
@@ -142,7 +142,7 @@ def code_names(tools: ToolSet) -> dict[str, CodeName]:
 
 
 def _code_name(tool: Tool, python: str) -> CodeName:
-    schema = _visible_parameters(tool)
+    schema = visible_parameters(tool)
     properties = schema.get("properties") or {}
     required = [key for key in schema.get("required") or () if key in properties]
     order = required + [key for key in properties if key not in required]
@@ -182,7 +182,7 @@ def render_stubs(tools: ToolSet) -> str:
 
 
 def _stub(tool: Tool, name: CodeName, classes: list[str]) -> str:
-    schema = _visible_parameters(tool)
+    schema = visible_parameters(tool)
     properties = schema.get("properties") or {}
     definitions = _definitions(schema)
     parts: list[str] = []

@@ -53,6 +53,7 @@ from .._models._base import (
     ToolCallStarted,
     ToolResult,
     ToolSpec,
+    TurnClient,
     TurnRequest,
     TurnResponse,
     TurnToolCall,
@@ -60,7 +61,7 @@ from .._models._base import (
 )
 from .._observe._events import EventSink, RequestFinished, RunEvent
 from ._loop import AgentConfig, LoopProtocol, OuterLoop, structural
-from ._prompt import _visible_parameters
+from ._prompt import visible_parameters
 from ._retry import StreamBroken, stream_with_retries
 
 __all__ = ["TOOLS", "TURN_KIND", "ToolCallingProtocol", "check_turn_configuration", "turns_in"]
@@ -133,11 +134,12 @@ class _TurnLoop(OuterLoop):
         durable: DurableRun | None = None,
     ) -> None:
         check_turn_configuration(config.model, config.tools)
-        self.model = config.model
-        self.format: str = config.model.turn_format
+        assert isinstance(config.model, TurnClient)  # what the check just made sure of
+        self.model: TurnClient = config.model
+        self.format: str = self.model.turn_format
         self.on_text = on_text
         self.specs = [
-            ToolSpec(tool.name, tool.description, _visible_parameters(tool))
+            ToolSpec(tool.name, tool.description, visible_parameters(tool))
             for tool in config.tools.values()
         ]
         self._settled = trio.Event()
@@ -348,6 +350,12 @@ class _TurnLoop(OuterLoop):
         """Until every call has its final status, fire-and-forget ones included: in this
         protocol each call's result goes back to the model, written to the state or not."""
         records = self.engine.records
+        driver = self.config.driver
+        if driver is not None:
+            await driver.wait_until(
+                lambda: all(records[id].status in FINAL_STATUSES for id in ids if id in records)
+            )
+            return
         while not all(records[id].status in FINAL_STATUSES for id in ids if id in records):
             self._settled = trio.Event()
             await self._settled.wait()
@@ -403,6 +411,11 @@ class _TurnLoop(OuterLoop):
             else:
                 response = item
 
+        driver = self.config.driver
+        if driver is not None:  # the request is its driver's (an activity)
+            await driver.request_turn(request, on_item)
+            assert response is not None  # or it raised
+            return response
         try:
             await stream_with_retries(
                 lambda: self._attempt(request),

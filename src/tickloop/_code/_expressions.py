@@ -41,8 +41,8 @@ _BINARY: Final[dict[type[ast.operator], Any]] = {
 }  # fmt: skip
 _COMPARE: Final[dict[type[ast.cmpop], Any]] = {
     ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-    ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_,
-    ast.IsNot: operator.is_not, ast.In: lambda a, b: a in b,
+    ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: lambda a, b: a is b,
+    ast.IsNot: lambda a, b: a is not b, ast.In: lambda a, b: a in b,
     ast.NotIn: lambda a, b: a not in b,
 }  # fmt: skip
 _NUMBERS_IN_SPEC: Final = re.compile(r"\d+")

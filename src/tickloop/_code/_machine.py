@@ -111,7 +111,8 @@ class ProgramMachine:
         self._refused: CodeError | None = None  # a statement outside the language
         self._outcome: ProgramOutcome | None = None
         self._printed: list[str] = []
-        self._partial_line = ""
+        self._partial_line = ""  # printed text not ended by a newline yet
+        self._partial_at = 0  # the line of the print that wrote it
         self._lines: dict[int, str] = {}
         self._sites = Sites()
         self._helper_effects: set[str] = set()
@@ -435,6 +436,7 @@ class ProgramMachine:
     def _print(self, line: int, text: str) -> None:
         text = self._partial_line + text
         *complete, self._partial_line = text.split("\n")
+        self._partial_at = line
         for piece in complete:
             self._printed.append(piece)
             self._actions.append(Printed(line, piece))
@@ -465,7 +467,7 @@ class ProgramMachine:
     def _flush_print(self) -> None:
         if self._partial_line:
             self._printed.append(self._partial_line)
-            self._actions.append(Printed(0, self._partial_line))
+            self._actions.append(Printed(self._partial_at, self._partial_line))
             self._partial_line = ""
 
     def _end_program(self, end: EndProgram) -> None:

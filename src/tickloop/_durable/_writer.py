@@ -16,6 +16,7 @@ from .._core._decisions import (
     Decision,
     decision_from_dict,
 )
+from .._core._paths import SEPARATOR
 from .._errors import ResumeError, StoreError
 from ._schema import (
     _INSERT_ENTRIES,
@@ -73,8 +74,8 @@ class RunWriter:
                 self.insert(entries)
                 if rewrite:  # the root's rows: a sub-agent's ("c1.2/c1.0") are its child's
                     connection.execute(
-                        "DELETE FROM calls WHERE run_id = ? AND instr(call_id, '/') = 0",
-                        (self.run_id,),
+                        "DELETE FROM calls WHERE run_id = ? AND instr(call_id, ?) = 0",
+                        (self.run_id, SEPARATOR),
                     )
                 if calls:
                     _insert_calls(connection, calls)
@@ -263,6 +264,14 @@ class ClaimedRun:
     decisions: dict[str, Decision]
 
 
+def empty_journal(run_id: str, doing: str) -> str:
+    """Why a run whose journal holds nothing cannot be resumed, replayed or forked."""
+    return (
+        f"run {run_id!r} has an empty journal, not even its input (the store was changed "
+        f"outside tickloop): there is nothing to {doing}"
+    )
+
+
 def claim_run(
     store: SQLiteStore, run_id: str, decisions: dict[str, Any], *, protocol: str | None = None
 ) -> ClaimedRun:
@@ -303,6 +312,8 @@ def claim_run(
                 (owner_label(), time.time(), run_id),
             )
             journal = store._journal(connection, run_id)
+            if not journal:  # a run's first commit holds its input: this one was emptied
+                raise ResumeError(empty_journal(run_id, "resume"))
             stored = connection.execute(
                 "SELECT call_id, decision FROM decisions WHERE run_id = ? "
                 "ORDER BY recorded, call_id",

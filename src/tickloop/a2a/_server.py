@@ -131,7 +131,8 @@ class _OneRunPerTask(DefaultRequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Message | Task:
         await self._refuse_a_message_to_a_task(params, context)
-        return await super().on_message_send(params, context)
+        answer: Message | Task = await super().on_message_send(params, context)
+        return answer
 
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext

@@ -47,6 +47,7 @@ from ag_ui.core import (
 )
 
 from .._core._log import ContextLog, WriteError, copy_json
+from .._core._paths import RunPath
 from .._observe._events import (
     CallAwaitingApproval,
     CallDecided,
@@ -65,9 +66,9 @@ APPROVAL_DECIDED = "tickloop.approval_decided"
 CODE_CALL = "tickloop.code_call"  # a code plan's call: its program line (PROTOCOL §14)
 
 
-def _path(event: RunEvent) -> tuple[str, ...]:
-    """The ids of the agent calls above the event's run, `()` at the root."""
-    return event.path
+def _path(event: RunEvent) -> RunPath:
+    """The path of the event's run (the root's is empty)."""
+    return RunPath.of(event.path)
 
 
 def _agent_name(event: RunEvent) -> str:
@@ -98,7 +99,7 @@ class Translation:
         initial = {} if state is None else state
         self._mirror = ContextLog([{"type": "data", "kind": "state", "data": initial}])
         self._calls: dict[str, _Call] = {}
-        self._open: list[str] = []  # sub-agent runs started and not yet finished, outer first
+        self._open: list[RunPath] = []  # sub-agent runs started, not yet finished, outer first
 
     @property
     def state(self) -> Any:
@@ -249,20 +250,20 @@ class Translation:
         path = _path(event)
         if not path:
             return None
-        for depth in range(1, len(path) + 1):
-            run = "/".join(path[:depth])
+        for depth in range(1, path.depth + 1):
+            run = RunPath(path.parts[:depth])
             if run not in self._open:
                 self._open.append(run)
-                parent = "/".join(path[: depth - 1]) or None
+                shown = str(run)
                 out.append(
                     SubagentStartedEvent(
-                        subagent_run_id=run,
-                        name=_agent_name(event) if depth == len(path) else run,
-                        parent_subagent_run_id=parent,
-                        parent_tool_call_id=run,
+                        subagent_run_id=shown,
+                        name=_agent_name(event) if depth == path.depth else shown,
+                        parent_subagent_run_id=str(run.parent) or None,
+                        parent_tool_call_id=shown,
                     )
                 )
-        return "/".join(path)
+        return str(path)
 
     def _close_subagents(
         self,
@@ -274,17 +275,21 @@ class Translation:
     ) -> list[BaseEvent]:
         """Finish the sub-agent runs started by `call_id` and those below them (all of
         them for ""), innermost first: failed, suspended (a paused run's), or done."""
+        started_by = RunPath.parse(call_id)
         for run in reversed(list(self._open)):
-            if call_id and run != call_id and not run.startswith(call_id + "/"):
+            if not run.is_within(started_by):
                 continue
             self._open.remove(run)
+            shown = str(run)
             if failed:
-                out.append(SubagentErrorEvent(subagent_run_id=run, message="the sub-agent failed"))
+                out.append(
+                    SubagentErrorEvent(subagent_run_id=shown, message="the sub-agent failed")
+                )
             elif suspended is not None:
-                outcome = SubagentFinishedSuspendedOutcome(interrupt_ids=suspended.get(run, []))
-                out.append(SubagentFinishedEvent(subagent_run_id=run, outcome=outcome))
+                outcome = SubagentFinishedSuspendedOutcome(interrupt_ids=suspended.get(shown, []))
+                out.append(SubagentFinishedEvent(subagent_run_id=shown, outcome=outcome))
             else:
-                out.append(SubagentFinishedEvent(subagent_run_id=run))
+                out.append(SubagentFinishedEvent(subagent_run_id=shown))
         return out
 
 
@@ -293,7 +298,7 @@ def _interrupts_by_run(pending: list[Any]) -> dict[str, list[str]]:
     for "c1.0/c1.2"; the root's under ""): each one's own interrupts."""
     by_run: dict[str, list[str]] = {}
     for call in pending:
-        by_run.setdefault("/".join(call.path), []).append(call.id)
+        by_run.setdefault(str(RunPath.of(call.path)), []).append(call.id)
     return by_run
 
 
