@@ -756,6 +756,26 @@ def test_a_failure_inside_gather_lists_the_calls_after_it_as_also_ran(
     assert_same(run_reference(source), run_machine(source, schedule), source)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="gather(..., return_exceptions=True) ends the program at the first failure "
+    "instead of putting its ToolError in the list (PROTOCOL §14 'The reference meaning')",
+)
+def test_gather_with_return_exceptions_puts_the_failure_in_the_list() -> None:
+    source = (
+        "import asyncio\n"
+        "zs = await asyncio.gather(square(8), store('a', 1), return_exceptions=True)\n"
+        "print(len(zs), zs[1])\n"
+    )
+    # The reference program, by hand: square(8) raises, the ToolError is the first item.
+    ours = run_machine(source, lambda n: 0)
+    assert ours.kind == "none"
+    assert Counter(ours.calls) == Counter(
+        [call_key("square", {"n": 8}), call_key("store", {"key": "a", "value": 1})]
+    )
+    assert ours.printed == ["2 {'key': 'a', 'stored': 1}"]
+
+
 # -- the same, through the trio driver on the virtual clock ---------------------------------
 
 LATENCIES = [0.0, 0.25, 1.0, 3.0]
