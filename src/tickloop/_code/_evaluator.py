@@ -75,6 +75,13 @@ class Evaluator(Expressions):
         self.made_ids: set[str] = set()
         self.try_marks: list[int] = []  # index in `made` where each enclosing try body began
         self.gathering = 0  # >0 while evaluating asyncio.gather's arguments
+        # `made` index where each enclosing gather(..., return_exceptions=True) began: a
+        # failure of a call made from the outermost on is caught by that gather, so a
+        # barrier waits for it but does not raise it (§14 reference: it is a list item).
+        self.catch_marks: list[int] = []
+        # calls a gather made after its element that raised: ahead of the reference
+        # program, so "also ran" if the failure is uncaught (§14 Failures)
+        self.ran_ahead: set[str] = set()
         self.raised_calls: set[str] = set()  # failed calls already raised at their site
         self.handling: list[ProgramRaise] = []  # exceptions whose handler is running
         self.printed: list[tuple[int, str]] = []
@@ -369,11 +376,13 @@ class Evaluator(Expressions):
     async def _force_since(self, mark: int) -> None:
         """Wait for every call this pass made from `mark` on; one that failed and was
         not already raised raises (in a lazy pass: the statement reruns strictly)."""
-        for call in list(self.made[mark:]):
+        caught_from = self.catch_marks[0] if self.catch_marks else len(self.made)
+        for position, call in enumerate(list(self.made[mark:]), mark):
             if not call.ended:
                 await Wait("call", call=call)
             if call.status != "ok" and call.id not in self.raised_calls:
-                raise self.call_failure(call)
+                if position < caught_from:
+                    raise self.call_failure(call)
 
     async def _handler_for(
         self, handlers: list[ast.ExceptHandler], raised: ProgramRaise, scope: Scope, frame: Frame
@@ -600,11 +609,16 @@ class Evaluator(Expressions):
     async def _gather(self, node: ast.Call, scope: Scope, frame: Frame) -> Any:
         """`asyncio.gather(*es, return_exceptions=)`: its calls do not wait for each
         other; a failure raises when its value is needed, here (§14)."""
+        catching = _returns_exceptions(node)
         self.gathering += 1
+        if catching:
+            self.catch_marks.append(len(self.made))
         try:
             args, kwargs = await self.arguments(node, scope, frame)
         finally:
             self.gathering -= 1
+            if catching:
+                self.catch_marks.pop()
         return_exceptions = bool(kwargs.pop("return_exceptions", False))
         if kwargs:
             raise ProgramRaise(
@@ -616,9 +630,17 @@ class Evaluator(Expressions):
                 results.append(await self.force(value))
             except ProgramRaise as raised:
                 if not return_exceptions:
+                    self._note_ran_ahead(value)
                     raise
                 results.append(raised.error)
         return results
+
+    def _note_ran_ahead(self, failed: Any) -> None:
+        """The calls made after a gather's failed element: the reference program raised
+        before making them (its arguments run in order)."""
+        ids = [call.id for call in self.made]
+        if isinstance(failed, Lazy) and failed.call.id in ids:
+            self.ran_ahead.update(ids[ids.index(failed.call.id) + 1 :])
 
     async def get_attribute(self, value: Any, name: str) -> Any:
         return attribute_of(value, name)
@@ -628,6 +650,15 @@ _DICT_METHODS = frozenset(
     {"get", "keys", "values", "items", "pop", "popitem", "update", "setdefault", "clear",
      "copy", "fromkeys"}
 )  # fmt: skip
+
+
+def _returns_exceptions(node: ast.Call) -> bool:
+    """Whether a gather says `return_exceptions=` with a true constant, known before its
+    arguments run (a computed flag is only known after them: its barriers raise)."""
+    return any(
+        k.arg == "return_exceptions" and isinstance(k.value, ast.Constant) and bool(k.value.value)
+        for k in node.keywords
+    )
 
 
 def _is_place(node: ast.expr) -> bool:

@@ -485,7 +485,8 @@ class ProgramMachine:
         kept = set()
         if index < len(self._statements):
             evaluator = self._statements[index].evaluator
-            kept = {c.id for c in evaluator.made} if evaluator is not None else set()
+            if evaluator is not None:
+                kept = {c.id for c in evaluator.made} - evaluator.ran_ahead
         also_ran = [
             call.id
             for call in self._calls.values()
