@@ -305,6 +305,35 @@ def test_a_tools_protocol_run_replays_and_forks_too(tmp_path: Path) -> None:
         make_agent().replay("t1", store=store)
 
 
+def test_the_replay_model_answers_a_tools_protocol_run_in_its_recorded_wire_format(
+    tmp_path: Path,
+) -> None:
+    script: list[Any] = [
+        {"tool_calls": [{"id": "p0", "name": "fetch", "arguments": {"url": "a"}}]},
+        {"tool_calls": [{"id": "p1", "name": "count_words", "arguments": {"text": "x y"}}]},
+        "Done: 2 words.",
+    ]
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    tools = [fetch, count_words]
+    first = tl.Agent(tl.ScriptedModel(script), tools=tools, protocol="tools", store=store).run(
+        "count", run_id="t1"
+    )
+    RAN.clear()
+    replay = tl.ReplayModel(store, "t1", strict=True)
+    assert replay.turn_format == "scripted"  # the recording client's, not a guess
+    again = tl.Agent(replay, tools=tools, protocol="tools").run("count")
+    # The tools ran for real and their results went back as the recording client sent
+    # them: every request was the recorded one.
+    assert again.output == first.output == "Done: 2 words."
+    assert RAN == Counter(fetch=1, count_words=1)
+    with pytest.raises(tl.ExecuteError, match=r"request 1 differs .*'t1'.*count"):
+        tl.Agent(tl.ReplayModel(store, "t1", strict=True), tools=tools, protocol="tools").run(
+            "tally"
+        )
+    with pytest.raises(tl.ExecuteError, match="protocol='tools'"):
+        make_agent(tl.ReplayModel(store, "t1")).run({"topic": "trio"})
+
+
 def _tree(store: tl.SQLiteStore | None = None) -> tl.Agent:
     """A writer whose researcher (a sub-agent) fetches and summarizes (PROTOCOL §11)."""
     researcher = tl.Agent(

@@ -21,21 +21,24 @@ is read once, before the run starts; nothing here writes to the recorded run.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
 from .._core._decisions import ApproveHook, Decision, Deny, PendingCall
-from .._durable._recording import RecordedCall, RecordedRun, Recording
+from .._durable._recording import RecordedCall, RecordedResponse, RecordedRun, Recording
 from .._durable._store import SQLiteStore, as_store
 from .._engine._asking import ask
 from .._engine._engine import Outcome
 from .._errors import ConfigurationError, TickloopError
 from .._models._base import (
+    TOOL_RESULT_MESSAGES,
     ModelError,
     SolutionRequest,
     TextDelta,
+    ToolResult,
     TurnItem,
     TurnRequest,
+    TurnResponse,
     Usage,
 )
 from ._turns import response_of
@@ -61,12 +64,16 @@ def load_recording(
     if opened is None:
         raise ConfigurationError("replay and fork need the store that holds the run")
     recording = Recording.load(opened, run_id)
+    _check_protocol(recording, protocol)
+    return recording
+
+
+def _check_protocol(recording: Recording, protocol: str) -> None:
     if recording.protocol != protocol:
         raise ConfigurationError(
-            f"run {run_id!r} was made with protocol={recording.protocol!r}; replay or fork "
-            f"it with an agent of that protocol, not protocol={protocol!r}"
+            f"run {recording.run_id!r} was made with protocol={recording.protocol!r}; replay "
+            f"or fork it with an agent of that protocol, not protocol={protocol!r}"
         )
-    return recording
 
 
 def _unrecorded(run_id: str, run: RecordedRun, iteration: int) -> ModelError:
@@ -85,6 +92,11 @@ class ReplayModel:
     `strict=True`, a request that differs from the recorded one raises
     `ReplayMismatchError` naming the first difference (a test's guard that the prompt did
     not change). For tests: record a run once against a real model, replay it forever.
+
+    Either protocol: a "tools" run's turns are answered as recorded, in the wire format
+    the run was recorded in (`turn_format`), and tool results go back in that format, so
+    the requests are the very ones the recording client sent. The store is read once, when
+    the first request (or the agent's check of a "tools" client) needs it.
     """
 
     model = "replay"
@@ -95,27 +107,59 @@ class ReplayModel:
         self.run_id = run_id
         self.strict = strict
         self._store = store
-        self._run: RecordedRun | None = None
+        self._recording: Recording | None = None
+
+    def _root(self, protocol: str) -> RecordedRun:
+        """The recorded root run, refused when it was not made with `protocol`."""
+        if self._recording is None:
+            opened = as_store(self._store)
+            if opened is None:
+                raise ConfigurationError("tl.ReplayModel needs the store that holds the run")
+            self._recording = Recording.load(opened, self.run_id)
+        _check_protocol(self._recording, protocol)
+        return self._recording.root
 
     @property
-    def recorded(self) -> RecordedRun:
-        if self._run is None:
-            self._run = load_recording(self._store, self.run_id).root
-        return self._run
+    def turn_format(self) -> str:
+        """The wire format the run's turns were recorded in; "scripted" for a run that
+        recorded none (it answers no request, so no message of any format is made)."""
+        for response in self._root("tools").responses.values():
+            if response.turn is not None and isinstance(response.turn.get("format"), str):
+                return str(response.turn["format"])
+        return "scripted"
 
-    async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
-        run = self.recorded
-        recorded = run.responses.get(request.iteration)
+    def _answer(self, protocol: str, iteration: int, request: dict[str, Any]) -> RecordedResponse:
+        run = self._root(protocol)
+        recorded = run.responses.get(iteration)
         if recorded is None:
-            raise _unrecorded(self.run_id, run, request.iteration)
+            raise _unrecorded(self.run_id, run, iteration)
         if self.strict:
-            difference = first_difference(recorded.request, request.to_dict())
+            difference = first_difference(recorded.request, request)
             if difference is not None:
                 raise ReplayMismatchError(
-                    f"request {request.iteration} differs from the one recorded in run "
+                    f"request {iteration} differs from the one recorded in run "
                     f"{self.run_id!r}: {difference}"
                 )
-        yield TextDelta(recorded.text)
+        return recorded
+
+    async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
+        yield TextDelta(self._answer("solution", request.iteration, request.to_dict()).text)
+
+    async def stream_turn(self, request: TurnRequest) -> AsyncIterator[TurnItem]:
+        yield response_of(self._answer("tools", request.iteration, request.to_dict()).turn or {})
+
+    def tool_result_messages(
+        self, response: TurnResponse, results: Sequence[ToolResult]
+    ) -> list[dict[str, Any]]:
+        """The results as the recording client's wire format answers them."""
+        answer = TOOL_RESULT_MESSAGES.get(self.turn_format)
+        if answer is None:
+            raise ConfigurationError(
+                f"run {self.run_id!r} was recorded in the {self.turn_format!r} wire format, "
+                "which tl.ReplayModel cannot answer tool results in; replay it with "
+                "agent.replay(), which uses the agent's own client"
+            )
+        return answer(response, results)
 
 
 class _RunModel:
