@@ -175,6 +175,9 @@ def test_decisions_from_the_command_line_then_a_resume_from_a_third_process(
     assert "not waiting for a decision (it is done)" in capsys.readouterr().err
     assert main(["approve", "bill-2", "c7.7", "--store", db]) == 2
     assert "has no call 'c7.7'" in capsys.readouterr().err
+    # The grammar of paths (PROTOCOL §11, §14): a malformed one says what is wrong.
+    assert main(["approve", "bill-2", "c1.2//c1.0", "--store", db]) == 2
+    assert "bad path 'c1.2//c1.0': an id must not be empty" in capsys.readouterr().err
     assert main(["pending", "bill-2", "--store", db]) == 0
     assert "(decided: approve; resume to apply)" in capsys.readouterr().out
 
@@ -210,6 +213,8 @@ def test_bad_decisions_are_refused_before_anything_runs(tmp_path: Path, child: A
         ({"c1.2": tl.Approve(), "c1.0": tl.Deny()}, "it is done"),
         ({"c1.2": "yes"}, "is not a decision"),
         ({"c1.2": tl.Defer()}, "cannot be Defer"),
+        ({"c1.2/": tl.Approve()}, "a decision names no call: bad path 'c1.2/'"),
+        ({"c1[0]": tl.Approve()}, "'c1\\[0\\]' holds '\\[', '\\]' or '>'"),
     ]
     for decisions, message in refusals:
         with pytest.raises(tl.ResumeError, match=message):

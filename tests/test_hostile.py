@@ -427,7 +427,9 @@ def test_resume_force_takes_over_a_run_whose_process_id_was_reused(
     monkeypatch.setitem(sys.modules, "hostile_agent_module", module)
     argv = ["resume", "r1", "--agent", "hostile_agent_module:agent", "--store", str(path)]
     assert main(argv) == 2
-    assert "is running in process" in capsys.readouterr().err
+    refused = capsys.readouterr().err
+    assert "is running in another process" in refused
+    assert refused.endswith(f"(the process: {socket.gethostname()}:{alive})\n")
     assert main([*argv, "--force"]) == 0
     captured = capsys.readouterr()
     assert "warning: taking over run r1" in captured.err
@@ -446,7 +448,7 @@ def test_cli_lines_escape_control_and_bidi_characters(
     def charge(cents: int, memo: str) -> int:
         return cents
 
-    spoof = "c1\x1b[2K\r\x1b[8m"
+    spoof = "c1\x1bc\r\x1b8"  # no "[": an id holding one is refused (PROTOCOL §14)
     calls = [
         {"_tool": "charge", "cents": 9_999_999, "memo": "\u202eevil\x9b", "_id": spoof},
     ]
@@ -465,7 +467,7 @@ def test_cli_lines_escape_control_and_bidi_characters(
         out = capsys.readouterr().out
         for character in "\x1b\r\u202e\x9b":
             assert character not in out
-    assert "c1\\x1b[2K\\x0d\\x1b[8m" in out
+    assert "c1\\x1bc\\x0d\\x1b8" in out
     assert "tickloop resume 'r1\\x1b[8m; rm -rf ~' --agent" in out
 
 
@@ -598,7 +600,7 @@ def test_the_timeline_script_handles_ids_with_quotes(tmp_path: Path) -> None:
     if chromium is None:
         pytest.skip("needs chromium (apt-get install chromium)")
     calls = [
-        {"_tool": "add", "a": 1, "b": 2, "_id": 'a"]b\\', "_outputPath": "†state.x"},
+        {"_tool": "add", "a": 1, "b": 2, "_id": 'a"b\\', "_outputPath": "†state.x"},
         {"_tool": "add", "a": "†state.x", "b": 1, "_id": "z", "_outputPath": "†state.y"},
     ]
     model = tl.ScriptedModel([{"calls": calls, "output": None}, {"calls": [], "output": "ok"}])
@@ -606,7 +608,7 @@ def test_the_timeline_script_handles_ids_with_quotes(tmp_path: Path) -> None:
     tl.Agent(model, tools=[add], store=path).run("go", run_id="r1")
     page = tmp_path / "timeline.html"
     page.write_text(tl.timeline_html(path, "r1"), encoding="utf-8")
-    url = page.as_uri() + "?focus=" + urllib.parse.quote('a"]b\\')
+    url = page.as_uri() + "?focus=" + urllib.parse.quote('a"b\\')
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
     dom = subprocess.run(
         [chromium, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120

@@ -151,8 +151,9 @@ def test_other_calls_keep_running_while_the_console_waits() -> None:
 
 
 def test_what_the_model_chose_cannot_rewrite_the_console() -> None:
-    """A call id and parameters carrying an erase-line sequence or a right-to-left
-    override are shown as escapes: the person reads what will run."""
+    """A call id and parameters carrying a terminal-reset sequence or a right-to-left
+    override are shown as escapes: the person reads what will run. (An id holding "["
+    is refused on arrival since PROTOCOL §14, so the id's sequence has none.)"""
     typed = io.StringIO()
 
     @tl.tool(requires_approval=True)
@@ -162,11 +163,11 @@ def test_what_the_model_chose_cannot_rewrite_the_console() -> None:
 
     hook = tl.ConsoleApproval(input=io.StringIO("a\n"), output=typed)
     result = tl.run_calls(
-        [{"_tool": "pay", "to": "bob\u202eevil", "_id": "x\x1b[2K", "_outputPath": "†state.p"}],
+        [{"_tool": "pay", "to": "bob\u202eevil", "_id": "x\x1bc", "_outputPath": "†state.p"}],
         tools=[pay],
         approve=hook,
     )
     shown = typed.getvalue()
     assert result.state == {"p": "bob\u202eevil"}  # the value itself is untouched
     assert "\x1b" not in shown and "\u202e" not in shown
-    assert "x\\x1b[2K" in shown and "bob\\u202eevil" in shown
+    assert "x\\x1bc" in shown and "bob\\u202eevil" in shown

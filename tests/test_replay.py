@@ -444,3 +444,115 @@ def test_a_tree_replays_by_path_and_forks_re_running_a_childs_call_and_what_read
     # The agent call named: its whole child runs again, and what reads it.
     assert RAN == Counter(fetch=1, summarize=1, count_words=1)
     assert whole.output == forked.output
+
+
+def _approving_tree(store: tl.SQLiteStore | None = None, approve: Any = None) -> tl.Agent:
+    """A writer whose researcher publishes what it fetched (publish asks approval)."""
+    researcher = tl.Agent(
+        tl.ScriptedModel(
+            [
+                {
+                    "calls": [
+                        {"_tool": "fetch", "url": "†input.task", "_outputPath": "†state.page"},
+                        {"_tool": "publish", "text": "†state.page", "_outputPath": "†state.r"},
+                    ]
+                },
+                {"calls": [], "output": "†state.r"},
+            ]
+        ),
+        tools=[fetch, publish],
+        name="researcher",
+        description="Research and publish.",
+    )
+    return tl.Agent(
+        tl.ScriptedModel(
+            [
+                {"calls": [{"_tool": "researcher", "task": "trio", "_outputPath": "†state.r"}]},
+                {"calls": [], "output": "†state.r"},
+            ]
+        ),
+        tools=[researcher, fetch],
+        store=store,
+        approve=approve,
+    )
+
+
+def test_a_replay_needs_no_hook_when_every_decision_is_recorded(tmp_path: Path) -> None:
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    first = _approving_tree(store, approve).run(run_id="tree")
+    assert APPROVALS == ["c1.0/c1.1"] and first.output == "published 12 chars"
+    APPROVALS.clear()
+    RAN.clear()
+    again = _approving_tree().replay("tree", store=store)  # no approve= at all
+    assert again.output == first.output and APPROVALS == [] and sum(RAN.values()) == 0
+    live = _approving_tree().replay("tree", store=store, tools="live")
+    assert live.output == first.output and RAN["publish"] == 1 and APPROVALS == []
+
+
+def _replayed_tree(store: tl.SQLiteStore, strict_child: bool = True) -> tl.Agent:
+    """The tree of `_tree`, every model a `ReplayModel` of run "tree"."""
+    tree = _tree()
+    tree.model = tl.ReplayModel(store, "tree", strict=True)
+    child = tree.tools["researcher"].agent
+    child.model = tl.ReplayModel(store, "tree", strict=strict_child)
+    return tree
+
+
+def test_the_replay_model_answers_each_run_of_a_tree_with_its_own_record(
+    tmp_path: Path,
+) -> None:
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    first = _tree(store).run(run_id="tree")
+    RAN.clear()
+    again = _replayed_tree(store).run()
+    # The child got the child's answers: it fetched and summarized, as recorded.
+    assert again.output == first.output
+    assert RAN == Counter(fetch=2, summarize=1, count_words=1)
+    # A changed request inside the child is named as the child's: its call fails, and
+    # the root's next request, which shows that, differs from the recorded one.
+    global SUMMARY_V2
+    SUMMARY_V2 = True
+    with pytest.raises(tl.ExecuteError, match="request 2 differs") as stopped:
+        _replayed_tree(store).run()
+    failure = str(stopped.value.messages)
+    assert "request 2 (sub-agent run c1.0) differs from the one recorded" in failure
+
+
+def test_a_run_whose_journal_was_emptied_is_refused_by_fork_replay_and_resume(
+    recorded: tuple[tl.SQLiteStore, tl.RunResult],
+) -> None:
+    import sqlite3
+
+    store, _ = recorded
+    with sqlite3.connect(store.path) as connection:
+        connection.execute("DELETE FROM journal WHERE run_id = 'order-42'")
+        connection.execute("UPDATE runs SET status = 'paused' WHERE run_id = 'order-42'")
+    agent = make_agent()
+    agent.store = store
+    for attempt, doing in [
+        (lambda: agent.fork("order-42", "order-42b", store=store), "replay or fork"),
+        (lambda: agent.replay("order-42", store=store), "replay or fork"),
+        (lambda: agent.resume("order-42"), "resume"),
+    ]:
+        with pytest.raises(tl.ResumeError, match=f"empty journal.*nothing to {doing}"):
+            attempt()
+    assert sum(RAN.values()) == 0
+    assert [run.run_id for run in store.runs()] == ["order-42"]
+    assert store.run("order-42").status == "paused"
+
+
+def test_a_fork_paused_inside_a_child_resumes_reusing_the_childs_record(tmp_path: Path) -> None:
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    first = _approving_tree(store, approve).run(run_id="tree")
+    RAN.clear()
+    later = _approving_tree(store, lambda call: tl.Defer())
+    later.model = tl.ScriptedModel([])  # nothing to answer: every answer is the record's
+    later.tools["researcher"].agent.model = tl.ScriptedModel([])
+    paused = later.fork("tree", "tree-b", store=store, rerun=["c1.0/c1.1"])
+    assert paused.status == "paused" and [c.id for c in paused.pending] == ["c1.0/c1.1"]
+    assert RAN == Counter()  # the child's fetch was reused
+    done = later.resume("tree-b", decisions={"c1.0/c1.1": tl.Approve()})
+    # On resume the tree still reuses its record: only the call re-run runs, and every
+    # answer, the child's next one included, is the recorded one.
+    assert RAN == Counter(publish=1)
+    assert done.output == first.output

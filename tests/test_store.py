@@ -355,7 +355,7 @@ def test_one_run_cannot_be_driven_by_two_processes_at_once(tmp_path: Path) -> No
             await started.wait()
             with pytest.raises(tl.ResumeError, match=r"running now.*wait for it"):
                 await agent.run_async({}, run_id="solo")
-            with pytest.raises(tl.ResumeError, match="'solo' is running in process"):
+            with pytest.raises(tl.ResumeError, match="'solo' is running in another process"):
                 await agent.resume_async("solo")
             assert tl.SQLiteStore(db).run("solo").status == "running"
             release.set()

@@ -460,3 +460,46 @@ def test_a_sub_agent_may_use_native_tool_calling_under_a_solution_parent() -> No
     result = run_on_mock_clock(parent, {})
     assert result.output == "The sum is 5."
     assert result.records["c1.0/c1.0"].output == 5
+
+
+def test_a_call_context_in_a_child_names_the_call_by_its_full_path() -> None:
+    """Issue 44 item 8: `CallContext.id` is the full path at any depth, so `(run_id, id)`
+    is an idempotency key unique in the tree; `.path` names the agent calls above."""
+    seen: list[tuple[str, tuple[str, ...], str | None]] = []
+
+    @tl.tool
+    def charge(cents: int, ctx: tl.CallContext) -> str:
+        seen.append((ctx.id, ctx.path, ctx.run_id))
+        return f"charged {cents}"
+
+    payer = tl.Agent(
+        tl.ScriptedModel(
+            [
+                solution({"_tool": "charge", "cents": 5, "_outputPath": "†state.paid"}),
+                solution(output="†state.paid"),
+            ]
+        ),
+        tools=[charge],
+        name="payer",
+    )
+    root = tl.Agent(
+        tl.ScriptedModel(
+            [
+                solution(
+                    {"_tool": "charge", "cents": 1, "_outputPath": "†state.own"},
+                    {"_tool": "payer", "task": "pay", "_outputPath": "†state.child"},
+                ),
+                solution(output="†state.child"),
+            ]
+        ),
+        tools=[charge, payer],
+    )
+    result = run_on_mock_clock(root)
+    assert result.output == "charged 5"
+    assert sorted((call_id, path) for call_id, path, _ in seen) == [
+        ("c1.0", ()),
+        ("c1.1/c1.0", ("c1.1",)),
+    ]
+    assert {run_id for _, _, run_id in seen} == {result.run_id}
+    keys = {(run_id, call_id) for call_id, _, run_id in seen}
+    assert len(keys) == 2  # idempotency keys of the tree never collide

@@ -149,6 +149,7 @@ def test_a_waiting_approval_is_input_required_until_decided() -> None:
 
     agent = _researcher(careful_lookup, approve=approve)
     seen_states: list[str] = []
+    refusals: list[str] = []
 
     async def main() -> list[StreamResponse]:
         async with _serving(agent) as (url, token):
@@ -166,6 +167,7 @@ def test_a_waiting_approval_is_input_required_until_decided() -> None:
                             data = MessageToDict(item.status_update.status.message.parts[1].data)
                             assert data["pending"][0]["id"] == "c1.0"
                             assert data["pending"][0]["tool"] == "lookup"
+                            refusals.append(await _message_to(client, item.status_update.task_id))
                             decided.set()
                 await client.close()
             return seen
@@ -174,6 +176,21 @@ def test_a_waiting_approval_is_input_required_until_decided() -> None:
     assert seen_states.index("TASK_STATE_INPUT_REQUIRED") < len(seen_states) - 1
     assert seen_states[-2:] == ["TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]
     assert _artifact(seen)["topic"] == "x"
+    # A message to the waiting task was refused: the run went on, once, to its end.
+    [refusal] = refusals
+    assert "waits for decisions on c1.0" in refusal and "starts no second run" in refusal
+
+
+async def _message_to(client: Any, task_id: str) -> str:
+    """What the server answers a message naming `task_id`: its A2A error's words."""
+    from a2a.utils.errors import A2AError
+
+    message = Message(
+        role=Role.ROLE_USER, message_id="again", task_id=task_id, parts=[new_text_part("yes")]
+    )
+    with pytest.raises(A2AError) as refused:
+        _ = [item async for item in client.send_message(SendMessageRequest(message=message))]
+    return str(refused.value)
 
 
 def test_a_tickloop_agent_calls_another_over_a2a_in_one_plan() -> None:
@@ -358,3 +375,57 @@ def test_the_card_carries_a_declared_input_schema_and_the_agents_description() -
         next(e for e in plain.capabilities.extensions if e.uri == SCHEMAS_EXTENSION).params
     )
     assert plain.description == "Hi." and "input" not in plain_params
+
+
+def test_a_message_to_a_paused_task_is_refused_and_starts_no_second_run(tmp_path: Any) -> None:
+    """One run per task (docs/web.md "A2A"): a message naming a task waiting for
+    decisions is refused with an A2A error; the paused task lists its calls' params
+    and names its run."""
+    from a2a.utils.errors import A2AError
+
+    paid: list[int] = []
+
+    @tl.tool(requires_approval=True)
+    def pay(amount: int) -> str:
+        """Pay an amount."""
+        paid.append(amount)
+        return f"paid {amount}"
+
+    plan = {"calls": [{"_tool": "pay", "amount": 10, "_outputPath": "†state.paid"}]}
+    model = tl.ScriptedModel([plan, {"calls": [], "output": "†state.paid"}] * 2)
+    store = tmp_path / "runs.db"
+    agent = tl.Agent(model, tools=[pay], approve=lambda pending: tl.Defer(), store=store)
+
+    async def main() -> tuple[Any, str]:
+        async with _serving(agent) as (url, token):
+            headers = {"Authorization": f"Bearer {token}"}
+            async with httpx.AsyncClient(headers=headers) as http:
+                config = ClientConfig(httpx_client=http, streaming=False)
+                client = await create_client(url, client_config=config)
+                first = Message(role=Role.ROLE_USER, message_id="m1", parts=[new_text_part("x")])
+                [sent] = [i async for i in client.send_message(SendMessageRequest(message=first))]
+                again = Message(
+                    role=Role.ROLE_USER,
+                    message_id="m2",
+                    task_id=sent.task.id,
+                    context_id=sent.task.context_id,
+                    parts=[new_text_part("yes, pay")],
+                )
+                for streaming in (False, True):
+                    config = ClientConfig(httpx_client=http, streaming=streaming)
+                    client = await create_client(url, client_config=config)
+                    with pytest.raises(A2AError) as refused:
+                        _ = [
+                            i async for i in client.send_message(SendMessageRequest(message=again))
+                        ]
+                    await client.close()
+        return sent.task, str(refused.value)
+
+    task, refusal = asyncio.run(main())
+    assert TaskState.Name(task.status.state) == "TASK_STATE_INPUT_REQUIRED"
+    data = MessageToDict(task.status.message.parts[1].data)
+    assert data["pending"] == [{"id": "c1.0", "tool": "pay", "params": {"amount": 10}}]
+    run_id = MessageToDict(task.metadata)["runId"]
+    assert f"task {task.id} waits for decisions on c1.0 (run {run_id})" in refusal
+    assert paid == []
+    assert [run.run_id for run in tl.SQLiteStore(store).runs()] == [run_id]

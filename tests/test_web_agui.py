@@ -381,3 +381,80 @@ def test_a_client_that_leaves_cancels_the_run() -> None:
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_a_paused_sub_agent_is_suspended_not_finished(tmp_path: Path) -> None:
+    """Issue 44: a child that paused on a deferred call got a plain SUBAGENT_FINISHED (a
+    success); it ends AG-UI's way for a paused sub-agent, the `suspended` outcome naming
+    its own interrupts, and the client accepts it."""
+    careful = tl.tool(add.handler, name="add", requires_approval=True)  # type: ignore[arg-type]
+    child = tl.Agent(
+        tl.ScriptedModel(
+            [{"calls": [{"_tool": "add", "a": 1, "b": 2, "_outputPath": "†state.s"}]}, FINAL]
+        ),
+        tools=[careful],
+        name="adder",
+    )
+    plan = {"calls": [{"_tool": "adder", "task": "add", "_outputPath": "†state.found"}]}
+    writer = tl.Agent(
+        tl.ScriptedModel([plan, {"calls": [], "output": "†state.found"}]),
+        tools=[child],
+        approve=lambda pending: tl.Defer(),
+        store=tmp_path / "runs.db",
+    )
+    seen = trio.run(_read_with_the_client, agui.app(writer), {}, "go")
+    ended = [e for e in seen["events"] if e["type"].startswith("SUBAGENT_")]
+    assert [e["type"] for e in ended] == ["SUBAGENT_STARTED", "SUBAGENT_FINISHED"]
+    assert ended[1]["outcome"] == {"type": "suspended", "interruptIds": ["c1.0/c1.0"]}
+    finished = seen["events"][-1]
+    assert finished["type"] == "RUN_FINISHED"
+    assert [i["id"] for i in finished["outcome"]["interrupts"]] == ["c1.0/c1.0"]
+
+
+async def _post(app: Any, raw: bytes) -> httpx.Response:
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        return await client.post("/", content=raw, headers={"content-type": "application/json"})
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"threadId": "t", "runId": "r\\ud800", "messages": []}',
+        b'{"threadId": "t", "runId": "r", "messages": [{"id": "m", "role": "user", '
+        b'"content": "a\\udc00"}]}',
+        b'{"threadId": "t", "runId": "r", "messages": [], "state": {"x": "\\ud800"}}',
+        b'{"threadId": "t", "runId": "r", "messages": [], "state": {"\\ud800": 1}}',
+        b'{"threadId": "t", "runId": "r", "state": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        b'{"threadId": "t", "runId": "r", "state": {"x": ' + b"[" * 300 + b"]" * 300 + b"}}",
+    ],
+    ids=["runId", "text", "state value", "state key", "100,000 deep", "300 deep"],
+)
+def test_a_body_no_run_could_send_back_is_a_422_before_the_stream(raw: bytes) -> None:
+    """Issue 44: a lone surrogate cut the stream or answered 500, as did a deep body."""
+    ran: list[str] = []
+    agent = tl.Agent(tl.ScriptedModel([FINAL]), on_event=lambda event: ran.append(event.kind))
+    answer = trio.run(_post, agui.app(agent), raw)
+    assert answer.status_code == 422
+    assert "surrogate" in answer.json()["error"] or "deep" in answer.json()["error"]
+    assert ran == []
+
+
+def test_run_error_does_not_show_the_servers_host_and_process(tmp_path: Path) -> None:
+    """Issue 44: a runId in use by another process answered `... (process host:pid)`."""
+    import os
+    import socket
+    import sqlite3
+
+    store = tmp_path / "runs.db"
+    tl.Agent(tl.ScriptedModel([{"output": 1}]), store=store).run({}, run_id="taken")
+    other = f"{socket.gethostname()}:{os.getppid()}"  # a live process, not this one
+    with sqlite3.connect(store) as connection:
+        connection.execute("UPDATE runs SET status = 'running', owner = ?", (other,))
+    agent = tl.Agent(tl.ScriptedModel([FINAL]), store=store)
+    raw = json.dumps({"threadId": "t", "runId": "taken", "messages": []}).encode()
+    answer = trio.run(_post, agui.app(agent), raw)
+    events = [json.loads(line[6:]) for line in answer.text.splitlines() if line]
+    assert events[-1]["type"] == "RUN_ERROR"
+    assert "'taken' is running now, in another process" in events[-1]["message"]
+    assert socket.gethostname() not in answer.text and str(os.getppid()) not in answer.text

@@ -78,3 +78,28 @@ def test_serve_a2a_needs_the_token_and_answers_the_a2a_client_with_it() -> None:
     assert card["name"] == "doubler"
     assert card["supportedInterfaces"][0]["url"] == url
     assert outputs == [42]
+
+
+def test_a_busy_port_is_one_line_and_exit_2_in_every_serve(tmp_path: Path) -> None:
+    """Issue 44: `serve --agui` printed a 75-line traceback and exited 1."""
+    import socket
+
+    import tickloop as tl
+
+    store = tmp_path / "runs.db"
+    agent = tl.Agent(tl.ScriptedModel([{"calls": [], "output": 1}]), store=store)
+    agent.run({})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        for options in (["--agui", "web_agents:agent"], ["--a2a", "web_agents:agent"],
+                        ["--store", str(store)]):  # fmt: skip
+            command = [sys.executable, "-m", "tickloop", "serve", "--port", port, *options]
+            done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+            assert done.returncode == 2, (options, done.stderr)
+            assert done.stderr == (
+                f"tickloop serve: cannot listen on 127.0.0.1:{port}: "
+                "[Errno 98] Address already in use\n"
+            ), options

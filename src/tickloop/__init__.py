@@ -15,9 +15,11 @@ parts that need them (`benchmarks/bench_import.py` holds `import tickloop` to 1.
 import importlib as _importlib
 import typing as _typing
 
+__version__ = "0.3.0"  # the one place: pyproject.toml reads it (tool.hatch.version)
+
 if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names, eagerly
     from ._agent._agent import Agent, RunResult
-    from ._agent._replay import ReplayMismatchError, ReplayModel
+    from ._agent._replay import ReplayModel
     from ._agent._text_stream import TextStream
     from ._core._budget import Budget, BudgetRequest, Price, RunUsage
     from ._core._decisions import (
@@ -41,7 +43,9 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
         ConfigurationError,
         ExecuteError,
         MaxIterationsError,
+        ModelError,
         ReferenceSyntaxError,
+        ReplayMismatchError,
         ResumeError,
         RunStopped,
         StoreError,
@@ -54,7 +58,6 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
     from ._models._anthropic import Anthropic
     from ._models._base import (
         ModelClient,
-        ModelError,
         SolutionRequest,
         TextDelta,
         ToolCallStarted,
@@ -93,7 +96,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
 _WHERE: dict[str, str] = {
     "Agent": "._agent._agent",
     "RunResult": "._agent._agent",
-    "ReplayMismatchError": "._agent._replay",
+    "ReplayMismatchError": "._errors",
     "ReplayModel": "._agent._replay",
     "TextStream": "._agent._text_stream",
     "Budget": "._core._budget",
@@ -140,7 +143,7 @@ _WHERE: dict[str, str] = {
     "Anthropic": "._models._anthropic",
     "ModelClient": "._models._base",
     "FunctionModel": "._models._function",
-    "ModelError": "._models._base",
+    "ModelError": "._errors",
     "OpenAIChat": "._models._openai_chat",
     "OpenAIResponses": "._models._openai_responses",
     "ScriptedModel": "._models._scripted",

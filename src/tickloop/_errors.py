@@ -2,7 +2,26 @@
 
 Errors a *call* makes never become exceptions: they become Error Messages in the log
 (PROTOCOL §7). Exceptions are kept for the caller's mistakes (configuration, syntax) and
-for the few ways a whole run can stop (iteration limit, model attempts used up).
+for the few ways a whole run can stop (iteration limit, model attempts used up). The
+whole tree, every class defined here (catch `TickloopError` for all of them):
+
+    TickloopError
+    ├── ConfigurationError ······ bad tools or options, raised before anything runs
+    ├── ReferenceSyntaxError ···· (also a ValueError) an expression that does not parse
+    ├── SchedulerUsageError ····· (also a ValueError) a driver fed an event out of turn
+    ├── RunStopped ·············· the run stopped before a final output; `.messages`
+    │   ├── MaxIterationsError ·· (also a RuntimeError) `max_iterations` used up
+    │   ├── ExecuteError ········ every attempt at one model request failed
+    │   └── BudgetExceeded ······ a budget's limit left no room; `.limit`, `.usage`
+    ├── ModelError ·············· a failed model request; `.status`, `.retry_after`
+    ├── ReplayMismatchError ····· a strict `ReplayModel` got another request than recorded
+    ├── ResumeError ············· a resume that cannot go ahead (unknown run, decision)
+    ├── StoreError ·············· a store file that cannot be used
+    └── RemoteAgentError ········ (also a RuntimeError) `tickloop.a2a`: the remote task
+                                  failed, was rejected or gave no output
+
+A `ModelError` inside a run is retried (PROTOCOL §8) and reaches the caller as the
+`ExecuteError` it ended in; a `RemoteAgentError` fails its call, never the run.
 """
 
 from __future__ import annotations
@@ -98,8 +117,59 @@ class BudgetExceeded(RunStopped):
         self.usage = usage
 
 
+class ModelError(TickloopError):
+    """A failed model request.
+
+    `status` is the HTTP status (None for a transport error: connection refused, reset,
+    a stream that broke off before the answer began); `retry_after` is the server's
+    Retry-After in seconds, when it sent one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        body: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+        self.body = body
+
+    @property
+    def retryable(self) -> bool:
+        return self.status is None or is_retryable_status(self.status)
+
+
+RETRYABLE_STATUSES = frozenset({408, 409, 429})
+
+
+def is_retryable_status(status: int) -> bool:
+    return status in RETRYABLE_STATUSES or 500 <= status <= 599
+
+
+class ReplayMismatchError(TickloopError):
+    """A strict `ReplayModel` got a request that differs from the recorded one."""
+
+
+class RemoteAgentError(TickloopError, RuntimeError):
+    """`tickloop.a2a.RemoteAgent`: the remote agent's task failed, was rejected, or gave
+    no output. A `RuntimeError` too, as it was before it joined the tree."""
+
+
 class ResumeError(TickloopError):
-    """A resume that cannot go ahead: unknown run, finished run, or a bad decision."""
+    """A resume that cannot go ahead: unknown run, finished run, or a bad decision.
+
+    `process` is the `host:pid` of the process running the run when that is why; it is
+    kept out of the message, which a served agent shows its web clients (AG-UI's
+    `RUN_ERROR`, an A2A task's failure); `tickloop resume` prints it.
+    """
+
+    def __init__(self, message: str, *, process: str | None = None) -> None:
+        super().__init__(message)
+        self.process = process
 
 
 class StoreError(TickloopError):

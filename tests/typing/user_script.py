@@ -108,6 +108,20 @@ async def inside_trio() -> int:
     return value
 
 
+def agent_in_run_calls() -> int:
+    plan = {"calls": [{"_tool": "add", "a": "†input.a", "b": 1, "_outputPath": "†state.x"}]}
+    adder = tl.Agent(
+        tl.ScriptedModel([plan, {"output": "†state.x"}]),
+        tools=[add],
+        name="adder",
+        input={"type": "object"},
+    )
+    result = tl.run_calls([{"_tool": "adder", "a": 2, "_outputPath": "†state.y"}], tools=[adder])
+    value = result.state["y"]
+    assert isinstance(value, int)
+    return value
+
+
 if __name__ == "__main__":
     assert typed_run() == Answer(total=3, note="charged")
     assert plain_outputs() == (4, ["A", "B"])
@@ -115,4 +129,5 @@ if __name__ == "__main__":
     assert own_client() == "echo"
     assert stopped() > 0
     assert trio.run(inside_trio) == 3
+    assert agent_in_run_calls() == 3
     print("ok")

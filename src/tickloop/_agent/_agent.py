@@ -22,7 +22,8 @@ import trio
 
 from .._core._budget import Budget, BudgetRequest, Price
 from .._core._decisions import ApproveHook
-from .._core._tools import Tool, ToolSet, ToolSource, split_tools
+from .._core._paths import RunPath
+from .._core._tools import MakesTool, Tool, ToolSet, ToolSource, split_tools
 from .._durable._store import SQLiteStore, as_store
 from .._engine._engine import check_configuration
 from .._engine._event_loops import refuse_inside_trio, require_trio
@@ -35,10 +36,10 @@ from ._budgeting import check_budget, check_pricing
 from ._loop import AgentConfig, LoopProtocol, OutputT, RunResult
 from ._output import OutputSpec
 from ._prompt import DEFAULT_CONTEXT_BUDGET, solution_schema
-from ._replay import Replaying, load_recording, stale_calls
+from ._replay import Replaying, fork_note, forked_from, load_recording, stale_calls
 from ._session import RunSession
 from ._solution import SOLUTION
-from ._subagent import DEFAULT_INPUT, AgentTool, check_tree
+from ._subagent import DEFAULT_INPUT, AgentTool, check_tree, tree_tool_names
 from ._text_stream import open_stream
 from ._tree import DEFAULT_MAX_DEPTH
 from ._turns import TOOLS
@@ -58,7 +59,7 @@ def _check_on_event(callback: Any) -> Any:
     return callback
 
 
-class Agent(Generic[OutputT]):
+class Agent(MakesTool, Generic[OutputT]):
     """A model, tools and options: `agent.run(input)` loops until the model answers.
 
     Generic in its output: `Agent(model, output=Answer)` is an `Agent[Answer]`, whose
@@ -274,7 +275,31 @@ class Agent(Generic[OutputT]):
         async with self._open_for_run() as config:
             session = RunSession.claim(config, run_id, decisions, on_event or self.on_event)
             session.grant = grant
+            forked = forked_from(session.journal or [])
+            if forked is not None:  # a fork goes on reusing its record (docs/replay.md)
+                session.config = self._resumed_fork(session, forked)
             return await session.execute()
+
+    def _resumed_fork(self, session: RunSession, forked: dict[str, Any]) -> AgentConfig:
+        """A resumed fork's configuration: its record's answers, outcomes and budget
+        decisions for what it reused before, as the fork had them."""
+        config = session.config
+        replaying = Replaying(
+            load_recording(config.store, forked["of"], self.protocol),
+            fork=True,
+            recorded_tools=False,
+            hook=config.approve,
+            stale=forked.get("stale") or (),
+        )
+        replaying.resuming(session.journal or [])
+        return dataclasses.replace(
+            config,
+            model=replaying.model_for(RunPath.ROOT, config.model, self.protocol),
+            approve=replaying.decide,
+            answer=replaying.answer_under(RunPath.ROOT),
+            recorded_room=replaying.room_under(RunPath.ROOT),
+            replaying=replaying,
+        )
 
     # -- replay and fork (docs/replay.md) ---------------------------------------------------
 
@@ -366,10 +391,15 @@ class Agent(Generic[OutputT]):
             fork=True,
             recorded_tools=False,
             hook=self.approve,
-            stale=stale_calls(recording, rerun, rerun_tools),
+            stale=stale_calls(recording, rerun, rerun_tools, self._tree_tool_names()),
             root_model=model,
         )
         return await self._run_recorded(replaying, as_store(store), new_run_id, on_event)
+
+    def _tree_tool_names(self) -> set[str] | None:
+        """The names of this agent's tools and its sub-agents'; None while some are
+        known only once a tool source (an MCP server) is listed."""
+        return None if self.tool_sources else tree_tool_names(self.tools.values())
 
     async def _run_recorded(
         self,
@@ -380,39 +410,50 @@ class Agent(Generic[OutputT]):
     ) -> RunResult[OutputT]:
         """Run the recorded run again from its opening messages, as `replaying` says:
         a replay in memory (`store` None), or a fork stored as `run_id`."""
-        async with self._open_for_run() as config:
+        async with self._open_for_run(approve=replaying.decide) as config:
             config = dataclasses.replace(
                 config,
-                model=replaying.model_for((), config.model, self.protocol),
+                model=replaying.model_for(RunPath.ROOT, config.model, self.protocol),
                 approve=replaying.decide,
-                answer=replaying.answer_under(""),
+                answer=replaying.answer_under(RunPath.ROOT),
+                recorded_room=replaying.room_under(RunPath.ROOT),
+                budget=replaying.budget(),
                 replaying=replaying,
                 store=store,
             )
             opening = replaying.recording.root.opening
-            session = RunSession.new(config, None, opening, on_event or self.on_event, run_id)
+            notes = [fork_note(replaying)] if store is not None else []
+            session = RunSession.new(
+                config, None, opening, on_event or self.on_event, run_id, notes
+            )
             return await session.execute()
 
     @asynccontextmanager
     async def _open_for_run(
-        self, budget: Budget | None = None, *, root: bool = True
+        self, budget: Budget | None = None, *, root: bool = True, approve: Any = None
     ) -> AsyncIterator[AgentConfig]:
         """This agent's configuration as one run sees it: its tool sources open (in this
         task), their tools added to its own, their instructions to its instructions.
 
-        A root run checks its tree's approval needs (a child run is served by the root's
-        hook, `root=False`)."""
+        A root run checks its tree (a child run is served by the root's hook and store,
+        `root=False`); `approve` is the hook that will answer, when not the agent's (a
+        replay's recorded decisions)."""
         config = self._config(budget)
-        if not self.tool_sources:
-            if root:
-                check_tree(config.tools.values(), config.approve, config.pricing, config.budget)
-            yield config
+        if self.tool_sources:
+            async with open_tools(self._tool_items) as opened:
+                config = self._config_with(config, opened)
+                if root:
+                    self._check_tree(config, approve)
+                yield config
             return
-        async with open_tools(self._tool_items) as opened:
-            config = self._config_with(config, opened)
-            if root:
-                check_tree(config.tools.values(), config.approve, config.pricing, config.budget)
-            yield config
+        if root:
+            self._check_tree(config, approve)
+        yield config
+
+    def _check_tree(self, config: AgentConfig, approve: Any) -> None:
+        hook = config.approve if approve is None else approve
+        tools = config.tools.values()
+        check_tree(tools, hook, config.pricing, config.budget, config.store)
 
     def _config_with(self, config: AgentConfig, opened: OpenedTools) -> AgentConfig:
         """`config` with a run's listed tool sources: their tools added to the agent's,
@@ -496,7 +537,10 @@ class Agent(Generic[OutputT]):
         """
         from .._engine._asyncio_bridge import run_trio_in_asyncio
 
-        return await run_trio_in_asyncio(partial(self.run_async, input, **options))
+        result: RunResult[OutputT] = await run_trio_in_asyncio(
+            partial(self.run_async, input, **options)
+        )
+        return result
 
 
 def _agents_as_tools(tools: Any) -> Sequence[Tool | ToolSource] | Mapping[str, Tool]:

@@ -16,13 +16,15 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic
+from typing import Any, ClassVar, Generic, Protocol
 
 from typing_extensions import TypeVar
 
 from .._core._budget import Budget, BudgetRequest, Ledger, Price, RunUsage
+from .._core._budget_gate import RecordedRoom
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._log import ContextLog
+from .._core._paths import RunPath
 from .._core._scheduler import CallRecord
 from .._core._tools import ToolSet
 from .._durable._resume import DurableRun
@@ -30,13 +32,30 @@ from .._durable._store import SQLiteStore
 from .._engine._engine import Engine, Outcome
 from .._engine._run import ExecutionResult
 from .._errors import BudgetExceeded, ExecuteError, MaxIterationsError, RunStopped
-from .._models._base import ModelError, Usage
+from .._models._base import (
+    ModelClient,
+    ModelError,
+    SolutionRequest,
+    TurnClient,
+    TurnRequest,
+    Usage,
+)
 from .._observe._events import EventSink, Redactor, RequestRetried, RunEvent
+from .._observe._trace import RunTracer
 from ._budgeting import RequestMeter, Reservation, WallClock, run_ledger
 from ._output import OutputSpec
 from ._retry import attempts_made
+from ._tree import ReplayingTree, RunPlace
 
-__all__ = ["AgentConfig", "LoopProtocol", "OuterLoop", "OutputT", "RunResult", "structural"]
+__all__ = [
+    "AgentConfig",
+    "LoopDriver",
+    "LoopProtocol",
+    "OuterLoop",
+    "OutputT",
+    "RunResult",
+    "structural",
+]
 
 # What a run's output is: the type given as `output=` (`Agent(model, output=Answer)` is an
 # `Agent[Answer]`), `Any` for a JSON Schema or no output schema.
@@ -75,6 +94,30 @@ class RunResult(ExecutionResult, Generic[OutputT]):
         )
 
 
+class LoopDriver(Protocol):
+    """What drives a run's loop when trio in this process does not (a Temporal workflow,
+    `tickloop._agent.seam`): the engine its ticks run on, its model requests and its
+    waits. The loop, its protocol and its scheduler are the same."""
+
+    def make_engine(
+        self, log: ContextLog, on_action: Callable[[Any], None] | None, ledger: Ledger
+    ) -> Any:
+        """The engine of the loop's ticks over `log` (a `SchedulerDriver`)."""
+
+    async def request_solution(
+        self, request: SolutionRequest, on_item: Callable[[Any], None]
+    ) -> None:
+        """One solution request, its text handed to `on_item` as it arrives (a
+        `TextDelta`, a `Usage`, a `StreamRestarted`); raises `ModelError`."""
+
+    async def request_turn(self, request: TurnRequest, on_item: Callable[[Any], None]) -> None:
+        """One request of protocol "tools": `on_item` gets its `Usage` and, last, its
+        `TurnResponse`; raises `RunStopped` when the run cannot go on."""
+
+    async def wait_until(self, condition: Callable[[], bool]) -> None:
+        """Until `condition()` holds (checked as the engine's calls end)."""
+
+
 @dataclass(frozen=True, eq=False)
 class AgentConfig:
     """What one run of an agent is configured with, fixed when the run starts.
@@ -85,7 +128,7 @@ class AgentConfig:
     agent's retry delays go on from run to run).
     """
 
-    model: Any
+    model: ModelClient | TurnClient
     tools: ToolSet
     output: OutputSpec
     instructions: str | None
@@ -100,26 +143,31 @@ class AgentConfig:
     schema: dict[str, Any]
     store: SQLiteStore | None
     redact: Redactor
-    tracer: Any
-    on_event: Callable[[RunEvent], Any] | None
+    tracer: RunTracer | None
+    on_event: Callable[[RunEvent], object] | None
     rng: random.Random
     name: str | None = None
     max_depth: int = 5  # of the tree this run is the root of (PROTOCOL §11)
     # Where the run is in a tree of runs (`_tree.RunPlace`), when it has sub-agents or is
     # one; its engine hands it to the calls (`CallContext.scope`) that start child runs.
-    place: Any = None
+    place: RunPlace | None = None
     # A replayed or forked run's recorded outcome for a call id, given instead of running
     # its handler (None: run it); see `_replay`.
     answer: Callable[[str], Outcome | None] | None = None
+    # And what its record decided of the budget for a call id it reuses: refused (the
+    # error), started (True: counted, never refused), or None (it reserves room).
+    recorded_room: RecordedRoom | None = None
     # The root of a replayed or forked tree: what each of its runs takes from the record
     # (`_replay.Replaying`: a child's model and answers, by path).
-    replaying: Any = None
+    replaying: ReplayingTree | None = None
     # Budgets (PROTOCOL §12): the run's limits, the prices of its models, the hook, and
     # for a child run the ledger of the run that started it (`run_ledger` says how).
     budget: Budget | None = None
     pricing: Mapping[str, Price] = field(default_factory=dict)
-    on_budget: Callable[[BudgetRequest], Any] | None = None
+    on_budget: Callable[[BudgetRequest], object] | None = None
     parent_ledger: Ledger | None = None
+    # Another driver of the run's loop than trio here (a Temporal workflow); None: trio.
+    driver: LoopDriver | None = None
 
 
 class LoopProtocol(ABC):
@@ -174,7 +222,7 @@ class OuterLoop:
         self.usage = Usage()  # the tokens the model reported (`ledger`: the whole count)
         self.ledger = run_ledger(config.budget, config.pricing, config.parent_ledger)
         if config.place is not None:  # a tree's run: its children draw from this ledger
-            config.place.tree.ledgers[config.place.path] = self.ledger
+            config.place.tree.state.ledgers[config.place.path] = self.ledger
         self.events = (
             on_event
             if isinstance(on_event, EventSink)
@@ -199,6 +247,8 @@ class OuterLoop:
     ) -> Any:
         """The driver the loop runs its ticks on: trio's engine here, a workflow's elsewhere."""
         config = self.config
+        if config.driver is not None:
+            return config.driver.make_engine(self.log, on_action, self.ledger)
         engine = Engine(
             config.tools,
             self.log,
@@ -209,12 +259,14 @@ class OuterLoop:
             journal=durable,
             run_id=self.events.run_id or None,
             scope=config.place,
+            path=config.place.path if config.place is not None else RunPath.ROOT,
             answer=config.answer,
+            recorded_room=config.recorded_room,
             budget=self.ledger,
             on_budget=config.on_budget,
         )
         if config.place is not None:  # one question at a time for the whole tree (§12)
-            engine.budget_questions = config.place.tree.budget_questions
+            engine.budget_questions = config.place.tree.state.budget_questions
         return engine
 
     def _action_listener(self) -> Callable[[Any], None] | None:
@@ -298,7 +350,7 @@ class OuterLoop:
     def _path(self) -> tuple[str, ...]:
         """The agent-call ids above this run (PROTOCOL §11): () at the root, or alone."""
         place = self.config.place
-        return place.path if place is not None else ()
+        return place.path.parts if place is not None else ()
 
     def _iterations_done(self) -> int:
         return self.protocol.iterations_in(self.log)

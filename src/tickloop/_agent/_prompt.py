@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from .._core._expressions import REF
@@ -24,6 +25,7 @@ __all__ = [
     "solution_schema",
     "strip_strict_nulls",
     "tool_call_schema",
+    "visible_parameters",
 ]
 
 PROTOCOL_GUIDE = """\
@@ -196,7 +198,7 @@ def render_tool_menu(tools: ToolSet) -> str:
         )
         if tool.description:
             lines.append(tool.description)
-        lines.append("Parameters: " + _json(_visible_parameters(tool)))
+        lines.append("Parameters: " + _json(visible_parameters(tool)))
         if tool.output is not None:
             lines.append("Result: " + _json(tool.output))
         notes = []
@@ -289,7 +291,8 @@ def _cut(value: Any, path: str, budget: int, written: bool = True) -> Any:
 def _last(messages: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
     for message in reversed(messages):
         if message.get("type") == kind:
-            return message
+            found: dict[str, Any] = message
+            return found
     return None
 
 
@@ -310,7 +313,7 @@ def _view_json(value: Any, written: bool) -> str:
 # The solution schema
 
 
-def _visible_parameters(tool: Tool) -> dict[str, Any]:
+def visible_parameters(tool: Tool) -> dict[str, Any]:
     """The parameter schema the model sees: bound parameters are hidden (PROTOCOL §9)."""
     if not tool.bind:
         return tool.parameters
@@ -334,7 +337,7 @@ def tool_call_schema(tool: Tool, *, strict: bool = True) -> dict[str, Any]:
     """One tool's call schema: `_tool` fixed, its parameters (each may be a reference),
     and the meta keys. In strict mode every key is required and optional ones nullable,
     as OpenAI strict structured outputs demand; `strip_strict_nulls` undoes that."""
-    parameters = _visible_parameters(tool)
+    parameters = visible_parameters(tool)
     definitions = parameters.get("$defs", {})
     required = set(parameters.get("required", []))
     properties: dict[str, Any] = {"_tool": {"type": "string", "enum": [tool.name]}}
@@ -419,20 +422,21 @@ def json_text_parameters(tool: Tool) -> frozenset[str]:
     """The parameters of `tool` whose schema strict structured output cannot take (a
     free-form map, `patternProperties`, `not`...). In a strict solution schema each of
     them is written as JSON text and parsed back before the engine sees the call, so one
-    odd tool (typically an MCP server's) does not make the whole request fail. Cached on
-    the tool: the scheduler's every call passes here."""
-    cached = getattr(tool, "_json_text_parameters", None)
-    if cached is not None:
-        return cached
+    odd tool (typically an MCP server's) does not make the whole request fail. A loop
+    works these out once per run (`json_text_by_tool`): its every call needs them."""
     parameters = tool.parameters
     definitions = parameters.get("$defs", {})
-    odd = frozenset(
+    return frozenset(
         key
         for key, schema in parameters.get("properties", {}).items()
         if key not in tool.bind and strict_problem(_strictify(schema), definitions) is not None
     )
-    tool._json_text_parameters = odd  # type: ignore[attr-defined]
-    return odd
+
+
+def json_text_by_tool(tools: ToolSet) -> dict[str, frozenset[str]]:
+    """`json_text_parameters` of every tool that has some, by name."""
+    found = {name: json_text_parameters(tool) for name, tool in tools.items()}
+    return {name: keys for name, keys in found.items() if keys}
 
 
 def strict_problem(schema: Any, definitions: dict[str, Any] | None = None) -> str | None:
@@ -497,10 +501,9 @@ def _used_definitions(schema: Any, definitions: dict[str, Any]) -> set[str]:
     return used
 
 
-def parse_json_text_parameters(call: dict[str, Any], tool: Tool) -> dict[str, Any]:
+def parse_json_text_parameters(call: dict[str, Any], keys: frozenset[str]) -> dict[str, Any]:
     """Undo the JSON text of `json_text_parameters` (a reference is left as it is; text
     that does not parse stays text, and the parameter check reports it)."""
-    keys = json_text_parameters(tool)
     if not keys:
         return call
     result = dict(call)
@@ -624,21 +627,27 @@ def _strictify(schema: Any) -> Any:
     return result
 
 
-def strip_strict_nulls(call: Any, tools: ToolSet) -> Any:
+def strip_strict_nulls(
+    call: Any, tools: ToolSet, as_text: Mapping[str, frozenset[str]] | None = None
+) -> Any:
     """Drop the nulls strict mode forces for optional keys, so the engine sees the call
-    the model meant: an absent optional parameter, not a null one (at any depth)."""
+    the model meant: an absent optional parameter, not a null one (at any depth).
+    `as_text` is `json_text_by_tool(tools)`, when the caller keeps it."""
     if not isinstance(call, dict):
         return call
     name = call.get("_tool")
     tool = tools.get(name) if isinstance(name, str) else None
-    if not _holds_null(call) and (tool is None or not json_text_parameters(tool)):
+    keys: frozenset[str] = frozenset()
+    if tool is not None:
+        keys = json_text_parameters(tool) if as_text is None else as_text.get(tool.name, keys)
+    if not _holds_null(call) and not keys:
         return call  # nothing to strip or parse: the common case, once per call of a plan
     if tool is None:
         return {key: value for key, value in call.items() if value is not None}
     definitions = tool.parameters.get("$defs", {})
     cleaned = _strip(
         parse_json_text_parameters(
-            {key: value for key, value in call.items() if not key.startswith("_")}, tool
+            {key: value for key, value in call.items() if not key.startswith("_")}, keys
         ),
         tool.parameters,
         definitions,

@@ -24,12 +24,17 @@ import json
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
+from .._core._budget import Budget
+from .._core._budget_gate import RecordedRoom
 from .._core._decisions import ApproveHook, Decision, Deny, PendingCall
+from .._core._paths import RunPath
+from .._core._suggest import did_you_mean
 from .._durable._recording import RecordedCall, RecordedResponse, RecordedRun, Recording
 from .._durable._store import SQLiteStore, as_store
+from .._durable._writer import empty_journal
 from .._engine._asking import ask
 from .._engine._engine import Outcome
-from .._errors import ConfigurationError, TickloopError
+from .._errors import ConfigurationError, ReplayMismatchError, ResumeError
 from .._models._base import (
     TOOL_RESULT_MESSAGES,
     ModelError,
@@ -41,30 +46,36 @@ from .._models._base import (
     TurnResponse,
     Usage,
 )
+from ._session import budget_in
 from ._turns import response_of
 
 __all__ = [
     "ReplayMismatchError",
     "ReplayModel",
     "Replaying",
+    "fork_note",
+    "forked_from",
     "load_recording",
     "stale_calls",
 ]
-
-
-class ReplayMismatchError(TickloopError):
-    """A strict `ReplayModel` got a request that differs from the recorded one."""
 
 
 def load_recording(
     store: SQLiteStore | str | Any, run_id: str, protocol: str = "solution"
 ) -> Recording:
     """The stored run, refused when another protocol's loop made it."""
+    recording = _load(store, run_id, "replay and fork need the store that holds the run")
+    _check_protocol(recording, protocol)
+    return recording
+
+
+def _load(store: SQLiteStore | str | Any, run_id: str, no_store: str) -> Recording:
     opened = as_store(store)
     if opened is None:
-        raise ConfigurationError("replay and fork need the store that holds the run")
+        raise ConfigurationError(no_store)
     recording = Recording.load(opened, run_id)
-    _check_protocol(recording, protocol)
+    if not recording.runs:
+        raise ResumeError(empty_journal(run_id, "replay or fork"))
     return recording
 
 
@@ -109,44 +120,61 @@ class ReplayModel:
         self._store = store
         self._recording: Recording | None = None
 
-    def _root(self, protocol: str) -> RecordedRun:
-        """The recorded root run, refused when it was not made with `protocol`."""
+    @property
+    def recording(self) -> Recording:
+        """The stored run (either protocol), read once."""
         if self._recording is None:
-            opened = as_store(self._store)
-            if opened is None:
-                raise ConfigurationError("tl.ReplayModel needs the store that holds the run")
-            self._recording = Recording.load(opened, self.run_id)
-        _check_protocol(self._recording, protocol)
-        return self._recording.root
+            self._recording = _load(
+                self._store, self.run_id, "tl.ReplayModel needs the store that holds the run"
+            )
+        return self._recording
+
+    @property
+    def recorded(self) -> RecordedRun:
+        """The root run's record."""
+        return self.recording.root
+
+    def run_at(self, path: tuple[str, ...]) -> RecordedRun:
+        """The record of the run at `path` (a request's `path`: () the root). A recording
+        of a run without sub-agents (a sub-agent recorded on its own) answers every run
+        that uses it alike; a tree's answers each child run with its own, by path."""
+        recording = self.recording
+        if len(recording.runs) <= 1:
+            return recording.root
+        return recording.run(RunPath.of(path))
 
     @property
     def turn_format(self) -> str:
         """The wire format the run's turns were recorded in; "scripted" for a run that
         recorded none (it answers no request, so no message of any format is made)."""
-        for response in self._root("tools").responses.values():
-            if response.turn is not None and isinstance(response.turn.get("format"), str):
-                return str(response.turn["format"])
+        _check_protocol(self.recording, "tools")
+        for run in self.recording.runs.values():
+            for response in run.responses.values():
+                if response.turn is not None and isinstance(response.turn.get("format"), str):
+                    return str(response.turn["format"])
         return "scripted"
 
-    def _answer(self, protocol: str, iteration: int, request: dict[str, Any]) -> RecordedResponse:
-        run = self._root(protocol)
-        recorded = run.responses.get(iteration)
+    def _answer(self, protocol: str, request: SolutionRequest | TurnRequest) -> RecordedResponse:
+        _check_protocol(self.recording, protocol)
+        run = self.run_at(request.path)
+        recorded = run.responses.get(request.iteration)
         if recorded is None:
-            raise _unrecorded(self.run_id, run, iteration)
+            raise _unrecorded(self.run_id, run, request.iteration)
         if self.strict:
-            difference = first_difference(recorded.request, request)
+            difference = first_difference(recorded.request, request.to_dict())
             if difference is not None:
+                where = f" (sub-agent run {run.path})" if run.path else ""
                 raise ReplayMismatchError(
-                    f"request {iteration} differs from the one recorded in run "
-                    f"{self.run_id!r}: {difference}"
+                    f"request {request.iteration}{where} differs from the one recorded in "
+                    f"run {self.run_id!r}: {difference}"
                 )
         return recorded
 
     async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
-        yield TextDelta(self._answer("solution", request.iteration, request.to_dict()).text)
+        yield TextDelta(self._answer("solution", request).text)
 
     async def stream_turn(self, request: TurnRequest) -> AsyncIterator[TurnItem]:
-        yield response_of(self._answer("tools", request.iteration, request.to_dict()).turn or {})
+        yield response_of(self._answer("tools", request).turn or {})
 
     def tool_result_messages(
         self, response: TurnResponse, results: Sequence[ToolResult]
@@ -197,10 +225,19 @@ class _RunModel:
         self.reused.add(iteration)
         return recorded
 
+    def _usage(self, iteration: int) -> Usage | None:
+        """What the record counted request `iteration` for (PROTOCOL §12): the budget
+        counts a reused answer as the record did."""
+        used = self.run.usage.get(iteration)
+        return Usage(*used) if used is not None and any(used) else None
+
     async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
         recorded = self._recorded(request.iteration, request.to_dict())
         if recorded is not None:
             yield TextDelta(recorded.text)
+            usage = self._usage(request.iteration)
+            if usage is not None:
+                yield usage
             return
         async for item in self.live.stream_solution(request):
             yield item
@@ -208,6 +245,9 @@ class _RunModel:
     async def stream_turn(self, request: TurnRequest) -> AsyncIterator[TurnItem]:
         recorded = self._recorded(request.iteration, request.to_dict())
         if recorded is not None:
+            usage = self._usage(request.iteration)
+            if usage is not None:
+                yield usage
             yield response_of(recorded.turn or {})
             return
         async for item in self.live.stream_turn(request):
@@ -240,41 +280,92 @@ class Replaying:
         self.hook = hook
         self.stale = set(stale)
         self.root_model = root_model  # a fork's model= for the root run; None: the agent's
-        self._models: dict[str, _RunModel] = {}
+        self._models: dict[RunPath, _RunModel] = {}
+        # A resumed fork: per run path, the iterations it reused and whether it diverged.
+        self._seeds: dict[RunPath, tuple[set[int], bool]] = {}
 
-    def model_for(self, path: tuple[str, ...], model: Any, protocol: str) -> Any:
+    def model_for(self, path: RunPath, model: Any, protocol: str) -> Any:
         """The model of the run at `path` of `protocol`, whose own client is `model`."""
-        where = "/".join(path)
         live = None
         if self.fork:
             live = self.root_model if not path and self.root_model is not None else model
         run_model = _RunModel(
-            self.recording.run_id, self.recording.run(where), model, live, protocol == "tools"
+            self.recording.run_id, self.recording.run(path), model, live, protocol == "tools"
         )
-        self._models[where] = run_model
+        seed = self._seeds.get(path)
+        if seed is not None:  # a resumed fork: what it reused before
+            run_model.reused, run_model.diverged = set(seed[0]), seed[1]
+        self._models[path] = run_model
         return run_model
 
-    def answer_under(self, prefix: str) -> Callable[[str], Outcome | None] | None:
-        """The engine's recorded outcomes for the run whose calls' full paths start with
-        `prefix`; None when every call runs its handler."""
+    def resuming(self, journal: Iterable[tuple[int, float, str, Any]]) -> None:
+        """A fork resumed from its own `journal`: each of its runs reused the recorded
+        answers of the requests it journaled equal to the recorded ones, up to the first
+        that differed (as `_RunModel` decided then), so its calls get the same outcomes
+        and budget decisions when the journal replays, and after."""
+        forked = Recording(self.recording.run_id, self.recording.protocol)
+        forked._read((kind, body) for _, _, kind, body in journal)
+        for where, run in forked.runs.items():
+            recorded = self.recording.run(where)
+            reused: set[int] = set()
+            diverged = False
+            for iteration in sorted(run.responses):
+                was = recorded.responses.get(iteration)
+                now = run.responses[iteration].request
+                if diverged or was is None or first_difference(was.request, now) is not None:
+                    diverged = True
+                else:
+                    reused.add(iteration)
+            self._seeds[where] = (reused, diverged)
+
+    def answer_under(self, path: RunPath) -> Callable[[str], Outcome | None] | None:
+        """The engine's recorded outcomes for the run at `path`, by its calls' local ids;
+        None when every call runs its handler."""
         if not self.fork and not self.recorded_tools:
             return None
-        return lambda call_id: self._answer(prefix + call_id)
+        return lambda call_id: self._answer(path / call_id)
 
-    def _reusable(self, call_id: str) -> RecordedCall | None:
+    def room_under(self, path: RunPath) -> RecordedRoom:
+        """The budget decisions the record made for the run at `path` (PROTOCOL §12): a
+        reused call the budget refused is refused again, one that started is counted and
+        never refused; a call run anew reserves room."""
+
+        def decided(call_id: str) -> dict[str, Any] | bool | None:
+            call = self._reusable(path / call_id)
+            if call is None:
+                return None
+            if call.refused is not None:
+                return call.refused
+            return True if call.started else None
+
+        return decided
+
+    def budget(self) -> Budget | None:
+        """The budget the replayed tree runs under: the recorded run's own (as a resume
+        takes it, whatever the agent's is now) with every grant its record holds, so the
+        room the record was given is given again; None when the run had none."""
+        own = next(filter(None, map(budget_in, self.recording.root.notes)), None)
+        if own is None:
+            return None
+        for grant in self.recording.grants:
+            own = own + grant
+        return own
+
+    def _reusable(self, path: RunPath) -> RecordedCall | None:
+        call_id = str(path)
         call = self.recording.calls.get(call_id)
         if call is None or call_id in self.stale:
             return None
         if self.fork:
-            run_model = self._models.get(call_id.rpartition("/")[0])
+            run_model = self._models.get(path.parent)
             if run_model is None or call.iteration not in run_model.reused:
                 return None  # a call of a request the model answered anew
         return call
 
-    def _answer(self, call_id: str) -> Outcome | None:
-        if call_id in self.recording.runs:
+    def _answer(self, path: RunPath) -> Outcome | None:
+        if path in self.recording.runs:
             return None  # an agent call: its child run replays, answered from its record
-        call = self._reusable(call_id)
+        call = self._reusable(path)
         if call is not None and call.outcome is not None:
             return call.outcome
         if self.recorded_tools:
@@ -284,24 +375,57 @@ class Replaying:
                 {
                     "type": "runtime",
                     "message": f"replay: run {self.recording.run_id!r} recorded no result for "
-                    f"call {call_id}",
+                    f"call {path}",
                 },
             )
         return None
 
+    def recorded_decision(self, call_id: str) -> Decision | None:
+        """The decision the record holds for a call it reuses (full path), if any."""
+        call = self._reusable(RunPath.parse(call_id))
+        return call.decision if call is not None else None
+
     async def decide(self, pending: PendingCall) -> Decision | bool:
-        call = self._reusable(pending.id)
-        if call is not None and call.decision is not None:
-            return call.decision
+        decision = self.recorded_decision(pending.id)
+        if decision is not None:
+            return decision
         if self.hook is None:
             return Deny(f"replay: run {self.recording.run_id!r} recorded no decision for it")
         return await ask(self.hook, pending)
 
 
-def stale_calls(recording: Recording, rerun: Iterable[str], rerun_tools: Iterable[str]) -> set[str]:
+FORK_NOTE = "fork"  # a fork's first commit names its record, so a resume can find it
+
+
+def fork_note(replaying: Replaying) -> dict[str, Any]:
+    """The note a fork journals with its input: the run it forks and what it re-runs."""
+    return {
+        "note": FORK_NOTE,
+        "of": replaying.recording.run_id,
+        "stale": sorted(replaying.stale),
+    }
+
+
+def forked_from(journal: Iterable[tuple[int, float, str, Any]]) -> dict[str, Any] | None:
+    """The fork note of a stored run made by `fork`; None for any other run."""
+    for _, _, kind, body in journal:
+        if kind == "note" and isinstance(body, dict) and body.get("note") == FORK_NOTE:
+            return body
+        if kind == "event":
+            return None  # the note comes with the input, before any event
+    return None
+
+
+def stale_calls(
+    recording: Recording,
+    rerun: Iterable[str],
+    rerun_tools: Iterable[str],
+    tools: Iterable[str] | None = (),
+) -> set[str]:
     """The recorded calls a fork runs again: those named, those of the tools named, the
     calls of the child runs they started, and every call that depends on any of them. A
-    name the run does not have is a caller's mistake."""
+    name the run does not have is a caller's mistake; so is a tool that is neither the
+    agent's (`tools`, its tree's; None when not all are known) nor called in the run."""
     rerun, rerun_tools = list(rerun), list(rerun_tools)
     for item, kind in [(i, "rerun") for i in rerun] + [(t, "rerun_tools") for t in rerun_tools]:
         if not isinstance(item, str):
@@ -311,8 +435,17 @@ def stale_calls(recording: Recording, rerun: Iterable[str], rerun_tools: Iterabl
         raise ConfigurationError(
             f"run {recording.run_id!r} has no call {', '.join(map(repr, unknown))} to re-run"
         )
-    tools = set(rerun_tools)
-    roots = set(rerun) | {c.id for c in recording.calls.values() if c.tool in tools}
+    known = {call.tool for call in recording.calls.values() if call.tool is not None}
+    known |= set(tools or ())
+    for tool in rerun_tools if tools is not None else ():
+        if tool not in known:
+            raise ConfigurationError(
+                f"rerun_tools names {tool!r}, which is no tool of the agent and no tool "
+                f"run {recording.run_id!r} called{did_you_mean(tool, known)}; the tools: "
+                + ", ".join(sorted(known))
+            )
+    named = set(rerun_tools)
+    roots = set(rerun) | {c.id for c in recording.calls.values() if c.tool in named}
     return recording.downstream_of(roots | recording.below(roots))
 
 

@@ -44,7 +44,7 @@ def backoff_delay(attempt: int, rng: random.Random, retry_after: float | None = 
     """Seconds to wait after failed attempt number `attempt` (counted from 1)."""
     if retry_after is not None and retry_after >= 0:
         return float(retry_after)
-    return min(2**attempt + rng.uniform(0, 1), MAX_BACKOFF)
+    return min(2.0**attempt + rng.uniform(0, 1), MAX_BACKOFF)
 
 
 async def stream_with_retries(

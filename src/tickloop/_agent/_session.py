@@ -17,6 +17,7 @@ import trio
 
 from .._core._budget import Budget
 from .._core._log import ContextLog
+from .._core._paths import RunPath
 from .._core._tools import missing_bindings
 from .._durable._codec import dumps_entry, new_run_id
 from .._durable._resume import DurableRun
@@ -62,8 +63,10 @@ class RunSession:
         messages: Sequence[dict[str, Any]] | None,
         on_event: Callable[[RunEvent], Any] | None,
         run_id: str | None,
+        notes: Sequence[dict[str, Any]] = (),
     ) -> RunSession:
-        """Claim the run id (refused when the store has it) and start a log."""
+        """Claim the run id (refused when the store has it) and start a log; a stored
+        run journals `notes` with its input (a fork's, naming its record)."""
         if run_id is not None and (not isinstance(run_id, str) or not run_id):
             raise ConfigurationError(f"run_id must be a non-empty string, not {run_id!r}")
         run_id = run_id or new_run_id()
@@ -83,6 +86,7 @@ class RunSession:
             if config.budget is not None:  # the run's own (PROTOCOL §12): its resumes' too
                 note = {"note": BUDGET_NOTE, "budget": config.budget.to_dict()}
                 entries.append((at, "note", dumps_entry(note)))
+            entries += [(at, "note", dumps_entry(note)) for note in notes]
             writer = create_run(store, run_id, config.protocol.name, entries)
             durable = DurableRun(writer, config.tools, config.redact, sink)
             for message in log.messages:
@@ -189,14 +193,16 @@ class RunSession:
             redact=config.redact,
             max_depth=config.max_depth,
             durable=durable,
-            journal=self.journal,
-            decisions=durable.decisions if durable is not None else None,
+            journal=self.journal or (),
+            decisions=TreeServices.keyed_decisions(
+                durable.decisions if durable is not None else None
+            ),
             replaying=config.replaying,
             on_budget=config.on_budget,
         )
         if durable is not None:
             durable.share = False  # its children's entries come between its own
-        place = RunPlace(tree, (), config.name)
+        place = RunPlace(tree, RunPath.ROOT, config.name)
         approve = place.ask if config.approve is not None else None
         return dataclasses.replace(config, approve=approve, place=place), place
 
@@ -208,10 +214,19 @@ def journaled_budget(journal: Sequence[tuple[int, float, str, Any]]) -> Budget |
     """The budget a stored run started with (its `run(budget=)`, or its agent's), from
     the note its first commit holds; None for a run without one."""
     for _, _, kind, body in journal:
-        if kind == "note" and isinstance(body, dict) and body.get("note") == BUDGET_NOTE:
-            return Budget.from_dict(body["budget"])
+        if kind == "note":
+            budget = budget_in(body)
+            if budget is not None:
+                return budget
         if kind == "event":
             return None  # the note comes with the input, before any event
+    return None
+
+
+def budget_in(note: Any) -> Budget | None:
+    """The budget a run's budget note holds; None for another note."""
+    if isinstance(note, dict) and note.get("note") == BUDGET_NOTE:
+        return Budget.from_dict(note["budget"])
     return None
 
 

@@ -19,11 +19,16 @@ from .._core._log import ContextLog
 from .._durable._resume import CUT_OFF, UNCHECKED, DurableRun
 from .._errors import ConfigurationError, ExecuteError
 from .._json._stream import SolutionStream
-from .._models._base import SolutionRequest, TextDelta, Usage
+from .._models._base import ModelClient, SolutionRequest, TextDelta, Usage
 from .._observe._events import EventSink, RequestFinished, RequestStarted, RunEvent
 from ._loop import AgentConfig, LoopProtocol, OuterLoop, structural
 from ._output import has_references, resolve_output
-from ._prompt import PromptRenderer, strip_strict_nulls, strip_strict_output_nulls
+from ._prompt import (
+    PromptRenderer,
+    json_text_by_tool,
+    strip_strict_nulls,
+    strip_strict_output_nulls,
+)
 from ._retry import StreamBroken, stream_with_retries
 
 __all__ = ["SOLUTION", "SolutionProtocol", "StreamRestarted", "iterations_in"]
@@ -89,6 +94,11 @@ class _SolutionLoop(OuterLoop):
         durable: DurableRun | None = None,
     ) -> None:
         self._renderer = PromptRenderer()  # reads each log message once over the run
+        # What streams the solutions: checked when the agent was made (`SOLUTION.check`).
+        assert isinstance(config.model, ModelClient)
+        self.model: ModelClient = config.model
+        # The parameters each tool's calls write as JSON text (strict output), once a run.
+        self._as_text = json_text_by_tool(config.tools)
         super().__init__(config, log, on_event, durable)
 
     async def _recover(self) -> tuple[bool, Any]:
@@ -181,7 +191,7 @@ class _SolutionLoop(OuterLoop):
                 try:
                     if date is None:
                         date = self.engine.date()
-                    self.engine.receive(strip_strict_nulls(call, config.tools), date)
+                    self.engine.receive(strip_strict_nulls(call, config.tools, self._as_text), date)
                 except Exception as error:  # tickloop's own fault, not the model client's
                     raise _CallNotTaken(error) from error
 
@@ -247,8 +257,11 @@ class _SolutionLoop(OuterLoop):
     ) -> None:
         """Ask the model, handing every streamed item to `on_item`; retried by §8."""
         config = self.config
+        if config.driver is not None:  # the request is its driver's (an activity)
+            await config.driver.request_solution(request, on_item)
+            return
         await stream_with_retries(
-            lambda: config.model.stream_solution(request),
+            lambda: self.model.stream_solution(request),
             on_item,
             attempts=config.max_llm_retries,
             rng=config.rng,

@@ -10,15 +10,23 @@ tool's; a child that ends without one fails its call, and never its parent.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, nullcontext
+from functools import partial
 from typing import Any
 
+import trio
+
 from .._core._budget import Budget, Price
+from .._core._decisions import Approve, ApproveHook, Decision, Edit, PendingCall
 from .._core._log import ContextLog, copy_json
+from .._core._paths import RunPath
 from .._core._scheduler import CallRecord
+from .._core._suggest import did_you_mean
 from .._core._tools import CallContext, Tool, ToolSet
 from .._durable._resume import DurableRun
+from .._engine._asking import ask
 from .._engine._engine import PARKED, CallRefused
 from .._engine._run import initial_log
 from .._errors import ConfigurationError, RunStopped, TickloopError
@@ -27,7 +35,7 @@ from ._budgeting import check_pricing
 from ._loop import AgentConfig, OuterLoop
 from ._tree import DEFAULT_MAX_DEPTH, ChildSink, RunPlace, TreeServices, TreeTool
 
-__all__ = ["DEFAULT_INPUT", "AgentTool", "check_tree", "run_child"]
+__all__ = ["DEFAULT_INPUT", "AgentTool", "check_tree", "run_child", "tree_tool_names"]
 
 DEFAULT_INPUT: dict[str, Any] = {
     "type": "object",
@@ -43,6 +51,11 @@ class AgentTool(TreeTool):
     is the agent's own way of taking its configuration for one run (its tool sources
     opened); `agent_tools` its tools, for the tree's checks.
     """
+
+    # Its `timeout` cuts the child run off here, which then ends the child's calls.
+    times_itself = True
+    # Started again on a resume, it goes on with its child's journal: still one call.
+    resumes = True
 
     def __init__(
         self,
@@ -63,7 +76,6 @@ class AgentTool(TreeTool):
             description,
             parameters,
             output,
-            handler=self._run_child,
             requires_approval=requires_approval,
             timeout=timeout,
             # A crash while the child runs starts the call again: its child then replays
@@ -85,14 +97,12 @@ class AgentTool(TreeTool):
 
     def recorded_calls(self, place: RunPlace) -> dict[str, CallRecord]:
         tree = place.tree
-        journal = tree.journal_of(place.prefix[:-1]) if tree.durable is not None else []
-        if not journal:
+        journal = tree.journal_of(place.path)
+        if not journal or tree.durable is None:
             return {}
         config = _child_config(self._config(), place)
         sink = EventSink(tree.run_id, tree.redact)  # a replay delivers no events
-        durable = DurableRun(
-            tree.durable.writer, config.tools, tree.redact, sink, path=place.prefix[:-1]
-        )
+        durable = DurableRun(tree.durable.writer, config.tools, tree.redact, sink, path=place.path)
         loop = config.protocol.open_loop(config, ContextLog(), sink, durable)
         try:
             durable.replay(journal, loop)  # nothing runs, nothing is written
@@ -100,14 +110,9 @@ class AgentTool(TreeTool):
             return {}
         return place.gather(loop.engine.records, config.tools)
 
-    def prepare(
-        self, params: dict[str, Any], context: CallContext | None
-    ) -> tuple[Any, dict[str, Any]]:
+    async def run_raw(self, params: dict[str, Any], context: CallContext) -> Any:
         # The parameters are the child's input, checked against its schema already: they
         # are not converted to a signature's types.
-        return self._run_child, {"params": params, "context": context}
-
-    async def _run_child(self, params: dict[str, Any], context: CallContext) -> Any:
         parent = context.scope
         if not isinstance(parent, RunPlace):  # `run_calls`: a tree of its own
             tree = TreeServices(
@@ -118,16 +123,28 @@ class AgentTool(TreeTool):
                 max_depth=DEFAULT_MAX_DEPTH,
             )
             parent = RunPlace(tree)
-        place = parent.child(context.id, self.agent_name)
+        # The call's full path is the child run's (PROTOCOL §11).
+        place = RunPlace(parent.tree, RunPath.parse(context.id), self.agent_name)
         tree = place.tree
         if place.depth > tree.max_depth:
             raise CallRefused(
                 f"sub-agent {self.agent_name!r} would run at depth {place.depth}, deeper "
                 f"than the root's max_depth of {tree.max_depth}"
             )
-        tree.parked.pop(place.prefix[:-1], None)  # started (again): not parked
-        async with self._open_config() as config:
-            return await run_child(config, place, params)
+        tree.state.parked.pop(place.path, None)  # started (again): not parked
+        if self.timeout is None:
+            async with self._open_config() as config:
+                return await run_child(config, place, params)
+        # The call's time limit, kept here (`times_itself`): when it cuts the child off,
+        # the child's calls that run end failed, cancelled (`_finish`).
+        with trio.move_on_after(self.timeout) as cut:
+            tree.state.time_limits[place.path] = cut
+            try:
+                async with self._open_config() as config:
+                    return await run_child(config, place, params)
+            finally:
+                del tree.state.time_limits[place.path]
+        raise TimeoutError(f"{self.name} ran over {self.timeout:g} s")
 
 
 async def run_child(config: AgentConfig, place: RunPlace, params: dict[str, Any]) -> Any:
@@ -143,8 +160,8 @@ async def run_child(config: AgentConfig, place: RunPlace, params: dict[str, Any]
         return await _finish(place, loop, nullcontext())
     # A durable tree: the child is journaled in the root's run under its path, and a
     # child that journaled before (a crash, a pause) replays that and goes on from there.
-    path = place.prefix[:-1]
-    top = root.rows.get(place.path[0])
+    path = place.path
+    top = root.rows.get(path.parts[0])
     durable = DurableRun(
         root.writer,
         config.tools,
@@ -156,7 +173,7 @@ async def run_child(config: AgentConfig, place: RunPlace, params: dict[str, Any]
     journal = tree.journal_of(path)
     if journal:
         loop = config.protocol.open_loop(config, ContextLog(), sink, durable)
-        durable.decisions = tree.decisions_under(place.prefix)
+        durable.decisions = tree.decisions_under(path)
         durable.replay(journal, loop)
     else:
         log = initial_log(copy_json(params))
@@ -166,28 +183,58 @@ async def run_child(config: AgentConfig, place: RunPlace, params: dict[str, Any]
 
 
 def _child_config(config: AgentConfig, place: RunPlace) -> AgentConfig:
-    """A sub-agent's configuration as a child run at `place` sees it: the root's hook,
-    redaction and journal, no store, listeners or tracer of its own."""
+    """A sub-agent's configuration as a child run at `place` sees it: the root's hook
+    (after its own, when it has one), redaction and journal, no store, listeners or
+    tracer of its own."""
     tree = place.tree
+    approve = place.ask if tree.approve is not None else None
+    if config.approve is not None and approve is not None:
+        approve = partial(_own_hook_first, config.approve, place)
     if tree.replaying is not None:  # a replayed or forked tree: the child's record, by path
         config = dataclasses.replace(
             config,
             model=tree.replaying.model_for(place.path, config.model, config.protocol.name),
-            answer=tree.replaying.answer_under(place.prefix),
+            answer=tree.replaying.answer_under(place.path),
+            recorded_room=tree.replaying.room_under(place.path),
         )
     return dataclasses.replace(
         config,
         # One budget for the tree (PROTOCOL §12): the child draws from its parent's ledger
         # (its own budget can only make it tighter), and the root's hook answers.
-        parent_ledger=tree.ledgers.get(place.path[:-1]),
+        parent_ledger=tree.state.ledgers.get(place.path.parent),
         on_budget=tree.on_budget,
-        approve=place.ask if tree.approve is not None else None,
+        approve=approve,
         store=None,
         on_event=None,
         tracer=None,
         redact=tree.redact,
         place=place,
     )
+
+
+async def _own_hook_first(own: ApproveHook, place: RunPlace, pending: PendingCall) -> Decision:
+    """A child's call asked of its sub-agent's own hook first (PROTOCOL §11): a Deny, or
+    any answer that runs nothing or is asked again (Respond, Replace, Defer), is final;
+    an Approve, or an Edit of what runs, goes on to the root's hook, which has the last
+    word on anything that runs. A replayed tree's recorded decision asks nobody."""
+    scoped = place.scoped(pending)
+    replaying = place.tree.replaying
+    if replaying is not None and replaying.recorded_decision(scoped.id) is not None:
+        return await place.tree.ask(scoped)
+    decision = await ask(own, scoped)
+    if isinstance(decision, Approve):
+        return await place.tree.ask(scoped)
+    if not isinstance(decision, Edit):
+        return decision
+    edited = decision.apply_to(pending.params)
+    if not isinstance(edited, dict):
+        return decision  # refused by the scheduler's check, saying why
+    answer = await place.tree.ask(dataclasses.replace(scoped, params=edited))
+    if isinstance(answer, Approve):
+        return decision
+    if isinstance(answer, Edit):
+        return Edit(answer.apply_to(edited))
+    return answer
 
 
 async def _finish(
@@ -197,7 +244,16 @@ async def _finish(
     tree = place.tree
     try:
         async with flushing:
-            result = await loop.run()
+            try:
+                result = await loop.run()
+            except* trio.Cancelled:
+                # Cut off by the time limit of its agent call, or of one above it: that
+                # call ends for good, and so do the child's. Any other cancel (of the
+                # whole run) leaves the child to be resumed as it was.
+                cut = place.cut_off()
+                if cut is not None:
+                    loop.engine.abandon(_cancelled(cut))
+                raise
     except RunStopped as stopped:
         raise RuntimeError(
             f"sub-agent {place.agent!r} ended without an output: {stopped}"
@@ -205,7 +261,7 @@ async def _finish(
     finally:
         place.finished(loop.engine.records, loop.config.tools)
     if result.status == "paused":
-        tree.parked[place.prefix[:-1]] = place.pending_of(result.pending)
+        tree.state.parked[place.path] = place.pending_of(result.pending)
         return PARKED
     output = result.output
     # A copy: nothing of the child's log is shared (a pydantic model's JSON is made anew
@@ -213,16 +269,29 @@ async def _finish(
     return copy_json(output) if isinstance(output, dict | list) else output
 
 
+def _cancelled(call_id: str) -> dict[str, Any]:
+    """The error of a child's call that ran when agent call `call_id` was cut off."""
+    return {
+        "type": "runtime",
+        "message": f"Cancelled: the sub-agent call {call_id} ran out of time while this call ran",
+    }
+
+
 def check_tree(
     tools: Iterable[Tool],
     approve: Any,
     pricing: Mapping[str, Price] | None = None,
     budget: Budget | None = None,
+    store: Any = None,
 ) -> None:
     """Checks of the whole tree, made when the root run starts, before anything runs: a
-    tool that may require approval anywhere needs the root's hook (PROTOCOL §11), and
-    where a `cost` limit holds (the root's budget, or a sub-agent's own) the root's
-    `pricing` must price the sub-agent's model (PROTOCOL §12)."""
+    tool that may require approval anywhere needs the root's hook, a sub-agent's store
+    can only be the root's `store` (PROTOCOL §11), and where a `cost` limit holds (the
+    root's budget, or a sub-agent's own) the root's `pricing` must price the sub-agent's
+    model (PROTOCOL §12); a `per_tool` limit names a tool of the tree below it (a typo
+    would switch the limit off)."""
+    tools = list(tools)
+    check_per_tool(budget, tools, "the run's budget")
     for agents, tool in _tree_tools(tools):
         where = f" of sub-agent {' > '.join(agents)}" if agents else ""
         if approve is None and tool.may_require_approval:
@@ -232,11 +301,58 @@ def check_tree(
             )
         if isinstance(tool, AgentTool) and tool.agent is not None:
             child = tool.agent
+            if child.store is not None and not _same_store(child.store, store):
+                raise ConfigurationError(
+                    f"sub-agent {tool.agent_name!r}{where} has store={child.store.path!s}, "
+                    f"but a tree of runs is stored in one place, the root's "
+                    f"({'none' if store is None else store.path!s}): give the store to the "
+                    "root agent only"
+                )
+            if not child.tool_sources:  # else its tools are known only when it starts
+                check_per_tool(
+                    child.budget, tool.child_tools(), f"the budget of sub-agent {tool.agent_name!r}"
+                )
             limited = budget if budget is not None and budget.cost is not None else child.budget
             try:
                 check_pricing(pricing or {}, limited, child.model)
             except ConfigurationError as error:
                 raise ConfigurationError(f"sub-agent {tool.agent_name!r}{where}: {error}") from None
+
+
+def _same_store(store: Any, root: Any) -> bool:
+    if root is None:
+        return False
+    return bool(store is root or os.path.realpath(store.path) == os.path.realpath(root.path))
+
+
+def check_per_tool(budget: Budget | None, tools: Iterable[Tool], whose: str) -> None:
+    """Each `per_tool` limit of `budget` names a tool of `tools` or of the sub-agents
+    below them, else `ConfigurationError` naming it and the close match. A tree with a
+    sub-agent whose tool sources (MCP servers) are listed only when it starts is not
+    fully known here, and is not checked."""
+    if budget is None or not budget.per_tool:
+        return
+    names = tree_tool_names(tools)
+    if names is None:
+        return
+    for name in budget.per_tool:
+        if name not in names:
+            raise ConfigurationError(
+                f"{whose} limits per_tool {name!r}, but no tool of the agent or its "
+                f"sub-agents is called {name!r}{did_you_mean(name, names)}; the tools: "
+                + ", ".join(sorted(names))
+            )
+
+
+def tree_tool_names(tools: Iterable[Tool]) -> set[str] | None:
+    """The names of `tools` and of the tools of the sub-agents below them; None when a
+    sub-agent lists tools from a source (an MCP server) only once it starts."""
+    names: set[str] = set()
+    for _, tool in _tree_tools(tools):
+        names.add(tool.name)
+        if isinstance(tool, AgentTool) and tool.agent is not None and tool.agent.tool_sources:
+            return None
+    return names
 
 
 def _tree_tools(tools: Iterable[Tool]) -> Iterator[tuple[tuple[str, ...], Tool]]:

@@ -115,7 +115,8 @@ class _StreamScope:
 
     async def __aenter__(self) -> TextStream:
         self._manager = self._open()
-        return await self._manager.__aenter__()
+        stream: TextStream = await self._manager.__aenter__()
+        return stream
 
     async def __aexit__(
         self,
@@ -123,7 +124,8 @@ class _StreamScope:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> bool | None:
-        return await self._manager.__aexit__(kind, error, traceback)
+        handled: bool | None = await self._manager.__aexit__(kind, error, traceback)
+        return handled
 
     @asynccontextmanager
     async def _open(self) -> AsyncIterator[TextStream]:

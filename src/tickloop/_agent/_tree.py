@@ -2,11 +2,12 @@
 
 A sub-agent's call runs a **child run**: the same loop and the same scheduler as any run,
 one level down, inside the same run. What the whole tree shares is given by the root
-once, in one `TreeServices`: the approval hook (asked one question at a time across the
-tree), the event listeners, redaction, `max_depth`, the store's journal; and what the
-tree gathers for the root's result (its children's call records, the pending calls of
-paused children). A run knows where it is through its `RunPlace`: the tree, and the path
-of agent-call ids above it (`()` at the root).
+once, in one frozen `TreeServices`: the approval hook (asked one question at a time across
+the tree), the event listeners, redaction, `max_depth`, the store's journal; what changes
+while the tree runs is apart, in its `TreeState`: what the tree gathers for the root's
+result (its children's call records, the pending calls of paused children), each run's
+ledger, the locks of the questions. A run knows where it is through its `RunPlace`: the
+tree, and the `RunPath` of agent calls above it (the root's is empty).
 
 Nothing crosses a run boundary but values: a child's input is a copy of its call's
 parameters, its output a copy of its own, and ids are translated at the boundary (a
@@ -16,24 +17,32 @@ child's model sees `c1.0`; the tree, its events and its store see `c1.2/c1.0`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import trio
 
 from .._core._budget import Ledger
+from .._core._budget_gate import RecordedRoom
 from .._core._decisions import ApproveHook, Decision, PendingCall
+from .._core._paths import RunPath, untag_kind
 from .._core._scheduler import CallRecord
-from .._core._tools import Tool
+from .._core._tools import RawTool, Tool
+from .._durable._resume import DurableRun
 from .._engine._asking import ask
+from .._engine._budgeting import BudgetHook
+from .._engine._engine import Outcome
 from .._observe._events import EventSink, Redactor, RunEvent, TickEnded
 
 __all__ = [
     "DEFAULT_MAX_DEPTH",
     "ChildSink",
+    "JournalEntry",
+    "ReplayingTree",
     "RunPlace",
     "TreeServices",
+    "TreeState",
     "TreeTool",
     "has_sub_agents",
 ]
@@ -41,7 +50,7 @@ __all__ = [
 DEFAULT_MAX_DEPTH = 5
 
 
-class TreeTool(Tool):
+class TreeTool(RawTool):
     """A tool whose call runs a child run (an agent as a tool, `_subagent.AgentTool`).
 
     `child_tools()` names the tools of the agent it runs, so the root can check the whole
@@ -63,113 +72,154 @@ def has_sub_agents(tools: Iterable[Tool]) -> bool:
     return any(isinstance(tool, TreeTool) for tool in tools)
 
 
-class TreeServices:
-    """What every run of one tree shares; made by the root run, passed down by reference
-    inside the process (never into a child's log, state or output).
+JournalEntry = tuple[int, float, str, Any]  # (number, time, kind, body), as stored
 
+
+class ReplayingTree(Protocol):
+    """What a replayed or forked tree takes from its record for each of its runs
+    (`_replay.Replaying`): the run's model, and its calls' recorded outcomes."""
+
+    def model_for(self, path: RunPath, model: Any, protocol: str) -> Any:
+        """The model the run at `path` asks, whose own client is `model`."""
+
+    def answer_under(self, path: RunPath) -> Callable[[str], Outcome | None] | None:
+        """The recorded outcome of each call of the run at `path` (by its local id);
+        None when every call runs its handler."""
+
+    def room_under(self, path: RunPath) -> RecordedRoom:
+        """The budget decisions the record made for each call of the run at `path`."""
+
+    def recorded_decision(self, call_id: str) -> Decision | None:
+        """The decision the record holds for a call it reuses (full id), if any."""
+
+
+class TreeState:
+    """What changes while a tree of runs runs, shared by its runs in one process.
+
+    Every map is keyed by a `RunPath`: the path of the child run it is about (the full
+    id of the agent call that started it).
     """
 
-    def __init__(
-        self,
-        *,
-        run_id: str,
-        approve: ApproveHook | None,
-        listeners: list[Callable[[RunEvent], Any]],
-        redact: Redactor,
-        max_depth: int,
-        durable: Any = None,
-        journal: list[tuple[int, float, str, Any]] | None = None,
-        decisions: Mapping[str, Decision] | None = None,
-        replaying: Any = None,
-        on_budget: Any = None,
-    ) -> None:
-        self.run_id = run_id
-        # A replayed or forked tree (`_replay.Replaying`): each child run's recorded model
-        # and answers, by path; None for a run of its own.
-        self.replaying = replaying
-        self.approve = approve
-        # A person answers one question at a time, for the whole tree (PROTOCOL §6): a
-        # trio.Lock is fair, so questions are asked in the order they came.
-        self._asking = trio.Lock()
-        self.listeners = listeners
-        self.redact = redact
-        self.max_depth = max_depth
-        # Durable runs: the root's journal binding (its writer is shared by every run of
-        # the tree), the journal a resume replays (each child picks its own entries by
-        # path) and the decisions recorded for the tree, by full path.
-        self.durable = durable
-        self.journal = journal or []
-        self.decisions = dict(decisions or {})
-        # Gathered for the root's result: every child call's record under its full path,
-        # and, per parked agent call (full path), the pending calls of its paused child.
-        self.records: dict[str, dict[str, CallRecord]] = {}  # per agent call (full path)
-        self.parked: dict[str, list[PendingCall]] = {}
-        self._journals: dict[str, list[tuple[int, float, str, Any]]] | None = None
+    def __init__(self) -> None:
+        # Gathered for the root's result: the records of each child run that ended, under
+        # their full ids (taken by its parent's `gather`), and the pending calls of each
+        # paused child (its agent call is parked).
+        self.records: dict[RunPath, dict[str, CallRecord]] = {}
+        self.parked: dict[RunPath, list[PendingCall]] = {}
         # Budgets (PROTOCOL §12): one count for the tree. Each run's ledger, by its path,
         # so a child's draws from its parent's (and so from the root's, which then holds
-        # the usage of the whole tree); the root's budget hook answers for every run.
-        self.ledgers: dict[tuple[str, ...], Ledger] = {}
-        self.on_budget = on_budget
-        # Its own queue, beside the approvals' (§12): every run's engine asks through it,
-        # so the hook is asked one question at a time across the tree, in turn (fair).
+        # the usage of the whole tree).
+        self.ledgers: dict[RunPath, Ledger] = {}
+        # The time limits of the agent calls running now (`as_tool(timeout=)`), by the
+        # path of their child run: a child cut off by one ends its calls (`cut_off`).
+        self.time_limits: dict[RunPath, trio.CancelScope] = {}
+        # A person answers one question at a time, for the whole tree (PROTOCOL §6): a
+        # trio.Lock is fair, so questions are asked in the order they came. The budget
+        # hook has a queue of its own beside it (§12), in turn across the tree.
+        self.asking = trio.Lock()
         self.budget_questions = trio.Lock()
 
-    def journal_of(self, path: str) -> list[tuple[int, float, str, Any]]:
-        """The entries a child run at `path` journaled in earlier processes, their kinds
-        untagged ("event@c1.2" -> "event"), for its replay; [] for a new child."""
-        if self._journals is None:  # grouped once, on the first child that asks
-            self._journals = {}
-            for number, at, kind, body in self.journal:
-                base, _, where = kind.partition("@")
-                if where:
-                    self._journals.setdefault(where, []).append((number, at, base, body))
-        return self._journals.pop(path, [])
 
-    def decisions_under(self, prefix: str) -> dict[str, Decision]:
-        """The decisions recorded for calls below `prefix` ("c1.2/"), by their ids there."""
+@dataclass(frozen=True, eq=False)
+class TreeServices:
+    """What every run of one tree is given, fixed when the root starts; made by the root
+    run, passed down by reference inside the process (never into a child's log, state or
+    output). What changes while the tree runs is its `state`."""
+
+    run_id: str
+    approve: ApproveHook | None
+    listeners: Sequence[Callable[[RunEvent], object]]
+    redact: Redactor
+    max_depth: int
+    # Durable runs: the root's journal binding (its writer is shared by every run of the
+    # tree), the journal a resume replays (each child picks its own entries by path) and
+    # the decisions recorded for the tree's calls, by full id.
+    durable: DurableRun | None = None
+    journal: Sequence[JournalEntry] = ()
+    decisions: Mapping[RunPath, Decision] = field(default_factory=dict)
+    # A replayed or forked tree: each child run's recorded model and answers, by path;
+    # None for a run of its own.
+    replaying: ReplayingTree | None = None
+    # The root's budget hook: it answers for every run of the tree (PROTOCOL §12).
+    on_budget: BudgetHook | None = None
+    state: TreeState = field(default_factory=TreeState)
+    # The journal's entries grouped by the child run that wrote them (made from
+    # `journal` once, when the tree is made).
+    _journals: Mapping[RunPath, tuple[JournalEntry, ...]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        grouped: dict[RunPath, list[JournalEntry]] = {}
+        for number, at, tagged, body in self.journal:
+            kind, path = untag_kind(tagged)
+            if path:
+                grouped.setdefault(path, []).append((number, at, kind, body))
+        journals = {path: tuple(entries) for path, entries in grouped.items()}
+        object.__setattr__(self, "_journals", journals)
+
+    @staticmethod
+    def keyed_decisions(decisions: Mapping[str, Decision] | None) -> dict[RunPath, Decision]:
+        """Decisions given by full id ("c1.2/c1.0"), keyed by path."""
+        return {RunPath.parse(call_id): decision for call_id, decision in (decisions or {}).items()}
+
+    def journal_of(self, path: RunPath) -> tuple[JournalEntry, ...]:
+        """The entries the child run at `path` journaled in earlier processes, their kinds
+        untagged ("event@c1.2" -> "event"), for its replay; () for a new child."""
+        return self._journals.get(path, ())
+
+    def decisions_under(self, path: RunPath) -> dict[str, Decision]:
+        """The decisions recorded for calls of the run at `path` and below, by their ids
+        seen from it."""
         return {
-            call_id[len(prefix) :]: decision
-            for call_id, decision in self.decisions.items()
-            if call_id.startswith(prefix)
+            str(full.relative_to(path)): decision
+            for full, decision in self.decisions.items()
+            if full.depth > path.depth and full.is_within(path)
         }
 
     async def ask(self, pending: PendingCall) -> Decision:
         """Ask the root's hook about a call of any run of the tree, one at a time."""
         assert self.approve is not None  # the tree's configuration was checked
-        async with self._asking:
+        async with self.state.asking:
             return await ask(self.approve, pending)
 
 
 @dataclass(frozen=True, slots=True)
 class RunPlace:
-    """Where a run is in its tree: the tree, the agent-call ids above it, its agent."""
+    """Where a run is in its tree: the tree, the path of agent calls above it, its agent."""
 
     tree: TreeServices
-    path: tuple[str, ...] = ()
+    path: RunPath = RunPath.ROOT
     agent: str | None = None
 
     @property
     def depth(self) -> int:
-        return len(self.path)
+        return self.path.depth
 
-    @property
-    def prefix(self) -> str:
-        """What a local call id is prefixed with to be a full path ("" at the root)."""
-        return "/".join(self.path) + "/" if self.path else ""
+    def cut_off(self) -> str | None:
+        """The agent call (full path) at or above this run whose time limit ran out, if
+        one did: this run ends for good (PROTOCOL §11)."""
+        limits = self.tree.state.time_limits
+        outermost = None
+        run = self.path
+        while run:
+            scope = limits.get(run)
+            if scope is not None and scope.cancel_called:
+                outermost = str(run)
+            run = run.parent
+        return outermost
 
     def child(self, call_id: str, agent: str) -> RunPlace:
-        return RunPlace(self.tree, (*self.path, call_id), agent)
+        return RunPlace(self.tree, self.path / call_id, agent)
 
     def scoped(self, pending: PendingCall) -> PendingCall:
-        """A pending call of this run as the tree shows it: full paths, path and agent."""
-        prefix = self.prefix
+        """A pending call of this run as the tree shows it: full ids, path and agent."""
+        path = self.path
         return dataclasses.replace(
             pending,
-            id=prefix + pending.id,
-            waits_on=[prefix + other for other in pending.waits_on],
-            dependents=[prefix + other for other in pending.dependents],
+            id=path.full(pending.id),
+            waits_on=[path.full(other) for other in pending.waits_on],
+            dependents=[path.full(other) for other in pending.dependents],
             run_id=self.tree.run_id,
-            path=self.path,
+            path=path.parts,
             agent=self.agent,
         )
 
@@ -177,9 +227,9 @@ class RunPlace:
         """This run's deferred calls as the tree lists them, each parked agent call
         replaced by the pending calls of its paused child."""
         found: list[PendingCall] = []
-        parked = self.tree.parked
+        parked = self.tree.state.parked
         for pending in deferred:
-            below = parked.get(self.prefix + pending.id)
+            below = parked.get(self.path / pending.id)
             if below is not None:
                 found.extend(below)
             else:
@@ -189,16 +239,17 @@ class RunPlace:
     def gather(
         self, records: Mapping[str, CallRecord], tools: Mapping[str, Tool]
     ) -> dict[str, CallRecord]:
-        """This run's records under full paths, each agent call followed by the records
+        """This run's records under full ids, each agent call followed by the records
         of its child in arrival order: gathered when that child ended, or, for a child
         that ended in an earlier process of a resumed run, read back from the journal."""
         found: dict[str, CallRecord] = {}
-        prefix = self.prefix
-        below = self.tree.records
+        path = self.path
+        below = self.tree.state.records
         for call_id, record in records.items():
-            full = prefix + call_id
-            found[full] = dataclasses.replace(record, id=full) if prefix else record
-            child = below.pop(full, None) if below else None
+            child_path = path / call_id
+            full = str(child_path)
+            found[full] = dataclasses.replace(record, id=full) if path else record
+            child = below.pop(child_path, None) if below else None
             if child is None and self.tree.journal:
                 tool = tools.get(record.tool) if record.tool is not None else None
                 if isinstance(tool, TreeTool):
@@ -209,7 +260,7 @@ class RunPlace:
 
     def finished(self, records: Mapping[str, CallRecord], tools: Mapping[str, Tool]) -> None:
         """A child run ended (any way): its records wait for its parent to gather them."""
-        self.tree.records[self.prefix[:-1]] = self.gather(records, tools)
+        self.tree.state.records[self.path] = self.gather(records, tools)
 
     async def ask(self, pending: PendingCall) -> Decision:
         """The approval hook of a run of this tree: the root's, told the full path."""
@@ -227,10 +278,10 @@ class ChildSink(EventSink):
 
     def emit(self, event: RunEvent) -> None:
         place = self.place
-        prefix = place.prefix
-        changes: dict[str, Any] = {"path": place.path, "agent": place.agent}
+        path = place.path
+        changes: dict[str, Any] = {"path": path.parts, "agent": place.agent}
         if event.call_id is not None:
-            changes["call_id"] = prefix + event.call_id
+            changes["call_id"] = path.full(event.call_id)
         if isinstance(event, TickEnded):
-            changes["paused"] = [prefix + call_id for call_id in event.paused]
+            changes["paused"] = [path.full(call_id) for call_id in event.paused]
         super().emit(dataclasses.replace(event, **changes))

@@ -32,7 +32,14 @@ from typing import Any
 import trio
 
 from .._core._expressions import MAX_NESTING
-from .._core._log import ContextLog, shape_fault, storable
+from .._core._log import (
+    MAX_VALUE_DEPTH,
+    SURROGATE_FAULT,
+    ContextLog,
+    has_surrogate,
+    shape_fault,
+    storable,
+)
 from .._core._scheduler_io import NoteSettled
 from .._core._status import FINAL_STATUSES, CallStatus
 from .._core._tools import ToolSet
@@ -46,6 +53,7 @@ from .._models._base import (
     ToolCallStarted,
     ToolResult,
     ToolSpec,
+    TurnClient,
     TurnRequest,
     TurnResponse,
     TurnToolCall,
@@ -53,7 +61,7 @@ from .._models._base import (
 )
 from .._observe._events import EventSink, RequestFinished, RequestStarted, RunEvent
 from ._loop import AgentConfig, LoopProtocol, OuterLoop, structural
-from ._prompt import _visible_parameters
+from ._prompt import visible_parameters
 from ._retry import StreamBroken, stream_with_retries
 
 __all__ = ["TOOLS", "TURN_KIND", "ToolCallingProtocol", "check_turn_configuration", "turns_in"]
@@ -126,11 +134,12 @@ class _TurnLoop(OuterLoop):
         durable: DurableRun | None = None,
     ) -> None:
         check_turn_configuration(config.model, config.tools)
-        self.model = config.model
-        self.format: str = config.model.turn_format
+        assert isinstance(config.model, TurnClient)  # what the check just made sure of
+        self.model: TurnClient = config.model
+        self.format: str = self.model.turn_format
         self.on_text = on_text
         self.specs = [
-            ToolSpec(tool.name, tool.description, _visible_parameters(tool))
+            ToolSpec(tool.name, tool.description, visible_parameters(tool))
             for tool in config.tools.values()
         ]
         self._settled = trio.Event()
@@ -232,9 +241,7 @@ class _TurnLoop(OuterLoop):
                     )
                 ],
                 **({"reasoning": response.reasoning} if response.reasoning else {}),
-                # A lone surrogate or 1e999 in a call's arguments (decoded by the client)
-                # is that call's structural error; the turn is still recorded.
-                "messages": storable(response.messages),
+                "messages": response.messages,
             }
         )
         self._hand_over(iteration, response)
@@ -349,6 +356,12 @@ class _TurnLoop(OuterLoop):
         """Until every call has its final status, fire-and-forget ones included: in this
         protocol each call's result goes back to the model, written to the state or not."""
         records = self.engine.records
+        driver = self.config.driver
+        if driver is not None:
+            await driver.wait_until(
+                lambda: all(records[id].status in FINAL_STATUSES for id in ids if id in records)
+            )
+            return
         while not all(records[id].status in FINAL_STATUSES for id in ids if id in records):
             self._settled = trio.Event()
             await self._settled.wait()
@@ -404,6 +417,11 @@ class _TurnLoop(OuterLoop):
             else:
                 response = item
 
+        driver = self.config.driver
+        if driver is not None:  # the request is its driver's (an activity)
+            await driver.request_turn(request, on_item)
+            assert response is not None  # or it raised
+            return response
         try:
             await stream_with_retries(
                 lambda: self._attempt(request),
@@ -459,8 +477,8 @@ class _TurnLoop(OuterLoop):
     def _dispatch(self, id: str, call: TurnToolCall) -> None:
         """Hand one provider call to the engine; or, when its arguments cannot make a
         call at all, report the fault (its result is an error, see `_result`)."""
-        if call.name not in self.config.tools:
-            self.engine.receive({"_tool": call.name, "_id": id})  # "unknown tool", recorded
+        if call.name not in self.config.tools:  # "unknown tool", recorded (escaped: storable)
+            self.engine.receive(storable({"_tool": call.name, "_id": id}))
             return
         arguments, problem = self._arguments(call)
         if problem is not None:
@@ -548,6 +566,8 @@ class _TurnLoop(OuterLoop):
         """The answer's output as JSON data (the text itself without an output schema),
         or why it is not one; `spec.convert` makes it typed at the end of the run."""
         spec = self.config.output
+        if has_surrogate(text):  # it could never be stored or sent on as the output
+            return None, f"the final answer {SURROGATE_FAULT}"
         if spec.schema is None or spec.is_text:  # output=str: the answer's text itself
             return text, None
         try:
@@ -556,6 +576,9 @@ class _TurnLoop(OuterLoop):
             value, strategy = resilient_json_parse_with_strategy(text)
             if strategy == "none":
                 return None, f"the final answer is not JSON ({_jsonstructural(text)})"
+        fault = shape_fault(value, MAX_VALUE_DEPTH)
+        if fault is not None and SURROGATE_FAULT in fault:  # "\\ud800" decodes to one
+            return None, f"the final answer {fault}"
         try:
             problem = spec.check(value)
         except RecursionError:
@@ -565,12 +588,17 @@ class _TurnLoop(OuterLoop):
         return value, None
 
     def _append_turn(self, entry: dict[str, Any]) -> None:
+        """Record a turn. A lone surrogate or 1e999 anywhere in what the provider sent
+        (the arguments text as its client gave it, a call's name or id, the text, its
+        messages) is recorded escaped (`storable`): the turn is kept as near to what came
+        as JSON holds, and the call it made is that call's structural error on arrival
+        (`_dispatch`), never a failed write of the turn."""
         self._append(
             {
                 "type": "data",
                 "kind": TURN_KIND,
                 "_outputMethod": "push",
-                "data": {"format": self.format, **entry},
+                "data": storable({"format": self.format, **entry}),
             }
         )
 

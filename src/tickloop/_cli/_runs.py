@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 from .._core._budget import LIMIT_NAMES, Budget
 from .._core._decisions import Approve, Deny
+from .._core._suggest import did_you_mean
 from .._durable._journal import ROW_LAG
 from .._durable._store import SQLiteStore
 from .._errors import ConfigurationError, ResumeError, StoreError, TickloopError
@@ -133,6 +134,7 @@ def run_command(arguments: argparse.Namespace, out: TextIO | None = None) -> int
             return _trace(store, arguments.run, arguments.html, out)
         if arguments.command == "budget":
             grant = parse_budget(arguments.add)
+            _check_per_tool_grant(store, arguments.run, grant)
             store.add_budget(arguments.run, grant)
             out.write(
                 f"added {_safe(', '.join(arguments.add))} to run {_safe(arguments.run)}; "
@@ -140,7 +142,10 @@ def run_command(arguments: argparse.Namespace, out: TextIO | None = None) -> int
             )
             return 0
     except (ResumeError, StoreError) as error:
-        print(f"tickloop {arguments.command}: {_safe(error)}", file=sys.stderr)
+        # The process running the run is the operator's to know (kept out of the message).
+        process = getattr(error, "process", None)
+        where = f" (the process: {_safe(process)})" if process else ""
+        print(f"tickloop {arguments.command}: {_safe(error)}{where}", file=sys.stderr)
         return EXIT_REFUSED
     raise AssertionError(f"not a run command: {arguments.command}")
 
@@ -166,6 +171,26 @@ def parse_budget(items: list[str]) -> Budget:
         except (ValueError, ConfigurationError) as error:
             raise ResumeError(f"--add {item!r}: {error}") from None
     return Budget(per_tool=per_tool, **fields)
+
+
+def _check_per_tool_grant(store: SQLiteStore, run_id: str, grant: Budget) -> None:
+    """A `per_tool.TOOL` grant adds to the run's limit on TOOL; on a tool the run has no
+    limit on it would change nothing (a typo giving no room): a `ResumeError` naming it
+    and the close match, before anything is recorded."""
+    if not grant.per_tool:
+        return
+    from .._agent._session import journaled_budget  # the run's budget: its session's note
+
+    store.run(run_id)  # an unknown run is named as such first
+    budget = journaled_budget(store.journal(run_id))
+    limited = set(budget.per_tool) if budget is not None else set()
+    for tool in grant.per_tool:
+        if tool not in limited:
+            raise ResumeError(
+                f"run {run_id!r} has no per_tool limit on {tool!r}"
+                f"{did_you_mean(tool, limited)}, so adding to it would change nothing; its "
+                f"per_tool limits: {', '.join(sorted(limited)) or 'none'}"
+            )
 
 
 def _existing_store(path: str) -> SQLiteStore:

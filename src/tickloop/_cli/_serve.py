@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
 from typing import Any, TextIO
 
 import trio
 
 from .._errors import ConfigurationError, ResumeError, StoreError
+from ._serve_web import cannot_listen, run_web
 
 __all__ = ["add_serve_command", "run_serve"]
 
@@ -55,8 +55,6 @@ def add_serve_command(commands: Any) -> None:
 def run_serve(arguments: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     if arguments.agui is not None or arguments.a2a is not None:
-        from ._serve_web import run_web
-
         return run_web(arguments, out, sys.stderr)
     try:
         from .._human._inbox import StoreInbox
@@ -85,24 +83,5 @@ def run_serve(arguments: argparse.Namespace, out: TextIO | None = None) -> int:
     try:
         trio.run(main)
     except BaseException as error:  # trio raises what ended it inside exception groups
-        leaves = list(_leaves(error))
-        if all(isinstance(leaf, KeyboardInterrupt) for leaf in leaves):
-            return 0  # Ctrl-C: the way to stop it, not an error
-        listening = [leaf for leaf in leaves if isinstance(leaf, OSError)]
-        if not listening or len(listening) != len(leaves):
-            raise
-        print(
-            f"tickloop serve: cannot listen on {arguments.host}:{arguments.port}: {listening[0]}",
-            file=sys.stderr,
-        )
-        return 2
+        return cannot_listen(error, arguments.host, arguments.port, sys.stderr)
     return 0
-
-
-def _leaves(error: BaseException) -> Iterator[BaseException]:
-    """The exceptions an exception group holds, however deeply; else the exception."""
-    if isinstance(error, BaseExceptionGroup):
-        for inner in error.exceptions:
-            yield from _leaves(inner)
-    else:
-        yield error

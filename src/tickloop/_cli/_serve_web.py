@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 import trio
 
 from .._errors import ConfigurationError, ResumeError
 
-__all__ = ["run_web"]
+__all__ = ["cannot_listen", "run_web"]
 
 
 def run_web(arguments: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -57,11 +58,8 @@ def run_web(arguments: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             trio.run(_serve_agui, guard, host, port, announce)
         else:
             asyncio.run(_serve_a2a(guard, agent, host, port, announce))
-    except KeyboardInterrupt:
-        pass
-    except OSError as error:
-        print(f"tickloop serve: cannot listen on {host}:{port}: {error}", file=err)
-        return 2
+    except BaseException as error:  # trio's nursery wraps a busy port in a group
+        return cannot_listen(error, host, port, err)
     return 0
 
 
@@ -86,3 +84,26 @@ async def _serve_a2a(guard: Any, agent: Any, host: str, port: int, announce: Any
 
 async def _not_yet_bound(scope: Any, receive: Any, send: Any) -> None:
     raise RuntimeError("the A2A app is made once the port is bound")
+
+
+def cannot_listen(error: BaseException, host: str, port: int, err: TextIO) -> int:
+    """How a server's end is told: Ctrl-C is the way to stop it (0); an address it
+    cannot listen on (a busy port) one line and exit 2; anything else raised as it is.
+    `error` may be an exception group holding them (trio's nurseries raise those)."""
+    leaves = list(_leaves(error))
+    if all(isinstance(leaf, KeyboardInterrupt) for leaf in leaves):
+        return 0
+    listening = [leaf for leaf in leaves if isinstance(leaf, OSError)]
+    if not listening or len(listening) != len(leaves):
+        raise error
+    print(f"tickloop serve: cannot listen on {host}:{port}: {listening[0]}", file=err)
+    return 2
+
+
+def _leaves(error: BaseException) -> Iterator[BaseException]:
+    """The exceptions an exception group holds, however deeply; else the exception."""
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield error

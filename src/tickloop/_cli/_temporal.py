@@ -352,4 +352,4 @@ def timeline_of(run_id: str, snapshot: dict[str, Any], events: Sequence[Any] = (
     ended = [event.status for event in events if isinstance(event, RunEnded)]
     status = ended[-1] if ended else ("running" if events else "temporal")
     run = RunInfo(run_id, status, created, updated, len(calls))
-    return _render(run, calls, requests, [], [])
+    return _render(run, calls, {"": requests}, [], [])

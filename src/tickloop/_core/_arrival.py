@@ -40,6 +40,7 @@ from ._log import (
     shape_fault,
     short_repr,
 )
+from ._paths import id_problem
 from ._results import check_output
 from ._status import CallStatus
 from ._tools import Tool, ToolSet
@@ -86,9 +87,9 @@ def new_call(
     if isinstance(wire, dict):
         wire = dict(wire)
         given = wire.get("_id")
-        # "/" separates a sub-agent's ids from its parent call's (PROTOCOL §11): a call
-        # that gives one is known by its engine id, and refused (`check_id`).
-        wanted = given if isinstance(given, str) and given and "/" not in given else auto_id
+        # An id that cannot be a path's segment (a "/", or a code call path's "[", "]",
+        # ">": PROTOCOL §11, §14) is known by its engine id, and refused (`check_id`).
+        wanted = given if isinstance(given, str) and id_problem(given) is None else auto_id
         wire["_id"] = wanted
         tool_name = wire.get("_tool")
         params, shown = UNCHECKED, wire
@@ -130,11 +131,9 @@ def _free_id(auto_id: str, calls: Mapping[str, object]) -> str:
 def check_id(call: Call, given: Any, wanted: str) -> None:
     if given is not None and (not isinstance(given, str) or not given):
         raise Structural(f"_id must be a non-empty string, got {given!r}")
-    if isinstance(given, str) and "/" in given:
-        raise Structural(
-            f"_id {given!r} holds a '/', which separates a sub-agent's call ids from its "
-            "parent call's; choose an id without one"
-        )
+    problem = id_problem(given) if isinstance(given, str) else None
+    if problem is not None:
+        raise Structural(f"_id {problem}")
     if call.id != wanted:
         raise Structural(
             f"id {wanted!r} is already used by another call in this run; ids must be unique "

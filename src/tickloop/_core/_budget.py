@@ -65,14 +65,18 @@ def _count(value: Any, name: str) -> int | None:
 def _amount(value: Any, name: str) -> float | None:
     if value is None:
         return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-    ):
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         raise ConfigurationError(
             f"{name} must be a finite number of at least 0 or None, not {value!r}"
+        )
+    try:
+        finite = math.isfinite(value)  # an int too large for a float overflows here
+    except OverflowError:
+        finite = False
+    if not finite:
+        raise ConfigurationError(
+            f"{name} must be a finite number of at least 0 or None, not "
+            + (repr(value) if isinstance(value, float) else "an integer too large for a float")
         )
     return value
 
@@ -344,10 +348,11 @@ class Ledger:
                 return name
         return None
 
-    def reserve(self, amount: Mapping[str, float]) -> str | None:
+    def reserve(self, amount: Mapping[str, float], *, force: bool = False) -> str | None:
         """Book `amount` as in flight in every ledger of the chain, if it fits; else the
-        name of the limit without room (nothing is booked)."""
-        missing = self.lacking(amount)
+        name of the limit without room (nothing is booked). `force` books it whatever is
+        left: a call a replayed record started, whose room was the record's."""
+        missing = None if force else self.lacking(amount)
         if missing is None:
             for ledger in self.chain():
                 _add_into(ledger.reserved, amount)
@@ -461,9 +466,13 @@ def request_reservation(
     cap: int | None = None
     if caps:
         room, name = min(caps)
-        cap = math.floor(room + 1e-9)
-        if cap < 1:
-            return name
+        # Huge (finite) prices and limits reach infinities: a cost limit of 1e308 over a
+        # small price leaves room for any answer (inf: no cap); a price of 1e308 makes
+        # the prompt alone cost more than any limit (-inf: no room).
+        if room != math.inf:
+            cap = math.floor(room + 1e-9) if room != -math.inf else 0
+            if cap < 1:
+                return name
     output = cap or 0
     amount: dict[str, float] = {"requests": 1, "input_tokens": estimate, "output_tokens": output}
     if price is not None:

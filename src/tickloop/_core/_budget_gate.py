@@ -13,6 +13,11 @@ tick ends paused on it, and a resume starts it again (a `Decide`), reserving ane
 Pure, like the scheduler: the hook's answers come in as `AnswerBudget` events, and what a
 model request spent as `SpendBudget`, so a journal that replays the events replays the
 budget too, and makes the same refusals.
+
+A replayed or forked run (docs/replay.md) gives the gate what its record decided for a
+call it reuses (`recorded`): a call the record refused is refused again with the same
+error, and a call the record started is counted without asking for room (its room was the
+record's); only a call the record does not decide reserves room here.
 """
 
 from __future__ import annotations
@@ -26,7 +31,11 @@ from ._run_queue import Ranks, RunQueue
 from ._scheduler_io import Action, AnswerBudget, AskBudget, SpendBudget
 from ._status import CallStatus
 
-__all__ = ["BudgetedRunQueue", "budget_error"]
+__all__ = ["BudgetedRunQueue", "RecordedRoom", "budget_error"]
+
+# What a replayed record decided for a call id: its budget error (refused), True (it
+# started), or None (the record does not decide it: it reserves room as any call).
+RecordedRoom = Callable[[str], dict[str, Any] | bool | None]
 
 
 def budget_error(ledger: Ledger, limit: str, what: str = "this call did not run") -> dict[str, Any]:
@@ -45,7 +54,17 @@ class BudgetedRunQueue(RunQueue):
     waits) without being in a tool's queue.
     """
 
-    __slots__ = ("_emit", "_park", "_settle", "asking", "counts", "ledger", "limited", "waiting")
+    __slots__ = (
+        "_emit",
+        "_park",
+        "_settle",
+        "asking",
+        "counts",
+        "ledger",
+        "limited",
+        "recorded",
+        "waiting",
+    )
 
     def __init__(
         self,
@@ -54,9 +73,11 @@ class BudgetedRunQueue(RunQueue):
         emit: Callable[[Action], None],
         ranks: Ranks | None = None,
         park: Callable[[Call], None] | None = None,
+        recorded: RecordedRoom | None = None,
     ) -> None:
         super().__init__(ranks)
         self.ledger = ledger
+        self.recorded = recorded  # a replayed record's decisions (module docstring)
         self._settle = settle  # the scheduler's: end a call with a status and an error
         self._emit = emit
         # The scheduler's: defer a queued call (it holds nothing; a `Decide` pushes it
@@ -82,11 +103,15 @@ class BudgetedRunQueue(RunQueue):
 
     def push(self, call: Call) -> None:
         """Reserve room for a ready call, then queue it; or park it, or refuse it."""
+        fate = self.recorded(call.id) if self.recorded is not None else None
+        if isinstance(fate, dict):  # refused in the record: again, and not counted
+            self._settle(call, CallStatus.FAILED, fate)
+            return
         if self.limited:
             parked = self.ledger.parked
             if parked:
                 parked.pop(call.id, None)  # decided on a resume: it reserves again
-            missing = self.ledger.reserve(call_amount(call.tool.name))
+            missing = self.ledger.reserve(call_amount(call.tool.name), force=fate is True)
             if missing is not None:
                 self._no_room(call, missing)
                 return

@@ -219,4 +219,5 @@ def decision_from_dict(data: dict[str, Any]) -> Decision:
         changes = data.get("changes")
         return Edit(**changes) if isinstance(changes, dict) and changes else Edit(data["params"])
     arguments = {key: value for key, value in data.items() if key != "decision"}
-    return kind(**arguments)
+    decision: Decision = kind(**arguments)
+    return decision

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from .._errors import ConfigurationError
 from ._budget import BudgetRequest, Ledger
+from ._budget_gate import RecordedRoom
 from ._decisions import ApproveHook, PendingCall
 from ._log import ContextLog
 from ._observer import wants
@@ -113,6 +114,7 @@ class SchedulerDriver:
         on_budget: Callable[[BudgetRequest], Any] | None = None,
         schedule: str = "critical_path",
         measured: Measured | None = None,
+        recorded: RecordedRoom | None = None,
     ) -> None:
         check_configuration(tools, approve, max_concurrency, schedule)
         if on_budget is not None and not callable(on_budget):
@@ -138,6 +140,8 @@ class SchedulerDriver:
             # Means measured in this process rank calls (PROTOCOL §13), except in a run
             # that is replayed: a resume must rank as the run did, so declared or 1.
             schedule=Schedule(schedule, measured if journal is None else None),
+            # A replayed or forked run: the budget decisions its record made (§12).
+            recorded=recorded,
         )
         self.budget = budget  # the run's ledger (PROTOCOL §12), shared with its tree
         if budget is not None:

@@ -64,7 +64,8 @@ def members(holder: Any) -> Collection[Any]:
         return _EMPTY
     kind = type(holder)
     if kind is set or kind is tuple:
-        return holder
+        many: Collection[Any] = holder
+        return many
     return (holder,)
 
 
@@ -125,5 +126,6 @@ def count_ids(holder: Any) -> Collection[str]:
         return _EMPTY
     kind = type(holder)
     if kind is dict:
-        return holder.keys()
+        ids: Collection[str] = holder.keys()
+        return ids
     return set(holder) if kind is tuple else (holder,)

@@ -182,7 +182,8 @@ class PathIndex:
             if node.entries:
                 total += count_total(node.entries)
         # `node` is the term's own node: everything below it overlaps too.
-        return total - count_total(node.entries) + node.subtree
+        overlapping: int = total - count_total(node.entries) + node.subtree
+        return overlapping
 
     def holds_around(self, term: Term) -> bool:
         """Whether anything is filed at a prefix of `term` or below it (not at `term`

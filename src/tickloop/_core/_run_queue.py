@@ -26,7 +26,7 @@ from itertools import pairwise
 from ._call import Call
 from ._ranks import Ranks
 
-__all__ = ["RunQueue"]
+__all__ = ["Ranks", "RunQueue"]
 
 # A held-back call's place under critical_path: highest rank, earliest ready, plan order.
 _Entry = tuple[float, int, int, Call]

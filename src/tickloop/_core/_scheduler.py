@@ -39,7 +39,7 @@ from ._arrival import (
     record_parameters,
 )
 from ._budget import Ledger
-from ._budget_gate import BudgetedRunQueue
+from ._budget_gate import BudgetedRunQueue, RecordedRoom
 from ._call import (
     Call,
     CallRecord,
@@ -124,6 +124,7 @@ class Scheduler:
         arrows: bool = False,
         budget: Ledger | None = None,
         schedule: str | Schedule = "critical_path",
+        recorded: RecordedRoom | None = None,
     ) -> None:
         self.tools = tools
         # With `notes=False` the facts (`Note...`, but `NoteTickEnded`) are not returned, for a
@@ -162,7 +163,7 @@ class Scheduler:
         ranks = ranks_for(schedule, self._calls, self._seqs, self._plan, self._tool_dependents)
         # By rank under a limit (PROTOCOL §13), or fifo; with a budget, room first (§12).
         park = partial(_defer, self)  # after a deferred budget question, a resume starts it
-        gate = budget and BudgetedRunQueue(budget, self._settle, self._emit, ranks, park)
+        gate = budget and BudgetedRunQueue(budget, self._settle, self._emit, ranks, park, recorded)
         self._run_queue = gate or RunQueue(ranks)
         self._handlers: dict[type, Callable[[Any], None]] = {
             FinishCall: self._on_finished,

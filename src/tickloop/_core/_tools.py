@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Union, get_args, get_origin, get_type_hints, overload
+from typing import Any, ClassVar, Union, get_args, get_origin, get_type_hints, overload
 
 import pydantic
 from pydantic_core import to_jsonable_python
@@ -26,7 +26,17 @@ from .._errors import ConfigurationError, ReferenceSyntaxError, is_call_error
 from ._expressions import RESERVED_OUTPUT_KINDS, Expression, is_reference, parse_expression
 from ._validation import SchemaValidator, schema_problem
 
-__all__ = ["Branch", "CallContext", "Tool", "ToolSet", "ToolSource", "split_tools", "tool"]
+__all__ = [
+    "Branch",
+    "CallContext",
+    "MakesTool",
+    "RawTool",
+    "Tool",
+    "ToolSet",
+    "ToolSource",
+    "split_tools",
+    "tool",
+]
 
 TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")  # used with fullmatch: no "\n" before $
 _NO_OUTPUT_ANNOTATIONS = (inspect.Signature.empty, None, type(None), Any)
@@ -73,10 +83,13 @@ def _read_only(value: Any) -> Any:
 class CallContext:
     """Injected into a handler parameter annotated `CallContext`.
 
-    It is not part of the parameter schema: the model never sees it.
+    It is not part of the parameter schema: the model never sees it. `id` is the call's
+    full path in its tree of runs ("c1.2/c1.0" in a sub-agent's run, PROTOCOL §11), so
+    `(run_id, id)` names one call of the whole tree (an idempotency key); `path` is the
+    ids of the agent calls above its run, `()` at the root.
     """
 
-    __slots__ = ("_views", "call", "id", "run_id", "scope", "tool")
+    __slots__ = ("_views", "call", "id", "path", "run_id", "scope", "tool")
 
     def __init__(
         self,
@@ -86,8 +99,10 @@ class CallContext:
         views: Callable[[str], Any],
         run_id: str | None = None,
         scope: object = None,
+        path: tuple[str, ...] = (),
     ) -> None:
         self.id = id
+        self.path = path
         self.tool = tool
         self.call = call
         self._views = views
@@ -127,6 +142,17 @@ class Tool:
     #: says False: that tool's calls fail with the reason instead, the server's other
     #: tools stay usable.
     unsafe_schema_fails_definition = True
+    #: Whether the handler keeps its own `timeout` (a sub-agent's call cuts its child run
+    #: off itself, ending the child's calls); the engine applies it to any other.
+    times_itself = False
+    #: Whether a call resumes where it was after a pause or a crash instead of starting
+    #: over (a sub-agent's call: its child run replays its journal), so it keeps the time
+    #: it first started.
+    resumes = False
+
+    #: Whether the tool's calls take their checked JSON parameters as they are, with the
+    #: call's context, through `run_raw` (a `RawTool`), instead of a handler's signature.
+    takes_raw_parameters: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -157,7 +183,11 @@ class Tool:
         self.name = name
         self.description = inspect.cleandoc(description or "")
         self.handler = handler
-        self._signature = _HandlerSignature(handler, name) if handler is not None else None
+        self._signature = (
+            _HandlerSignature(handler, name)
+            if handler is not None and not self.takes_raw_parameters
+            else None
+        )
         # A schema pydantic made (from the signature, the return annotation, a model
         # class) is valid as made; only a dict the user wrote is checked, so a tool made
         # from a function does not load jsonschema (docs/architecture.md).
@@ -250,11 +280,16 @@ class Tool:
 
     @property
     def is_async(self) -> bool:
+        if self.takes_raw_parameters:
+            return True  # `run_raw` is a coroutine function
         return self._signature is not None and self._signature.is_async
 
     @property
     def takes_context(self) -> bool:
-        """Whether the handler has a `CallContext` parameter (else none need be made)."""
+        """Whether a call gets a `CallContext` (else none need be made): a handler with a
+        `CallContext` parameter, or a `RawTool`."""
+        if self.takes_raw_parameters:
+            return True
         return self._signature is not None and self._signature.context_parameter is not None
 
     def prepare(
@@ -264,9 +299,12 @@ class Tool:
 
         pydantic converts the values to the annotated types; jsonschema has already
         checked them, so a failure here is a validator of the user's own types rejecting
-        a value, reported as a structural error by the caller.
+        a value, reported as a structural error by the caller. A `RawTool`'s parameters
+        go to its `run_raw` as they are.
         """
-        assert self.handler is not None and self._signature is not None
+        assert self.handler is not None
+        if self._signature is None:
+            return self.handler, {"params": params, "context": context}
         return self.handler, self._signature.arguments(params, context)
 
     def dump_output(self, value: Any) -> Any:
@@ -345,6 +383,36 @@ class Tool:
                 raise ConfigurationError(
                     f"tool {self.name!r}: bind names {key!r}, which is not a parameter"
                 )
+
+
+class RawTool(Tool):
+    """A tool whose calls take their parameters as the model wrote them: a sub-agent (its
+    input), a remote A2A agent, an MCP server's tool.
+
+    Its `parameters` schema is given, not read from a signature, and checked before a
+    call runs; the checked JSON object goes to `run_raw` as it is, with the call's
+    context (always made for these tools). A subclass implements `run_raw`; nothing else
+    of `Tool` is overridden.
+    """
+
+    takes_raw_parameters = True
+
+    def __init__(
+        self,
+        name: str,
+        description: str = "",
+        parameters: Mapping[str, Any] | type[pydantic.BaseModel] | None = None,
+        output: Mapping[str, Any] | type[pydantic.BaseModel] | None = None,
+        **options: Any,
+    ) -> None:
+        if parameters is None:
+            raise ConfigurationError(f"tool {name!r} needs a parameters schema")
+        super().__init__(name, description, parameters, output, self.run_raw, **options)
+
+    async def run_raw(self, params: dict[str, Any], context: CallContext) -> Any:
+        """Run one call on its checked parameters; what it returns is the result, what it
+        raises fails the call (PROTOCOL §7)."""
+        raise NotImplementedError
 
 
 class _HandlerSignature:
@@ -511,7 +579,8 @@ def _parse_option(text: str, tool_name: str, option: str) -> Expression:
 
 def _check_approval_rule(rule: Any, tool_name: str) -> ApprovalRule:
     if isinstance(rule, bool) or callable(rule):
-        return rule
+        checked: ApprovalRule = rule
+        return checked
     raise ConfigurationError(
         f"tool {tool_name!r}: requires_approval must be True, False or a predicate over the "
         f"parameters, not {rule!r}"
@@ -559,7 +628,10 @@ def _check_positive(value: Any, tool_name: str, option: str, kind: type) -> Any:
         raise ConfigurationError(f"tool {tool_name!r}: {option} must be a positive number")
     if kind is int and not isinstance(value, int):
         raise ConfigurationError(f"tool {tool_name!r}: {option} must be a whole number")
-    return kind(value)
+    try:
+        return kind(value)
+    except OverflowError:  # an int too large for a float
+        raise ConfigurationError(f"tool {tool_name!r}: {option} must be a finite number") from None
 
 
 def _check_finite(value: float | None, tool_name: str, option: str) -> float | None:
@@ -670,10 +742,20 @@ class ToolSource:
         return False
 
 
+class MakesTool:
+    """Stands in a tools list for the tool it makes (an `Agent`: `agent.as_tool()`, a
+    call that runs it as a child run), so every `tools=` takes it alike: an Agent's,
+    `run_calls`' and `execute`'s. This layer only asks for the tool."""
+
+    def as_tool(self) -> Tool:
+        raise NotImplementedError
+
+
 def split_tools(
-    items: Sequence[Tool | ToolSource] | Mapping[str, Tool] | ToolSet,
+    items: Sequence[Tool | ToolSource | MakesTool] | Mapping[str, Tool | MakesTool] | ToolSet,
 ) -> tuple[list[Tool], list[ToolSource]]:
-    """The plain tools and the tool sources of a `tools=` argument, each in given order."""
+    """The plain tools and the tool sources of a `tools=` argument, each in given order
+    (a `MakesTool` as the tool it makes)."""
     if isinstance(items, Mapping):
         return _tools_of_mapping(items), []
     if isinstance(items, ToolSource):  # a lone server passed where a list is expected
@@ -686,6 +768,8 @@ def split_tools(
             if any(item is other for other in sources):
                 raise ConfigurationError(f"{item.label} is listed twice among the tools")
             sources.append(item)
+        elif isinstance(item, MakesTool):
+            tools.append(item.as_tool())
         else:
             tools.append(item)
     return tools, sources
@@ -701,6 +785,8 @@ def _tools_of_mapping(items: Mapping[Any, Any]) -> list[Tool]:
         return list(items.values())
     tools: list[Tool] = []
     for key, item in items.items():
+        if isinstance(item, MakesTool):
+            item = item.as_tool()
         if not isinstance(item, Tool):
             raise ConfigurationError(
                 f"tools= maps {key!r} to {item!r}, which is not a tickloop Tool "

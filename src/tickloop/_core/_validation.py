@@ -379,7 +379,7 @@ def _validator_class() -> Any:
                 if compiled.search(key) is not None:
                     yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
-    return extend(
+    return extend(  # type: ignore[no-untyped-call]  # jsonschema's own is untyped
         Draft202012Validator,
         {
             "$ref": reference("$ref"),

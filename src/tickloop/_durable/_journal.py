@@ -25,6 +25,7 @@ from .._core._decisions import (
     Replace,
     decision_to_dict,
 )
+from .._core._paths import RunPath, tag_kind
 from .._core._scheduler_io import (
     Action,
     AskApproval,
@@ -83,7 +84,7 @@ class JournalWriter:
         redact: Redactor,
         sink: EventSink,
         *,
-        path: str = "",
+        path: RunPath = RunPath.ROOT,
         row_seq: int | None = None,
     ) -> None:
         # A sub-agent's child run (PROTOCOL §11) is journaled in its root's run through
@@ -91,8 +92,6 @@ class JournalWriter:
         # ("event@c1.2"), which the root's replay leaves to it, and prefixes its rows' call
         # ids ("c1.2/c1.0"); its rows sort with the root's row `row_seq` (its agent call).
         self.path = path
-        self._prefix = f"{path}/" if path else ""
-        self._tag = f"@{path}" if path else ""
         self._row_seq = row_seq
         # Plan messages refer to calls by entry number (`shared_text`), which holds only
         # while this run's entries are the journal's only ones: not in a tree of runs.
@@ -309,9 +308,9 @@ class JournalWriter:
             return
         self._committed = self._added
         entries, self._pending = self._pending, []
-        if self._tag:  # a child run's entries, in its root's journal
-            tag = self._tag
-            entries = [(at, kind + tag, text) for at, kind, text in entries]
+        if self.path:  # a child run's entries, in its root's journal
+            path = self.path
+            entries = [(at, tag_kind(kind, path), text) for at, kind, text in entries]
         dirty: dict[str, Row] = {}
         settled: dict[str, Row] = {}
         if due:
@@ -489,8 +488,8 @@ class JournalWriter:
             # Settled without ever being ready (its writer was denied, failed...): the
             # timeline still draws what it waited on.
             found = self.unready.waited_on(action.id, row, accepted, self.rows)
-            if found and self._prefix:
-                found = [self._prefix + other for other in found]
+            if found and self.path:
+                found = [self.path.full(other) for other in found]
             if found:
                 row.deps = dumps_entry(found)
         if not self._mark:
@@ -506,8 +505,8 @@ class JournalWriter:
         row.params = dumps_entry(self.redact.shared(action.params))
         self.ready_params[action.id] = action.params
         waits = action.waits_on  # the scheduler says whom it waited on
-        if waits and self._prefix:
-            waits = [self._prefix + other for other in waits]
+        if waits and self.path:
+            waits = [self.path.full(other) for other in waits]
         row.deps = deps_text(waits) if waits else "[]"
         return row
 
@@ -545,14 +544,20 @@ class JournalWriter:
             return None
         if not self._mark:
             self.running[action.id] = action  # replay's
-        row.status, row.started = CallStatus.RUNNING, at
+        row.status = CallStatus.RUNNING
+        if row.started is None or not self._resumes(action.tool):
+            row.started = at  # a call that resumes keeps its first start
         if action.params is not self.ready_params.pop(action.id, None):  # edited
             row.params = dumps_entry(self.redact.shared(action.params))
         return row
 
+    def _resumes(self, tool: str) -> bool:
+        found = self.tools.get(tool)
+        return found is not None and found.resumes
+
     def _new_row(self, call_id: str, tool: str | None, at: float) -> Row:
         seq = len(self.rows) if self._row_seq is None else self._row_seq
-        row = Row(self._prefix + call_id, seq, self.iteration, tool, at)
+        row = Row(self.path.full(call_id), seq, self.iteration, tool, at)
         self.rows[call_id] = row
         return row
 

@@ -15,7 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._core._budget import Budget
 from .._core._decisions import Decision, Defer, decision_from_dict
+from .._core._paths import RunPath, untag_kind
 from ._store import SQLiteStore
 
 __all__ = ["TURN_KIND", "RecordedCall", "RecordedResponse", "RecordedRun", "Recording"]
@@ -44,28 +46,44 @@ class RecordedCall:
     deps: list[str]
     outcome: tuple[Any, str | None, dict[str, Any] | None] | None = None
     decision: Decision | None = None
+    started: bool = False  # it started (its room was counted, PROTOCOL §12)
+    # The budget refused it (never started): its Error Message's error.
+    refused: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
 class RecordedRun:
     """One run of the tree: the messages it began with and the answers it got."""
 
-    path: str  # "" for the root, "c1.2" for the child its call c1.2 started
+    path: RunPath  # the root's is empty; "c1.2" for the child its call c1.2 started
     opening: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[dict[str, Any]] = field(default_factory=list)  # journaled with the opening
     responses: dict[int, RecordedResponse] = field(default_factory=dict)
+    # The tokens each request was counted for (PROTOCOL §12): its reservation and what
+    # replaced it, (input, output), as the budget journaled them (`BudgetSpent`).
+    usage: dict[int, tuple[int, int]] = field(default_factory=dict)
     _requests: dict[int, dict[str, Any] | None] = field(default_factory=dict)
     _asked: bool = False
+    _spent: tuple[int, int] = (0, 0)  # counted since the last request: the next one's
+    _current: int | None = None  # the request the counts go to now
 
     def read(self, kind: str, body: Any) -> None:
         if not isinstance(body, dict):
             return
         if kind == "note":
             if body.get("note") == "request":
-                self._requests[int(body["iteration"])] = body.get("request")
+                iteration = int(body["iteration"])
+                self._requests[iteration] = body.get("request")
                 self._asked = True
+                self.usage[iteration] = self._spent  # its reservation came just before
+                self._spent, self._current = (0, 0), iteration
+            elif not self._asked:
+                self.notes.append(body)
             return
         if kind == "event":
             self._asked = self._asked or body.get("type") == "TickOpened"
+            if body.get("type") == "BudgetSpent" and isinstance(body.get("amount"), dict):
+                self._count(body["amount"])
             return
         if body.get("type") == "solution":
             self._asked = True
@@ -84,13 +102,24 @@ class RecordedRun:
         elif not self._asked:
             self.opening.append(body)
 
+    def _count(self, amount: dict[str, Any]) -> None:
+        tokens = (int(amount.get("input_tokens", 0)), int(amount.get("output_tokens", 0)))
+        if amount.get("requests"):  # a reservation: the next request's
+            self._spent = (self._spent[0] + tokens[0], self._spent[1] + tokens[1])
+        elif self._current is not None:  # what replaced the last one's
+            used = self.usage.get(self._current, (0, 0))
+            self.usage[self._current] = (used[0] + tokens[0], used[1] + tokens[1])
+
 
 @dataclass(slots=True)
 class Recording:
     run_id: str
     protocol: str
-    runs: dict[str, RecordedRun] = field(default_factory=dict)  # by path; "" the root
+    runs: dict[RunPath, RecordedRun] = field(default_factory=dict)  # by path
     calls: dict[str, RecordedCall] = field(default_factory=dict)  # by full path
+    # Room the budget hook (or a resume's `budget=`) granted, anywhere in the tree: added
+    # to the root's limits, in the order given (PROTOCOL §12).
+    grants: list[Budget] = field(default_factory=list)
 
     @classmethod
     def load(cls, store: SQLiteStore, run_id: str) -> Recording:
@@ -100,7 +129,13 @@ class Recording:
         infos = store.calls(run_id)
         for info in infos:
             recording.calls[info.id] = RecordedCall(
-                info.id, info.tool, info.iteration, info.status, list(info.deps or ())
+                info.id,
+                info.tool,
+                info.iteration,
+                info.status,
+                list(info.deps or ()),
+                started=info.started is not None,
+                refused=_refusal(info.status, info.started, info.error),
             )
         recording._read((kind, body) for _, _, kind, body in store.journal(run_id))
         for info in infos:
@@ -111,15 +146,15 @@ class Recording:
 
     @property
     def root(self) -> RecordedRun:
-        return self.run("")
+        return self.run(RunPath.ROOT)
 
-    def run(self, path: str) -> RecordedRun:
-        """The run at `path` ("" the root); an empty one when the record has none."""
+    def run(self, path: RunPath) -> RecordedRun:
+        """The run at `path`; an empty one when the record has none."""
         return self.runs.get(path) or RecordedRun(path)
 
     def _read(self, entries: Iterable[tuple[str, Any]]) -> None:
         for tagged, body in entries:
-            kind, _, path = tagged.partition("@")
+            kind, path = untag_kind(tagged)
             run = self.runs.get(path)
             if run is None:
                 run = self.runs[path] = RecordedRun(path)
@@ -127,11 +162,14 @@ class Recording:
             if kind == "event" and isinstance(body, dict):
                 self._read_event(path, body)
 
-    def _read_event(self, path: str, body: dict[str, Any]) -> None:
+    def _read_event(self, path: RunPath, body: dict[str, Any]) -> None:
         kind = body.get("type")
+        if kind == "BudgetAnswered" and isinstance(body.get("grant"), dict):
+            self.grants.append(Budget.from_dict(body["grant"]))
+            return
         if kind not in ("CallFinished", "DecisionMade"):
             return
-        call = self.calls.get(f"{path}/{body['call_id']}" if path else body["call_id"])
+        call = self.calls.get(path.full(body["call_id"]))
         if call is None:
             return
         if kind == "CallFinished":
@@ -150,9 +188,9 @@ class Recording:
         for call in self.calls.values():
             for dep in call.deps:
                 readers.setdefault(dep, []).append(call.id)
-            parent, _, _ = call.id.rpartition("/")
-            if parent:
-                readers.setdefault(call.id, []).append(parent)
+            run = RunPath.parse(call.id).parent
+            if run:
+                readers.setdefault(call.id, []).append(str(run))
         seen: set[str] = set()
         todo = [root for root in roots if root in self.calls]
         while todo:
@@ -165,8 +203,22 @@ class Recording:
 
     def below(self, call_ids: Iterable[str]) -> set[str]:
         """Every recorded call of the child runs the agent calls `call_ids` started."""
-        prefixes = tuple(f"{call_id}/" for call_id in call_ids)
-        return {call_id for call_id in self.calls if call_id.startswith(prefixes)}
+        runs = [RunPath.parse(call_id) for call_id in call_ids]
+        found = set()
+        for call_id in self.calls:
+            above = RunPath.parse(call_id).parent
+            if any(above.is_within(run) for run in runs):
+                found.add(call_id)
+        return found
+
+
+def _refusal(
+    status: str, started: float | None, error: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The budget error of a call the budget refused: failed before it started."""
+    if status == "failed" and started is None and error and error.get("type") == "budget":
+        return error
+    return None
 
 
 def _solution_text(message: dict[str, Any]) -> str:

@@ -25,6 +25,7 @@ and solution messages, only to store their calls once (`shared_text`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import trio
@@ -33,6 +34,7 @@ from .._core._decisions import (
     Approve,
 )
 from .._core._log import ContextLog
+from .._core._paths import untag_kind
 from .._core._scheduler_io import (
     FinishCall,
 )
@@ -63,7 +65,7 @@ UNCHECKED = (
 class DurableRun(JournalWriter):
     """Journals one run (`JournalWriter`) and replays it; see the module docstring."""
 
-    def replay(self, journal: list[tuple[int, float, str, Any]], loop: DurableLoop) -> None:
+    def replay(self, journal: Sequence[tuple[int, float, str, Any]], loop: DurableLoop) -> None:
         """Rebuild the log and the scheduler from the journal; no action is carried out."""
         scheduler = loop.engine.scheduler
         try:
@@ -98,7 +100,7 @@ class DurableRun(JournalWriter):
         self._checkpoint = True
         # A root's rows are rewritten whole (its children's are left to them); a child's
         # are replaced one by one, every one of them being dirty.
-        self._rewrite = not self._prefix
+        self._rewrite = not self.path
         self.sink.remember(scheduler.records)
         self.resumed = True
 
@@ -107,7 +109,7 @@ class DurableRun(JournalWriter):
     ) -> None:
         """Replay one entry; damage in it (not an object, a missing field) raises a
         ValueError, KeyError, TypeError or AttributeError, which `replay` reports."""
-        if "@" in kind:
+        if untag_kind(kind)[1]:
             return  # a sub-agent's entry (`path`): its child run replays it
         if kind == "message":
             loop.log.append(body)
@@ -130,7 +132,9 @@ class DurableRun(JournalWriter):
             else:
                 self.unresolved.discard(body["iteration"])
         elif body.get("note") == "restart" and body.get("call_id") in self.rows:
-            self.rows[body["call_id"]].started = at
+            row = self.rows[body["call_id"]]
+            if row.started is None or not self._resumes(row.tool or ""):
+                row.started = at
 
     def reopen(self, engine: Engine) -> bool:
         """Settle the calls a crash (or a pause) left open, for either protocol's loop.
@@ -150,7 +154,8 @@ class DurableRun(JournalWriter):
             if tool is not None and tool.idempotent:
                 self.note("restart", call_id=call_id)
                 row = self._dirty[call_id] = self.rows[call_id]
-                row.started = self.now()
+                if not tool.resumes:  # one that resumes keeps its first start
+                    row.started = self.now()
                 self.sink.restarted(action)
                 engine.restart(action)
             else:

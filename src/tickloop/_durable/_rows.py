@@ -78,7 +78,8 @@ class Row:
         values = self.values(run_id)
         if self.decision is None and self.error is None and self.asked is None:
             if self.decided is None:
-                return _LEAN(values)
+                lean: tuple[Any, ...] = _LEAN(values)
+                return lean
         return values
 
     def changes(self, run_id: str) -> tuple[Any, ...]:

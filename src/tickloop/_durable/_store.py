@@ -47,6 +47,7 @@ from .._core._decisions import (
     Respond,
     decision_to_dict,
 )
+from .._core._paths import RunPath
 from .._core._status import CallStatus
 from .._errors import ResumeError, StoreError
 from .._observe._records import CallInfo, RunInfo
@@ -524,6 +525,10 @@ class SQLiteStore:
 
 
 def _checked_decision(call_id: str, value: Any) -> Decision:
+    try:  # one grammar of call ids for the CLI, the inbox and `resume(decisions=)`
+        RunPath.parse(call_id)
+    except ValueError as error:
+        raise ResumeError(f"a decision names no call: {error}") from None
     if value is True:
         return Approve()
     if value is False:

@@ -16,6 +16,7 @@ from .._core._decisions import (
     Decision,
     decision_from_dict,
 )
+from .._core._paths import SEPARATOR
 from .._errors import ResumeError, StoreError
 from ._schema import (
     _INSERT_ENTRIES,
@@ -73,8 +74,8 @@ class RunWriter:
                 self.insert(entries)
                 if rewrite:  # the root's rows: a sub-agent's ("c1.2/c1.0") are its child's
                     connection.execute(
-                        "DELETE FROM calls WHERE run_id = ? AND instr(call_id, '/') = 0",
-                        (self.run_id,),
+                        "DELETE FROM calls WHERE run_id = ? AND instr(call_id, ?) = 0",
+                        (self.run_id, SEPARATOR),
                     )
                 if calls:
                     _insert_calls(connection, calls)
@@ -226,8 +227,9 @@ def create_run(
                     (store.path.resolve(), run_id) in _ACTIVE or _owner_alive(row[1])
                 ):
                     raise ResumeError(
-                        f"run {run_id!r} is running now (process {row[1]}); wait for it to "
-                        "finish or pause: it cannot be resumed while it runs"
+                        f"run {run_id!r} is running now, in another process; wait for it to "
+                        "finish or pause: it cannot be resumed while it runs",
+                        process=row[1],
                     )
                 if row[0] == "done":
                     raise ResumeError(
@@ -262,6 +264,14 @@ class ClaimedRun:
     decisions: dict[str, Decision]
 
 
+def empty_journal(run_id: str, doing: str) -> str:
+    """Why a run whose journal holds nothing cannot be resumed, replayed or forked."""
+    return (
+        f"run {run_id!r} has an empty journal, not even its input (the store was changed "
+        f"outside tickloop): there is nothing to {doing}"
+    )
+
+
 def claim_run(
     store: SQLiteStore, run_id: str, decisions: dict[str, Any], *, protocol: str | None = None
 ) -> ClaimedRun:
@@ -292,8 +302,9 @@ def claim_run(
                 status == "running" and owner != owner_label() and _owner_alive(owner)
             ):
                 raise ResumeError(
-                    f"run {run_id!r} is running in process {owner}; wait for it to finish "
-                    "or pause, then resume it if it paused"
+                    f"run {run_id!r} is running in another process; wait for it to finish "
+                    "or pause, then resume it if it paused",
+                    process=owner,
                 )
             store._insert_decisions(connection, run_id, checked)
             connection.execute(
@@ -301,6 +312,8 @@ def claim_run(
                 (owner_label(), time.time(), run_id),
             )
             journal = store._journal(connection, run_id)
+            if not journal:  # a run's first commit holds its input: this one was emptied
+                raise ResumeError(empty_journal(run_id, "resume"))
             stored = connection.execute(
                 "SELECT call_id, decision FROM decisions WHERE run_id = ? "
                 "ORDER BY recorded, call_id",

@@ -22,9 +22,11 @@ import pydantic
 import trio
 
 from .._core._budget import BudgetRequest, Ledger
+from .._core._budget_gate import RecordedRoom
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._driver import Journal, SchedulerDriver, check_configuration
 from .._core._log import MAX_VALUE_DEPTH, SURROGATE_FAULT, ContextLog, has_surrogate
+from .._core._paths import RunPath
 from .._core._scheduler_io import (
     Action,
     Decide,
@@ -111,10 +113,15 @@ class Engine(SchedulerDriver):
         budget: Ledger | None = None,
         on_budget: BudgetHook | None = None,
         schedule: str = "critical_path",
+        path: RunPath = RunPath.ROOT,
+        recorded_room: RecordedRoom | None = None,
     ) -> None:
         # Handed to every call's `CallContext.scope`: what a sub-agent's call needs of
         # the run it belongs to (`_agent._tree.RunPlace`); opaque to the engine.
         self.scope = scope
+        # The run's place in its tree (PROTOCOL §11): a call's context names it by its
+        # full path, unique in the tree.
+        self.path = path
         # How long each tool's calls take, measured here: ranks under a limit read the
         # means (PROTOCOL §13); the process keeps them when the session ends.
         self._durations = RunDurations()
@@ -131,6 +138,7 @@ class Engine(SchedulerDriver):
             on_budget=on_budget,
             schedule=schedule,
             measured=self._durations,
+            recorded=recorded_room,  # a replayed run's budget decisions, with `answer`
         )
         self._nursery: trio.Nursery | None = None
         self._clock: trio.abc.Clock | None = None  # the run's, read twice per call
@@ -148,6 +156,7 @@ class Engine(SchedulerDriver):
         # when it has one: time it waits only for people is not counted (PROTOCOL §12).
         self.wall_clock: Any = None
         self._questions = 0  # questions to a hook (approval, budget) not answered yet
+        self._abandoned = False  # cancelled for good (`abandon`): nothing starts any more
         # Worker threads of sync handlers: as many as calls may run (PROTOCOL §2: a
         # max_concurrency of None means no limit, for sync tools too).
         self._threads = trio.CapacityLimiter(
@@ -261,16 +270,39 @@ class Engine(SchedulerDriver):
         if self.wall_clock is not None:
             self._people_or_not()
 
+    def abandon(self, error: dict[str, Any]) -> None:
+        """End every running call `failed` with `error`, after the session was cancelled
+        for good (a child run whose agent call timed out, PROTOCOL §11): journaled and told
+        like any end, so no call stays `running` forever. Nothing starts any more: a call
+        the ends let start is ended the same way."""
+        self._abandoned = True
+        while True:
+            running = [
+                call_id
+                for call_id, record in self.records.items()
+                if record.status == CallStatus.RUNNING
+            ]
+            if not running:
+                return
+            for call_id in running:
+                self.feed(FinishCall(call_id, None, None, dict(error), self._date()))
+
     def _spawn(self, function: Callable[..., Any], *args: Any) -> None:
+        if self._abandoned:
+            return
         if self._nursery is None:
             raise RuntimeError("the engine runs calls only inside `async with engine.session()`")
         self._nursery.start_soon(function, *args)
 
     def _start(self, action: StartCall) -> None:
+        if self._abandoned:
+            return
         nursery, clock = self._nursery, self._clock
         if nursery is None or clock is None:
             raise RuntimeError("the engine runs calls only inside `async with engine.session()`")
-        self.scheduler.records[action.id].started = clock.current_time()
+        record = self.scheduler.records[action.id]
+        if record.started is None or not self.tools[action.tool].resumes:
+            record.started = clock.current_time()  # one that resumes keeps its first start
         if self.wall_clock is not None:
             self.wall_clock.go_on()  # a call runs: the run does not wait only for people
         # Named as trio would name it, without trio working the name out for every call.
@@ -294,7 +326,13 @@ class Engine(SchedulerDriver):
             tool = self.tools[action.tool]
             context = (
                 CallContext(
-                    action.id, tool.name, action.call, self.log.view, self.run_id, self.scope
+                    self.path.full(action.id),
+                    tool.name,
+                    action.call,
+                    self.log.view,
+                    self.run_id,
+                    self.scope,
+                    self.path.parts,
                 )
                 if tool.takes_context
                 else None  # most handlers take none: not made for every call
@@ -362,7 +400,7 @@ async def run_handler(
             f"{describe_error(problem)}",
         }
     else:
-        timeout = tool.timeout
+        timeout = None if tool.times_itself else tool.timeout
         # A sync handler's thread is taken before its timeout starts: the timeout
         # measures the handler, not the wait for a thread (which an abandoned,
         # timed-out thread of an earlier call may still hold).
@@ -524,7 +562,8 @@ def _drive_on_either(steps: Any, loop: Any) -> Any:
 
 
 async def _host_turn(steps: Any, first: Any) -> tuple[str, Any]:
-    return await _host_steps(steps, first)
+    turn: tuple[str, Any] = await _host_steps(steps, first)
+    return turn
 
 
 @types.coroutine
@@ -600,7 +639,8 @@ def _surely_json(value: Any) -> bool:
     int, an ASCII string (`tests/test_fast_paths.py` checks the conversion agrees)."""
     kind = type(value)
     if kind is int:
-        return -_SURELY_SHORT < value < _SURELY_SHORT
+        short: bool = -_SURELY_SHORT < value < _SURELY_SHORT
+        return short
     return value is None or kind is bool or (kind is str and value.isascii())
 
 

@@ -18,7 +18,7 @@ from .._core._driver import check_schedule
 from .._core._jsonable import run_value_to_json
 from .._core._log import ContextLog
 from .._core._scheduler import CallRecord
-from .._core._tools import Tool, ToolSource, missing_bindings, split_tools
+from .._core._tools import MakesTool, Tool, ToolSource, missing_bindings, split_tools
 from .._errors import ConfigurationError
 from ._budgeting import BudgetHook
 from ._engine import Engine
@@ -88,7 +88,7 @@ def initial_log(input: Any = None, state: Mapping[str, Any] | None = None) -> Co
 async def execute(
     calls: Iterable[Any],
     *,
-    tools: Sequence[Tool | ToolSource] | Mapping[str, Tool],
+    tools: Sequence[Tool | ToolSource | MakesTool] | Mapping[str, Tool | MakesTool],
     state: Mapping[str, Any] | None = None,
     input: Any = None,
     approve: ApproveHook | None = None,
@@ -199,7 +199,7 @@ def _check_state(state: Any) -> None:
 def run_calls(
     calls: Iterable[Any],
     *,
-    tools: Sequence[Tool | ToolSource] | Mapping[str, Tool],
+    tools: Sequence[Tool | ToolSource | MakesTool] | Mapping[str, Tool | MakesTool],
     state: Mapping[str, Any] | None = None,
     input: Any = None,
     approve: ApproveHook | None = None,

@@ -13,7 +13,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .._core._tools import Tool, ToolSet, ToolSource, split_tools
+from .._core._tools import MakesTool, Tool, ToolSet, ToolSource, split_tools
 from .._errors import ConfigurationError, unwrap_single
 
 __all__ = [
@@ -51,14 +51,14 @@ class OpenedTools:
 
 
 def tool_sources(
-    tools: Sequence[Tool | ToolSource] | Mapping[str, Tool] | ToolSet,
+    tools: Sequence[Tool | ToolSource | MakesTool] | Mapping[str, Tool | MakesTool] | ToolSet,
 ) -> list[ToolSource]:
     return split_tools(tools)[1]
 
 
 @asynccontextmanager
 async def open_tools(
-    tools: Sequence[Tool | ToolSource] | Mapping[str, Tool] | ToolSet,
+    tools: Sequence[Tool | ToolSource | MakesTool] | Mapping[str, Tool | MakesTool] | ToolSet,
 ) -> AsyncIterator[OpenedTools]:
     """The run's `ToolSet`, with every source in `tools` open for the length of the block."""
     plain, sources = split_tools(tools)

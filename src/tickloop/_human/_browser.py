@@ -353,7 +353,7 @@ class BrowserApproval:
                 for c in run.calls.values()
             ]
             requests = [_Request(iteration, start, end) for iteration, start, end in run.requests]
-        return _render(info, calls, requests, [], [])
+        return _render(info, calls, {"": requests}, [], [])
 
     async def decide(
         self, run_id: str, call_id: str, action: str, reason: str, text: str, slot: str = ""

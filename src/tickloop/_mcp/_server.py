@@ -24,7 +24,7 @@ from typing import Any
 
 import trio
 
-from .._core._tools import TOOL_NAME, ApprovalRule, CallContext, Tool, ToolSource
+from .._core._tools import TOOL_NAME, ApprovalRule, CallContext, RawTool, Tool, ToolSource
 from .._engine._sources import OpenedSource
 from .._errors import ConfigurationError, unwrap_single
 from ._connection import (
@@ -347,7 +347,7 @@ class MCPServer(ToolSource):
             ) from error
 
 
-class MCPTool(Tool):
+class MCPTool(RawTool):
     """A tool of an MCP server: calling it sends tools/call on the server's connection."""
 
     # A schema the server lists that cannot be used safely fails that tool's calls (their
@@ -366,7 +366,7 @@ class MCPTool(Tool):
         self.remote_name = remote_name
         self.server = server
         self._connection = connection
-        super().__init__(name, handler=self._call, **options)
+        super().__init__(name, **options)
 
     def spec(self) -> dict[str, Any]:
         """The tool as JSON, for `MCPServer.tool_from_spec` in another process."""
@@ -380,14 +380,8 @@ class MCPTool(Tool):
             "annotations": self.annotations,
         }
 
-    def prepare(
-        self, params: dict[str, Any], context: CallContext | None
-    ) -> tuple[Any, dict[str, Any]]:
+    async def run_raw(self, params: dict[str, Any], context: CallContext) -> Any:
         # The parameters were checked against the server's schema; they go as they are.
-        # `_call` takes the context, so the engine always makes one for these tools.
-        return self._call, {"params": params, "context": context}
-
-    async def _call(self, params: dict, context: CallContext) -> Any:
         headers, meta = (_CALL_OPTIONS.get() or {}).get(id(self.server), ({}, {}))
         request = Request(
             self.remote_name,

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .._errors import TickloopError
+from .._errors import ModelError, is_retryable_status
 
 __all__ = [
     "ModelClient",
@@ -40,38 +40,6 @@ __all__ = [
     "output_limit",
     "wire_conversation",
 ]
-
-RETRYABLE_STATUSES = frozenset({408, 409, 429})
-
-
-def is_retryable_status(status: int) -> bool:
-    return status in RETRYABLE_STATUSES or 500 <= status <= 599
-
-
-class ModelError(TickloopError):
-    """A failed model request.
-
-    `status` is the HTTP status (None for a transport error: connection refused, reset,
-    a stream that broke off before the answer began); `retry_after` is the server's
-    Retry-After in seconds, when it sent one.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        retry_after: float | None = None,
-        body: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.retry_after = retry_after
-        self.body = body
-
-    @property
-    def retryable(self) -> bool:
-        return self.status is None or is_retryable_status(self.status)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
+from .._core._paths import untag_kind
 from .._core._status import ERROR_STATUSES, CallStatus
 from ._records import CallInfo, RunInfo
 from ._tree_order import in_tree_order
@@ -62,11 +63,20 @@ def render_run(
     return _render(run, in_tree_order(calls), requests, resumes, journal)
 
 
-def _requests(journal: list[tuple[int, float, str, Any]]) -> tuple[list[_Request], list[float]]:
-    """The model lane: each request from its TickOpened to its StreamClosed."""
-    requests: list[_Request] = []
+def _requests(
+    journal: list[tuple[int, float, str, Any]],
+) -> tuple[dict[str, list[_Request]], list[float]]:
+    """Each run's model requests, from its TickOpened to its StreamClosed, by the path of
+    the run ("" the root, "c1.2" the child its call c1.2 started: entries "event@c1.2");
+    and when the run was resumed."""
+    runs: dict[str, list[_Request]] = {}
     resumes: list[float] = []
-    for _, at, kind, body in journal:
+    for _, at, tagged, body in journal:
+        kind, where = untag_kind(tagged)
+        if not isinstance(body, dict) or kind not in ("event", "note"):
+            continue
+        path = str(where)
+        requests = runs.setdefault(path, [])
         if kind == "event":
             event_type = body.get("type")
             if event_type == "TickOpened":
@@ -77,12 +87,12 @@ def _requests(journal: list[tuple[int, float, str, Any]]) -> tuple[list[_Request
                 message = (body.get("error") or {}).get("message", "")
                 if "cut off by a crash" in message:
                     requests[-1].cut_off = True
-        elif kind == "note":
-            if body.get("note") == "resumed":
+        elif body.get("note") == "resumed":
+            if not path:
                 resumes.append(at)
-            elif body.get("note") == "retry" and requests:
-                requests[-1].retries += 1
-    return requests, resumes
+        elif body.get("note") == "retry" and requests:
+            requests[-1].retries += 1
+    return runs, resumes
 
 
 def _times(call: CallInfo) -> list[float]:
@@ -114,10 +124,11 @@ def run_origin(
 def _render(
     run: RunInfo,
     calls: list[CallInfo],
-    requests: list[_Request],
+    runs: dict[str, list[_Request]],
     resumes: list[float],
     journal: list[tuple[int, float, str, Any]],
 ) -> str:
+    requests = runs.get("", [])
     moments = [t for call in calls for t in _times(call)]
     moments += [r.start for r in requests] + [r.end for r in requests if r.end is not None]
     moments += [at for _, at, _, _ in journal]
@@ -149,6 +160,8 @@ def _render(
     arrows: list[str] = []
     for position, call in enumerate(calls):
         parts.append(_call_row(call, position + 1, x, last, origin))
+        if runs.get(call.id):  # a sub-agent's call: its child's requests, on its row
+            parts.append(_child_requests(call.id, runs[call.id], position + 1, x, last))
         for dep in call.deps:
             if dep in index:
                 arrows.append(_arrow(calls[index[dep]], index[dep] + 1, call, position + 1, x))
@@ -217,17 +230,7 @@ def _model_lane(requests: list[_Request], x: Any, last: float) -> str:
         "model (streaming)</text>"
     ]
     for request in requests:
-        end = request.end if request.end is not None else last
-        left, right = x(request.start), max(x(end), x(request.start) + 2)
-        note = " — cut off by a crash" if request.cut_off else ""
-        note += f" — {request.retries} retries" if request.retries else ""
-        note += f" — on worker {request.worker}" if request.worker else ""
-        parts.append(
-            f'<rect class="seg stream{" cut" if request.cut_off else ""}" x="{left:.1f}" '
-            f'y="{y + (_ROW - _BAR) / 2:.1f}" width="{right - left:.1f}" height="{_BAR}">'
-            f"<title>request {request.iteration}: {end - request.start:.3f}s{escape(note)}"
-            "</title></rect>"
-        )
+        left, right = _request_bar(request, x, last, y + (_ROW - _BAR) / 2, _BAR, parts)
         if right - left > 64:  # a label only where it fits inside the bar
             parts.append(
                 f'<text class="bar-label" x="{left + 3:.1f}" y="{y + _ROW / 2 + 4:.1f}">'
@@ -235,6 +238,40 @@ def _model_lane(requests: list[_Request], x: Any, last: float) -> str:
             )
     parts.append("</g>")
     return "".join(parts)
+
+
+def _child_requests(call_id: str, requests: list[_Request], row: int, x: Any, last: float) -> str:
+    """A sub-agent's model requests, drawn thin over the bar of the call that ran it."""
+    parts = [f'<g class="lane child-model" data-run="{escape(call_id)}">']
+    top = _y(row) + (_ROW - _BAR) / 2 + _BAR / 3
+    for request in requests:
+        _request_bar(request, x, last, top, _BAR / 3, parts, f"sub-agent run {call_id}: ")
+    parts.append("</g>")
+    return "".join(parts)
+
+
+def _request_bar(
+    request: _Request,
+    x: Any,
+    last: float,
+    top: float,
+    height: float,
+    parts: list[str],
+    where: str = "",
+) -> tuple[float, float]:
+    """Draw one model request as a bar into `parts`; its left and right edges."""
+    end = request.end if request.end is not None else last
+    left, right = x(request.start), max(x(end), x(request.start) + 2)
+    note = " — cut off by a crash" if request.cut_off else ""
+    note += f" — {request.retries} retries" if request.retries else ""
+    note += f" — on worker {request.worker}" if request.worker else ""
+    parts.append(
+        f'<rect class="seg stream{" cut" if request.cut_off else ""}" x="{left:.1f}" '
+        f'y="{top:.1f}" width="{right - left:.1f}" height="{height:g}">'
+        f"<title>{escape(where)}request {request.iteration}: {end - request.start:.3f}s"
+        f"{escape(note)}</title></rect>"
+    )
+    return left, right
 
 
 def _segments(call: CallInfo, last: float) -> list[tuple[str, float, float]]:

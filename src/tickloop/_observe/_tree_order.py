@@ -7,6 +7,7 @@ order, each followed by its child's calls in arrival order, depth first.
 
 from __future__ import annotations
 
+from .._core._paths import RunPath
 from ._records import CallInfo
 
 __all__ = ["depth_of", "in_tree_order"]
@@ -14,20 +15,20 @@ __all__ = ["depth_of", "in_tree_order"]
 
 def depth_of(call_id: str) -> int:
     """How many agent calls are above this call (0 at the root)."""
-    return call_id.count("/")
+    return RunPath.parse(call_id).depth - 1
 
 
 def in_tree_order(calls: list[CallInfo]) -> list[CallInfo]:
     """`calls` with each sub-agent's calls right after the call that started it."""
-    if not any("/" in call.id for call in calls):
+    paths = {call.id: RunPath.parse(call.id) for call in calls}
+    if all(path.depth == 1 for path in paths.values()):
         return calls
-    known = {call.id for call in calls}
-    children: dict[str, list[CallInfo]] = {}
+    children: dict[RunPath, list[CallInfo]] = {}
     top: list[CallInfo] = []
     for call in calls:
-        parent, slash, _ = call.id.rpartition("/")
-        if slash and parent in known:
-            children.setdefault(parent, []).append(call)
+        run = paths[call.id].parent
+        if run and str(run) in paths:
+            children.setdefault(run, []).append(call)
         else:
             top.append(call)
     for group in children.values():
@@ -37,5 +38,5 @@ def in_tree_order(calls: list[CallInfo]) -> list[CallInfo]:
     while stack:
         call = stack.pop()
         ordered.append(call)
-        stack.extend(reversed(children.get(call.id, ())))
+        stack.extend(reversed(children.get(paths[call.id], ())))
     return ordered

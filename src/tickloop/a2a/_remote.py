@@ -14,14 +14,13 @@ so the local run (trio) goes on meanwhile.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Mapping
 from typing import Any
 
 import trio
 
-from .._core._tools import CallContext, Tool
-from .._errors import ConfigurationError
+from .._core._tools import CallContext, RawTool
+from .._errors import ConfigurationError, RemoteAgentError
 
 __all__ = ["RemoteAgent", "RemoteAgentError"]
 
@@ -33,11 +32,7 @@ TASK_SCHEMA: dict[str, Any] = {
 }
 
 
-class RemoteAgentError(RuntimeError):
-    """The remote agent's task failed, was rejected, or gave no output."""
-
-
-class RemoteAgent(Tool):
+class RemoteAgent(RawTool):
     """A tool whose call runs a task on the A2A agent at `url`.
 
     Its parameters are `{"task": string}` unless `parameters=` (a JSON Schema of an
@@ -67,31 +62,14 @@ class RemoteAgent(Tool):
             raise ConfigurationError(
                 f"RemoteAgent {name!r}: parameters must be an object schema with properties"
             )
-        required = set(schema.get("required", ()))
-
-        async def call(**params: Any) -> Any:
-            # An optional parameter the call left out is not sent (its default is None).
-            written = params.pop(_CONTEXT).call
-            given = {key: value for key, value in params.items() if key in written}
-            # Abandoned on cancel (a timeout): the call ends now; the thread finishes alone.
-            return await trio.to_thread.run_sync(self._ask_in_thread, given, abandon_on_cancel=True)
-
-        # The handler takes exactly the schema's properties by name (the engine calls it
-        # with keywords), and the call's context; the model is shown `parameters` itself.
-        call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-            [
-                inspect.Parameter(
-                    key,
-                    inspect.Parameter.KEYWORD_ONLY,
-                    default=inspect.Parameter.empty if key in required else None,
-                    annotation=Any,
-                )
-                for key in properties
-            ]
-            + [inspect.Parameter(_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=CallContext)]
-        )
         description = description or f"Ask the remote agent {name} (A2A, {url})."
-        super().__init__(name, description, schema, output, call, **options)
+        super().__init__(name, description, schema, output, **options)
+
+    async def run_raw(self, params: dict[str, Any], context: CallContext) -> Any:
+        # The parameters the call gave, checked against `parameters`, go as they are (an
+        # optional one it left out is not sent). Abandoned on cancel (a timeout): the call
+        # ends now; the thread finishes alone.
+        return await trio.to_thread.run_sync(self._ask_in_thread, params, abandon_on_cancel=True)
 
     def _ask_in_thread(self, params: dict[str, Any]) -> Any:
         return asyncio.run(self.ask(params))
@@ -139,9 +117,6 @@ class RemoteAgent(Tool):
         raise RemoteAgentError(
             f"{self.name}: the remote task {ended}" + (f": {said}" if said else "")
         )
-
-
-_CONTEXT = "tickloop_call_context"  # the handler's `CallContext` parameter (not shown)
 
 
 def _new_id() -> str:

@@ -1,6 +1,7 @@
 """`a2a.app(agent, url=)`: a tickloop agent as an A2A server, on a2a-sdk.
 
-A message starts a run and the run is the task: `working` while it runs, `input-required`
+A message starts a run and the run is the task (one run per task: a message naming an
+existing task is refused, `_OneRunPerTask`): `working` while it runs, `input-required`
 while a call waits for a decision (decided where the agent's own hook asks: its
 `BrowserApproval` page, the `tickloop serve` inbox, a console), `working` again once
 decided, then `completed` with the output as an artifact or `failed`. The executor keeps
@@ -24,14 +25,20 @@ from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
-from a2a.types import AgentCard, Message, Part
+from a2a.types import AgentCard, Message, Part, SendMessageRequest, Task, TaskState
+from a2a.utils.errors import UnsupportedOperationError
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from .._agent._subagent import DEFAULT_INPUT
 from .._core._tools import Tool
+from .._durable._codec import new_run_id
 from .._observe._events import CallAwaitingApproval, CallDecided, RunEvent
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator
+
+    from a2a.server.context import ServerCallContext
+    from a2a.server.events import Event
     from starlette.applications import Starlette
 
     from .._agent._agent import Agent
@@ -102,11 +109,71 @@ def app(agent: Agent, *, url: str) -> Starlette:
     from starlette.applications import Starlette
 
     card = agent_card(agent, url)
-    handler = DefaultRequestHandler(
-        agent_executor=_Executor(agent), task_store=InMemoryTaskStore(), agent_card=card
-    )
+    handler = _OneRunPerTask(_Executor(agent), InMemoryTaskStore(), card)
     routes = [*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_url="/")]
     return Starlette(routes=routes)
+
+
+class _OneRunPerTask(DefaultRequestHandler):
+    """Refuses a message that names an existing task, before it reaches the executor.
+
+    A task is one run: a second message to it would start a second run (a2a-sdk hands
+    the executor every message of a task), running again what the first run already did.
+    A task waiting for decisions is decided where the agent's hook asks, not by message
+    (docs/decisions.md "Web protocols").
+    """
+
+    def __init__(self, executor: AgentExecutor, tasks: InMemoryTaskStore, card: AgentCard) -> None:
+        super().__init__(agent_executor=executor, task_store=tasks, agent_card=card)
+        self.tasks = tasks
+
+    async def on_message_send(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> Message | Task:
+        await self._refuse_a_message_to_a_task(params, context)
+        answer: Message | Task = await super().on_message_send(params, context)
+        return answer
+
+    async def on_message_send_stream(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event, None]:
+        await self._refuse_a_message_to_a_task(params, context)
+        async for event in super().on_message_send_stream(params, context):
+            yield event
+
+    async def _refuse_a_message_to_a_task(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> None:
+        task_id = params.message.task_id
+        task = await self.tasks.get(task_id, context) if task_id else None
+        if task is not None:
+            raise UnsupportedOperationError(message=refusal(task))
+
+
+def refusal(task: Task) -> str:
+    """Why a message naming `task` starts nothing, and what to do instead."""
+    run_id = plain_json(MessageToDict(task.metadata)).get("runId", "?")
+    state = task.status.state
+    if state == TaskState.TASK_STATE_INPUT_REQUIRED:
+        pending: list[dict[str, Any]] = []
+        for part in task.status.message.parts:
+            if part.HasField("data"):
+                pending = MessageToDict(part.data).get("pending", [])
+        ids = ", ".join(str(call.get("id")) for call in pending) or "its calls"
+        return (
+            f"task {task.id} waits for decisions on {ids} (run {run_id}); a message does "
+            "not decide them and starts no second run: decide where the agent asks "
+            "(tickloop approve, the tickloop serve inbox, its page)"
+        )
+    if state in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING):
+        return (
+            f"task {task.id} is running (run {run_id}); one run per task: a message "
+            "naming it starts nothing (follow it with GetTask or SubscribeToTask)"
+        )
+    return (
+        f"task {task.id} has ended ({TaskState.Name(state)}, run {run_id}); one run per "
+        "task: send a message without a taskId to start a new run"
+    )
 
 
 class InputError(ValueError):
@@ -174,7 +241,8 @@ class _Executor(AgentExecutor):
         except InputError as error:
             await updater.reject(_agent_message(updater, str(error)))
             return
-        await updater.start_work()
+        run_id = new_run_id()  # known before the run starts, so the task names it at once
+        await updater.update_status(TaskState.TASK_STATE_WORKING, metadata={"runId": run_id})
         events: asyncio.Queue[RunEvent | None] = asyncio.Queue()
         agent_listener = self.agent.on_event
 
@@ -183,7 +251,7 @@ class _Executor(AgentExecutor):
                 agent_listener(event)
             events.put_nowait(event)
 
-        run = asyncio.ensure_future(self.agent.run_asyncio(input, on_event=listen))
+        run = asyncio.ensure_future(self.agent.run_asyncio(input, on_event=listen, run_id=run_id))
         run.add_done_callback(lambda _: events.put_nowait(None))
         try:
             await self._follow(events, updater)
@@ -195,7 +263,10 @@ class _Executor(AgentExecutor):
             await updater.failed(_agent_message(updater, f"{type(error).__name__}: {error}"))
             return
         if result.status == "paused":
-            pending = [{"id": call.id, "tool": call.tool} for call in result.pending]
+            pending = [
+                {"id": call.id, "tool": call.tool, "params": self.agent.redact(call.params)}
+                for call in result.pending or ()
+            ]
             text = "the run is paused until its calls are decided (tickloop approve / serve)"
             await updater.requires_input(_agent_message(updater, text, {"pending": pending}))
             return

@@ -22,6 +22,7 @@ from ag_ui.core import BaseEvent, RunAgentInput, TextPart, UserMessage
 from ag_ui.encoder import EventEncoder
 from anyio.streams.memory import MemoryObjectSendStream
 
+from .._core._log import MAX_VALUE_DEPTH, shape_fault
 from .._engine._run import initial_log
 from .._observe._events import DataWritten, RunEvent, WriteListener
 from ._translate import Translation
@@ -46,6 +47,17 @@ def app(agent: Agent) -> Starlette:
     async def run(request: Request) -> Any:  # a Response, or the stream (an ASGI app)
         try:
             body = await request.json()
+        except RecursionError:  # the JSON decoder's own limit: a body nested ~1,000 deep
+            return JSONResponse({"error": "the body nests too deeply to be read"}, 422)
+        except ValueError as error:
+            return JSONResponse({"error": f"not JSON: {error}"}, 422)
+        # Every string goes out again as UTF-8 (the events, the store): a lone surrogate
+        # ("\ud800" in the JSON) anywhere would cut the stream mid-run, so it is refused
+        # here, before the stream starts.
+        fault = shape_fault(body, MAX_VALUE_DEPTH)
+        if fault is not None:
+            return JSONResponse({"error": f"the body {fault}"}, 422)
+        try:
             given = RunAgentInput.model_validate(body)
         except (ValueError, pydantic.ValidationError) as error:
             return JSONResponse({"error": f"not an AG-UI RunAgentInput: {error}"}, 422)

@@ -12,7 +12,10 @@ the AG-UI events each one means. The shapes it keeps:
   that changes it is one `STATE_DELTA` (RFC 6902), so a client applying them holds the
   run's state (values under secret-looking names show as "[redacted]", as in every event);
 - a sub-agent's events (a non-empty path) are wrapped in `SUBAGENT_STARTED` and
-  `SUBAGENT_FINISHED` / `SUBAGENT_ERROR`, closed when the call that started it settles.
+  `SUBAGENT_FINISHED` / `SUBAGENT_ERROR`, closed when the call that started it settles;
+  one still open when the run pauses is suspended, not finished: `SUBAGENT_FINISHED`
+  with AG-UI's `suspended` outcome (naming the interrupts it raised itself), and one
+  still open when the run fails gets `SUBAGENT_ERROR`.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from ag_ui.core import (
     StateSnapshotEvent,
     SubagentErrorEvent,
     SubagentFinishedEvent,
+    SubagentFinishedSuspendedOutcome,
     SubagentStartedEvent,
     TextMessageContentEvent,
     TextMessageEndEvent,
@@ -43,6 +47,7 @@ from ag_ui.core import (
 )
 
 from .._core._log import ContextLog, WriteError, copy_json
+from .._core._paths import RunPath
 from .._observe._events import (
     CallAwaitingApproval,
     CallDecided,
@@ -60,9 +65,9 @@ APPROVAL_REQUESTED = "tickloop.approval_requested"
 APPROVAL_DECIDED = "tickloop.approval_decided"
 
 
-def _path(event: RunEvent) -> tuple[str, ...]:
-    """The ids of the agent calls above the event's run, `()` at the root."""
-    return event.path
+def _path(event: RunEvent) -> RunPath:
+    """The path of the event's run (the root's is empty)."""
+    return RunPath.of(event.path)
 
 
 def _agent_name(event: RunEvent) -> str:
@@ -93,7 +98,7 @@ class Translation:
         initial = {} if state is None else state
         self._mirror = ContextLog([{"type": "data", "kind": "state", "data": initial}])
         self._calls: dict[str, _Call] = {}
-        self._open: list[str] = []  # sub-agent runs started and not yet finished, outer first
+        self._open: list[RunPath] = []  # sub-agent runs started, not yet finished, outer first
 
     @property
     def state(self) -> Any:
@@ -138,7 +143,10 @@ class Translation:
     def finished(self, output: Any, status: str, pending: list[Any]) -> list[BaseEvent]:
         """The run ended: its output as an assistant message, then `RUN_FINISHED` (with an
         interrupt per call waiting for a decision when the run paused)."""
-        out = self._end_open_calls()
+        if status == "paused":  # a sub-agent still open waits with the run (a parked call)
+            out = self._end_open_calls(suspended=_interrupts_by_run(pending))
+        else:
+            out = self._end_open_calls()
         if output is not None:
             message_id = f"{self.run_id}:output"
             text = _text(output)
@@ -161,17 +169,20 @@ class Translation:
         return out
 
     def failed(self, message: str) -> list[BaseEvent]:
-        return [*self._end_open_calls(), RunErrorEvent(message=message)]
+        return [*self._end_open_calls(failed=True), RunErrorEvent(message=message)]
 
-    def _end_open_calls(self) -> list[BaseEvent]:
+    def _end_open_calls(
+        self, *, failed: bool = False, suspended: dict[str, list[str]] | None = None
+    ) -> list[BaseEvent]:
         """A run that stops with calls unsettled (deferred, or waiting on one that is)
         still ends each call's AG-UI tool call; it has no result (an interrupt names the
-        deferred ones)."""
+        deferred ones). The sub-agents still open end as the run did: failed, or
+        suspended (`suspended`: each one's own interrupts)."""
         out: list[BaseEvent] = []
         for call_id, call in self._calls.items():
             if not call.ended:
                 self._end_call(call_id, call.params, out)
-        return self._close_subagents("", out)
+        return self._close_subagents("", out, failed=failed, suspended=suspended)
 
     # -- calls ---------------------------------------------------------------------------
 
@@ -235,35 +246,56 @@ class Translation:
         path = _path(event)
         if not path:
             return None
-        for depth in range(1, len(path) + 1):
-            run = "/".join(path[:depth])
+        for depth in range(1, path.depth + 1):
+            run = RunPath(path.parts[:depth])
             if run not in self._open:
                 self._open.append(run)
-                parent = "/".join(path[: depth - 1]) or None
+                shown = str(run)
                 out.append(
                     SubagentStartedEvent(
-                        subagent_run_id=run,
-                        name=_agent_name(event) if depth == len(path) else run,
-                        parent_subagent_run_id=parent,
-                        parent_tool_call_id=run,
+                        subagent_run_id=shown,
+                        name=_agent_name(event) if depth == path.depth else shown,
+                        parent_subagent_run_id=str(run.parent) or None,
+                        parent_tool_call_id=shown,
                     )
                 )
-        return "/".join(path)
+        return str(path)
 
     def _close_subagents(
-        self, call_id: str, out: list[BaseEvent], *, failed: bool = False
+        self,
+        call_id: str,
+        out: list[BaseEvent],
+        *,
+        failed: bool = False,
+        suspended: dict[str, list[str]] | None = None,
     ) -> list[BaseEvent]:
         """Finish the sub-agent runs started by `call_id` and those below them (all of
-        them for ""), innermost first."""
+        them for ""), innermost first: failed, suspended (a paused run's), or done."""
+        started_by = RunPath.parse(call_id)
         for run in reversed(list(self._open)):
-            if call_id and run != call_id and not run.startswith(call_id + "/"):
+            if not run.is_within(started_by):
                 continue
             self._open.remove(run)
+            shown = str(run)
             if failed:
-                out.append(SubagentErrorEvent(subagent_run_id=run, message="the sub-agent failed"))
+                out.append(
+                    SubagentErrorEvent(subagent_run_id=shown, message="the sub-agent failed")
+                )
+            elif suspended is not None:
+                outcome = SubagentFinishedSuspendedOutcome(interrupt_ids=suspended.get(shown, []))
+                out.append(SubagentFinishedEvent(subagent_run_id=shown, outcome=outcome))
             else:
-                out.append(SubagentFinishedEvent(subagent_run_id=run))
+                out.append(SubagentFinishedEvent(subagent_run_id=shown))
         return out
+
+
+def _interrupts_by_run(pending: list[Any]) -> dict[str, list[str]]:
+    """The deferred calls of a paused run by the sub-agent run that made them ("c1.0"
+    for "c1.0/c1.2"; the root's under ""): each one's own interrupts."""
+    by_run: dict[str, list[str]] = {}
+    for call in pending:
+        by_run.setdefault(str(RunPath.of(call.path)), []).append(call.id)
+    return by_run
 
 
 def _unnest(data: Any, path: str) -> Any:

@@ -41,9 +41,7 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from .._agent._agent import Agent
-from .._agent._loop import RunResult
-from .._agent._subagent import AgentTool
+from .._agent.seam import Agent, AgentTool, RunResult
 from .._core._budget import Budget, RunUsage
 from .._core._decisions import (
     Decision,
@@ -106,7 +104,7 @@ def _with_sub_agents(agents: Sequence[Agent]) -> list[Agent]:
     """`agents` and every sub-agent of their trees (PROTOCOL §11), each once: a worker
     serves the activities (model, tools, hook) of every agent of the trees it is given.
     A child runs inside its root's workflow, so a sub-agent needs a name (its activities'
-    prefix) and no MCP servers there."""
+    prefix), and no MCP servers or approval hook of its own there."""
     found: list[Agent] = []
     stack = list(reversed(agents))
     while stack:
@@ -121,6 +119,13 @@ def _with_sub_agents(agents: Sequence[Agent]) -> list[Agent]:
                     raise ConfigurationError(
                         f"sub-agent {child.name!r} has MCP servers, which tickloop.temporal "
                         "runs for a root agent only"
+                    )
+                if isinstance(child, Agent) and child.approve is not None:
+                    # Its own hook would go unasked there: refused, never lost silently.
+                    raise ConfigurationError(
+                        f"sub-agent {child.name!r} has an approval hook of its own, which "
+                        "tickloop.temporal does not ask yet (only the root's): run the tree "
+                        "locally, or give the hook's policy to the root agent's hook"
                     )
                 stack.append(child)
     return found
@@ -316,7 +321,8 @@ class RunHandle:
 
     async def snapshot(self) -> dict[str, Any]:
         """The run so far: messages, calls (with the worker of each), model requests."""
-        return await self.workflow.query(SNAPSHOT_QUERY)
+        snapshot: dict[str, Any] = await self.workflow.query(SNAPSHOT_QUERY)
+        return snapshot
 
     async def events(self, since: int = 0, *, follow: bool = True) -> AsyncIterator[RunEvent]:
         """The run's typed events (those a local run gives `on_event`), from the first

@@ -28,8 +28,7 @@ from temporalio import activity
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from .._agent._prompt import _visible_parameters
-from .._agent._retry import MAX_BACKOFF
+from .._agent.seam import MAX_BACKOFF, visible_parameters
 from .._core._decisions import PendingCall, decision_to_dict
 from .._core._tools import CallContext
 from .._durable._resume import INTERRUPTED
@@ -52,7 +51,7 @@ from ._kept import KEPT, call_key
 from ._mcp_host import HOST
 
 if TYPE_CHECKING:
-    from .._agent._agent import Agent
+    from .._agent.seam import Agent
 
 __all__ = [
     "DELTA_SIGNAL",
@@ -156,7 +155,8 @@ def make_activities(
             async with _Heartbeat(_period()):
                 answer = await in_thread(_ask_turn, agent, data, identity)
             answer["attempt"] = attempt
-            return answer
+            turn: dict[str, Any] = answer
+            return turn
         if info.workflow_id is None:  # a standalone activity: no workflow to stream into
             raise ApplicationError(
                 "the model request runs only inside an agent workflow", non_retryable=True
@@ -214,7 +214,8 @@ def make_activities(
         if outcome.get("raise") is not None:
             raise outcome["raise"]
         outcome.update(attempt=attempt, signalled=signalled, worker=identity)
-        return outcome
+        answered: dict[str, Any] = outcome
+        return answered
 
     functions.append(activity.defn(name=names["model"])(model_request))
 
@@ -254,7 +255,12 @@ def make_activities(
             async def call(data: dict[str, Any]) -> dict[str, Any]:
                 views = data.get("views") or {}
                 context = CallContext(
-                    data["id"], tool.name, data["call"], views.get, data.get("run_id")
+                    data["id"],
+                    tool.name,
+                    data["call"],
+                    views.get,
+                    data.get("run_id"),
+                    path=tuple(data.get("path") or ()),
                 )
 
                 async def run() -> tuple[Any, str | None, dict[str, Any] | None]:
@@ -326,7 +332,14 @@ def mcp_call_activity(agents: Sequence[Agent], identity: str) -> Callable[..., A
         data = activity.payload_converter().from_payload(args[0].payload, dict)
         server = agent.tool_sources[data["source"]]
         assert isinstance(server, MCPServer)
-        context = CallContext(data["id"], tool, data["call"], _no_view, data.get("run_id"))
+        context = CallContext(
+            data["id"],
+            tool,
+            data["call"],
+            _no_view,
+            data.get("run_id"),
+            path=tuple(data.get("path") or ()),
+        )
 
         async def work() -> dict[str, Any]:
             value, branch, error = await HOST.run(HOST.call, server, tool, data["params"], context)
@@ -417,7 +430,7 @@ async def _ask_turn(agent: Agent, data: dict[str, Any], identity: str) -> dict[s
         tools=[ToolSpec(**spec) for spec in data["tools"]]
         if data.get("tools") is not None  # the run's, with its MCP tools
         else [
-            ToolSpec(tool.name, tool.description, _visible_parameters(tool))
+            ToolSpec(tool.name, tool.description, visible_parameters(tool))
             for tool in agent.tools.values()
         ],
         iteration=data["iteration"],

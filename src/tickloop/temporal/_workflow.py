@@ -2,9 +2,11 @@
 
 Nothing here is a second scheduler or a second agent loop. `WorkflowEngine` is a
 `SchedulerDriver` (the driver-agnostic half of the trio engine) whose calls are
-activities; the loops are the solution and tool-calling loops of `tickloop._agent`, with
-only the model request swapped for an activity. So a run on Temporal makes the same
-calls, statuses, state and output as a local run of the same agent.
+activities; the loops are the protocols' own loops, opened through `tickloop._agent.seam`
+on the agent's configuration with a `LoopDriver` (`_WorkflowDriver`): the engine, the
+model request (an activity) and the waits are the workflow's, nothing else. So a run on
+Temporal makes the same calls, statuses, state and output as a local run of the same
+agent.
 
 Determinism: the scheduler is pure, and every value that could differ on replay comes
 from Temporal — time from `workflow.time()`/`workflow.now()`, everything else from
@@ -35,14 +37,22 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     import pydantic
 
-    from .._agent._agent import Agent
-    from .._agent._loop import AgentConfig, RunResult
-    from .._agent._retry import StreamBroken
-    from .._agent._solution import StreamRestarted, _SolutionLoop
-    from .._agent._subagent import AgentTool
-    from .._agent._tree import ChildSink, RunPlace, TreeServices
-    from .._agent._turns import _TurnLoop
-    from .._core._budget import Budget
+    from .._agent.seam import (
+        Agent,
+        AgentConfig,
+        AgentTool,
+        ChildSink,
+        OuterLoop,
+        RunPlace,
+        RunResult,
+        StreamBroken,
+        StreamRestarted,
+        TreeServices,
+        config_of,
+        config_with_tools,
+        driven,
+    )
+    from .._core._budget import Budget, Ledger
     from .._core._decisions import (
         Decision,
         Defer,
@@ -53,9 +63,10 @@ with workflow.unsafe.imports_passed_through():
         decision_from_dict,
     )
     from .._core._driver import SchedulerDriver
-    from .._core._log import copy_json
+    from .._core._log import ContextLog, copy_json
+    from .._core._paths import RunPath
     from .._core._scheduler_io import Decide, FinishCall, Flush, NoteTickEnded, StartCall
-    from .._core._status import FINAL_STATUSES, CallStatus
+    from .._core._status import CallStatus
     from .._core._tools import Tool
     from .._durable._resume import INTERRUPTED
     from .._engine._run import initial_log
@@ -70,6 +81,7 @@ with workflow.unsafe.imports_passed_through():
     from .._mcp._server import MCPServer, MCPTool
     from .._models._base import (
         ModelError,
+        SolutionRequest,
         TextDelta,
         TurnRequest,
         TurnResponse,
@@ -178,7 +190,7 @@ class WorkflowEngine(SchedulerDriver):
 
     def __init__(
         self,
-        host: AgentWorkflow,
+        host: AgentWorkflow | _ChildHost,
         log: Any,
         on_action: Callable[[Any], None] | None,
         budget: Any = None,
@@ -196,24 +208,15 @@ class WorkflowEngine(SchedulerDriver):
             budget=budget,  # limits are enforced; no budget hook is asked here (§12)
         )
         self.host = host
-        # The agent-call ids above this run (PROTOCOL §11): () at the root.
-        self.path: tuple[str, ...] = host.path
+        # The agent calls above this run (PROTOCOL §11): the root's path is empty.
+        self.path: RunPath = host.path
         self._tasks: set[asyncio.Task[None]] = set()
         self._failure: BaseException | None = None
 
     def scoped(self, pending: PendingCall) -> PendingCall:
         """A pending call as the tree shows it: its full path, its path and agent."""
-        if not self.path:
-            return pending
-        prefix = "/".join(self.path) + "/"
-        return dataclasses.replace(
-            pending,
-            id=prefix + pending.id,
-            waits_on=[prefix + other for other in pending.waits_on],
-            dependents=[prefix + other for other in pending.dependents],
-            path=self.path,
-            agent=self.host.agent.name,
-        )
+        place = self.host.place
+        return pending if place is None else place.scoped(pending)
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[WorkflowEngine]:
@@ -303,7 +306,8 @@ class WorkflowEngine(SchedulerDriver):
             self.feed(FinishCall(action.id, output, None, fault, self._date()))
             return
         data: dict[str, Any] = {
-            "id": action.id,
+            "id": self.path.full(action.id),  # its full path: unique in the tree (§11)
+            "path": list(self.path.parts),
             "tool": tool.name,
             "params": action.params,
             "call": action.call,
@@ -314,7 +318,7 @@ class WorkflowEngine(SchedulerDriver):
                 index for index, source in enumerate(host.sources) if source is tool.server
             )
             data["idempotent"] = tool.idempotent  # the worker knows only the run's listing
-        elif getattr(tool._signature, "context_parameter", None) is not None:
+        elif tool.takes_context:
             data["views"] = {"input": self.log.view("input"), "state": self.log.view("state")}
         value: Any = None
         branch: str | None = None
@@ -361,50 +365,54 @@ class WorkflowEngine(SchedulerDriver):
 # The loops, with the model request as an activity
 
 
-class _WorkflowSolutionLoop(_SolutionLoop):
-    def __init__(self, host: AgentWorkflow, log: Any) -> None:
+class _WorkflowDriver:
+    """A `LoopDriver`: a loop of the root or of a child run (`host`), with its engine a
+    `WorkflowEngine` and its model requests activities."""
+
+    def __init__(self, host: AgentWorkflow | _ChildHost, log: ContextLog) -> None:
         self.host = host
-        super().__init__(host.config, log, host.sink, None)
+        self.log = log
+        self.engine: WorkflowEngine | None = None
 
-    def _make_engine(self, on_action: Callable[[Any], None] | None, durable: Any) -> Any:
-        return WorkflowEngine(self.host, self.log, on_action, self.ledger)
+    def make_engine(
+        self, log: ContextLog, on_action: Callable[[Any], None] | None, ledger: Ledger
+    ) -> WorkflowEngine:
+        self.engine = WorkflowEngine(self.host, log, on_action, ledger)
+        return self.engine
 
-    async def _request(self, request: Any, on_item: Callable[[Any], None]) -> None:
+    async def wait_until(self, condition: Callable[[], bool]) -> None:
+        assert self.engine is not None
+        await self.engine.wait_until(condition)
+
+    async def request_solution(
+        self, request: SolutionRequest, on_item: Callable[[Any], None]
+    ) -> None:
         await self.host.solution_request(request, on_item)
 
-
-class _WorkflowTurnLoop(_TurnLoop):
-    def __init__(self, host: AgentWorkflow, log: Any) -> None:
-        self.host = host
-        super().__init__(host.config, log, host.sink, None, None)
-        # The worker's agent does not know the run's MCP tools: each request names them,
-        # and they are the run's, fixed once listed.
-        self._listed_specs = [asdict(spec) for spec in self.specs] if host.sources else None
-
-    def _make_engine(self, on_action: Callable[[Any], None] | None, durable: Any) -> Any:
-        return WorkflowEngine(self.host, self.log, on_action, self.ledger)
-
-    async def _ask(self, request: TurnRequest) -> TurnResponse:
+    async def request_turn(self, request: TurnRequest, on_item: Callable[[Any], None]) -> None:
+        host = self.host
         data: dict[str, Any] = {
             "protocol": "tools",
             "system": request.system,
             "conversation": request.conversation,
             "iteration": request.iteration,
         }
-        if self._listed_specs is not None:
-            data["tools"] = self._listed_specs
+        # The worker's agent does not know the run's MCP tools: each request names them,
+        # and they are the run's, fixed once listed.
+        if host.sources:
+            data["tools"] = [asdict(spec) for spec in request.tools]
         problem = too_big(data, f"the request of iteration {request.iteration}")
         if problem is not None:  # the run ends with its log, never a stuck workflow
             raise ExecuteError(problem, self.log.messages)
         started = workflow.time()
         try:
-            result = await self.host.model_activity(data)
+            result = await host.model_activity(data)
         except ActivityError as error:
             raise ExecuteError(
                 f"the model request failed: {_cause(error)}", self.log.messages
             ) from error
-        self.usage = self.usage + Usage(**result["usage"])
-        self.host.requests.append(
+        on_item(Usage(**result["usage"]))
+        host.requests.append(
             {
                 "iteration": request.iteration,
                 "attempt": result.get("attempt", 1),
@@ -414,21 +422,21 @@ class _WorkflowTurnLoop(_TurnLoop):
             }
         )
         response = result["response"]
-        return TurnResponse(
-            text=response["text"],
-            tool_calls=[TurnToolCall(**call) for call in response["tool_calls"]],
-            messages=response["messages"],
-            reasoning=response.get("reasoning"),
-            finish_reason=response.get("finish_reason"),
+        on_item(
+            TurnResponse(
+                text=response["text"],
+                tool_calls=[TurnToolCall(**call) for call in response["tool_calls"]],
+                messages=response["messages"],
+                reasoning=response.get("reasoning"),
+                finish_reason=response.get("finish_reason"),
+            )
         )
 
-    async def _wait_for(self, ids: Sequence[str]) -> None:
-        records = self.engine.records
-        engine = self.engine
-        assert isinstance(engine, WorkflowEngine)
-        await engine.wait_until(
-            lambda: all(records[id].status in FINAL_STATUSES for id in ids if id in records)
-        )
+
+def _open_loop(host: AgentWorkflow | _ChildHost, log: ContextLog) -> OuterLoop:
+    """The protocol's own loop of `host`'s run, driven by the workflow."""
+    config = driven(host.config, _WorkflowDriver(host, log))
+    return config.protocol.open_loop(config, log, host.sink, None)
 
 
 # --------------------------------------------------------------------------------------
@@ -446,12 +454,13 @@ class AgentWorkflow:
         self.options: dict[str, Any] = {}
         self.requests: list[dict[str, Any]] = []
         self.sources: list[Any] = []  # the agent's MCP servers (listed once per run)
-        self._deltas: dict[str, list[dict[str, Any]]] = {}  # by the path of the run asking
-        self.path: tuple[str, ...] = ()  # the root's place in its tree (PROTOCOL §11)
+        self._deltas: dict[RunPath, list[dict[str, Any]]] = {}  # by the path of the run asking
+        self.path = RunPath.ROOT  # the root's place in its tree (PROTOCOL §11)
+        self.place: RunPlace | None = None  # a child's only: the root shows its own ids
         self.root = self
-        self.children: dict[str, Any] = {}  # each child run's loop, by its agent call's path
+        self.children: dict[RunPath, Any] = {}  # each child run's loop, by its path
         self._tree: TreeServices | None = None
-        self._loop: _WorkflowSolutionLoop | _WorkflowTurnLoop | None = None
+        self._loop: OuterLoop | None = None
         # The run's events, as a local run delivers them to `on_event`: made here from
         # the scheduler's actions (deterministic, stamped with the workflow's clock) and
         # read by clients through EVENTS_QUERY; workflow code delivers nothing itself.
@@ -475,7 +484,7 @@ class AgentWorkflow:
             )
         data = workflow.payload_converter().from_payload(args[0].payload, dict)
         self.agent = agent
-        self.config = agent._config()
+        self.config = config_of(agent)
         self.sources = list(agent.tool_sources)
         self.names = activity_names(kind)
         self.options = dict(data.get("options") or {})
@@ -490,7 +499,9 @@ class AgentWorkflow:
                 self.emit(
                     RunEnded,
                     status="failed",
-                    iterations=self._loop._iterations_done() if self._loop else 0,
+                    iterations=self.config.protocol.iterations_in(self._loop.log)
+                    if self._loop
+                    else 0,
                     error=f"{error.type}: {error.message}"
                     if isinstance(error, ApplicationError)
                     else f"{type(error).__name__}: {error}",
@@ -505,10 +516,7 @@ class AgentWorkflow:
             log = initial_log(data.get("input"))
             if self.sources:
                 self.config = await self._with_listed_tools(agent, log)
-            if agent.protocol == "tools":
-                self._loop = _WorkflowTurnLoop(self, log)
-            else:
-                self._loop = _WorkflowSolutionLoop(self, log)
+            self._loop = _open_loop(self, log)
             result = await self._loop.run()
         except RunStopped as error:
             raise ApplicationError(
@@ -556,7 +564,9 @@ class AgentWorkflow:
             assert isinstance(server, MCPServer)
             tools: list[Tool] = [server.tool_from_spec(spec) for spec in source["tools"]]
             opened.append(server.opened(tools, source["instructions"]))
-        bound = agent._config_with(self.config, merge_opened(list(agent.tools.values()), opened))
+        bound = config_with_tools(
+            agent, self.config, merge_opened(list(agent.tools.values()), opened)
+        )
         problem = unknown_routes(
             self.options.get("tool_task_queues") or {}, bound.tools, str(agent.name)
         )
@@ -617,32 +627,28 @@ class AgentWorkflow:
 
     @workflow.signal(name=DELTA_SIGNAL)
     def delta(self, data: dict[str, Any]) -> None:
-        self._deltas.setdefault(str(data.get("path") or ""), []).append(data)
+        self._deltas.setdefault(RunPath.parse(str(data.get("path") or "")), []).append(data)
 
     # -- sub-agents -------------------------------------------------------------------------
 
     async def run_child(
-        self, tool: AgentTool, action: StartCall, above: tuple[str, ...]
+        self, tool: AgentTool, action: StartCall, above: RunPath
     ) -> tuple[Any, dict[str, Any] | None]:
         """Run a sub-agent's call as a child run inside this workflow: the same loop on
         the child's configuration, its calls activities of this workflow, its questions
         the root's, its decisions taken by path (`decide`). (value, error) for its call."""
-        path = (*above, action.id)
+        path = above / action.id
         agent = tool.agent
-        if len(path) > self.agent.max_depth:
+        if path.depth > self.agent.max_depth:
             return None, {
                 "type": "structural",
-                "message": f"sub-agent {tool.agent_name!r} would run at depth {len(path)}, "
+                "message": f"sub-agent {tool.agent_name!r} would run at depth {path.depth}, "
                 f"deeper than the root's max_depth of {self.agent.max_depth}",
             }
         child = _ChildHost(self, agent, path)
         log = initial_log(copy_json(action.params))
-        loop: _WorkflowSolutionLoop | _WorkflowTurnLoop
-        if agent.protocol == "tools":
-            loop = _WorkflowTurnLoop(child, log)  # type: ignore[arg-type]
-        else:
-            loop = _WorkflowSolutionLoop(child, log)  # type: ignore[arg-type]
-        self.children["/".join(path)] = loop
+        loop = _open_loop(child, log)
+        self.children[path] = loop
         try:
             result = await loop.run()
         except RunStopped as stopped:
@@ -669,22 +675,23 @@ class AgentWorkflow:
 
     def _engine_for(self, call_id: str) -> tuple[WorkflowEngine | None, str]:
         """The engine of the run a call id (a path) belongs to, and its local id."""
-        prefix, slash, local = call_id.rpartition("/")
-        loop = self.children.get(prefix) if slash else self._loop
+        path = RunPath.parse(call_id)
+        loop = self.children.get(path.parent) if path.depth > 1 else self._loop
+        local = path.last if path else ""
         engine = loop.engine if loop is not None else None
         assert engine is None or isinstance(engine, WorkflowEngine)
         return engine, local
 
-    def _tree_records(self, engine: Any, prefix: str = "") -> list[dict[str, Any]]:
+    def _tree_records(self, engine: Any, run: RunPath = RunPath.ROOT) -> list[dict[str, Any]]:
         """Every call of the tree under its path, each agent call followed by its child's."""
         rows: list[dict[str, Any]] = []
         for call_id, record in engine.records.items():
             row = record_to_dict(record)
-            row["id"] = prefix + call_id
+            row["id"] = run.full(call_id)
             rows.append(row)
-            child = self.children.get(prefix + call_id)
+            child = self.children.get(run / call_id)
             if child is not None:
-                rows.extend(self._tree_records(child.engine, f"{prefix}{call_id}/"))
+                rows.extend(self._tree_records(child.engine, run / call_id))
         return rows
 
     def _tree_pending(self) -> list[tuple[PendingCall, Any]]:
@@ -782,14 +789,14 @@ class AgentWorkflow:
 class _ChildHost:
     """What a child run's loop and engine read of their host (PROTOCOL §11): the
     sub-agent's own configuration, activities and requests, with the root's hook,
-    options, redaction and event list. The loop and engine are the root's classes."""
+    options, redaction and event list. Its loop is opened as the root's is (`_open_loop`)."""
 
-    def __init__(self, root: AgentWorkflow, agent: Agent, path: tuple[str, ...]) -> None:
+    def __init__(self, root: AgentWorkflow, agent: Agent, path: RunPath) -> None:
         self.root = root
         self.agent = agent
         self.path = path
         self.config = dataclasses.replace(
-            agent._config(), approve=root.config.approve, redact=root.agent.redact
+            config_of(agent), approve=root.config.approve, redact=root.agent.redact
         )
         assert agent.name is not None  # a worker refuses a sub-agent without one
         # Its model and tools are its own activities; its questions go to the root's hook.
@@ -798,7 +805,8 @@ class _ChildHost:
         self.sources: list[Any] = []
         self.requests: list[dict[str, Any]] = []
         self.hook_workers = root.hook_workers
-        self.sink = ChildSink(RunPlace(root.tree(), path, agent.name), clock=workflow.time)
+        self.place: RunPlace | None = RunPlace(root.tree(), path, agent.name)
+        self.sink = ChildSink(self.place, clock=workflow.time)
 
     def option(self, name: str, default: float) -> timedelta:
         return self.root.option(name, default)
@@ -839,14 +847,14 @@ async def _solution_request(
     restarts the stream, and the loop drops the calls it had already handed over.
     """
     iteration = request.iteration
-    key = "/".join(host.path)  # whose deltas: a child run's ("c1.2") or the root's ("")
+    key: RunPath = host.path  # whose deltas: a child run's ("c1.2") or the root's
     data: dict[str, Any] = {
         "protocol": "solution",
         "messages": request.messages,
         "iteration": iteration,
     }
     if key:
-        data["path"] = key
+        data["path"] = str(key)
     if host.sources:  # the worker's agent does not know the run's MCP tools
         data["schema"] = host.config.schema
     problem = too_big(data, f"the request of iteration {iteration}")
