@@ -61,6 +61,21 @@ def test_a_per_tool_limit_on_an_unknown_tool_is_refused_naming_the_close_match()
     assert RAN == []  # refused before anything ran
 
 
+def test_a_grant_on_resume_for_an_unknown_tool_is_refused_before_anything(
+    tmp_path: Path,
+) -> None:
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    _writer(store=store, budget=tl.Budget(per_tool={"research": 1})).run({}, run_id="r")
+    RAN.clear()
+    agent = _writer(store=store)
+    with pytest.raises(tl.ConfigurationError, match=r"per_tool 'reserch'.*did you mean 'research'"):
+        agent.resume("r", budget=tl.Budget(per_tool={"reserch": 1}))
+    # A grant naming a real tool gets as far as the run itself (finished: ResumeError).
+    with pytest.raises(tl.ResumeError):
+        agent.resume("r", budget=tl.Budget(per_tool={"research": 1}))
+    assert RAN == []
+
+
 def test_a_per_tool_limit_is_checked_over_the_whole_tree() -> None:
     child = tl.Agent(tl.ScriptedModel([PLAN, DONE] * 2), tools=[research, summarize], name="writer")
     # The root's limit may name a sub-agent's tool, or the sub-agent itself: it holds.

@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 import tickloop as tl
+from tickloop.models import TextDelta
 
 RAN: Counter[str] = Counter()
 
@@ -303,6 +305,86 @@ def test_a_tools_protocol_run_replays_and_forks_too(tmp_path: Path) -> None:
     assert forked.output == first.output
     with pytest.raises(tl.ConfigurationError, match="protocol='tools'"):
         make_agent().replay("t1", store=store)
+
+
+class _RacingModel:
+    """Streams one plan in two pieces: a call of `explode`, then a call of an unknown tool.
+
+    `explode_first`: the second piece comes only after `explode` has failed, as when a real
+    server is slower than the tool; else `explode` fails only after the whole plan came.
+    Either way the tick has the same two errors, in the other order (PROTOCOL §7)."""
+
+    model = "racing"
+
+    def __init__(self, explode_first: bool) -> None:
+        self.explode_first = explode_first
+        self.requests: list[dict[str, Any]] = []
+        self.exploded: trio.Event | None = None
+        self.streamed: trio.Event | None = None
+
+    async def stream_solution(self, request: Any) -> Any:
+        self.requests.append(request.to_dict())
+        if request.iteration > 1:
+            yield TextDelta('{"calls": [], "output": "done"}')
+            return
+        self.exploded, self.streamed = trio.Event(), trio.Event()
+        yield TextDelta('{"calls": [{"_tool": "explode", "_outputPath": "†state.x"}')
+        if self.explode_first:
+            await self.exploded.wait()
+        yield TextDelta(', {"_tool": "nope"}], "output": null}')
+        self.streamed.set()
+
+    async def explode(self) -> str:
+        assert self.exploded is not None and self.streamed is not None
+        if not self.explode_first:
+            await self.streamed.wait()
+        self.exploded.set()
+        raise RuntimeError("boom")
+
+
+def test_a_tick_s_errors_give_the_same_request_whatever_order_they_happened_in() -> None:
+    """A call that fails while the model still writes races the plan's own errors; the
+    next request must not depend on who won, or a strict replay and a fork of a real run
+    see a request that differs from the recorded one (found recording tests/recordings)."""
+    requests, orders = [], []
+    for explode_first in (True, False):
+        model = _RacingModel(explode_first)
+        explode = tl.tool(model.explode, name="explode", description="Fail.")
+        result = tl.Agent(model, tools=[explode]).run("go")
+        assert result.output == "done"
+        orders.append([e["data"]["error"]["type"] for e in result.errors])
+        requests.append(model.requests[1])
+    assert orders == [["runtime", "structural"], ["structural", "runtime"]]  # the race
+    assert requests[0] == requests[1]
+
+
+def test_the_replay_model_answers_a_tools_protocol_run_in_its_recorded_wire_format(
+    tmp_path: Path,
+) -> None:
+    script: list[Any] = [
+        {"tool_calls": [{"id": "p0", "name": "fetch", "arguments": {"url": "a"}}]},
+        {"tool_calls": [{"id": "p1", "name": "count_words", "arguments": {"text": "x y"}}]},
+        "Done: 2 words.",
+    ]
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    tools = [fetch, count_words]
+    first = tl.Agent(tl.ScriptedModel(script), tools=tools, protocol="tools", store=store).run(
+        "count", run_id="t1"
+    )
+    RAN.clear()
+    replay = tl.ReplayModel(store, "t1", strict=True)
+    assert replay.turn_format == "scripted"  # the recording client's, not a guess
+    again = tl.Agent(replay, tools=tools, protocol="tools").run("count")
+    # The tools ran for real and their results went back as the recording client sent
+    # them: every request was the recorded one.
+    assert again.output == first.output == "Done: 2 words."
+    assert RAN == Counter(fetch=1, count_words=1)
+    with pytest.raises(tl.ExecuteError, match=r"request 1 differs .*'t1'.*count"):
+        tl.Agent(tl.ReplayModel(store, "t1", strict=True), tools=tools, protocol="tools").run(
+            "tally"
+        )
+    with pytest.raises(tl.ExecuteError, match="protocol='tools'"):
+        make_agent(tl.ReplayModel(store, "t1")).run({"topic": "trio"})
 
 
 def _tree(store: tl.SQLiteStore | None = None) -> tl.Agent:

@@ -40,7 +40,7 @@ from ._prompt import DEFAULT_CONTEXT_BUDGET, solution_schema
 from ._replay import Replaying, fork_note, forked_from, load_recording, stale_calls
 from ._session import RunSession
 from ._solution import SOLUTION
-from ._subagent import DEFAULT_INPUT, AgentTool, check_tree, tree_tool_names
+from ._subagent import DEFAULT_INPUT, AgentTool, check_per_tool, check_tree, tree_tool_names
 from ._text_stream import open_stream
 from ._tree import DEFAULT_MAX_DEPTH
 from ._turns import TOOLS
@@ -296,6 +296,8 @@ class Agent(MakesTool, Generic[OutputT]):
         _check_on_event(on_event)
         grant = check_budget(budget)
         async with self._open_for_run() as config:
+            # A grant for a tool no run of the tree has would add room to nothing.
+            check_per_tool(grant, config.tools.values(), "the grant (budget=)")
             session = RunSession.claim(config, run_id, decisions, on_event or self.on_event)
             session.grant = grant
             forked = forked_from(session.journal or [])

@@ -179,7 +179,10 @@ class PromptRenderer:
             if message.get("type") == "data" and message.get("kind") == "error"
         ]
         if errors:
-            rendered = "\n".join(_json(message.get("data")) for message in errors)
+            # The log keeps them in the order they happened (PROTOCOL §7), and a call that
+            # fails while the model still writes races the stream's own errors; shown
+            # sorted, the same errors always give the same request (docs/decisions.md).
+            rendered = "\n".join(sorted(_json(message.get("data")) for message in errors))
             sections.append(
                 "## Errors from the last plan\nFix these in your next solution:\n" + rendered
             )

@@ -21,7 +21,7 @@ is read once, before the run starts; nothing here writes to the recorded run.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
 from .._core._budget import Budget
@@ -29,18 +29,21 @@ from .._core._budget_gate import RecordedRoom
 from .._core._decisions import ApproveHook, Decision, Deny, PendingCall
 from .._core._paths import RunPath
 from .._core._suggest import did_you_mean
-from .._durable._recording import RecordedCall, RecordedRun, Recording
+from .._durable._recording import RecordedCall, RecordedResponse, RecordedRun, Recording
 from .._durable._store import SQLiteStore, as_store
 from .._durable._writer import empty_journal
 from .._engine._asking import ask
 from .._engine._engine import Outcome
 from .._errors import ConfigurationError, ReplayMismatchError, ResumeError
 from .._models._base import (
+    TOOL_RESULT_MESSAGES,
     ModelError,
     SolutionRequest,
     TextDelta,
+    ToolResult,
     TurnItem,
     TurnRequest,
+    TurnResponse,
     Usage,
 )
 from ._session import budget_in
@@ -61,18 +64,27 @@ def load_recording(
     store: SQLiteStore | str | Any, run_id: str, protocol: str = "solution"
 ) -> Recording:
     """The stored run, refused when another protocol's loop made it."""
+    recording = _load(store, run_id, "replay and fork need the store that holds the run")
+    _check_protocol(recording, protocol)
+    return recording
+
+
+def _load(store: SQLiteStore | str | Any, run_id: str, no_store: str) -> Recording:
     opened = as_store(store)
     if opened is None:
-        raise ConfigurationError("replay and fork need the store that holds the run")
+        raise ConfigurationError(no_store)
     recording = Recording.load(opened, run_id)
     if not recording.runs:
         raise ResumeError(empty_journal(run_id, "replay or fork"))
+    return recording
+
+
+def _check_protocol(recording: Recording, protocol: str) -> None:
     if recording.protocol != protocol:
         raise ConfigurationError(
-            f"run {run_id!r} was made with protocol={recording.protocol!r}; replay or fork "
-            f"it with an agent of that protocol, not protocol={protocol!r}"
+            f"run {recording.run_id!r} was made with protocol={recording.protocol!r}; replay "
+            f"or fork it with an agent of that protocol, not protocol={protocol!r}"
         )
-    return recording
 
 
 def _unrecorded(run_id: str, run: RecordedRun, iteration: int) -> ModelError:
@@ -91,6 +103,11 @@ class ReplayModel:
     `strict=True`, a request that differs from the recorded one raises
     `ReplayMismatchError` naming the first difference (a test's guard that the prompt did
     not change). For tests: record a run once against a real model, replay it forever.
+
+    Either protocol: a "tools" run's turns are answered as recorded, in the wire format
+    the run was recorded in (`turn_format`), and tool results go back in that format, so
+    the requests are the very ones the recording client sent. The store is read once, when
+    the first request (or the agent's check of a "tools" client) needs it.
     """
 
     model = "replay"
@@ -105,8 +122,11 @@ class ReplayModel:
 
     @property
     def recording(self) -> Recording:
+        """The stored run (either protocol), read once."""
         if self._recording is None:
-            self._recording = load_recording(self._store, self.run_id)
+            self._recording = _load(
+                self._store, self.run_id, "tl.ReplayModel needs the store that holds the run"
+            )
         return self._recording
 
     @property
@@ -123,7 +143,19 @@ class ReplayModel:
             return recording.root
         return recording.run(RunPath.of(path))
 
-    async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
+    @property
+    def turn_format(self) -> str:
+        """The wire format the run's turns were recorded in; "scripted" for a run that
+        recorded none (it answers no request, so no message of any format is made)."""
+        _check_protocol(self.recording, "tools")
+        for run in self.recording.runs.values():
+            for response in run.responses.values():
+                if response.turn is not None and isinstance(response.turn.get("format"), str):
+                    return str(response.turn["format"])
+        return "scripted"
+
+    def _answer(self, protocol: str, request: SolutionRequest | TurnRequest) -> RecordedResponse:
+        _check_protocol(self.recording, protocol)
         run = self.run_at(request.path)
         recorded = run.responses.get(request.iteration)
         if recorded is None:
@@ -136,7 +168,26 @@ class ReplayModel:
                     f"request {request.iteration}{where} differs from the one recorded in "
                     f"run {self.run_id!r}: {difference}"
                 )
-        yield TextDelta(recorded.text)
+        return recorded
+
+    async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
+        yield TextDelta(self._answer("solution", request).text)
+
+    async def stream_turn(self, request: TurnRequest) -> AsyncIterator[TurnItem]:
+        yield response_of(self._answer("tools", request).turn or {})
+
+    def tool_result_messages(
+        self, response: TurnResponse, results: Sequence[ToolResult]
+    ) -> list[dict[str, Any]]:
+        """The results as the recording client's wire format answers them."""
+        answer = TOOL_RESULT_MESSAGES.get(self.turn_format)
+        if answer is None:
+            raise ConfigurationError(
+                f"run {self.run_id!r} was recorded in the {self.turn_format!r} wire format, "
+                "which tl.ReplayModel cannot answer tool results in; replay it with "
+                "agent.replay(), which uses the agent's own client"
+            )
+        return answer(response, results)
 
 
 class _RunModel:

@@ -28,6 +28,7 @@ from ._base import (
     TurnResponse,
     TurnToolCall,
     Usage,
+    anthropic_tool_messages,
     output_limit,
     wire_conversation,
 )
@@ -249,18 +250,7 @@ class Anthropic:
     def tool_result_messages(
         self, response: TurnResponse, results: Sequence[ToolResult]
     ) -> list[dict[str, Any]]:
-        """Every result as a `tool_result` block, all in one user message, in the calls'
-        order (PROTOCOL §9); a failed call's block says `is_error`."""
-        blocks = [
-            {
-                "type": "tool_result",
-                "tool_use_id": call.id,
-                "content": result.content,
-                **({"is_error": True} if result.is_error else {}),
-            }
-            for call, result in zip(response.tool_calls, results, strict=True)
-        ]
-        return [{"role": "user", "content": blocks}]
+        return anthropic_tool_messages(response, results)
 
 
 def _input_tokens(counts: dict[str, Any]) -> Any:

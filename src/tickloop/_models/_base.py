@@ -338,3 +338,42 @@ def chat_tool_messages(
         {"role": "tool", "tool_call_id": call.id, "content": result.content}
         for call, result in zip(response.tool_calls, results, strict=True)
     ]
+
+
+def anthropic_tool_messages(
+    response: TurnResponse, results: Sequence[ToolResult]
+) -> list[dict[str, Any]]:
+    """Every result as a `tool_result` block, all in one user message, in the calls'
+    order (PROTOCOL §9); a failed call's block says `is_error`."""
+    blocks = [
+        {
+            "type": "tool_result",
+            "tool_use_id": call.id,
+            "content": result.content,
+            **({"is_error": True} if result.is_error else {}),
+        }
+        for call, result in zip(response.tool_calls, results, strict=True)
+    ]
+    return [{"role": "user", "content": blocks}]
+
+
+def responses_tool_messages(
+    response: TurnResponse, results: Sequence[ToolResult]
+) -> list[dict[str, Any]]:
+    """One `function_call_output` item per call, in the calls' order (PROTOCOL §9)."""
+    return [
+        {"type": "function_call_output", "call_id": call.id, "output": result.content}
+        for call, result in zip(response.tool_calls, results, strict=True)
+    ]
+
+
+# How each wire format (`TurnClient.turn_format`) answers a turn's tool calls: a client
+# of that format and a replay of a run recorded in it (`tl.ReplayModel`) answer alike.
+TOOL_RESULT_MESSAGES: dict[
+    str, Callable[[TurnResponse, Sequence[ToolResult]], list[dict[str, Any]]]
+] = {
+    "openai-chat": chat_tool_messages,
+    "scripted": chat_tool_messages,
+    "anthropic": anthropic_tool_messages,
+    "openai-responses": responses_tool_messages,
+}

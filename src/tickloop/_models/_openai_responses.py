@@ -32,6 +32,7 @@ from ._base import (
     TurnToolCall,
     Usage,
     output_limit,
+    responses_tool_messages,
     wire_conversation,
 )
 from ._http import (
@@ -205,11 +206,7 @@ class OpenAIResponses:
     def tool_result_messages(
         self, response: TurnResponse, results: Sequence[ToolResult]
     ) -> list[dict[str, Any]]:
-        """One `function_call_output` item per call, in the calls' order (PROTOCOL §9)."""
-        return [
-            {"type": "function_call_output", "call_id": call.id, "output": result.content}
-            for call, result in zip(response.tool_calls, results, strict=True)
-        ]
+        return responses_tool_messages(response, results)
 
 
 def _strip_reasoning(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
