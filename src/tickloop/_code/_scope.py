@@ -197,16 +197,8 @@ def _compute_scope(node: ast.AST) -> ScopeInfo:
             declared_global |= set(child.names)
         elif isinstance(child, ast.Nonlocal):
             declared_nonlocal |= set(child.names)
-        elif isinstance(child, ast.Name) and not isinstance(child.ctx, ast.Load):
-            bound.add(child.id)
-        elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-            bound.add(child.name)
-        elif isinstance(child, ast.ExceptHandler) and child.name:
-            bound.add(child.name)
-        elif isinstance(child, ast.alias):
-            bound.add((child.asname or child.name).split(".")[0])
-        elif isinstance(child, ast.NamedExpr):
-            bound.add(child.target.id)
+        elif (name := _bound_name(child)) is not None:
+            bound.add(name)
     bound -= declared_global | declared_nonlocal
     return ScopeInfo(frozenset(bound), frozenset(declared_global), frozenset(declared_nonlocal))
 
@@ -267,19 +259,23 @@ def may_write(tree: ast.Module, nodes: list[ast.AST] | None = None) -> set[str]:
 
 def scope_info_module(tree: ast.Module) -> set[str]:
     """Names a top-level statement binds at module level."""
-    names: set[str] = set()
-    for node in _own_nodes(tree.body):
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            names.add(node.id)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            names.add(node.name)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-        elif isinstance(node, ast.alias):
-            names.add((node.asname or node.name).split(".")[0])
-        elif isinstance(node, ast.NamedExpr):
-            names.add(node.target.id)
-    return names
+    return {name for node in _own_nodes(tree.body) if (name := _bound_name(node)) is not None}
+
+
+def _bound_name(node: ast.AST) -> str | None:
+    """The name `node` binds in the scope it belongs to (an assignment target, a `def`, an
+    `except ... as`, an import, a `:=`), or None when it binds none."""
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+        return node.id
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        return node.name
+    if isinstance(node, ast.ExceptHandler) and node.name:
+        return node.name
+    if isinstance(node, ast.alias):
+        return (node.asname or node.name).split(".")[0]
+    if isinstance(node, ast.NamedExpr):
+        return node.target.id
+    return None
 
 
 def helper_effects(node: ast.AST) -> set[str]:
