@@ -12,7 +12,8 @@ whole tree, every class defined here (catch `TickloopError` for all of them):
     ├── RunStopped ·············· the run stopped before a final output; `.messages`
     │   ├── MaxIterationsError ·· (also a RuntimeError) `max_iterations` used up
     │   ├── ExecuteError ········ every attempt at one model request failed
-    │   └── BudgetExceeded ······ a budget's limit left no room; `.limit`, `.usage`
+    │   ├── BudgetExceeded ······ a budget's limit left no room; `.limit`, `.usage`
+    │   └── ContextOverflow ····· what cannot be compacted does not fit the window
     ├── ModelError ·············· a failed model request; `.status`, `.retry_after`
     ├── ReplayMismatchError ····· a strict `ReplayModel` got another request than recorded
     ├── ResumeError ············· a resume that cannot go ahead (unknown run, decision)
@@ -100,6 +101,31 @@ class MaxIterationsError(RunStopped, RuntimeError):
 
 class ExecuteError(RunStopped):
     """Every attempt at one model request failed; `.messages` is the log to resume from."""
+
+
+class ContextOverflow(RunStopped):
+    """What a request can never compact (instructions, tool menu, output schema, input,
+    state view, previous plan or program, last errors) leaves no room for the answer in
+    the agent's `context_window` (PROTOCOL §16). `.fixed`, `.max_output` and `.window`
+    are the tokens that did not fit; `.messages` the log to continue from."""
+
+    def __init__(
+        self,
+        fixed: int,
+        max_output: int,
+        window: int,
+        messages: list[dict[str, Any]] | None = None,
+    ) -> None:
+        super().__init__(
+            f"context overflow: the part of the request that cannot be compacted takes "
+            f"{fixed:,} tokens and the answer up to {max_output:,}, more than the context "
+            f"window of {window:,}; shorten the instructions or the state, or raise "
+            "context_window",
+            messages,
+        )
+        self.fixed = fixed
+        self.max_output = max_output
+        self.window = window
 
 
 class BudgetExceeded(RunStopped):

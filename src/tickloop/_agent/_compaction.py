@@ -1,0 +1,125 @@
+"""What a request compacts (PROTOCOL §16 "Compaction"): the decision, and nothing else.
+
+A pure function over sizes: no I/O, no model, no clock. The agent layer measures a
+request (its fixed part and its compactable turns, oldest first), asks `plan_compaction`
+what to do, and then does it: a summary request to the model (or the user's `compact=`
+function), journaled as a `compaction` message (§1) that the request shows in place of
+what it covers. Resume and replay find that message in the log and never ask again.
+
+Invariants of a decision (each tested in tests/test_compaction.py):
+
+- A request that fits (`prompt + max_output <= window`) is never compacted: `Fits`.
+- What is compacted is always a *prefix* of the turns (the oldest first), never empty,
+  and never anything of the fixed part (the instructions, the tool menu, the output
+  schema, the current input, the state view, the previous plan or program, the last
+  tick's errors): the caller does not pass those as turns, so they cannot be chosen.
+- The prefix is the shortest one that brings the prompt (fixed part, the summary at its
+  largest, and the turns kept) to at most `target` of the window (and to no more than
+  leaves room for the answer); if no prefix does,
+  every turn is compacted, as long as the result still leaves room for the answer.
+- `Overflow` only when compacting every turn still leaves no room for the answer: what
+  cannot be compacted does not fit, and the run stops (`ContextOverflow`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .._models._base import estimate_tokens
+
+__all__ = [
+    "Compact",
+    "Fits",
+    "Overflow",
+    "Turn",
+    "estimate_prompt",
+    "plan_compaction",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One compactable unit of a request, as the agent layer measured it.
+
+    `key` is what a `compaction` message's `covers` names (an iteration, a native
+    assistant turn with all its tool results and reasoning, a session run's id, or an
+    earlier compaction, which a later one may summarise again); `tokens` its size.
+    """
+
+    key: str
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fits:
+    """The request fits its window as it is: send it unchanged."""
+
+    prompt: int
+
+
+@dataclass(frozen=True, slots=True)
+class Compact:
+    """Summarise `covers` (the oldest turns, in order) in at most `summary_tokens`; the
+    request then shows `prompt_after` tokens at most."""
+
+    covers: tuple[str, ...]
+    summary_tokens: int
+    prompt_after: int
+
+
+@dataclass(frozen=True, slots=True)
+class Overflow:
+    """What cannot be compacted (`fixed`), with the smallest summary, leaves no room for
+    `max_output` in `window`."""
+
+    fixed: int
+    max_output: int
+    window: int
+
+
+def estimate_prompt(chars: int, measured: int | None = None) -> int:
+    """A prompt's size in tokens: the model's own count when it reported one for the same
+    text (usage of an earlier request), else about four characters a token (the
+    estimate budgets use, PROTOCOL §12)."""
+    return measured if measured is not None else estimate_tokens(chars)
+
+
+def plan_compaction(
+    fixed: int,
+    turns: Sequence[Turn],
+    *,
+    window: int,
+    max_output: int,
+    target: float = 0.6,
+    summary_tokens: int | None = None,
+) -> Fits | Compact | Overflow:
+    """Decide what one request compacts (PROTOCOL §16).
+
+    `fixed` is the tokens of what is never compacted; `turns` the compactable turns,
+    oldest first; `max_output` the most the answer may take; `summary_tokens` the most a
+    summary may take (default: a tenth of the window). A summary replaces its turns in
+    the prompt, so it counts as `summary_tokens` in every size below.
+    """
+    if window <= 0:
+        raise ValueError(f"context window must be positive, got {window}")
+    if not 0.0 < target <= 1.0:
+        raise ValueError(f"compact_target must be in (0, 1], got {target}")
+    summary = max(1, window // 10) if summary_tokens is None else summary_tokens
+    kept = sum(turn.tokens for turn in turns)
+    prompt = fixed + kept
+    if prompt + max_output <= window:
+        return Fits(prompt)
+    if not turns or fixed + summary + max_output > window:
+        return Overflow(fixed, max_output, window)
+    # The target share, but never more than leaves room for the answer: a compacted
+    # request is never over the window, whatever the target.
+    goal = min(int(target * window), window - max_output)
+    for count, turn in enumerate(turns, start=1):
+        kept -= turn.tokens
+        after = fixed + summary + kept
+        if after <= goal:
+            return Compact(tuple(t.key for t in turns[:count]), summary, after)
+    # No prefix reaches the target; every turn goes, and the answer still has room
+    # (checked above), so the request is sent rather than the run stopped.
+    return Compact(tuple(t.key for t in turns), summary, fixed + summary)

@@ -1,0 +1,131 @@
+"""PROTOCOL §16 "Compaction": what a request compacts, decided by a pure function.
+
+The decision's invariants (the module docstring of `tickloop._agent._compaction`), checked
+one by one and then over many random requests.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import tickloop as tl
+from tickloop._agent._compaction import (
+    Compact,
+    Fits,
+    Overflow,
+    Turn,
+    estimate_prompt,
+    plan_compaction,
+)
+from tickloop._errors import ContextOverflow
+
+
+def turns(*sizes: int) -> list[Turn]:
+    return [Turn(f"t{index}", size) for index, size in enumerate(sizes)]
+
+
+def test_a_request_that_fits_is_not_compacted() -> None:
+    decision = plan_compaction(100, turns(100, 100), window=1000, max_output=700)
+    assert decision == Fits(300)
+
+
+def test_one_token_over_the_window_compacts_the_oldest_turns_to_the_target() -> None:
+    # 100 fixed + 5 x 100 turns + 401 output = 1001 > 1000: compact until prompt <= 600.
+    decision = plan_compaction(
+        100, turns(100, 100, 100, 100, 100), window=1000, max_output=401, summary_tokens=50
+    )
+    assert isinstance(decision, Compact)
+    # Keeping t1..t4 gives 100 + 50 + 400 = 550 <= 600, so only the oldest goes.
+    assert decision.covers == ("t0",)
+    assert decision.prompt_after == 550
+
+
+def test_the_shortest_prefix_that_reaches_the_target() -> None:
+    decision = plan_compaction(
+        200, turns(300, 200, 100, 100), window=1000, max_output=400, summary_tokens=50
+    )
+    assert isinstance(decision, Compact)
+    # Without t0 alone: 200 + 50 + 400 = 650 > 600; without t0 and t1: 450.
+    assert decision.covers == ("t0", "t1")
+    assert decision.prompt_after == 450
+
+
+def test_a_target_that_leaves_no_room_for_the_answer_gives_way_to_the_window() -> None:
+    # Without t0 the prompt is 750: within target 0.9 (900), but the answer needs 300.
+    decision = plan_compaction(
+        100, turns(400, 400, 200), window=1000, max_output=300, target=0.9, summary_tokens=50
+    )
+    assert isinstance(decision, Compact)
+    assert decision.covers == ("t0", "t1")
+    assert decision.prompt_after + 300 <= 1000
+
+
+def test_everything_compacted_when_no_prefix_reaches_the_target() -> None:
+    # The fixed part alone is over the target, but the answer still has room.
+    decision = plan_compaction(700, turns(100, 100), window=1000, max_output=150, summary_tokens=50)
+    assert isinstance(decision, Compact)
+    assert decision.covers == ("t0", "t1")
+    assert decision.prompt_after == 750
+
+
+def test_overflow_when_what_cannot_be_compacted_leaves_no_room() -> None:
+    assert plan_compaction(900, turns(100), window=1000, max_output=200) == Overflow(900, 200, 1000)
+    assert plan_compaction(990, [], window=1000, max_output=20) == Overflow(990, 20, 1000)
+
+
+def test_bad_options_are_named() -> None:
+    with pytest.raises(ValueError, match="context window"):
+        plan_compaction(1, [], window=0, max_output=1)
+    with pytest.raises(ValueError, match="compact_target"):
+        plan_compaction(1, [], window=10, max_output=1, target=1.5)
+
+
+def test_measured_usage_wins_over_the_estimate() -> None:
+    assert estimate_prompt(4001) == 1001  # about four characters a token, rounded up
+    assert estimate_prompt(4001, measured=700) == 700
+
+
+def test_context_overflow_is_a_run_stopped_naming_its_figures() -> None:
+    error = ContextOverflow(900, 200, 1000, messages=[{"type": "text", "text": "hi"}])
+    assert isinstance(error, tl.RunStopped)
+    assert "context_window" in str(error) and "1,000" in str(error)
+    assert error.messages == [{"type": "text", "text": "hi"}]
+
+
+def test_invariants_hold_over_random_requests() -> None:
+    rng = random.Random(42)
+    for _ in range(2000):
+        window = rng.randint(100, 10_000)
+        fixed = rng.randint(0, window)
+        sizes = [rng.randint(0, window // 4) for _ in range(rng.randint(0, 12))]
+        max_output = rng.randint(0, window // 2)
+        target = rng.choice([0.3, 0.6, 0.9, 1.0])
+        summary = rng.randint(1, window // 5)
+        given = turns(*sizes)
+        decision = plan_compaction(
+            fixed,
+            given,
+            window=window,
+            max_output=max_output,
+            target=target,
+            summary_tokens=summary,
+        )
+        if fixed + sum(sizes) + max_output <= window:
+            assert decision == Fits(fixed + sum(sizes))
+        elif isinstance(decision, Overflow):
+            assert not given or fixed + summary + max_output > window
+        else:
+            assert isinstance(decision, Compact)
+            count = len(decision.covers)
+            assert count >= 1
+            assert decision.covers == tuple(turn.key for turn in given[:count])  # a prefix
+            after = fixed + summary + sum(sizes[count:])
+            assert decision.prompt_after == after
+            assert after + max_output <= window  # never a request over the window
+            goal = min(int(target * window), window - max_output)
+            if count < len(given) or after <= goal:
+                assert after <= goal
+                # and no shorter prefix would have reached it
+                assert fixed + summary + sum(sizes[count - 1 :]) > goal or count == 1
