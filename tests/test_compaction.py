@@ -7,6 +7,7 @@ one by one and then over many random requests.
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from tickloop._agent._compaction import (
     Fits,
     Overflow,
     Turn,
+    default_max_output,
     estimate_prompt,
     plan_compaction,
 )
@@ -129,3 +131,111 @@ def test_invariants_hold_over_random_requests() -> None:
                 assert after <= goal
                 # and no shorter prefix would have reached it
                 assert fixed + summary + sum(sizes[count - 1 :]) > goal or count == 1
+
+
+# ---------------------------------------------------------------------------------------
+# Through an agent (protocol="code"): a long run on a model that measures its own prompt.
+
+WINDOW = 3000
+FACT = "the vault code is 4417"
+
+
+def fenced(program: str) -> str:
+    return f"```python\n{program}\n```"
+
+
+def prompt_tokens(request: dict[str, Any]) -> int:
+    return -(-sum(len(str(m.get("content", ""))) for m in request["messages"]) // 4)
+
+
+class Measuring:
+    """A model that checks every request against the window and summarises by keeping
+    the lines that state facts (what a good summary would keep)."""
+
+    def __init__(self, turns: int) -> None:
+        self.turns = turns
+        self.largest = 0
+        self.compactions = 0
+        self.programs = 0
+        self.last_prompt = ""
+
+    def __call__(self, request: dict[str, Any]) -> str:
+        tokens = prompt_tokens(request)
+        self.largest = max(self.largest, tokens)
+        system = str(request["messages"][0]["content"])
+        if system.startswith("You compact"):
+            self.compactions += 1
+            text = "\n".join(str(m["content"]) for m in request["messages"][1:])
+            return "\n".join(line for line in text.splitlines() if "FACT" in line)
+        self.programs += 1
+        self.last_prompt = "\n".join(str(m["content"]) for m in request["messages"])
+        turn = self.programs
+        if turn == 3:
+            return fenced(f'print("FACT: {FACT}")\nfact = "{FACT}"')
+        if turn == self.turns:
+            return fenced("final_answer(fact)")
+        return fenced(f'print("turn {turn}: " + "{"x" * 400}")')
+
+
+def long_run(turns: int, **options: Any) -> tuple[Measuring, Any]:
+    model = Measuring(turns)
+    agent = tl.Agent(
+        tl.FunctionModel(model),
+        protocol="code",
+        max_iterations=turns,
+        context_window=WINDOW,
+        **options,
+    )
+    return model, agent
+
+
+def test_a_200_turn_run_stays_within_the_window_and_keeps_its_facts() -> None:
+    model, agent = long_run(200)
+    result = agent.run({"task": "chat"})
+    assert result.output == FACT  # written to the state in turn 3, read in turn 200
+    # The answer's room (a quarter of the window, no client limit) plus the prompt.
+    assert model.largest + default_max_output(WINDOW) <= WINDOW
+    assert model.compactions >= 2  # it had to compact, more than once
+    assert FACT in model.last_prompt.split("## Variables")[0]  # stated: kept by the summary
+    assert result.usage.requests == model.programs + model.compactions
+    compactions = [m for m in result.messages if m["type"] == "compaction"]
+    assert len(compactions) == model.compactions
+    covers = compactions[-1]["covers"]
+    assert covers[:3] == ["iteration 1", "iteration 2", "iteration 3"]
+    assert f"iteration {model.programs - 1}" not in covers  # the previous program stays
+
+
+def test_a_compact_function_replaces_the_models_summary() -> None:
+    seen: list[list[dict[str, Any]]] = []
+
+    def compact(messages: list[dict[str, Any]]) -> str:
+        seen.append(messages)
+        return "(earlier turns elided)"
+
+    model, agent = long_run(40, compact=compact)
+    result = agent.run({"task": "chat"})
+    assert result.output == FACT
+    assert seen and model.compactions == 0
+    assert result.usage.requests == model.programs
+    assert "(earlier turns elided)" in model.last_prompt
+
+
+def test_what_cannot_be_compacted_overflows() -> None:
+    agent = tl.Agent(
+        tl.FunctionModel(lambda request: fenced('final_answer("x")')),
+        protocol="code",
+        instructions="y" * 4 * WINDOW,
+        context_window=WINDOW,
+    )
+    with pytest.raises(tl.RunStopped) as stopped:
+        agent.run({"task": "chat"})
+    assert isinstance(stopped.value, ContextOverflow)
+    assert stopped.value.window == WINDOW
+
+
+def test_context_window_options_are_checked() -> None:
+    model = tl.FunctionModel(lambda request: "")
+    with pytest.raises(tl.ConfigurationError, match="compact_target"):
+        tl.Agent(model, protocol="code", context_window=100, compact_target=0)
+    with pytest.raises(tl.ConfigurationError, match="context_window"):
+        tl.Agent(model, protocol="code", context_window=-1)

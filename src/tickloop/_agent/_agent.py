@@ -99,6 +99,9 @@ class Agent(MakesTool, Generic[OutputT]):
         max_calls: int = 1000,
         max_steps: int = 200_000,
         max_eval_seconds: float = 1.0,
+        context_window: int | None = None,
+        compact: Callable[[list[dict[str, Any]]], str] | None = None,
+        compact_target: float = 0.6,
     ) -> None:
         if name is not None and (not isinstance(name, str) or not _NAME.fullmatch(name)):
             raise ConfigurationError(
@@ -155,6 +158,7 @@ class Agent(MakesTool, Generic[OutputT]):
             raise ConfigurationError(
                 f"protocol must be one of {tuple(PROTOCOLS)}, not {protocol!r}"
             )
+        self._set_compaction(protocol, context_window, compact, compact_target)
         self.protocol = protocol
         self.strict = strict
         self.on_event = _check_on_event(on_event)
@@ -233,7 +237,42 @@ class Agent(MakesTool, Generic[OutputT]):
             max_steps=self.max_steps,
             max_eval_seconds=self.max_eval_seconds,
             single_program=self._single_program,
+            context_window=self.context_window,
+            compact=self.compact,
+            compact_target=self.compact_target,
         )
+
+    def _set_compaction(
+        self,
+        protocol: str,
+        context_window: int | None,
+        compact: Callable[[list[dict[str, Any]]], str] | None,
+        compact_target: float,
+    ) -> None:
+        """Compaction's options (PROTOCOL §16): the window in tokens (the agent's, else
+        the model client's own `context_window`, else none: never compacted)."""
+        window = context_window
+        if window is None:
+            known = getattr(self.model, "context_window", None)  # a client may know it
+            window = known if isinstance(known, int) and not isinstance(known, bool) else None
+        self.context_window = None if window is None else _positive(window, "context_window")
+        if compact is not None and not callable(compact):
+            raise ConfigurationError(f"compact must be a function of messages, not {compact!r}")
+        self.compact = compact
+        if (
+            isinstance(compact_target, bool)
+            or not isinstance(compact_target, int | float)
+            or not 0 < compact_target <= 1
+        ):
+            raise ConfigurationError(
+                f"compact_target must be a share of the window in (0, 1], not {compact_target!r}"
+            )
+        self.compact_target = float(compact_target)
+        if self.context_window is not None and protocol != "code":
+            # docs/decisions.md: compaction is built for code plans first.
+            raise ConfigurationError(
+                f"context_window is supported with protocol='code' only so far, not {protocol!r}"
+            )
 
     async def run_async(
         self,

@@ -29,13 +29,28 @@ from dataclasses import dataclass
 from .._models._base import estimate_tokens
 
 __all__ = [
+    "COMPACT_GUIDE",
     "Compact",
     "Fits",
     "Overflow",
     "Turn",
+    "default_max_output",
     "estimate_prompt",
     "plan_compaction",
 ]
+
+
+COMPACT_GUIDE = """\
+You compact a long conversation. Summarise the earlier turns below in plain prose, as
+briefly as you can: keep every fact, name, number, decision and open question a later
+turn may need; drop what was tried and abandoned. Write only the summary.
+"""
+
+
+def default_max_output(window: int) -> int:
+    """The most an answer may take when the model client states no output limit: a
+    quarter of the window, at most 4096 tokens (docs/decisions.md)."""
+    return max(1, min(4096, window // 4))
 
 
 @dataclass(frozen=True, slots=True)

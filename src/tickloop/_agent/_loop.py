@@ -191,6 +191,12 @@ class AgentConfig:
     max_steps: int = 200_000
     max_eval_seconds: float = 1.0
     single_program: bool = False
+    # Compaction (PROTOCOL §16): the model's window in tokens (None: never compacted),
+    # the user's summariser (None: the agent's model writes the summary), and the share
+    # of the window a compacted prompt is brought down to.
+    context_window: int | None = None
+    compact: Callable[[list[dict[str, Any]]], str] | None = None
+    compact_target: float = 0.6
 
 
 class LoopProtocol(ABC):

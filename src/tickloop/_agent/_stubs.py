@@ -34,6 +34,7 @@ __all__ = [
     "PROGRAM_KIND",
     "CodeName",
     "code_names",
+    "code_turns",
     "printed_of",
     "python_name",
     "render_code_request",
@@ -406,6 +407,44 @@ def render_code_request(
     return [{"role": "system", "content": "\n\n".join(system)}, *chat]
 
 
+def program_key(entry: dict[str, Any]) -> str:
+    """What a `compaction` message's `covers` names an earlier program by (§16)."""
+    return f"iteration {entry.get('iteration')}"
+
+
+def latest_compaction(log: ContextLog) -> tuple[str | None, list[str]]:
+    """The newest compaction's summary and what it covers. A later compaction summarises
+    the earlier one with it, so it covers all the earlier one did: only the newest shows."""
+    for message in reversed(log.messages):
+        if message.get("type") == "compaction":
+            return str(message["summary"]), list(message["covers"])
+    return None, []
+
+
+def summary_section(summary: str) -> str:
+    return "## Summary of your earlier programs (compacted)\n" + summary
+
+
+def code_turns(log: ContextLog, budget: int | None) -> list[tuple[str, str]]:
+    """The compactable turns of the next code-plan request, oldest first, as (key, text):
+    the newest compaction's summary (key "compaction"), then every earlier program it does
+    not cover but the last, which is never compacted (PROTOCOL §16)."""
+    summary, covers = latest_compaction(log)
+    covered = set(covers)
+    programs = {
+        message.get("iteration"): message
+        for message in log.messages
+        if message.get("type") == "solution" and "program" in message
+    }
+    entries = [entry for entry in (log.view(PROGRAM_KIND) or ()) if isinstance(entry, dict)]
+    turns = [("compaction", summary_section(summary))] if summary is not None else []
+    for entry in entries[:-1]:
+        if program_key(entry) not in covered:
+            text = _program_section(entry, programs.get(entry.get("iteration")), budget)
+            turns.append((program_key(entry), text))
+    return turns
+
+
 def _output_section(schema: Any) -> str:
     if schema is None:
         return "## Output\nEnd with `final_answer(value)`; the value may be any JSON value."
@@ -426,9 +465,17 @@ def _context(log: ContextLog, budget: int | None) -> str:
         for message in log.messages
         if message.get("type") == "solution" and "program" in message
     }
+    summary, covers = latest_compaction(log)
+    covered = set(covers)
     for entry in log.view(PROGRAM_KIND) or ():
-        if isinstance(entry, dict):
-            sections.append(_program_section(entry, programs.get(entry.get("iteration")), budget))
+        if not isinstance(entry, dict):
+            continue
+        if program_key(entry) in covered:
+            if summary is not None:  # shown once, where the first program it covers was
+                sections.append(summary_section(summary))
+                summary = None
+            continue
+        sections.append(_program_section(entry, programs.get(entry.get("iteration")), budget))
     state = log.view("state")
     if isinstance(state, dict) and state:
         lines = [f"{name} = {shown(value, budget, name)}" for name, value in sorted(state.items())]

@@ -51,7 +51,7 @@ __all__ = [
 METHODS: Final = ("set", "merge", "assign", "push", "concat", "unset")
 """The `_outputMethod`s, `set` first because it is the default."""
 
-MESSAGE_TYPES: Final = ("text", "data", "plan", "solution")
+MESSAGE_TYPES: Final = ("text", "data", "plan", "solution", "compaction")
 
 _MISSING: Final = object()
 
@@ -452,6 +452,8 @@ class ContextLog:
             raise ValueError(
                 f"a message needs a type of {', '.join(MESSAGE_TYPES)}, not {kind_of_message!r}"
             )
+        if kind_of_message == "compaction":
+            _check_compaction(message)
         if kind_of_message != "data":
             self._messages.append(message)
             return
@@ -805,3 +807,13 @@ def _unset_in(views: dict[str, Any], term: Term) -> None:
         node = node[step]
     if isinstance(node, dict):  # the last step is a key (`_check_in`)
         node.pop(term.path[-1], None)
+
+
+def _check_compaction(message: dict[str, Any]) -> None:
+    """A `compaction` message (PROTOCOL §1, §16): `covers` names what its `summary` is
+    shown in place of."""
+    covers = message.get("covers")
+    if not isinstance(covers, list) or not all(isinstance(key, str) for key in covers):
+        raise ValueError(f"a compaction's covers must be a list of strings, not {covers!r}")
+    if not isinstance(message.get("summary"), str):
+        raise ValueError("a compaction's summary must be a string")
