@@ -7,6 +7,7 @@ one by one and then over many random requests.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -239,3 +240,22 @@ def test_context_window_options_are_checked() -> None:
         tl.Agent(model, protocol="code", context_window=100, compact_target=0)
     with pytest.raises(tl.ConfigurationError, match="context_window"):
         tl.Agent(model, protocol="code", context_window=-1)
+
+
+def test_replay_shows_the_recorded_compactions_without_asking_the_model(
+    tmp_path: Path,
+) -> None:
+    model, agent = long_run(60, store=tmp_path / "runs.db")
+    recorded = agent.run({"task": "chat"}, run_id="long")
+    made = [m for m in recorded.messages if m["type"] == "compaction"]
+    assert made and model.compactions == len(made)
+
+    def no_model(request: dict[str, Any]) -> str:
+        raise AssertionError("a replay asked the model")
+
+    replayer = tl.Agent(
+        tl.FunctionModel(no_model), protocol="code", max_iterations=60, context_window=WINDOW
+    )
+    replayed = replayer.replay("long", store=tmp_path / "runs.db")
+    assert replayed.output == FACT
+    assert [m for m in replayed.messages if m["type"] == "compaction"] == made

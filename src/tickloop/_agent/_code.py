@@ -30,6 +30,7 @@ import trio
 
 from .._code import CodeTool, Globals, Limits, ProgramMachine, ProgramStream
 from .._core._log import ContextLog
+from .._core._paths import RunPath
 from .._core._scheduler_io import NoteSettled
 from .._core._tools import ToolSet
 from .._durable._resume import CUT_OFF, DurableRun
@@ -476,6 +477,10 @@ class _CodeLoop(OuterLoop):
             raise ContextOverflow(decision.fixed, decision.max_output, window, self.log.messages)
         if not isinstance(decision, Compact):
             return False
+        recorded = self._recorded_compaction(iteration)
+        if recorded is not None:  # replay and fork show it again, never ask (§16)
+            self._append(recorded)
+            return True
         covered = [(key, text) for key, text in turns if key in decision.covers]
         summary = await self._summary(iteration, covered, decision.summary_tokens)
         if summary is None:
@@ -483,8 +488,19 @@ class _CodeLoop(OuterLoop):
         _, before = latest_compaction(self.log)
         # A later compaction covers all the one it summarises did, in the order shown.
         keys = [key for key in dict.fromkeys([*before, *decision.covers]) if key != "compaction"]
-        self._append({"type": "compaction", "covers": keys, "summary": summary})
+        self._append(
+            {"type": "compaction", "covers": keys, "summary": summary, "iteration": iteration}
+        )
         return True
+
+    def _recorded_compaction(self, iteration: int) -> dict[str, Any] | None:
+        replaying = self.config.replaying
+        if replaying is None:
+            return None
+        place = self.config.place
+        return replaying.recorded_compaction(
+            place.path if place is not None else RunPath.ROOT, iteration
+        )
 
     async def _summary(
         self, iteration: int, covered: list[tuple[str, str]], tokens: int

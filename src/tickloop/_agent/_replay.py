@@ -318,6 +318,15 @@ class Replaying:
                     reused.add(iteration)
             self._seeds[where] = (reused, diverged)
 
+    def recorded_compaction(self, path: RunPath, iteration: int) -> dict[str, Any] | None:
+        """A replay reuses every recorded compaction; a fork only one made before its
+        first changed request (PROTOCOL §16 "Ownership")."""
+        model = self._models.get(path)
+        if model is None or (self.fork and model.diverged):
+            return None
+        found = self.recording.run(path).compactions.get(iteration)
+        return dict(found) if found is not None else None
+
     def answer_under(self, path: RunPath) -> Callable[[str], Outcome | None] | None:
         """The engine's recorded outcomes for the run at `path`, by its calls' local ids;
         None when every call runs its handler."""

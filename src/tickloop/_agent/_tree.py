@@ -98,6 +98,10 @@ class ReplayingTree(Protocol):
     def recorded_decision(self, call_id: str) -> Decision | None:
         """The decision the record holds for a call it reuses (full id), if any."""
 
+    def recorded_compaction(self, path: RunPath, iteration: int) -> dict[str, Any] | None:
+        """The compaction the record made before request `iteration` of the run at
+        `path`, when it is reused (PROTOCOL §16); None: decide and ask anew."""
+
 
 class TreeState:
     """What changes while a tree of runs runs, shared by its runs in one process.

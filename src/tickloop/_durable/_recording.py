@@ -59,6 +59,9 @@ class RecordedRun:
     opening: list[dict[str, Any]] = field(default_factory=list)
     notes: list[dict[str, Any]] = field(default_factory=list)  # journaled with the opening
     responses: dict[int, RecordedResponse] = field(default_factory=dict)
+    # The compactions it made (PROTOCOL §16), by the iteration whose request they were
+    # made before: a replay shows them again instead of asking for a summary.
+    compactions: dict[int, dict[str, Any]] = field(default_factory=dict)
     # The tokens each request was counted for (PROTOCOL §12): its reservation and what
     # replaced it, (input, output), as the budget journaled them (`BudgetSpent`).
     usage: dict[int, tuple[int, int]] = field(default_factory=dict)
@@ -85,7 +88,9 @@ class RecordedRun:
             if body.get("type") == "BudgetSpent" and isinstance(body.get("amount"), dict):
                 self._count(body["amount"])
             return
-        if body.get("type") == "solution":
+        if body.get("type") == "compaction":
+            self.compactions[int(body.get("iteration", 0))] = body
+        elif body.get("type") == "solution":
             self._asked = True
             iteration = int(body["iteration"])
             self.responses[iteration] = RecordedResponse(
