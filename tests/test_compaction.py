@@ -22,7 +22,6 @@ from tickloop._agent._compaction import (
     estimate_prompt,
     plan_compaction,
 )
-from tickloop._errors import ContextOverflow
 
 
 def turns(*sizes: int) -> list[Turn]:
@@ -91,7 +90,7 @@ def test_measured_usage_wins_over_the_estimate() -> None:
 
 
 def test_context_overflow_is_a_run_stopped_naming_its_figures() -> None:
-    error = ContextOverflow(900, 200, 1000, messages=[{"type": "text", "text": "hi"}])
+    error = tl.ContextOverflow(900, 200, 1000, messages=[{"type": "text", "text": "hi"}])
     assert isinstance(error, tl.RunStopped)
     assert "context_window" in str(error) and "1,000" in str(error)
     assert error.messages == [{"type": "text", "text": "hi"}]
@@ -230,7 +229,7 @@ def test_what_cannot_be_compacted_overflows() -> None:
     )
     with pytest.raises(tl.RunStopped) as stopped:
         agent.run({"task": "chat"})
-    assert isinstance(stopped.value, ContextOverflow)
+    assert isinstance(stopped.value, tl.ContextOverflow)
     assert stopped.value.window == WINDOW
 
 
@@ -259,3 +258,12 @@ def test_replay_shows_the_recorded_compactions_without_asking_the_model(
     replayed = replayer.replay("long", store=tmp_path / "runs.db")
     assert replayed.output == FACT
     assert [m for m in replayed.messages if m["type"] == "compaction"] == made
+
+
+def test_a_client_that_knows_its_window_is_compacted_to_it() -> None:
+    client = tl.OpenAIChat(
+        "some-model", base_url="http://127.0.0.1:9/v1", api_key="k", context_window=WINDOW
+    )
+    agent = tl.Agent(client, protocol="code", instructions="y" * 4 * WINDOW)
+    with pytest.raises(tl.ContextOverflow):  # before anything is sent
+        agent.run({"task": "chat"})

@@ -89,12 +89,16 @@ class OpenAIChat:
         temperature: float | None = None,
         extra_body: dict[str, Any] | None = None,
         timeout: httpx.Timeout | float | None = DEFAULT_TIMEOUT,
+        context_window: int | None = None,
     ) -> None:
         if structured not in _MODES:
             raise ConfigurationError(
                 f"structured must be one of {', '.join(_MODES)}, not {structured!r}"
             )
         self.model = model
+        # The model's window in tokens, if known: an agent without its own
+        # `context_window` compacts to it (PROTOCOL §16).
+        self.context_window = context_window
         base_url = base_url or os.environ.get("OPENAI_BASE_URL") or _DEFAULT_BASE_URL
         self.base_url = base_url.rstrip("/")
         self._api_key = clean_key(
