@@ -20,7 +20,7 @@ from typing import Any, Generic, Literal
 
 import trio
 
-from .._core._budget import Budget, BudgetRequest, Price
+from .._core._budget import Budget, BudgetRequest, Price, RunUsage
 from .._core._decisions import ApproveHook
 from .._core._paths import RunPath
 from .._core._tools import MakesTool, Tool, ToolSet, ToolSource, split_tools
@@ -32,7 +32,7 @@ from .._errors import ConfigurationError
 from .._models._base import ModelClient, TurnClient
 from .._observe._events import DEFAULT_REDACT, Redactor, RunEvent, open_event_stream
 from .._observe._trace import make_tracer
-from ._budgeting import check_budget, check_pricing
+from ._budgeting import check_budget, check_carried, check_pricing
 from ._code import CODE
 from ._loop import AgentConfig, LoopProtocol, OutputT, RunResult
 from ._output import OutputSpec
@@ -186,6 +186,7 @@ class Agent(MakesTool, Generic[OutputT]):
         on_event: Callable[[RunEvent], Any] | None = None,
         run_id: str | None = None,
         budget: Budget | None = None,
+        usage: RunUsage | None = None,
     ) -> RunResult[OutputT]:
         """Run to the end from synchronous code (starts its own trio run)."""
         refuse_inside_trio("agent.run", "await agent.run_async(...)")
@@ -197,6 +198,7 @@ class Agent(MakesTool, Generic[OutputT]):
                 on_event=on_event,
                 run_id=run_id,
                 budget=budget,
+                usage=usage,
             )
         )
 
@@ -243,18 +245,25 @@ class Agent(MakesTool, Generic[OutputT]):
         on_event: Callable[[RunEvent], Any] | None = None,
         run_id: str | None = None,
         budget: Budget | None = None,
+        usage: RunUsage | None = None,
     ) -> RunResult[OutputT]:
         """Run to the end inside trio. `messages` resumes from a log (e.g. an
         ExecuteError's), in which case `input` is already in it and is ignored.
 
         `run_id` names the run (a unique one is made otherwise); with a store, an id the
         store already has is refused with `ResumeError`: continue it with `resume`.
-        `budget` replaces the agent's for this run (PROTOCOL §12).
+        `budget` replaces the agent's for this run (PROTOCOL §12). `usage` is what the
+        run `messages` came from already used (a `BudgetExceeded`'s `.usage`): this run
+        counts it in its usage and its limits, so a continued run goes on from what
+        is left.
         """
         require_trio("agent.run_async", "use `await agent.run_asyncio(...)` instead")
         _check_on_event(on_event)
         check_pricing(self.pricing, check_budget(budget), self.model)
+        carried = check_carried(usage, messages)
         async with self._open_for_run(budget) as config:
+            if carried is not None:
+                config = dataclasses.replace(config, carried_usage=carried)
             session = RunSession.new(config, input, messages, on_event or self.on_event, run_id)
             return await session.execute()
 

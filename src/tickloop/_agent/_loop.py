@@ -183,6 +183,11 @@ class AgentConfig:
     pricing: Mapping[str, Price] = field(default_factory=dict)
     on_budget: Callable[[BudgetRequest], object] | None = None
     parent_ledger: Ledger | None = None
+    # What the run this one continues (`messages=` from a `BudgetExceeded`) already used:
+    # spent once as the run starts, a journaled input like any spending, so it counts in
+    # this run's usage and limits and a resume (which replays the journal) never adds it
+    # again. None for every other run.
+    carried_usage: RunUsage | None = None
     # Another driver of the run's loop than trio here (a Temporal workflow); None: trio.
     driver: LoopDriver | None = None
     # Code plans (PROTOCOL §14): what one program may do ("Limits"), and whether the run
@@ -311,6 +316,8 @@ class OuterLoop:
         # The wall_time budget, on the run's clock (§12): running calls end at it.
         clock = WallClock(self.ledger, self.engine)
         async with self.engine.session():
+            if self.config.carried_usage is not None:
+                self.meter.carry(self.config.carried_usage)
             try:
                 with clock.scope() as wall:
                     output = await self._iterate_until_done()
