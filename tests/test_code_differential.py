@@ -766,6 +766,23 @@ def test_gather_with_return_exceptions_puts_the_failure_in_the_list() -> None:
     assert ours.printed == ["2 {'key': 'a', 'stored': 1}"]
 
 
+def test_a_tool_errors_attribute_on_another_error_is_cpythons_attribute_error() -> None:
+    # Found by the property: `e.message` on an IndexError raises AttributeError (the
+    # handler's own error), and the `finally` still prints.
+    source = (
+        "xs = []\n"
+        "try:\n"
+        "    a = xs[0]\n"
+        "except Exception as e:\n"
+        "    print('caught', e.message)\n"
+        "finally:\n"
+        "    print('finally')\n"
+    )
+    reference = run_reference(source)
+    assert reference.error_type == "AttributeError" and reference.printed == ["finally"]
+    assert_same(reference, run_machine(source, lambda n: 0), source)
+
+
 # -- the same, through the trio driver on the virtual clock ---------------------------------
 
 LATENCIES = [0.0, 0.25, 1.0, 3.0]
