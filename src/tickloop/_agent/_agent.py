@@ -22,6 +22,7 @@ import trio
 
 from .._core._budget import Budget, BudgetRequest, Price
 from .._core._decisions import ApproveHook
+from .._core._media import MemoryMedia
 from .._core._paths import RunPath
 from .._core._tools import MakesTool, Tool, ToolSet, ToolSource, split_tools
 from .._durable._store import SQLiteStore, as_store
@@ -233,6 +234,7 @@ class Agent(MakesTool, Generic[OutputT]):
             max_steps=self.max_steps,
             max_eval_seconds=self.max_eval_seconds,
             single_program=self._single_program,
+            media=self.store if self.store is not None else MemoryMedia(),
         )
 
     async def run_async(
@@ -445,6 +447,7 @@ class Agent(MakesTool, Generic[OutputT]):
                 budget=replaying.budget(),
                 replaying=replaying,
                 store=store,
+                media=replaying.recording.store if store is None else store,
             )
             opening = replaying.recording.root.opening
             notes = [fork_note(replaying)] if store is not None else []

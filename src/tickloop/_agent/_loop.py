@@ -24,6 +24,7 @@ from .._core._budget import Budget, BudgetRequest, Ledger, Price, RunUsage
 from .._core._budget_gate import RecordedRoom
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._log import ContextLog
+from .._core._media import MediaKeeper
 from .._core._paths import RunPath
 from .._core._scheduler import CallRecord
 from .._core._tools import ToolSet
@@ -191,6 +192,9 @@ class AgentConfig:
     max_steps: int = 200_000
     max_eval_seconds: float = 1.0
     single_program: bool = False
+    # Where the bytes of the run's images and audio are kept (`_core._media`): the store,
+    # or memory without one; a replay reads the recorded run's store. None: the engine's.
+    media: MediaKeeper | None = None
 
 
 class LoopProtocol(ABC):
@@ -291,6 +295,7 @@ class OuterLoop:
             budget_questions=(
                 None if config.place is None else config.place.tree.state.budget_questions
             ),
+            media=config.media,
         )
         return engine
 
@@ -384,6 +389,12 @@ class OuterLoop:
         raise NotImplementedError
 
     # -- what both protocols do the same way ------------------------------------------------
+
+    def engine_media(self) -> Callable[[str], tuple[str, bytes] | None] | None:
+        """How a request reads the bytes of the media its messages show: the run's keeper,
+        which its calls kept them with."""
+        media = self.config.media
+        return None if media is None else media.get_media
 
     def _emit(self, kind: type[RunEvent], **fields: Any) -> None:
         if self.events.listeners:

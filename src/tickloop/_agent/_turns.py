@@ -40,6 +40,7 @@ from .._core._log import (
     shape_fault,
     storable,
 )
+from .._core._media import media_refs
 from .._core._scheduler_io import NoteSettled
 from .._core._status import FINAL_STATUSES, CallStatus
 from .._core._tools import ToolSet
@@ -191,6 +192,7 @@ class _TurnLoop(OuterLoop):
             tools=self.specs,
             iteration=iteration,
             path=self._path(),
+            media=self.engine_media(),
         )
         opened = await self._open_request(request, iteration)
         if opened is None:
@@ -519,7 +521,7 @@ class _TurnLoop(OuterLoop):
         if record.status == CallStatus.DONE:
             output = record.output
             content = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
-            return ToolResult(content)
+            return ToolResult(content, media=tuple(media_refs(output)))
         if record.status == CallStatus.FAILED:
             return ToolResult(f"Error: Tool {name!r} failed: {message}", is_error=True)
         if record.status == CallStatus.DENIED:

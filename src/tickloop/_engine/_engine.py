@@ -26,6 +26,7 @@ from .._core._budget_gate import RecordedRoom
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._driver import Journal, SchedulerDriver, check_configuration
 from .._core._log import MAX_VALUE_DEPTH, SURROGATE_FAULT, ContextLog, has_surrogate
+from .._core._media import MediaKeeper, MemoryMedia, holds_media, keep_media
 from .._core._paths import RunPath
 from .._core._scheduler_io import (
     Action,
@@ -130,7 +131,11 @@ class Engine(SchedulerDriver):
         path: RunPath = RunPath.ROOT,
         recorded_room: RecordedRoom | None = None,
         budget_questions: trio.Lock | None = None,
+        media: MediaKeeper | None = None,
     ) -> None:
+        # Where the bytes of images and audio the run's tools return are kept (the
+        # store's media table, else memory); results hold `$media` references.
+        self.media: MediaKeeper = media if media is not None else MemoryMedia()
         # Handed to every call's `CallContext.scope`: what a sub-agent's call needs of
         # the run it belongs to (`_agent._tree.RunPlace`); opaque to the engine.
         self.scope = scope
@@ -358,12 +363,12 @@ class Engine(SchedulerDriver):
             clock = self.wall_clock
             if clock is None:
                 value, branch, error = await run_handler(
-                    tool, action.params, context, self._threads
+                    tool, action.params, context, self._threads, self.media
                 )
             else:
                 with trio.move_on_at(clock.deadline) as wall:
                     value, branch, error = await run_handler(
-                        tool, action.params, context, self._threads
+                        tool, action.params, context, self._threads, self.media
                     )
                 if wall.cancelled_caught:
                     value, branch, error = None, None, dict(WALL_TIME_OUT)
@@ -392,6 +397,7 @@ async def run_handler(
     params: dict[str, Any],
     context: CallContext | None,
     threads: trio.CapacityLimiter,
+    media: MediaKeeper | None = None,
 ) -> tuple[Any, str | None, dict[str, Any] | None]:
     """Run one call's handler on trio: (value, branch, error), as `FinishCall` takes them.
 
@@ -448,6 +454,8 @@ async def run_handler(
             if value is PARKED:
                 return value, None, None
             if not _surely_json(value):  # else `dump_output` and `_not_json` change nothing
+                if holds_media(value):  # bytes to the keeper, a `$media` reference here
+                    value = keep_media(value, media if media is not None else MemoryMedia())
                 try:
                     value = tool.dump_output(value)
                 except Exception as problem:

@@ -218,6 +218,7 @@ class Anthropic:
                 request.conversation,
                 self.turn_format,
                 text_message=lambda role, text: {"role": role, "content": text},
+                media=request.media,
                 strip_reasoning=_strip_thinking,
             )
         )

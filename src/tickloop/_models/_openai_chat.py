@@ -204,6 +204,7 @@ class OpenAIChat:
             request.conversation,
             self.turn_format,
             text_message=lambda role, text: {"role": role, "content": text},
+            media=request.media,
             strip_reasoning=_strip_chat_reasoning,
         )
         body: dict[str, Any] = {

@@ -181,6 +181,7 @@ class OpenAIResponses:
                 request.conversation,
                 self.turn_format,
                 text_message=lambda role, text: {"role": role, "content": text},
+                media=request.media,
                 strip_reasoning=_strip_reasoning,
             ),
             "stream": True,
