@@ -1,0 +1,187 @@
+"""Images and audio as media (issue 43): a tool's image is a `$media` reference in the
+state, the journal, events and records, its bytes kept once (the store's media table, or
+memory), and a request shows it as the provider's own content part."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+import tickloop as tl
+from conftest import npm_installed
+from test_mcp_restart import HERE, Everything
+from test_tool_calling import (
+    PROVIDERS,
+    AnthropicProvider,
+    OpenAIChatProvider,
+    ResponsesProvider,
+    Server,
+)
+
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+
+
+@tl.tool
+def snapshot(page: str) -> tl.Image:
+    """A screenshot of a page."""
+    return tl.Image(PNG, "image/png")
+
+
+def _agent(provider: Any, server: Server, tools: list[Any], **options: Any) -> tl.Agent:
+    client = httpx.AsyncClient(transport=httpx.MockTransport(server))
+    return tl.Agent(provider.model(client), tools=tools, protocol="tools", **options)
+
+
+def _all_text(store_path: Path) -> str:
+    """Every text the store holds outside the media table: journal, calls, runs."""
+    connection = sqlite3.connect(store_path)
+    try:
+        parts = []
+        for table in ("journal", "calls", "runs"):
+            for row in connection.execute(f"SELECT * FROM {table}"):
+                parts.extend(str(value) for value in row)
+        return "\n".join(parts)
+    finally:
+        connection.close()
+
+
+def test_an_image_from_the_reference_mcp_server_reaches_openai_chat_as_an_image_part(
+    tmp_path: Path,
+) -> None:
+    npm_installed(HERE, "@modelcontextprotocol/server-everything")
+    everything = Everything()
+    everything.start()
+    provider = OpenAIChatProvider()
+    server = Server(
+        provider.tool_turn([("call_a", "get-tiny-image", "{}")]),
+        provider.text_turn("A tiny image."),
+    )
+    mcp = tl.MCPServer.http(everything.url, allowed=["get-tiny-image"])
+    events: list[tl.RunEvent] = []
+    store_path = tmp_path / "runs.db"
+    agent = _agent(provider, server, [mcp], store=store_path, on_event=events.append)
+    try:
+        result = agent.run("Show me the tiny image.", run_id="r1")
+    finally:
+        everything.stop()
+    assert result.output == "A tiny image."
+    # The result holds a reference, whatever else the server sent with it.
+    output = result.records["c1.0"].output
+    refs = [
+        item
+        for item in (output if isinstance(output, list) else [output])
+        if isinstance(item, dict) and "$media" in item
+    ]
+    assert len(refs) == 1 and refs[0]["mime"] == "image/png"
+    ref = refs[0]
+    # The second request: the tool message, then a user message with the image part.
+    messages = server.bodies[1]["messages"]
+    tool_message = next(m for m in messages if m["role"] == "tool")
+    assert "$media" in tool_message["content"] and "base64" not in tool_message["content"]
+    image_message = messages[messages.index(tool_message) + 1]
+    assert image_message["role"] == "user"
+    [image] = [part for part in image_message["content"] if part["type"] == "image_url"]
+    url = image["image_url"]["url"]
+    assert url.startswith("data:image/png;base64,")
+    data = base64.b64decode(url.split(",", 1)[1])
+    assert len(data) == ref["bytes"]
+    # The store holds the bytes once; the journal, rows and events only the reference.
+    connection = sqlite3.connect(store_path)
+    rows = connection.execute("SELECT media_id, mime, data FROM media").fetchall()
+    connection.close()
+    assert rows == [(ref["$media"], "image/png", data)]
+    encoded = base64.b64encode(data).decode()
+    assert encoded[:40] not in _all_text(store_path)
+    assert ref["$media"] in _all_text(store_path)
+    shown = json.dumps([repr(event) for event in events])
+    assert encoded[:40] not in shown and ref["$media"] in shown
+
+
+@pytest.mark.parametrize("provider", PROVIDERS, ids=lambda p: p.name)
+def test_a_python_tools_image_is_the_providers_own_part(provider: Any) -> None:
+    server = Server(
+        provider.tool_turn([("call_a", "snapshot", '{"page": "home"}')]),
+        provider.text_turn("Done."),
+    )
+    agent = _agent(provider, server, [snapshot])
+    result = agent.run("Look at the home page.")
+    ref = result.records["c1.0"].output
+    assert ref == {"$media": ref["$media"], "mime": "image/png", "bytes": len(PNG)}
+    body = json.dumps(server.bodies[1])
+    encoded = base64.b64encode(PNG).decode()
+    assert encoded in body
+    if isinstance(provider, OpenAIChatProvider):
+        last = server.bodies[1]["messages"][-1]
+        assert last["role"] == "user"
+        assert {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{encoded}"}} in (
+            last["content"]
+        )
+    elif isinstance(provider, AnthropicProvider):
+        [block] = server.bodies[1]["messages"][-1]["content"]
+        assert block["type"] == "tool_result"
+        assert {
+            "type": "image",
+            "source": {"type": "base64", "media_type": "image/png", "data": encoded},
+        } in block["content"]
+    else:
+        assert isinstance(provider, ResponsesProvider)
+        [output] = [
+            item["output"]
+            for item in server.bodies[1]["input"]
+            if item.get("type") == "function_call_output"
+        ]
+        assert {"type": "input_image", "image_url": f"data:image/png;base64,{encoded}"} in output
+
+
+def test_run_calls_keeps_the_bytes_apart_and_the_state_holds_the_reference() -> None:
+    result = tl.run_calls(
+        [{"_tool": "snapshot", "page": "a", "_outputPath": "†state.shot"}], tools=[snapshot]
+    )
+    shot = result.state["shot"]
+    assert shot["mime"] == "image/png" and shot["bytes"] == len(PNG)
+    assert shot["$media"].startswith("m-")
+    assert "iVBOR" not in json.dumps(result.messages)
+
+
+def test_image_and_audio_check_what_they_are_given() -> None:
+    with pytest.raises(ValueError, match="image/"):
+        tl.Image(PNG, "audio/wav")
+    with pytest.raises(TypeError, match="bytes"):
+        tl.Image(123, "image/png")  # type: ignore[arg-type]
+    assert tl.Audio(b"RIFF", "audio/wav").ref()["bytes"] == 4
+    assert tl.Image(base64.b64encode(PNG).decode(), "image/png") == tl.Image(PNG, "image/png")
+
+
+def test_resume_and_replay_show_the_same_image(tmp_path: Path) -> None:
+    provider = OpenAIChatProvider()
+    store = tmp_path / "runs.db"
+    server = Server(
+        provider.tool_turn([("call_a", "snapshot", '{"page": "home"}')]),
+        provider.text_turn("Done."),
+    )
+    _agent(provider, server, [snapshot], store=store).run("Look.", run_id="r1")
+    replayed = Server()
+    agent = _agent(provider, replayed, [snapshot])
+    result = agent.replay("r1", store=store)
+    assert result.output == "Done."
+    # A replay asks no model, yet renders the same requests: the recorded one matched,
+    # which it could not have without the bytes (a missing one raises).
+    assert replayed.bodies == []
+
+    async def fork() -> tl.RunResult:
+        forked = Server(provider.text_turn("Again."))
+        return await _agent(provider, forked, [snapshot]).fork_async(
+            "r1", "r2", store=store, rerun_tools=["snapshot"]
+        )
+
+    forked = trio.run(fork)
+    assert forked.records["c1.0"].output == result.records["c1.0"].output
