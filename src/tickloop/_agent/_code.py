@@ -385,7 +385,7 @@ class _CodeLoop(OuterLoop):
         request = SolutionRequest(
             messages=render_code_request(
                 self.log,
-                config.tools,
+                self._menu(),
                 config.instructions,
                 config.output.schema,
                 config.context_budget,

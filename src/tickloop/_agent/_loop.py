@@ -48,6 +48,7 @@ from ._budgeting import RequestMeter, Reservation, WallClock, run_ledger
 from ._output import OutputSpec
 from ._retry import attempts_made
 from ._stubs import printed_of
+from ._tool_search import found_tools, menu_of
 from ._tree import ReplayingTree, RunPlace
 
 __all__ = [
@@ -258,6 +259,9 @@ class OuterLoop:
         self.durable = durable
         self.paused = False  # a tick ended with deferred calls: the run pauses
         self.grant: Budget | None = None  # more room a resume brings (added, journaled)
+        # Tool search: the deferred tools found so far and the menu they make (`_menu`).
+        self.found: tuple[str, ...] = ()
+        self._menu_tools: ToolSet | None = None
         self.engine = self._make_engine(self._action_listener(), durable)
         self.meter = RequestMeter(
             self.ledger,
@@ -390,6 +394,17 @@ class OuterLoop:
 
     # -- what both protocols do the same way ------------------------------------------------
 
+    def _menu(self) -> ToolSet:
+        """The tools the next request shows (tool search: the loaded ones, and what the
+        run's `search_tools` calls found so far, `found`, which opens its tick)."""
+        tools = self.config.tools
+        if not tools.deferred:
+            return tools
+        found = found_tools(self.engine.records, tools)
+        if found != self.found or self._menu_tools is None:
+            self.found, self._menu_tools = found, menu_of(tools, found)
+        return self._menu_tools
+
     def engine_media(self) -> Callable[[str], tuple[str, bytes] | None] | None:
         """How a request reads the bytes of the media its messages show: the run's keeper,
         which its calls kept them with."""
@@ -432,7 +447,7 @@ class OuterLoop:
             # Beside the response it gets: what a replay or fork compares a new request
             # with (docs/replay.md). The last note of an iteration asked twice wins.
             self.durable.note("request", iteration=iteration, request=request.to_dict())
-        self.engine.open_tick(iteration, code=code)
+        self.engine.open_tick(iteration, code=code, found=self.found)
         self._emit(RequestStarted, iteration=iteration)
         return reservation, before
 

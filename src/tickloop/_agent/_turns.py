@@ -139,14 +139,22 @@ class _TurnLoop(OuterLoop):
         self.model: TurnClient = config.model
         self.format: str = self.model.turn_format
         self.on_text = on_text
-        self.specs = [
-            ToolSpec(tool.name, tool.description, visible_parameters(tool))
-            for tool in config.tools.values()
-        ]
+        self._specs: tuple[ToolSet, list[ToolSpec]] | None = None  # by menu (`specs`)
         self._settled = trio.Event()
         self._rejected: dict[str, str] = {}  # call id -> why its arguments make no call
         super().__init__(config, log, on_event, durable)
         self._check_log_format()
+
+    def specs(self) -> list[ToolSpec]:
+        """The functions the next request offers: its menu's (tool search: a part)."""
+        menu = self._menu()
+        if self._specs is None or self._specs[0] is not menu:
+            specs = [
+                ToolSpec(tool.name, tool.description, visible_parameters(tool))
+                for tool in menu.values()
+            ]
+            self._specs = (menu, specs)
+        return self._specs[1]
 
     def _action_listener(self) -> Callable[[Any], None] | None:
         return self._on_action  # it waits for `NoteSettled`, listened to or not
@@ -189,7 +197,7 @@ class _TurnLoop(OuterLoop):
         request = TurnRequest(
             system=self._system(),
             conversation=self._conversation(),
-            tools=self.specs,
+            tools=self.specs(),
             iteration=iteration,
             path=self._path(),
             media=self.engine_media(),
