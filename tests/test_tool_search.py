@@ -18,10 +18,11 @@ from typing import Any
 
 import httpx
 import pytest
+
 import tickloop as tl
-from tickloop._models._base import estimate_tokens
 from catalog import DOMAINS, entries
 from test_models_openai import ok
+from tickloop._models._base import estimate_tokens
 
 HERE = Path(__file__).resolve().parent
 SERVERS = ["billing", "crm", "docs", "devops"]
