@@ -6,8 +6,9 @@ or memory without a store) and the call's result holds a reference in their plac
 
     {"$media": "m-<hash>", "mime": "image/png", "bytes": 1234}
 
-The id is the bytes' SHA-256 (cut to 32 hex digits), so the same bytes are kept once and
-a replay, resume or fork that meets them again names them the same. A request shows a
+The id is the SHA-256 of the MIME type and the bytes (cut to 32 hex digits), so the same
+bytes are kept once and a replay, resume or fork that meets them again names them the
+same. A request shows a
 reference as the provider's own content part, reading the bytes back from the keeper
 (`_models`: OpenAI image parts, Anthropic image blocks, Responses `input_image`).
 
@@ -69,7 +70,7 @@ class Media:
 
     @property
     def id(self) -> str:
-        return media_id(self.data)
+        return media_id(self.data, self.mime)
 
     def ref(self) -> dict[str, Any]:
         """The JSON that stands for these bytes in a run."""
@@ -105,8 +106,9 @@ class Audio(Media):
     _prefix = "audio/"
 
 
-def media_id(data: bytes) -> str:
-    return "m-" + hashlib.sha256(data).hexdigest()[:32]
+def media_id(data: bytes, mime: str) -> str:
+    """The id of bytes of a type: the same bytes as another type are another media."""
+    return "m-" + hashlib.sha256(mime.encode() + b"\0" + data).hexdigest()[:32]
 
 
 class MediaKeeper(Protocol):
