@@ -185,3 +185,77 @@ def test_resume_and_replay_show_the_same_image(tmp_path: Path) -> None:
 
     forked = trio.run(fork)
     assert forked.records["c1.0"].output == result.records["c1.0"].output
+
+
+def test_a_plan_shows_the_image_it_wrote_to_the_state_as_an_image_part() -> None:
+    from test_models_openai import ok
+
+    bodies: list[dict[str, Any]] = []
+    answers = [
+        {
+            "calls": [{"_tool": "snapshot", "page": "home", "_outputPath": "†state.shot"}],
+            "output": None,
+        },
+        {"calls": [], "output": "seen"},
+    ]
+
+    def server(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return ok([json.dumps(answers.pop(0))])
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(server))
+    model = tl.OpenAIChat("gpt-4o-mini", base_url="http://llm.test/v1", api_key="k", client=client)
+    result = tl.Agent(model, tools=[snapshot]).run("Look.")
+    assert result.output == "seen"
+    ref = result.state["shot"]
+    encoded = base64.b64encode(PNG).decode()
+    assert encoded not in json.dumps(bodies[0])
+    context = bodies[1]["messages"][-1]["content"]
+    assert context[0]["type"] == "text" and ref["$media"] in context[0]["text"]
+    assert {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{encoded}"}} in (
+        context
+    )
+
+
+def test_a_code_plan_sees_the_image_by_reference_and_the_part_beside_it() -> None:
+    seen: list[Any] = []
+    answers = iter(
+        ["```python\nshot = snapshot(page='home')\n```", "```python\nfinal_answer('ok')\n```"]
+    )
+
+    def answer(request: dict[str, Any]) -> str:
+        seen.append(request["messages"][-1]["content"])
+        return next(answers)
+
+    result = tl.Agent(tl.FunctionModel(answer), tools=[snapshot], protocol="code").run("Look.")
+    assert result.output == "ok"
+    ref = result.state["shot"]
+    assert isinstance(seen[0], str)
+    parts = seen[1]
+    assert {"type": "media", **ref} in parts  # the client makes its own part of it
+
+
+def test_each_wire_format_makes_its_own_part_of_a_media_part() -> None:
+    from tickloop._models._base import solution_messages
+
+    ref = tl.Image(PNG, "image/png").ref()
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "x"}, {"type": "media", **ref}]}
+    ]
+
+    def lookup(media_id: str) -> tuple[str, bytes] | None:
+        return ("image/png", PNG) if media_id == ref["$media"] else None
+
+    encoded = base64.b64encode(PNG).decode()
+    anthropic = solution_messages(messages, "anthropic", lookup)[0]["content"]
+    assert anthropic == [
+        {"type": "text", "text": "x"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": encoded}},
+    ]
+    responses = solution_messages(messages, "openai-responses", lookup)[0]["content"]
+    assert responses == [
+        {"type": "input_text", "text": "x"},
+        {"type": "input_image", "image_url": f"data:image/png;base64,{encoded}"},
+    ]
+    with pytest.raises(tl.ModelError, match="not kept"):
+        solution_messages(messages, "openai-chat", lambda media_id: None)

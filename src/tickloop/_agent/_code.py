@@ -394,6 +394,7 @@ class _CodeLoop(OuterLoop):
             iteration=iteration,
             path=self._path(),
             schema_name="program",
+            media=self.engine_media(),
         )
         opened = await self._open_request(request, iteration, code=True)
         if opened is None:

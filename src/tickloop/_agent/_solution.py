@@ -159,6 +159,7 @@ class _SolutionLoop(OuterLoop):
             schema=self._schema_of(menu),
             iteration=iteration,
             path=self._path(),
+            media=self.engine_media(),
         )
         opened = await self._open_request(request, iteration)
         if opened is None:

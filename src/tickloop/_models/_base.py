@@ -131,6 +131,8 @@ class SolutionRequest:
     # The agent-call ids above the run asking: a sub-agent's (PROTOCOL §11), () at the root.
     path: tuple[str, ...] = ()
     max_output_tokens: int | None = None
+    # The bytes of the media its messages show (`{"type": "media"}` parts), by id.
+    media: MediaLookup | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"messages": self.messages, "schema": self.schema}
@@ -470,6 +472,35 @@ def with_media(value: Any, media: MediaLookup | None, key: str = "") -> Any:
     if isinstance(value, list):
         return [with_media(item, media, key) for item in value]
     return value
+
+
+def solution_messages(
+    messages: list[dict[str, Any]], wire: str, media: MediaLookup | None
+) -> list[dict[str, Any]]:
+    """A solution request's messages for one wire format: a content given as parts
+    (`{"type": "text"}`, and `{"type": "media", "$media": ...}` for an image or audio
+    clip the state shows) becomes that format's own parts, the bytes read now."""
+    converted: list[dict[str, Any]] = []
+    for message in messages:
+        content = message.get("content")
+        if not isinstance(content, list):
+            converted.append(dict(message))
+            continue
+        parts = [_solution_part(part, wire) for part in content]
+        converted.append({**message, "content": with_media(parts, media)})
+    return converted
+
+
+def _solution_part(part: dict[str, Any], wire: str) -> dict[str, Any]:
+    if part.get("type") != "media":
+        text = str(part.get("text", ""))
+        return {"type": "input_text" if wire == "openai-responses" else "text", "text": text}
+    if wire == "anthropic":
+        result = ToolResult("", media=(part,))
+        return dict(_anthropic_content(result)[1])
+    if wire == "openai-responses":
+        return dict(_responses_output(ToolResult("", media=(part,)))[1])
+    return _chat_media_part(part)
 
 
 def holds_media_mark(value: Any) -> bool:
