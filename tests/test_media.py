@@ -259,3 +259,53 @@ def test_each_wire_format_makes_its_own_part_of_a_media_part() -> None:
     ]
     with pytest.raises(tl.ModelError, match="not kept"):
         solution_messages(messages, "openai-chat", lambda media_id: None)
+
+
+def test_the_timeline_shows_the_image_and_agui_carries_the_reference(tmp_path: Path) -> None:
+    store = tmp_path / "runs.db"
+    provider = OpenAIChatProvider()
+    server = Server(
+        provider.tool_turn([("call_a", "snapshot", '{"page": "<script>x</script>"}')]),
+        provider.text_turn("Done."),
+    )
+    result = _agent(provider, server, [snapshot], store=store).run("Look.", run_id="r1")
+    ref = result.records["c1.0"].output
+    page = tl.timeline_html(store, "r1")
+    encoded = base64.b64encode(PNG).decode()
+    assert f'<img src="data:image/png;base64,{encoded}"' in page
+    assert f"c1.0 · {ref['$media']} · image/png · {len(PNG)} bytes" in page
+    assert "<script>x</script>" not in page
+
+
+def test_agui_carries_the_reference_not_the_bytes() -> None:
+    from tickloop._observe._events import WriteListener
+    from tickloop.agui._translate import Translation
+
+    events: list[tl.RunEvent] = []
+
+    class Keep(WriteListener):  # as the AG-UI app listens: the writes too
+        def __call__(self, event: tl.RunEvent) -> None:
+            events.append(event)
+
+    result = tl.Agent(
+        tl.ScriptedModel(
+            [
+                {
+                    "calls": [{"_tool": "snapshot", "page": "a", "_outputPath": "†state.s"}],
+                    "output": None,
+                },
+                {"calls": [], "output": "ok"},
+            ]
+        ),
+        tools=[snapshot],
+        on_event=Keep(),
+    ).run("x")
+    translation = Translation("t", "r", None)
+    wire = [item.model_dump_json() for item in translation.started()]
+    for event in events:
+        wire += [item.model_dump_json() for item in translation.event(event)]
+    text = "\n".join(wire)
+    ref = result.state["s"]
+    assert translation.state["s"] == ref  # STATE_DELTA carried the reference
+    assert ref["$media"].startswith("m-") and ref["$media"] in text
+    assert base64.b64encode(PNG).decode()[:20] not in text
