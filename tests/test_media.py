@@ -116,6 +116,7 @@ def test_a_python_tools_image_is_the_providers_own_part(provider: Any) -> None:
     result = agent.run("Look at the home page.")
     ref = result.records["c1.0"].output
     assert ref == {"$media": ref["$media"], "mime": "image/png", "bytes": len(PNG)}
+    assert result.media(ref) == tl.Image(PNG, "image/png")
     body = json.dumps(server.bodies[1])
     encoded = base64.b64encode(PNG).decode()
     assert encoded in body
@@ -150,6 +151,8 @@ def test_run_calls_keeps_the_bytes_apart_and_the_state_holds_the_reference() -> 
     assert shot["mime"] == "image/png" and shot["bytes"] == len(PNG)
     assert shot["$media"].startswith("m-")
     assert "iVBOR" not in json.dumps(result.messages)
+    assert result.media(shot) == tl.Image(PNG, "image/png")  # the bytes, kept in memory
+    assert result.media("m-unknown") is None
 
 
 def test_image_and_audio_check_what_they_are_given() -> None:

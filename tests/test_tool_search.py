@@ -38,7 +38,9 @@ def python_tools(domain: str, *, defer: bool = False) -> list[tl.Tool]:
         return handler
 
     return [
-        tl.tool(make(name), name=name, description=description, defer_loading=defer)
+        tl.tool(
+            make(name), name=name, description=description, defer_loading=defer, idempotent=True
+        )
         for name, description in entries(domain)
     ]
 
@@ -191,20 +193,25 @@ def test_code_plans_find_stubs() -> None:
 
 
 CHILD = r"""
-import json, os, sys, time
+import os, sys, time
 sys.path.insert(0, os.environ["TESTS"])
 import tickloop as tl
-from test_tool_search import python_tools
+from test_tool_search import REFUND, SEARCH, python_tools
 
 def answer(request):
     if request["iteration"] == 1:
-        return {"calls": [{"_tool": "search_tools", "query": "create a refund",
-                           "_outputPath": "†state.found"}], "output": None}
+        return {"calls": [SEARCH], "output": None}
+    return {"calls": [REFUND], "output": None}
+
+def hang(id: str, fields: dict | None = None, limit: int = 10, dry_run: bool = False) -> dict:
     with open(os.environ["MARK"], "w") as mark:
-        mark.write("asked")
+        mark.write("running")
     time.sleep(600)
 
 tools = python_tools("billing")
+[refund] = [tool for tool in tools if tool.name == "billing_refund_create"]
+tools[tools.index(refund)] = tl.tool(hang, name=refund.name, description=refund.description,
+                                     idempotent=True)
 tl.Agent(tl.FunctionModel(answer), tools=tools, tool_search=True, store=sys.argv[1]).run(
     "Refund pay-7.", run_id="crashy")
 """
@@ -229,8 +236,7 @@ def test_resume_after_a_crash_and_replay_see_the_same_menu(tmp_path: Path) -> No
     def answer(request: dict[str, Any]) -> dict[str, Any]:
         anyof = request["schema"]["properties"]["calls"]["items"]["anyOf"]
         menus.append({call["properties"]["_tool"]["enum"][0] for call in anyof})
-        if request["iteration"] == 2:
-            return {"calls": [REFUND], "output": None}
+        assert request["iteration"] == 3  # the crash left iteration 2's call running
         return {"calls": [], "output": "refunded"}
 
     agent = tl.Agent(
@@ -238,6 +244,9 @@ def test_resume_after_a_crash_and_replay_see_the_same_menu(tmp_path: Path) -> No
     )
     result = agent.resume("crashy")
     assert result.output == "refunded"
+    # The call of the found tool, journaled before the crash, is accepted again when the
+    # journal replays (its tick's menu was journaled with it) and runs again (idempotent).
+    assert result.records["c2.0"].status == "done", result.records["c2.0"].error
     assert "billing_refund_create" in menus[0]
     assert result.state["refund"]["tool"] == "billing_refund_create"
     replayed = agent.replay("crashy", store=db)

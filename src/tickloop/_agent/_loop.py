@@ -337,7 +337,7 @@ class OuterLoop:
                 stopped.usage = self.ledger.usage
             raise stopped
         paused = self.paused
-        return RunResult(
+        result = RunResult(
             None if paused else self.config.output.convert(output),
             self.log,
             self.engine.records,
@@ -346,6 +346,8 @@ class OuterLoop:
             status="paused" if paused else "done",
             pending=self._pending() if paused else None,
         )
+        result.keeper = self.config.media
+        return result
 
     def _pending(self) -> list[PendingCall]:
         """The calls a paused run waits on a person for: not those parked for budget
