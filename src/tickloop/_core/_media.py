@@ -161,13 +161,19 @@ def media_refs(value: Any) -> Iterator[dict[str, Any]]:
 
 
 def holds_media(value: Any) -> bool:
-    """Whether a handler's return value holds a `Media` anywhere (dicts, lists, tuples)."""
-    if isinstance(value, Media):
-        return True
-    if isinstance(value, dict):
-        return any(holds_media(item) for item in value.values())
-    if isinstance(value, list | tuple):
-        return any(holds_media(item) for item in value)
+    """Whether a handler's return value holds a `Media` anywhere (dicts, lists, tuples).
+
+    A loop, not recursion: a result may nest deeper than the interpreter's stack (the
+    engine refuses it with its own message, which this must not pre-empt)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Media):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
     return False
 
 

@@ -454,10 +454,17 @@ async def run_handler(
             if value is PARKED:
                 return value, None, None
             if not _surely_json(value):  # else `dump_output` and `_not_json` change nothing
-                if holds_media(value):  # bytes to the keeper, a `$media` reference here
-                    value = keep_media(value, media if media is not None else MemoryMedia())
                 try:
-                    value = tool.dump_output(value)
+                    try:
+                        value = tool.dump_output(value)
+                    except Exception:
+                        # An image or audio clip (pydantic cannot convert one): its bytes
+                        # to the keeper, a `$media` reference in its place. Only here, so
+                        # a result without media costs no walk of its own.
+                        if not holds_media(value):
+                            raise
+                        keeper = media if media is not None else MemoryMedia()
+                        value = tool.dump_output(keep_media(value, keeper))
                 except Exception as problem:
                     error = {"type": "runtime", "message": _conversion_fault(problem)}
                 else:
