@@ -16,8 +16,8 @@ from .._core._budget import Budget, Ledger, RunUsage
 from .._core._decisions import ApproveHook, PendingCall
 from .._core._driver import check_schedule
 from .._core._jsonable import run_value_to_json
-from .._core._media import MEDIA_KEY, Audio, Image, Media, MediaKeeper
 from .._core._log import ContextLog
+from .._core._media import MEDIA_KEY, Audio, Image, Media, MediaKeeper
 from .._core._scheduler import CallRecord
 from .._core._tools import MakesTool, Tool, ToolSource, missing_bindings, split_tools
 from .._errors import ConfigurationError
