@@ -312,3 +312,47 @@ def test_agui_carries_the_reference_not_the_bytes() -> None:
     assert translation.state["s"] == ref  # STATE_DELTA carried the reference
     assert ref["$media"].startswith("m-") and ref["$media"] in text
     assert base64.b64encode(PNG).decode()[:20] not in text
+
+
+def test_a_sub_agents_image_is_kept_in_the_roots_store_and_shown_to_the_root(
+    tmp_path: Path,
+) -> None:
+    from test_models_openai import ok
+
+    child = tl.Agent(
+        tl.ScriptedModel(
+            [
+                {
+                    "calls": [{"_tool": "snapshot", "page": "a", "_outputPath": "†state.s"}],
+                    "output": None,
+                },
+                {"calls": [], "output": "†state.s"},
+            ]
+        ),
+        tools=[snapshot],
+        name="looker",
+        description="Looks at a page.",
+    )
+    bodies: list[dict[str, Any]] = []
+    answers = [
+        {
+            "calls": [{"_tool": "looker", "task": "look", "_outputPath": "†state.seen"}],
+            "output": None,
+        },
+        {"calls": [], "output": "seen"},
+    ]
+
+    def server(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return ok([json.dumps(answers.pop(0))])
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(server))
+    model = tl.OpenAIChat("gpt-4o-mini", base_url="http://llm.test/v1", api_key="k", client=client)
+    store = tmp_path / "runs.db"
+    result = tl.Agent(model, tools=[child], store=store).run("Look.", run_id="r1")
+    assert result.output == "seen", result.errors
+    encoded = base64.b64encode(PNG).decode()
+    assert f"data:image/png;base64,{encoded}" in json.dumps(bodies[1])
+    connection = sqlite3.connect(store)
+    assert connection.execute("SELECT count(*) FROM media").fetchone() == (1,)
+    connection.close()
