@@ -164,30 +164,43 @@ def test_image_and_audio_check_what_they_are_given() -> None:
     assert tl.Image(base64.b64encode(PNG).decode(), "image/png") == tl.Image(PNG, "image/png")
 
 
-def test_resume_and_replay_show_the_same_image(tmp_path: Path) -> None:
+def test_resume_replay_and_fork_see_the_same_image(tmp_path: Path) -> None:
     provider = OpenAIChatProvider()
     store = tmp_path / "runs.db"
-    server = Server(
-        provider.tool_turn([("call_a", "snapshot", '{"page": "home"}')]),
-        provider.text_turn("Done."),
-    )
-    _agent(provider, server, [snapshot], store=store).run("Look.", run_id="r1")
-    replayed = Server()
-    agent = _agent(provider, replayed, [snapshot])
-    result = agent.replay("r1", store=store)
-    assert result.output == "Done."
-    # A replay asks no model, yet renders the same requests: the recorded one matched,
-    # which it could not have without the bytes (a missing one raises).
-    assert replayed.bodies == []
+
+    class Crash(Server):  # the process dies as the second request goes out
+        def __call__(self, request: httpx.Request) -> httpx.Response:
+            if self.bodies:
+                raise KeyboardInterrupt
+            return super().__call__(request)
+
+    crashing = Crash(provider.tool_turn([("call_a", "snapshot", '{"page": "home"}')]))
+    with pytest.raises(KeyboardInterrupt):
+        _agent(provider, crashing, [snapshot], store=store).run("Look.", run_id="r1")
+    # A new agent (no memory of the first): the request it sends reads the bytes back
+    # from the store.
+    resumed_server = Server(provider.text_turn("Done."))
+    resumed = _agent(provider, resumed_server, [snapshot], store=store).resume("r1")
+    assert resumed.output == "Done."
+    encoded = base64.b64encode(PNG).decode()
+    assert f"data:image/png;base64,{encoded}" in json.dumps(resumed_server.bodies[0])
+    ref = resumed.records["c1.0"].output
+
+    replayed = _agent(provider, Server(), [snapshot]).replay("r1", store=store)
+    assert replayed.output == "Done." and replayed.records["c1.0"].output == ref
+    assert replayed.media(ref) == tl.Image(PNG, "image/png")
 
     async def fork() -> tl.RunResult:
-        forked = Server(provider.text_turn("Again."))
-        return await _agent(provider, forked, [snapshot]).fork_async(
+        return await _agent(provider, Server(), [snapshot]).fork_async(
             "r1", "r2", store=store, rerun_tools=["snapshot"]
         )
 
     forked = trio.run(fork)
-    assert forked.records["c1.0"].output == result.records["c1.0"].output
+    assert forked.records["c1.0"].output == ref  # the tool ran again: the same id
+    assert forked.media(ref) == tl.Image(PNG, "image/png")
+    connection = sqlite3.connect(store)
+    assert connection.execute("SELECT count(*) FROM media").fetchone() == (1,)
+    connection.close()
 
 
 def test_a_plan_shows_the_image_it_wrote_to_the_state_as_an_image_part() -> None:

@@ -292,3 +292,29 @@ def test_found_tools_come_from_the_records_not_the_request_text() -> None:
     assert offered[0] == ["search_tools"]
     assert "docs_page_list" in offered[1]
     assert result.records["c2.0"].status == "done"
+
+
+def test_a_deferred_server_is_searched_and_plain_tools_stay_loaded() -> None:
+    server = tl.MCPServer.stdio(
+        sys.executable, [str(HERE / "mcp_catalog_server.py"), "docs"], defer_loading=True
+    )
+    loaded = python_tools("travel")[:3]
+    menus: list[set[str]] = []
+
+    def answer(request: dict[str, Any]) -> dict[str, Any]:
+        anyof = request["schema"]["properties"]["calls"]["items"]["anyOf"]
+        menus.append({call["properties"]["_tool"]["enum"][0] for call in anyof})
+        if request["iteration"] == 1:
+            return {
+                "calls": [{"_tool": "search_tools", "query": "delete a comment"}],
+                "output": None,
+            }
+        if request["iteration"] == 2:
+            call = {"_tool": "docs_comment_delete", "id": "c9", "_outputPath": "†state.d"}
+            return {"calls": [call], "output": None}
+        return {"calls": [], "output": "†state.d"}
+
+    result = tl.Agent(tl.FunctionModel(answer), tools=[server, *loaded]).run("Delete c9.")
+    assert menus[0] == {"search_tools", *(tool.name for tool in loaded)}
+    assert "docs_comment_delete" in menus[1]
+    assert result.output["tool"] == "docs_comment_delete"

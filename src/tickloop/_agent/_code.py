@@ -382,10 +382,11 @@ class _CodeLoop(OuterLoop):
 
     async def _iterate(self, iteration: int) -> tuple[bool, Any]:
         config = self.config
+        menu = await self._menu()
         request = SolutionRequest(
             messages=render_code_request(
                 self.log,
-                self._menu(),
+                menu,
                 config.instructions,
                 config.output.schema,
                 config.context_budget,

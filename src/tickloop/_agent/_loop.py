@@ -27,6 +27,7 @@ from .._core._log import ContextLog
 from .._core._media import MediaKeeper
 from .._core._paths import RunPath
 from .._core._scheduler import CallRecord
+from .._core._status import FINAL_STATUSES
 from .._core._tools import ToolSet
 from .._durable._resume import DurableRun
 from .._durable._store import SQLiteStore
@@ -48,7 +49,7 @@ from ._budgeting import RequestMeter, Reservation, WallClock, run_ledger
 from ._output import OutputSpec
 from ._retry import attempts_made
 from ._stubs import printed_of
-from ._tool_search import found_tools, menu_of
+from ._tool_search import SEARCH_TOOL, found_tools, menu_of
 from ._tree import ReplayingTree, RunPlace
 
 __all__ = [
@@ -396,12 +397,32 @@ class OuterLoop:
 
     # -- what both protocols do the same way ------------------------------------------------
 
-    def _menu(self) -> ToolSet:
+    async def _menu(self) -> ToolSet:
         """The tools the next request shows (tool search: the loaded ones, and what the
-        run's `search_tools` calls found so far, `found`, which opens its tick)."""
+        run's `search_tools` calls found so far, `found`, which opens its tick).
+
+        A search the model wrote without an output path runs fire-and-forget, past its
+        tick: the next request waits for it, so what it finds is on that menu whatever
+        the timing."""
         tools = self.config.tools
         if not tools.deferred:
             return tools
+        records = self.engine.records
+
+        def searched() -> bool:
+            return all(
+                record.status in FINAL_STATUSES
+                for record in records.values()
+                if record.tool == SEARCH_TOOL
+            )
+
+        if not searched():
+            driver = self.config.driver
+            await (
+                driver.wait_until(searched)
+                if driver is not None
+                else self.engine.wait_until(searched)
+            )
         found = found_tools(self.engine.records, tools)
         if found != self.found or self._menu_tools is None:
             self.found, self._menu_tools = found, menu_of(tools, found)

@@ -147,7 +147,7 @@ class _SolutionLoop(OuterLoop):
 
     async def _iterate(self, iteration: int) -> tuple[bool, Any]:
         config = self.config
-        menu = self._menu()
+        menu = await self._menu()
         request = SolutionRequest(
             messages=self._renderer.render(
                 self.log,

@@ -145,9 +145,9 @@ class _TurnLoop(OuterLoop):
         super().__init__(config, log, on_event, durable)
         self._check_log_format()
 
-    def specs(self) -> list[ToolSpec]:
+    async def specs(self) -> list[ToolSpec]:
         """The functions the next request offers: its menu's (tool search: a part)."""
-        menu = self._menu()
+        menu = await self._menu()
         if self._specs is None or self._specs[0] is not menu:
             specs = [
                 ToolSpec(tool.name, tool.description, visible_parameters(tool))
@@ -197,7 +197,7 @@ class _TurnLoop(OuterLoop):
         request = TurnRequest(
             system=self._system(),
             conversation=self._conversation(),
-            tools=self.specs(),
+            tools=await self.specs(),
             iteration=iteration,
             path=self._path(),
             media=self.engine_media(),

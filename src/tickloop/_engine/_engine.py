@@ -166,6 +166,7 @@ class Engine(SchedulerDriver):
         # replayed or forked run, docs/replay.md); None runs the handler.
         self._answer = answer
         self._tick_done: trio.Event | None = None
+        self._call_ended: trio.Event | None = None  # set as a call ends (`wait_until`)
         # The budget hook is asked one question at a time, the scheduler's (a call's limit)
         # and the loop's (a model request's) alike: the lock of the whole tree, when the
         # run is one of a tree's (§12), else its own.
@@ -208,6 +209,14 @@ class Engine(SchedulerDriver):
             )
         # Every task, fire-and-forget ones included, has finished: report their late errors.
         self.feed(Flush(self._date()))
+
+    async def wait_until(self, condition: Callable[[], bool]) -> None:
+        """Until `condition()` holds, checked as calls end (fire-and-forget ones too);
+        what `LoopDriver.wait_until` is for a workflow."""
+        while not condition():
+            self._call_ended = trio.Event()
+            await self._call_ended.wait()
+        self._call_ended = None
 
     async def wait_tick(self) -> NoteTickEnded:
         assert self._tick_done is not None, "open_tick first"
@@ -381,6 +390,8 @@ class Engine(SchedulerDriver):
         if record.started is not None:
             self._durations.add(action.tool, finished - record.started)
         self.feed(FinishCall(action.id, value, branch, error, self._date()))
+        if self._call_ended is not None:
+            self._call_ended.set()
         if self.wall_clock is not None:
             self._people_or_not()  # the last call ended while a question is open
 
