@@ -90,12 +90,17 @@ class Media:
         return hash((self.data, self.mime))
 
 
+#: The MIME types of each kind (MIME types, not paths; tests/test_run_paths.py).
+IMAGE_TYPES = "image/"
+AUDIO_TYPES = "audio/"
+
+
 class Image(Media):
     """An image a tool returns: `return tl.Image(png_bytes, "image/png")`."""
 
     __slots__ = ()
     kind = "image"
-    _prefix = "image/"
+    _prefix = IMAGE_TYPES
 
 
 class Audio(Media):
@@ -103,7 +108,16 @@ class Audio(Media):
 
     __slots__ = ()
     kind = "audio"
-    _prefix = "audio/"
+    _prefix = AUDIO_TYPES
+
+
+def media_of(mime: str, data: bytes) -> Media:
+    """The `Image`, `Audio` (or plain `Media`) of bytes kept under `mime`."""
+    if mime.startswith(IMAGE_TYPES):
+        return Image(data, mime)
+    if mime.startswith(AUDIO_TYPES):
+        return Audio(data, mime)
+    return Media(data, mime)
 
 
 def media_id(data: bytes, mime: str) -> str:

@@ -17,7 +17,7 @@ from .._core._decisions import ApproveHook, PendingCall
 from .._core._driver import check_schedule
 from .._core._jsonable import run_value_to_json
 from .._core._log import ContextLog
-from .._core._media import MEDIA_KEY, Audio, Image, Media, MediaKeeper
+from .._core._media import MEDIA_KEY, Media, MediaKeeper, media_of
 from .._core._scheduler import CallRecord
 from .._core._tools import MakesTool, Tool, ToolSource, missing_bindings, split_tools
 from .._errors import ConfigurationError
@@ -57,9 +57,7 @@ class ExecutionResult:
         found = None if self.keeper is None else self.keeper.get_media(str(media_id))
         if found is None:
             return None
-        mime, data = found
-        kind = Image if mime.startswith("image/") else Audio if mime.startswith("audio/") else Media
-        return kind(data, mime)
+        return media_of(*found)
 
     @property
     def messages(self) -> list[dict[str, Any]]:

@@ -365,7 +365,7 @@ def chat_tool_messages(
 
 def _chat_media_part(ref: dict[str, Any]) -> dict[str, Any]:
     mime = str(ref["mime"])
-    if mime.startswith("image/"):
+    if mime.startswith(_IMAGE_TYPES):
         return {"type": "image_url", "image_url": {"url": media_mark(ref)}}
     audio = _AUDIO_FORMATS.get(mime)
     if audio is not None:
@@ -400,7 +400,7 @@ def _anthropic_content(result: ToolResult) -> Any:
     blocks: list[dict[str, Any]] = [{"type": "text", "text": result.content}]
     for ref in result.media:
         mime = str(ref["mime"])
-        if mime.startswith("image/"):
+        if mime.startswith(_IMAGE_TYPES):
             source = {"type": "base64", "media_type": mime, "data": media_mark(ref)}
             blocks.append({"type": "image", "source": source})
         else:  # no audio blocks in the Messages API
@@ -427,7 +427,7 @@ def _responses_output(result: ToolResult) -> Any:
     parts: list[dict[str, Any]] = [{"type": "input_text", "text": result.content}]
     for ref in result.media:
         mime = str(ref["mime"])
-        if mime.startswith("image/"):
+        if mime.startswith(_IMAGE_TYPES):
             parts.append({"type": "input_image", "image_url": media_mark(ref)})
         else:
             parts.append({"type": "input_text", "text": f"({mime}, {ref.get('bytes')} bytes)"})
@@ -435,6 +435,9 @@ def _responses_output(result: ToolResult) -> Any:
 
 
 # -- media in requests -------------------------------------------------------------------
+
+#: The MIME types of images (a MIME type, not a path; tests/test_run_paths.py).
+_IMAGE_TYPES = "image/"
 
 #: The key of a media reference (`_core._media.MEDIA_KEY`; `_models` sits beside `_core`).
 MEDIA_KEY = "$media"

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
-from .._core._media import media_refs
+from .._core._media import IMAGE_TYPES, media_refs
 from .._core._paths import untag_kind
 from .._core._status import ERROR_STATUSES, CallStatus
 from ._records import CallInfo, RunInfo
@@ -89,9 +89,7 @@ def _media_section(
         kind, where = untag_kind(tagged)
         if kind != "event" or not isinstance(body, dict) or body.get("type") != "CallFinished":
             continue
-        call_id = str(body.get("call_id"))
-        if where:
-            call_id = f"{where}/{call_id}"
+        call_id = where.full(str(body.get("call_id")))
         for ref in media_refs(body.get("value")):
             if ref["$media"] in seen:
                 continue
@@ -111,7 +109,7 @@ def _figure(
     shown = ""
     if found is not None and _SAFE_MIME.fullmatch(found[0]):
         url = escape(f"data:{found[0]};base64,{base64.b64encode(found[1]).decode('ascii')}")
-        if found[0].startswith("image/"):
+        if found[0].startswith(IMAGE_TYPES):
             shown = f'<img src="{url}" alt="{escape(media_id)}">'
         else:
             shown = f'<audio controls src="{url}"></audio>'
