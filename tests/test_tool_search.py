@@ -169,7 +169,9 @@ def test_search_is_ranked_and_deterministic() -> None:
 def test_code_plans_find_stubs() -> None:
     answers = iter(
         [
-            "```python\nfound = search_tools(query='book a flight')\n```",
+            "```python\nfound = search_tools(query='book a flight')\n"
+            "try:\n    travel_flight_create(id='f0')\n"
+            "except ToolError as e:\n    print(e.type, e.message)\n```",
             "```python\nr = travel_flight_create(id='f1')\nfinal_answer(r['tool'])\n```",
         ]
     )
@@ -190,6 +192,10 @@ def test_code_plans_find_stubs() -> None:
     found = result.state["found"]
     assert found[0]["name"] == "travel_flight_create"
     assert found[0]["stub"].startswith("def travel_flight_create(")
+    # Called before a search found it: a structural ToolError the program can catch.
+    assert result.printed[1] == [
+        "structural unknown tool 'travel_flight_create' (try search_tools)"
+    ]
 
 
 CHILD = r"""
