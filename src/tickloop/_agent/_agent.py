@@ -22,6 +22,7 @@ import trio
 
 from .._core._budget import Budget, BudgetRequest, Price, RunUsage
 from .._core._decisions import ApproveHook
+from .._core._media import MemoryMedia
 from .._core._paths import RunPath
 from .._core._tools import MakesTool, Tool, ToolSet, ToolSource, split_tools
 from .._durable._store import SQLiteStore, as_store
@@ -40,8 +41,10 @@ from ._prompt import DEFAULT_CONTEXT_BUDGET, solution_schema
 from ._replay import Replaying, fork_note, forked_from, load_recording, stale_calls
 from ._session import RunSession
 from ._solution import SOLUTION
+from ._stubs import render_stubs
 from ._subagent import DEFAULT_INPUT, AgentTool, check_per_tool, check_tree, tree_tool_names
 from ._text_stream import open_stream
+from ._tool_search import menu_of, with_tool_search
 from ._tree import DEFAULT_MAX_DEPTH
 from ._turns import TOOLS
 
@@ -99,6 +102,7 @@ class Agent(MakesTool, Generic[OutputT]):
         max_calls: int = 1000,
         max_steps: int = 200_000,
         max_eval_seconds: float = 1.0,
+        tool_search: bool = False,
     ) -> None:
         if name is not None and (not isinstance(name, str) or not _NAME.fullmatch(name)):
             raise ConfigurationError(
@@ -168,7 +172,13 @@ class Agent(MakesTool, Generic[OutputT]):
         check_configuration(ToolSet([]), approve, max_concurrency, schedule)
         check_sources(self.tool_sources, approve)
         PROTOCOLS[protocol].check(model, self.tools)
-        self.schema = solution_schema(self.tools, self.output.schema, strict=strict)
+        if not isinstance(tool_search, bool):
+            raise ConfigurationError(f"tool_search must be True or False, not {tool_search!r}")
+        # Tool search (docs/mcp.md): every tool deferred, found through `search_tools`;
+        # tools and servers made with `defer_loading=True` are deferred without it.
+        self.tool_search = tool_search
+        self._run_tools = self._searchable(self.tools)
+        self.schema = self._schema_for(self._run_tools)
         # Budgets (PROTOCOL §12, docs/budgets.md): checked now, before anything runs.
         self.budget = check_budget(budget)
         self.pricing = check_pricing(pricing, self.budget, model)
@@ -209,7 +219,7 @@ class Agent(MakesTool, Generic[OutputT]):
         between runs (`agent.store = ...`) applies to the next run."""
         return AgentConfig(
             model=self.model,
-            tools=self.tools,
+            tools=self._run_tools,
             output=self.output,
             instructions=self.instructions,
             approve=self.approve,
@@ -235,6 +245,7 @@ class Agent(MakesTool, Generic[OutputT]):
             max_steps=self.max_steps,
             max_eval_seconds=self.max_eval_seconds,
             single_program=self._single_program,
+            media=self.store if self.store is not None else MemoryMedia(),
         )
 
     async def run_async(
@@ -454,6 +465,7 @@ class Agent(MakesTool, Generic[OutputT]):
                 budget=replaying.budget(),
                 replaying=replaying,
                 store=store,
+                media=replaying.recording.store if store is None else store,
             )
             opening = replaying.recording.root.opening
             notes = [fork_note(replaying)] if store is not None else []
@@ -499,12 +511,22 @@ class Agent(MakesTool, Generic[OutputT]):
             instructions = "\n\n".join([*parts, *opened.instructions])
         check_configuration(opened.tools, self.approve, self.max_concurrency, self.schedule)
         config.protocol.check(self.model, opened.tools)
+        tools = self._searchable(opened.tools)
         return dataclasses.replace(
             config,
-            tools=opened.tools,
+            tools=tools,
             instructions=instructions,
-            schema=solution_schema(opened.tools, self.output.schema, strict=self.strict),
+            schema=self._schema_for(tools),
         )
+
+    def _searchable(self, tools: ToolSet) -> ToolSet:
+        """`tools` with tool search when some are deferred (`_tool_search`)."""
+        code = self.protocol == "code"
+        return with_tool_search(tools, self.tool_search, partial(found_entry, code=code))
+
+    def _schema_for(self, tools: ToolSet) -> dict[str, Any]:
+        """The solution schema of the first request: the tools loaded from the start."""
+        return solution_schema(menu_of(tools, ()), self.output.schema, strict=self.strict)
 
     def as_tool(
         self,
@@ -589,6 +611,18 @@ def _agents_as_tools(tools: Any) -> Sequence[Tool | ToolSource] | Mapping[str, T
     if not any(isinstance(item, Agent) for item in tools):
         return tools
     return [_agent_tool(item) for item in tools]
+
+
+def found_entry(tool: Tool, *, code: bool) -> dict[str, Any]:
+    """What `search_tools` says of a tool it found: its name and description, and for a
+    code plan its Python stub (PROTOCOL §14 "The request")."""
+    entry: dict[str, Any] = {"name": tool.name, "description": tool.description}
+    if code:
+        try:
+            entry["stub"] = render_stubs(ToolSet([tool])).split("\n", 1)[1].strip()
+        except ConfigurationError:  # depends on another tool: no stub alone
+            pass
+    return entry
 
 
 def _agent_tool(item: Any) -> Any:

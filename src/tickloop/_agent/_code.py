@@ -382,10 +382,11 @@ class _CodeLoop(OuterLoop):
 
     async def _iterate(self, iteration: int) -> tuple[bool, Any]:
         config = self.config
+        menu = await self._menu()
         request = SolutionRequest(
             messages=render_code_request(
                 self.log,
-                config.tools,
+                menu,
                 config.instructions,
                 config.output.schema,
                 config.context_budget,
@@ -394,6 +395,7 @@ class _CodeLoop(OuterLoop):
             iteration=iteration,
             path=self._path(),
             schema_name="program",
+            media=self.engine_media(),
         )
         opened = await self._open_request(request, iteration, code=True)
         if opened is None:

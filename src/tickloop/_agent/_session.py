@@ -200,6 +200,7 @@ class RunSession:
             ),
             replaying=config.replaying,
             on_budget=config.on_budget,
+            media=config.media,
         )
         if durable is not None:
             durable.share = False  # its children's entries come between its own

@@ -247,6 +247,7 @@ def _child_config(config: AgentConfig, place: RunPlace) -> AgentConfig:
         tracer=None,
         redact=tree.redact,
         place=place,
+        media=tree.media if tree.media is not None else config.media,
     )
 
 

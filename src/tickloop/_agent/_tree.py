@@ -27,6 +27,7 @@ import trio
 from .._core._budget import Ledger
 from .._core._budget_gate import RecordedRoom
 from .._core._decisions import ApproveHook, Decision, PendingCall
+from .._core._media import MediaKeeper
 from .._core._paths import RunPath, untag_kind
 from .._core._scheduler import CallRecord
 from .._core._tools import RawTool, Tool
@@ -164,6 +165,9 @@ class TreeServices:
     replaying: ReplayingTree | None = None
     # The root's budget hook: it answers for every run of the tree (PROTOCOL §12).
     on_budget: BudgetHook | None = None
+    # Where every run of the tree keeps the bytes of its images and audio: the root's
+    # (its store, or its memory), so a parent shows its child's media.
+    media: MediaKeeper | None = None
     state: TreeState = field(default_factory=TreeState)
     # The journal's entries grouped by the child run that wrote them (made from
     # `journal` once, when the tree is made).

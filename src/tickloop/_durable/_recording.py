@@ -120,12 +120,14 @@ class Recording:
     # Room the budget hook (or a resume's `budget=`) granted, anywhere in the tree: added
     # to the root's limits, in the order given (PROTOCOL §12).
     grants: list[Budget] = field(default_factory=list)
+    # The store it was read from: where the bytes of its `$media` references are kept.
+    store: SQLiteStore | None = None
 
     @classmethod
     def load(cls, store: SQLiteStore, run_id: str) -> Recording:
         """The run `run_id` of `store`; `ResumeError` when there is none, `StoreError`
         when the file is not a store."""
-        recording = cls(run_id, store.protocol(run_id))
+        recording = cls(run_id, store.protocol(run_id), store=store)
         infos = store.calls(run_id)
         for info in infos:
             recording.calls[info.id] = RecordedCall(
