@@ -666,3 +666,50 @@ def test_a_code_run_replays_from_its_record_and_forks(tmp_path: Any) -> None:
     assert (again.output, again.printed, ran) == ("page page x", {1: ["page page x"]}, [])
     forked = agent.fork("r1", "r2", store=db, rerun=["c1.0"])
     assert forked.output == "page page x" and ran == ["x"]  # only the call named re-ran
+
+
+def test_a_fork_reruns_a_code_call_whose_inputs_changed_and_asks_its_approval_again(
+    tmp_path: Any,
+) -> None:
+    """A code plan's calls read variables, which no recorded arrow names: a fork reuses a
+    call's outcome (and its decision) only for the parameters it ran with."""
+    ran: list[str] = []
+    version = ["v1"]
+    asked: list[dict[str, Any]] = []
+
+    @tl.tool(read_only=True)
+    def price(item: str) -> str:
+        """Today's price of an item."""
+        ran.append(item)
+        return f"{item}@{version[0]}"
+
+    @tl.tool(requires_approval=True)
+    def buy(quote: str) -> str:
+        """Buy at a quote."""
+        ran.append("buy " + quote)
+        return "bought " + quote
+
+    def approve(call: tl.PendingCall) -> tl.Approve:
+        asked.append(call.params)
+        return tl.Approve()
+
+    program = fenced('q = price(item="tea")\nr = buy(quote=q)\nfinal_answer(r)')
+    db = tmp_path / "runs.db"
+    agent = tl.Agent(
+        tl.ScriptedModel([program]), tools=[price, buy], protocol="code", store=db,
+        approve=approve,
+    )  # fmt: skip
+    assert agent.run(run_id="r1").output == "bought tea@v1"
+    assert asked == [{"quote": "tea@v1"}]
+    ran.clear()
+    version[0] = "v2"
+    forked = agent.fork("r1", "r2", store=db, rerun=["c1.0"])
+    # The price changed, so the purchase that read it is a new call: asked and run.
+    assert forked.output == "bought tea@v2"
+    assert ran == ["tea", "buy tea@v2"]
+    assert asked == [{"quote": "tea@v1"}, {"quote": "tea@v2"}]
+    # Re-run again with the same price: the purchase is reused, not asked nor run.
+    ran.clear()
+    again = agent.fork("r2", "r3", store=db, rerun=["c1.0"])
+    assert again.output == "bought tea@v2" and ran == ["tea"]
+    assert len(asked) == 2

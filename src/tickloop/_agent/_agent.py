@@ -335,6 +335,7 @@ class Agent(MakesTool, Generic[OutputT]):
             recorded_tools=False,
             hook=config.approve,
             stale=forked.get("stale") or (),
+            redact=config.redact,
         )
         replaying.resuming(session.journal or [])
         return dataclasses.replace(
@@ -378,7 +379,11 @@ class Agent(MakesTool, Generic[OutputT]):
         _check_on_event(on_event)
         recording = load_recording(store, run_id, self.protocol)
         replaying = Replaying(
-            recording, fork=False, recorded_tools=tools == "recorded", hook=self.approve
+            recording,
+            fork=False,
+            recorded_tools=tools == "recorded",
+            hook=self.approve,
+            redact=self.redact,
         )
         return await self._run_recorded(replaying, None, None, on_event)
 
@@ -438,6 +443,7 @@ class Agent(MakesTool, Generic[OutputT]):
             hook=self.approve,
             stale=stale_calls(recording, rerun, rerun_tools, self._tree_tool_names()),
             root_model=model,
+            redact=self.redact,
         )
         return await self._run_recorded(replaying, as_store(store), new_run_id, on_event)
 

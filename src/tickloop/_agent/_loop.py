@@ -173,7 +173,7 @@ class AgentConfig:
     place: RunPlace | None = None
     # A replayed or forked run's recorded outcome for a call id, given instead of running
     # its handler (None: run it); see `_replay`.
-    answer: Callable[[str], Outcome | None] | None = None
+    answer: Callable[[str, dict[str, Any]], Outcome | None] | None = None
     # And what its record decided of the budget for a call id it reuses: refused (the
     # error), started (True: counted, never refused), or None (it reserves room).
     recorded_room: RecordedRoom | None = None

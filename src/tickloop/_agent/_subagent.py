@@ -258,7 +258,7 @@ async def _own_hook_first(own: ApproveHook, place: RunPlace, pending: PendingCal
     word on anything that runs. A replayed tree's recorded decision asks nobody."""
     scoped = place.scoped(pending)
     replaying = place.tree.replaying
-    if replaying is not None and replaying.recorded_decision(scoped.id) is not None:
+    if replaying is not None and replaying.recorded_decision(scoped.id, scoped.params) is not None:
         return await place.tree.ask(scoped)
     decision = await ask(own, scoped)
     if isinstance(decision, Approve):

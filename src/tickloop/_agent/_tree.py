@@ -96,15 +96,16 @@ class ReplayingTree(Protocol):
     def model_for(self, path: RunPath, model: Any, protocol: str) -> Any:
         """The model the run at `path` asks, whose own client is `model`."""
 
-    def answer_under(self, path: RunPath) -> Callable[[str], Outcome | None] | None:
+    def answer_under(self, path: RunPath) -> Callable[[str, dict[str, Any]], Outcome | None] | None:
         """The recorded outcome of each call of the run at `path` (by its local id);
         None when every call runs its handler."""
 
     def room_under(self, path: RunPath) -> RecordedRoom:
         """The budget decisions the record made for each call of the run at `path`."""
 
-    def recorded_decision(self, call_id: str) -> Decision | None:
-        """The decision the record holds for a call it reuses (full id), if any."""
+    def recorded_decision(self, call_id: str, params: Any = None) -> Decision | None:
+        """The decision the record holds for a call it reuses (full id), if any; given
+        `params`, only when the call has the parameters it was decided on."""
 
 
 class TreeState:

@@ -49,6 +49,9 @@ class RecordedCall:
     started: bool = False  # it started (its room was counted, PROTOCOL §12)
     # The budget refused it (never started): its Error Message's error.
     refused: dict[str, Any] | None = None
+    # Its resolved parameters as stored (redacted: `Redactor.shared`); None when unknown.
+    # A replay or fork reuses its outcome or decision only for the same parameters.
+    params: Any = None
 
 
 @dataclass(slots=True)
@@ -138,6 +141,7 @@ class Recording:
                 list(info.deps or ()),
                 started=info.started is not None,
                 refused=_refusal(info.status, info.started, info.error),
+                params=info.params,
             )
         recording._read((kind, body) for _, _, kind, body in store.journal(run_id))
         for info in infos:

@@ -123,7 +123,7 @@ class Engine(SchedulerDriver):
         clock: Callable[[], str] = utc_now,
         journal: Journal | None = None,
         run_id: str | None = None,
-        answer: Callable[[str], Outcome | None] | None = None,
+        answer: Callable[[str, dict[str, Any]], Outcome | None] | None = None,
         scope: object = None,
         budget: Ledger | None = None,
         on_budget: BudgetHook | None = None,
@@ -351,7 +351,7 @@ class Engine(SchedulerDriver):
     async def _run(self, action: StartCall) -> None:
         if self._journal is not None:
             self._journal.commit(action.id)  # the call's start is stored before it can act
-        recorded = None if self._answer is None else self._answer(action.id)
+        recorded = None if self._answer is None else self._answer(action.id, action.params)
         if recorded is not None:
             value, branch, error = recorded
         else:
