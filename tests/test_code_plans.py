@@ -130,13 +130,40 @@ def test_what_code_plans_cannot_drive_yet_is_refused_before_anything_runs() -> N
     with pytest.raises(tl.ConfigurationError, match="latent tool 'guess'"):
         tl.Agent(tl.ScriptedModel([]), tools=[latent], protocol="code")
 
-    @tl.tool(depends_on=["†state.token"])
-    def use(x: int) -> int:
-        """Use the token."""
-        return x
 
-    with pytest.raises(tl.ConfigurationError, match=r"depends on †state\.token"):
-        tl.Agent(tl.ScriptedModel([]), tools=[use], protocol="code")
+def test_a_depends_on_reference_reads_the_variables_the_earlier_statements_left() -> None:
+    """PROTOCOL §14 "Tool options in programs": `†state.token` is the variable `token`
+    as the statements before the call left it; absent, the call raises ToolError of type
+    structural and is never made."""
+    used: list[str] = []
+
+    @tl.tool(depends_on=["†state.token"])
+    def use(x: str) -> str:
+        """Use the token."""
+        used.append(x)
+        return "used " + x
+
+    @tl.tool(read_only=True)
+    async def login() -> str:
+        """Log in."""
+        await trio.sleep(1)
+        return "t0k"
+
+    program = fenced(
+        "try:\n"
+        "    early = use(x='before')\n"
+        "except ToolError as e:\n"
+        "    early = e.type + ': ' + e.message\n"
+        "token = login()\n"
+        "late = use(x=token)\n"
+        "final_answer([early, late])"
+    )
+    agent = tl.Agent(tl.ScriptedModel([program]), tools=[use, login], protocol="code")
+    result = run_on_mock_clock(agent)
+    early, late = result.output
+    assert early.startswith("structural: use depends on †state.token")
+    assert late == "used t0k" and used == ["t0k"]  # the first call was never made
+    assert [record.tool for record in result.records.values()] == ["login", "use"]
 
 
 def test_read_only_is_described_and_shown_in_events() -> None:

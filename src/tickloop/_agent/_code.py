@@ -70,13 +70,6 @@ class CodeProtocol(LoopProtocol):
                     f"latent tool {tool.name!r}: protocol='code' does not answer latent tools "
                     "yet; give it a handler, or use protocol='solution'"
                 )
-            if tool.dependency_references:
-                raise ConfigurationError(
-                    f"tool {tool.name!r} depends on "
-                    f"{', '.join(map(str, tool.dependency_references))}: protocol='code' does "
-                    "not read depends_on references yet; pass the value as a parameter, or "
-                    "depend on the tool that makes it by name"
-                )
 
     def iterations_in(self, log: ContextLog) -> int:
         return programs_in(log)
@@ -259,6 +252,7 @@ def _code_tool(entry: CodeName, tools: ToolSet) -> CodeTool:
         # Every parameter a call may leave out (the machine binds; it fills nothing in).
         defaults={python: entry.defaults.get(python) for python in optional},
         read_only=tool.read_only,
+        depends_on=tool.dependency_references,
     )
 
 

@@ -15,13 +15,21 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
+from .._core._expressions import Expression, Term
 from ._builtins import bind_tool_arguments
-from ._exceptions import EXCEPTION_CLASSES, EndProgram, LimitExceeded, OutsideLanguage, ProgramRaise
+from ._exceptions import (
+    EXCEPTION_CLASSES,
+    EndProgram,
+    LimitExceeded,
+    OutsideLanguage,
+    ProgramRaise,
+    ToolError,
+)
 from ._expressions import Expressions, dispatch
 from ._frame import MAX_DEPTH, Frame, Host, Wait
 from ._methods import attribute_of, call_method
 from ._modules import GATHER
-from ._names import FunctionScope, GlobalScope, Scope
+from ._names import MISSING, FunctionScope, GlobalScope, Scope
 from ._scope import MUTATING_METHODS, Sites, scope_info
 from ._values import Builtin, CallState, Lazy, Module, copy_value, leave
 
@@ -573,6 +581,14 @@ class Evaluator(Expressions):
                 await self.materialize(value), f"the parameter {key!r} of {tool.name}"
             )
         call_id = frame.call_id(site)
+        for expression in code_tool.depends_on:
+            if not await self._present(expression):
+                message = (
+                    f"{tool.name} depends on {expression}, which the statements before this "
+                    "call did not leave"
+                )
+                error = ToolError(message, type="structural", status="invalid", call_id=call_id)
+                raise ProgramRaise(error, node.lineno)
         if self.try_marks:
             await self._force_since(self.try_marks[-1])
         if self.host.must_wait_before_calls(self.index, code_tool.read_only):
@@ -587,6 +603,35 @@ class Evaluator(Expressions):
         if self.strict and not self.gathering:
             return await self.force(value)
         return value
+
+    async def _present(self, expression: Expression) -> bool:
+        """Whether a `depends_on` reference is present in the variables the statements
+        before this one left: all its terms for `&&`, any for `||` (PROTOCOL §2, §14)."""
+        found = [await self._term_present(term) for term in expression.terms]
+        return all(found) if expression.op == "&&" else any(found)
+
+    async def _term_present(self, term: Term) -> bool:
+        if term.kind == "state" and term.path and isinstance(term.path[0], str):
+            name, steps = term.path[0], term.path[1:]
+        elif term.kind == "input":
+            name, steps = "task_input", term.path
+        else:
+            return False  # no other kind of data is a program's
+        value = await self.host.earlier(self.index, name)
+        if value is MISSING:
+            return False
+        try:
+            value = await self.materialize(value)
+        except ProgramRaise:
+            return False  # the call that was to write it failed
+        for step in steps:
+            if isinstance(step, str) and isinstance(value, dict) and step in value:
+                value = value[step]
+            elif isinstance(step, int) and isinstance(value, list) and step < len(value):
+                value = value[step]
+            else:
+                return False
+        return True
 
     async def call_helper(
         self, helper: Helper, args: list[Any], kwargs: dict[str, Any], frame: Frame
