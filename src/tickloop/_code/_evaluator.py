@@ -589,13 +589,19 @@ class Evaluator(Expressions):
                 )
                 error = ToolError(message, type="structural", status="invalid", call_id=call_id)
                 raise ProgramRaise(error, node.lineno)
+        return await self._make(tool.name, code_tool.read_only, params, call_id, node.lineno)
+
+    async def _make(
+        self, name: str, read_only: bool, params: dict[str, Any], call_id: str, line: int
+    ) -> Any:
+        """Make a tool call past the barriers §14 puts before it; its lazy value."""
         if self.try_marks:
             await self._force_since(self.try_marks[-1])
-        if self.host.must_wait_before_calls(self.index, code_tool.read_only):
+        if self.host.must_wait_before_calls(self.index, read_only):
             await Wait("committed", index=self.index)
-        if not code_tool.read_only:
+        if not read_only:
             await self._force_since(0)
-        call = self.host.make_call(self.index, call_id, tool.name, params, node.lineno)
+        call = self.host.make_call(self.index, call_id, name, params, line)
         if call.id not in self.made_ids:
             self.made_ids.add(call.id)
             self.made.append(call)
@@ -655,6 +661,9 @@ class Evaluator(Expressions):
         """`asyncio.gather(*es, return_exceptions=)`: its calls do not wait for each
         other; a failure raises when its value is needed, here (§14)."""
         catching = _returns_exceptions(node)
+        flag = _plain_flag(node)
+        if flag is not None and not catching:  # a computed flag with no call: known first
+            catching = bool(await self.materialize(await self.eval(flag, scope, frame)))
         self.gathering += 1
         if catching:
             self.catch_marks.append(len(self.made))
@@ -695,6 +704,16 @@ _DICT_METHODS = frozenset(
     {"get", "keys", "values", "items", "pop", "popitem", "update", "setdefault", "clear",
      "copy", "fromkeys"}
 )  # fmt: skip
+
+
+def _plain_flag(node: ast.Call) -> ast.expr | None:
+    """A gather's `return_exceptions=` expression when it calls nothing (so evaluating
+    it before the arguments changes nothing CPython would see); None otherwise."""
+    for keyword in node.keywords:
+        if keyword.arg == "return_exceptions":
+            calls = any(isinstance(n, ast.Call | ast.Await) for n in ast.walk(keyword.value))
+            return None if calls else keyword.value
+    return None
 
 
 def _returns_exceptions(node: ast.Call) -> bool:
