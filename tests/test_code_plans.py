@@ -125,10 +125,50 @@ def test_names_that_collide_once_mangled_are_a_configuration_error() -> None:
     tl.Agent(tl.ScriptedModel([]), tools=[one, two])
 
 
-def test_what_code_plans_cannot_drive_yet_is_refused_before_anything_runs() -> None:
-    latent = tl.Tool("guess", "A guess.", {"type": "object"}, output={"type": "string"})
-    with pytest.raises(tl.ConfigurationError, match="latent tool 'guess'"):
-        tl.Agent(tl.ScriptedModel([]), tools=[latent], protocol="code")
+def test_a_latent_tool_is_answered_by_a_one_shot_request_counted_in_the_budget(
+    tmp_path: Any,
+) -> None:
+    """PROTOCOL §14 "Tool options in programs": a program cannot write a latent call's
+    result, so the agent's model answers it in a request of its own (the tool's
+    description, schemas and the call's parameters), counted like any request and
+    journaled as the call's result: a replay does not ask again."""
+    summarize = tl.Tool(
+        "summarize",
+        "Summarize a text in three words.",
+        {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+        output={"type": "string"},
+    )
+    asked: list[dict[str, Any]] = []
+
+    def answer(request: dict[str, Any]) -> Any:
+        if request["schema"] is None:  # the program's request
+            return fenced('s = summarize(text="a long text")\nfinal_answer(s.upper())')
+        asked.append(request)
+        return {"result": "short and sweet"}
+
+    db = tmp_path / "runs.db"
+    agent = tl.Agent(
+        tl.FunctionModel(answer), tools=[summarize], protocol="code", store=db,
+        budget=tl.Budget(requests=5),
+    )  # fmt: skip
+    result = run_on_mock_clock(agent, run_id="r1")
+    assert result.output == "SHORT AND SWEET"
+    [one_shot] = asked
+    assert '"a long text"' in one_shot["messages"][-1]["content"]
+    assert "Summarize a text in three words." in one_shot["messages"][0]["content"]
+    assert one_shot["schema"]["properties"]["result"] == {"type": "string"}
+    assert result.usage.requests == 2
+    assert result.records["c1.0"].status == "done"
+    again = agent.replay("r1", store=db)  # the model and the call from the record
+    assert again.output == "SHORT AND SWEET" and len(asked) == 1
+    # With no room for it, the one-shot request is refused: the call fails at its site.
+    tight = tl.Agent(
+        tl.FunctionModel(answer), tools=[summarize], protocol="code",
+        budget=tl.Budget(requests=1),
+    )  # fmt: skip
+    with pytest.raises(tl.BudgetExceeded):
+        run_on_mock_clock(tight)
+    assert len(asked) == 1
 
 
 def test_a_depends_on_reference_reads_the_variables_the_earlier_statements_left() -> None:
