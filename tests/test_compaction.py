@@ -21,6 +21,7 @@ from tickloop._agent._compaction import (
     default_max_output,
     estimate_prompt,
     plan_compaction,
+    reusable_compaction,
 )
 
 
@@ -267,3 +268,42 @@ def test_a_client_that_knows_its_window_is_compacted_to_it() -> None:
     agent = tl.Agent(client, protocol="code", instructions="y" * 4 * WINDOW)
     with pytest.raises(tl.ContextOverflow):  # before anything is sent
         agent.run({"task": "chat"})
+
+
+def test_a_sessions_next_run_reuses_the_newest_compaction_of_its_history() -> None:
+    first = {"type": "compaction", "covers": ["r1"], "summary": "one"}
+    second = {"type": "compaction", "covers": ["r1", "r2", "r3"], "summary": "three"}
+    assert reusable_compaction([first, second], ["r1", "r2", "r3", "r4"]) is second
+    # A session forked at r2 keeps only the compactions that cover its runs.
+    assert reusable_compaction([first, second], ["r1", "r2"]) is first
+    assert reusable_compaction([first, second], ["r9"]) is None
+
+
+def test_a_fork_reuses_compactions_only_before_its_first_changed_request(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "runs.db"
+    model, agent = long_run(60, store=store)
+    recorded = agent.run({"task": "chat"}, run_id="long")
+    made = [m for m in recorded.messages if m["type"] == "compaction"]
+
+    def no_model(request: dict[str, Any]) -> str:
+        raise AssertionError("an unchanged fork asked the model")
+
+    same = agent.fork("long", "same", store=store, model=tl.FunctionModel(no_model))
+    assert same.output == FACT
+    assert [m for m in same.messages if m["type"] == "compaction"] == made
+
+    # Other instructions change the first request: every compaction is made anew.
+    live = Measuring(60)
+    changed = tl.Agent(
+        tl.FunctionModel(live),
+        protocol="code",
+        max_iterations=60,
+        context_window=WINDOW,
+        instructions="Be brief.",
+        store=store,
+    ).fork("long", "changed", store=store)
+    assert changed.output == FACT
+    assert live.compactions == len([m for m in changed.messages if m["type"] == "compaction"])
+    assert live.compactions >= 1

@@ -37,6 +37,7 @@ __all__ = [
     "default_max_output",
     "estimate_prompt",
     "plan_compaction",
+    "reusable_compaction",
 ]
 
 
@@ -138,3 +139,18 @@ def plan_compaction(
     # No prefix reaches the target; every turn goes, and the answer still has room
     # (checked above), so the request is sent rather than the run stopped.
     return Compact(tuple(t.key for t in turns), summary, fixed + summary)
+
+
+def reusable_compaction(
+    compactions: Sequence[dict[str, object]], history: Sequence[str]
+) -> dict[str, object] | None:
+    """The compaction a session's new run starts from (PROTOCOL §16 "Ownership"): the
+    newest of the session's `compactions` (oldest first) whose `covers` are all earlier
+    runs of `history` (run ids, in order) and form a prefix of it, so the summary stands
+    in for exactly the oldest runs; None when none does (a fork of the session at an
+    earlier run drops those covering later ones)."""
+    for compaction in reversed(compactions):
+        covers = compaction.get("covers")
+        if isinstance(covers, list) and covers and list(history[: len(covers)]) == covers:
+            return compaction
+    return None
