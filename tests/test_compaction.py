@@ -283,7 +283,7 @@ def test_a_fork_reuses_compactions_only_before_its_first_changed_request(
     tmp_path: Path,
 ) -> None:
     store = tmp_path / "runs.db"
-    model, agent = long_run(60, store=store)
+    _model, agent = long_run(60, store=store)
     recorded = agent.run({"task": "chat"}, run_id="long")
     made = [m for m in recorded.messages if m["type"] == "compaction"]
 
