@@ -7,10 +7,13 @@ one by one and then over many random requests.
 from __future__ import annotations
 
 import random
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
 
 import tickloop as tl
 from tickloop._agent._compaction import (
@@ -192,7 +195,10 @@ def long_run(turns: int, **options: Any) -> tuple[Measuring, Any]:
 
 def test_a_200_turn_run_stays_within_the_window_and_keeps_its_facts() -> None:
     model, agent = long_run(200)
-    result = agent.run({"task": "chat"})
+    result = trio.run(
+        partial(agent.run_async, {"task": "chat"}),
+        clock=trio.testing.MockClock(autojump_threshold=0),
+    )
     assert result.output == FACT  # written to the state in turn 3, read in turn 200
     # The answer's room (a quarter of the window, no client limit) plus the prompt.
     assert model.largest + default_max_output(WINDOW) <= WINDOW
