@@ -54,11 +54,17 @@ class PendingCall:
     agent: str | None = None
     # A code plan's call (PROTOCOL §14): the line of the program it was made on.
     line: int | None = None
+    # PROTOCOL §15 "Plan review": the known calls that need approval and read this call's
+    # output, transitively, in arrival order; `Approve(downstream=True)` approves them too.
+    downstream: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
 class Approve:
-    """Run the call as it is."""
+    """Run the call as it is; with `downstream=True`, also approve in advance the gated
+    calls known now that read its output, transitively (`PendingCall.downstream`)."""
+
+    downstream: bool = False
 
 
 _DENIED = "denied by the approval hook"

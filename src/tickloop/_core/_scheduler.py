@@ -30,7 +30,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from ._approvals import ApprovalQueue, hook_fault, pending_call, waited_on
+from ._approvals import ApprovalQueue, downstream_of, hook_fault, pending_call, waited_on
 from ._arrival import (
     check_call,
     check_edit,
@@ -288,6 +288,8 @@ class Scheduler:
         if self.notes:
             self._emit(NoteDecided(call_id, decision))
         if isinstance(decision, Approve):
+            if decision.downstream:
+                self._approve_in_advance(self._downstream(call), "hook")
             self._enqueue(call)
         elif isinstance(decision, Deny):
             kind = "hook" if decision.reason == HOOK_REFUSED else "denied"  # the hook's bug
@@ -476,14 +478,44 @@ class Scheduler:
                 call, self._written, self._request_by_tool, self._seq_of
             )
             self._actions.append(NoteReady(call.id, params, waits or ()))
-        if not call.preapproved and call.tool.needs_approval(params):
+        if call.preapproved:
+            self._enqueue(call)
+        elif call.approved_in_advance is not None and self._advance_approval_holds(call):
+            call.record.approved_by = call.approved_in_advance
+            self._enqueue(call)
+        elif call.tool.needs_approval(params) or call.approved_in_advance is not None:
             move(call, S.APPROVING, self._event)
             self._approvals.waiting.append(call)
         else:
             self._enqueue(call)
 
+    @staticmethod
+    def _advance_approval_holds(call: Call) -> bool:
+        """PROTOCOL §15 "Plan review": an approval given before the parameters were known
+        holds for a tool gated by a predicate only if the predicate on the resolved ones
+        still asks for approval; otherwise the call goes to the hook (docs/decisions.md)."""
+        return call.tool.needs_approval(call.params)
+
+    def _downstream(self, call: Call) -> list[str]:
+        return downstream_of(call, self._calls, self._waiters, self._tool_dependents, self._seq_of)
+
+    def _approve_in_advance(self, call_ids: list[str], by: str) -> None:
+        """Approve known gated calls before they are asked: one still waiting is approved
+        when ready (`_on_ready`); one ready and waiting its turn runs now."""
+        for call_id in call_ids:
+            call = self._calls.get(call_id)
+            if call is None or call.approved_in_advance is not None:
+                continue
+            call.approved_in_advance = by
+            if call.status == S.APPROVING and self._approvals.asking != call_id:
+                call.record.approved_by = by
+                self._enqueue(call)  # `ApprovalQueue.next` passes over it
+
     def _pending(self, call: Call) -> PendingCall:
-        return pending_call(call, self.run_id, self._written, self._waiters, self._seq_of)
+        downstream = self._downstream(call) if call.status == S.APPROVING else []
+        return pending_call(
+            call, self.run_id, self._written, self._waiters, self._seq_of, downstream
+        )
 
     def _ask_next_approval(self) -> None:
         """One question at a time, in the order calls became ready."""

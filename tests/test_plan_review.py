@@ -1,0 +1,137 @@
+"""Plan review (PROTOCOL §15 "Plan review"): one approval covers the gated calls that
+read the approved call's output, transitively; `PendingCall.downstream` names them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tickloop as tl
+from tickloop._core._decisions import decision_from_dict, decision_to_dict
+
+
+@tl.tool
+def fetch(n: int) -> int:
+    return n
+
+
+@tl.tool(requires_approval=True)
+def charge(cents: int) -> int:
+    return cents
+
+
+@tl.tool(requires_approval=lambda p: p["cents"] > 100)
+def refund(cents: int) -> int:
+    return -cents
+
+
+@tl.tool
+def note(value: int) -> int:
+    return value
+
+
+def _branch() -> list[dict[str, Any]]:
+    """c1.0 gated root (asked once its input is fetched, so the whole plan is known); a
+    branch of four gated calls reading it (one through a call that needs no approval);
+    c1.6 gated but reading nothing of the branch."""
+    return [
+        {"_tool": "charge", "cents": "†state.x", "_outputPath": "†state.a"},
+        {"_tool": "charge", "cents": "†state.a", "_outputPath": "†state.b"},
+        {"_tool": "charge", "cents": "†state.b", "_outputPath": "†state.c"},
+        {"_tool": "note", "value": "†state.a", "_outputPath": "†state.n"},
+        {"_tool": "charge", "cents": "†state.n", "_outputPath": "†state.d"},
+        {"_tool": "charge", "cents": "†state.c", "_outputPath": "†state.e"},
+        {"_tool": "charge", "cents": "†state.y", "_outputPath": "†state.f"},
+        {"_tool": "fetch", "n": 10, "_outputPath": "†state.x"},
+        {"_tool": "fetch", "n": 3, "_outputPath": "†state.y"},
+    ]
+
+
+def test_one_approval_with_downstream_approves_a_branch_of_four_gated_calls() -> None:
+    asked: list[tl.PendingCall] = []
+
+    def hook(call: tl.PendingCall) -> tl.Decision:
+        asked.append(call)
+        return tl.Approve(downstream=call.id == "c1.0")
+
+    result = tl.run_calls(_branch(), tools=[fetch, charge, note], approve=hook)
+    asked.sort(key=lambda call: call.id)  # in the order they became ready
+    assert [call.id for call in asked] == ["c1.0", "c1.6"]  # the branch is never asked
+    assert asked[0].downstream == ["c1.1", "c1.2", "c1.4", "c1.5"]
+    assert asked[1].downstream == []
+    assert result.state == {
+        **{"a": 10, "b": 10, "c": 10, "n": 10, "d": 10, "e": 10, "f": 3},
+        **{"x": 10, "y": 3},
+    }
+    by = {record.id: record.approved_by for record in result.records.values()}
+    assert by == {
+        "c1.0": None,  # asked itself
+        "c1.1": "hook",
+        "c1.2": "hook",
+        "c1.3": None,  # needs no approval
+        "c1.4": "hook",
+        "c1.5": "hook",
+        "c1.6": None,
+        "c1.7": None,
+        "c1.8": None,
+    }
+
+
+def test_a_plain_approval_covers_nothing_downstream() -> None:
+    asked: list[str] = []
+
+    def hook(call: tl.PendingCall) -> tl.Decision:
+        asked.append(call.id)
+        return tl.Approve()
+
+    tl.run_calls(_branch(), tools=[fetch, charge, note], approve=hook)
+    assert sorted(asked) == ["c1.0", "c1.1", "c1.2", "c1.4", "c1.5", "c1.6"]
+
+
+def test_a_denied_call_s_dependents_settle_as_section_5_says() -> None:
+    asked: list[str] = []
+
+    def hook(call: tl.PendingCall) -> tl.Decision:
+        asked.append(call.id)
+        if call.id == "c1.0":
+            return tl.Deny("no")
+        return tl.Approve(downstream=True)
+
+    result = tl.run_calls(_branch(), tools=[fetch, charge, note], approve=hook)
+    status = {record.id: record.status for record in result.records.values()}
+    assert status["c1.0"] == "denied"
+    # Unresolved (§5): what they read was to be written by a denied call.
+    for dependent in ("c1.1", "c1.2", "c1.3", "c1.4", "c1.5"):
+        assert status[dependent] == "invalid", dependent
+        assert result.records[dependent].error["type"] == "structural"
+    assert status["c1.6"] == "done"
+    assert sorted(asked) == ["c1.0", "c1.6"]  # a call never ready is never asked about
+
+
+def test_an_advance_approval_of_a_predicate_gated_call_holds_only_if_it_still_asks() -> None:
+    plan = [
+        {"_tool": "charge", "cents": 500, "_outputPath": "†state.big"},
+        {"_tool": "refund", "cents": "†state.big", "_outputPath": "†state.r1"},
+        {"_tool": "charge", "cents": 5, "_outputPath": "†state.small"},
+        {"_tool": "refund", "cents": "†state.small", "_outputPath": "†state.r2"},
+    ]
+    asked: list[str] = []
+
+    def hook(call: tl.PendingCall) -> tl.Decision:
+        asked.append(call.id)
+        return tl.Approve(downstream=True)
+
+    result = tl.run_calls(plan, tools=[charge, refund], approve=hook)
+    assert result.state["r1"] == -500 and result.state["r2"] == -5
+    # c1.1 resolved to 500: the predicate still asks, the advance approval holds. c1.3
+    # resolved to 5: the predicate no longer asks, so the advance approval does not hold
+    # and the call goes to the hook (docs/decisions.md).
+    assert asked == ["c1.0", "c1.2", "c1.3"]
+    by = {record.id: record.approved_by for record in result.records.values()}
+    assert by["c1.1"] == "hook" and by["c1.3"] is None
+
+
+def test_approve_downstream_is_stored_as_json() -> None:
+    body = decision_to_dict(tl.Approve(downstream=True))
+    assert body == {"decision": "approve", "downstream": True}
+    assert decision_from_dict(body) == tl.Approve(downstream=True)
+    assert decision_from_dict({"decision": "approve"}) == tl.Approve()
