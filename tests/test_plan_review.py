@@ -3,7 +3,15 @@ read the approved call's output, transitively; `PendingCall.downstream` names th
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 import tickloop as tl
 from tickloop._core._decisions import decision_from_dict, decision_to_dict
@@ -135,3 +143,113 @@ def test_approve_downstream_is_stored_as_json() -> None:
     assert body == {"decision": "approve", "downstream": True}
     assert decision_from_dict(body) == tl.Approve(downstream=True)
     assert decision_from_dict({"decision": "approve"}) == tl.Approve()
+
+
+CHILD = r'''
+"""An agent whose hook approves c1.0 and what reads it; killed while c1.1 runs."""
+import json
+import os
+import sys
+
+import trio
+
+import tickloop as tl
+
+DIR = os.environ["REVIEW_DIR"]
+
+
+def log(line):
+    with open(os.path.join(DIR, "asked"), "a", encoding="utf-8") as file:
+        file.write(line + "\n")
+
+
+@tl.tool(requires_approval=True)
+async def charge(n: int) -> int:
+    return n + 1
+
+
+@tl.tool(idempotent=True)
+async def slow(n: int) -> int:
+    await trio.sleep(float(os.environ["REVIEW_SLOW"]))
+    return n
+
+
+PLAN = [
+    {"_tool": "charge", "n": 1, "_outputPath": "†state.a"},
+    {"_tool": "slow", "n": "†state.a", "_outputPath": "†state.s"},
+    {"_tool": "charge", "n": "†state.s", "_outputPath": "†state.b"},
+    {"_tool": "charge", "n": "†state.b", "_outputPath": "†state.c"},
+]
+
+
+class Model:
+    async def stream_solution(self, request):
+        if request.iteration == 1:
+            yield tl.TextDelta(json.dumps({"calls": PLAN, "output": None}))
+            return
+        yield tl.TextDelta(json.dumps({"calls": [], "output": "finished"}))
+
+
+def hook(call):
+    log(call.id)
+    return tl.Approve(downstream=True)
+
+
+def make_agent(store):
+    return tl.Agent(Model(), tools=[charge, slow], store=store, approve=hook)
+
+
+if __name__ == "__main__":
+    make_agent(sys.argv[1]).run({"task": "review"}, run_id="reviewed")
+'''
+
+
+def test_advance_approvals_survive_a_sigkill_and_no_call_is_asked_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "reviewchild.py").write_text(CHILD, encoding="utf-8")
+    db = tmp_path / "runs.db"
+    env = {**os.environ, "REVIEW_DIR": str(tmp_path), "REVIEW_SLOW": "600"}
+    child = subprocess.Popen(
+        [sys.executable, str(tmp_path / "reviewchild.py"), str(db)],
+        env=env,
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _wait_until_running(db, "c1.1", child)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+        assert child.stderr is not None
+        child.stderr.close()
+    assert (tmp_path / "asked").read_text().split() == ["c1.0"]
+    monkeypatch.setenv("REVIEW_DIR", str(tmp_path))
+    monkeypatch.setenv("REVIEW_SLOW", "0")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("reviewchild", None)
+    import reviewchild  # type: ignore[import-not-found]
+
+    result = reviewchild.make_agent(tl.SQLiteStore(db)).resume("reviewed")
+    assert result.status == "done" and result.state["c"] == 4
+    assert (tmp_path / "asked").read_text().split() == ["c1.0"]  # nobody asked again
+    stored = {call.id: call for call in tl.SQLiteStore(db).calls("reviewed")}
+    assert stored["c1.3"].status == "done"
+
+
+def _wait_until_running(db: Path, call_id: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if db.exists():
+            try:
+                calls = {call.id: call.status for call in tl.SQLiteStore(db).calls("reviewed")}
+            except tl.ResumeError:
+                calls = {}
+            if calls.get(call_id) == "running":
+                return
+        if process.poll() is not None:
+            assert process.stderr is not None
+            raise AssertionError(f"the child exited early: {process.stderr.read().decode()}")
+        time.sleep(0.02)
+    raise AssertionError(f"{call_id} never ran")
