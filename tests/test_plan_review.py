@@ -3,6 +3,7 @@ read the approved call's output, transitively; `PendingCall.downstream` names th
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -253,3 +254,83 @@ def _wait_until_running(db: Path, call_id: str, process: subprocess.Popen[bytes]
             raise AssertionError(f"the child exited early: {process.stderr.read().decode()}")
         time.sleep(0.02)
     raise AssertionError(f"{call_id} never ran")
+
+
+class _Model:
+    """Streams `plan` in iteration 1, then a final answer."""
+
+    def __init__(self, plan: list[dict[str, Any]]) -> None:
+        self.plan = plan
+
+    async def stream_solution(self, request: Any) -> Any:
+        if request.iteration == 1:
+            yield tl.TextDelta(json.dumps({"calls": self.plan, "output": None}))
+            return
+        yield tl.TextDelta(json.dumps({"calls": [], "output": "finished"}))
+
+
+def test_review_plan_sees_the_gated_calls_and_arrows_and_approves_a_branch_at_once() -> None:
+    plans: list[tl.Plan] = []
+    asked: list[str] = []
+
+    def review(plan: tl.Plan) -> dict[str, tl.Decision]:
+        plans.append(plan)
+        return {"c1.0": tl.Approve(downstream=True)}
+
+    def hook(call: tl.PendingCall) -> tl.Decision:
+        asked.append(call.id)
+        return tl.Approve()
+
+    agent = tl.Agent(
+        _Model(_branch()), tools=[fetch, charge, note], approve=hook, review_plan=review
+    )
+    result = agent.run({"task": "pay"})
+    assert result.output == "finished"
+    [plan] = plans
+    assert [call.id for call in plan.calls] == ["c1.0", "c1.1", "c1.2", "c1.4", "c1.5", "c1.6"]
+    assert plan.arrows == [("c1.0", "c1.1"), ("c1.0", "c1.4"), ("c1.1", "c1.2"), ("c1.2", "c1.5")]
+    first = plan.calls[0]
+    assert not first.resolved and first.params == {"cents": "†state.x"}
+    assert first.downstream == ["c1.1", "c1.2", "c1.4", "c1.5"]
+    assert asked == ["c1.6"]  # the one call the review left to the hook
+    by = {record.id: record.approved_by for record in result.records.values()}
+    assert [by[f"c1.{n}"] for n in (0, 1, 2, 4, 5, 6)] == ["review"] * 5 + [None]
+
+
+def test_a_review_may_deny_before_parameters_are_known() -> None:
+    asked: list[str] = []
+
+    def review(plan: tl.Plan) -> dict[str, tl.Decision]:
+        return {"c1.0": tl.Deny("not today")}
+
+    def hook(call: tl.PendingCall) -> tl.Decision:
+        asked.append(call.id)
+        return tl.Approve()
+
+    agent = tl.Agent(
+        _Model(_branch()), tools=[fetch, charge, note], approve=hook, review_plan=review
+    )
+    result = agent.run({"task": "pay"})
+    records = result.records
+    assert records["c1.0"].status == "denied"
+    assert records["c1.0"].error == {"type": "denied", "message": "not today"}
+    assert all(records[f"c1.{n}"].status == "invalid" for n in (1, 2, 3, 4, 5))
+    assert asked == ["c1.6"] and records["c1.6"].output == 3
+
+
+def test_an_edit_before_parameters_are_known_is_refused_and_the_hook_is_asked() -> None:
+    asked: list[str] = []
+
+    def review(plan: tl.Plan) -> dict[str, tl.Decision]:
+        return {"c1.0": tl.Approve(), "c1.1": tl.Edit(cents=1)}  # c1.1 reads c1.0's output
+
+    def hook(call: tl.PendingCall) -> tl.Decision:
+        asked.append(call.id)
+        return tl.Approve()
+
+    agent = tl.Agent(
+        _Model(_branch()), tools=[fetch, charge, note], approve=hook, review_plan=review
+    )
+    result = agent.run({"task": "pay"})
+    assert "c1.1" in asked and "c1.0" not in asked
+    assert result.records["c1.1"].output == 10  # not edited

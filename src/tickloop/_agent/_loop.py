@@ -22,7 +22,7 @@ from typing_extensions import TypeVar
 
 from .._core._budget import Budget, BudgetRequest, Ledger, Price, RunUsage
 from .._core._budget_gate import RecordedRoom
-from .._core._decisions import ApproveHook, PendingCall
+from .._core._decisions import ApproveHook, PendingCall, ReviewHook
 from .._core._log import ContextLog
 from .._core._paths import RunPath
 from .._core._scheduler import CallRecord
@@ -191,6 +191,8 @@ class AgentConfig:
     max_steps: int = 200_000
     max_eval_seconds: float = 1.0
     single_program: bool = False
+    # PROTOCOL §15 "Plan review": this agent's own hook, asked about its requests' plans.
+    review_plan: ReviewHook | None = None
 
 
 class LoopProtocol(ABC):
@@ -276,6 +278,7 @@ class OuterLoop:
             config.tools,
             self.log,
             approve=config.approve,
+            review_plan=config.review_plan,
             max_concurrency=config.max_concurrency,
             schedule=config.schedule,
             on_action=on_action,

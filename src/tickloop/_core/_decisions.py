@@ -22,8 +22,10 @@ __all__ = [
     "Deny",
     "Edit",
     "PendingCall",
+    "Plan",
     "Replace",
     "Respond",
+    "ReviewHook",
     "decision_from_dict",
     "decision_to_dict",
     "normalize_decision",
@@ -57,6 +59,9 @@ class PendingCall:
     # PROTOCOL §15 "Plan review": the known calls that need approval and read this call's
     # output, transitively, in arrival order; `Approve(downstream=True)` approves them too.
     downstream: list[str] = field(default_factory=list)
+    # False for a call a plan review sees before its inputs exist: `params` are then the
+    # ones written, references unresolved, and only approve, deny and defer may be given.
+    resolved: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +184,28 @@ class Defer:
 
 Decision = Approve | Deny | Edit | Replace | Respond | Defer
 ApproveHook = Callable[[PendingCall], "Decision | bool | Awaitable[Decision | bool]"]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a plan review sees when a request's stream closes (PROTOCOL §15).
+
+    `calls`: every call known then whose tool may require approval, in arrival order;
+    `arrows`: (writer, reader) pairs between them, a reader reading what the writer
+    writes directly or through calls that need no approval. A code plan's also has its
+    `program` and the `sites` of those calls (`c2.4[*]`): a decision keyed by a site
+    covers every call the site makes, now or later in the request.
+    """
+
+    calls: list[PendingCall]
+    arrows: list[tuple[str, str]]
+    iteration: int
+    run_id: str | None = None
+    program: str | None = None
+    sites: list[str] = field(default_factory=list)
+
+
+ReviewHook = Callable[[Plan], "dict[str, Decision] | Awaitable[dict[str, Decision]]"]
 
 _DECISION_TYPES = {
     "approve": Approve,
