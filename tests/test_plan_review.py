@@ -20,21 +20,25 @@ from tickloop._core._decisions import decision_from_dict, decision_to_dict
 
 @tl.tool
 def fetch(n: int) -> int:
+    """Read a number."""
     return n
 
 
 @tl.tool(requires_approval=True)
 def charge(cents: int) -> int:
+    """Charge the card."""
     return cents
 
 
 @tl.tool(requires_approval=lambda p: p["cents"] > 100)
 def refund(cents: int) -> int:
+    """Refund the card."""
     return -cents
 
 
 @tl.tool
 def note(value: int) -> int:
+    """Note a value."""
     return value
 
 
@@ -196,8 +200,20 @@ def hook(call):
     return tl.Approve(downstream=True)
 
 
+def review(plan):
+    log("review")
+    return {"c1.0": tl.Approve(downstream=True)}
+
+
 def make_agent(store):
-    return tl.Agent(Model(), tools=[charge, slow], store=store, approve=hook)
+    by_review = os.environ.get("REVIEW_BY") == "plan"
+    return tl.Agent(
+        Model(),
+        tools=[charge, slow],
+        store=store,
+        approve=hook,
+        review_plan=review if by_review else None,
+    )
 
 
 if __name__ == "__main__":
@@ -205,12 +221,14 @@ if __name__ == "__main__":
 '''
 
 
+@pytest.mark.parametrize("by", ["hook", "plan"])
 def test_advance_approvals_survive_a_sigkill_and_no_call_is_asked_twice(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, by: str
 ) -> None:
+    asked_first = ["review"] if by == "plan" else ["c1.0"]
     (tmp_path / "reviewchild.py").write_text(CHILD, encoding="utf-8")
     db = tmp_path / "runs.db"
-    env = {**os.environ, "REVIEW_DIR": str(tmp_path), "REVIEW_SLOW": "600"}
+    env = {**os.environ, "REVIEW_DIR": str(tmp_path), "REVIEW_SLOW": "600", "REVIEW_BY": by}
     child = subprocess.Popen(
         [sys.executable, str(tmp_path / "reviewchild.py"), str(db)],
         env=env,
@@ -225,8 +243,9 @@ def test_advance_approvals_survive_a_sigkill_and_no_call_is_asked_twice(
         child.wait()
         assert child.stderr is not None
         child.stderr.close()
-    assert (tmp_path / "asked").read_text().split() == ["c1.0"]
+    assert (tmp_path / "asked").read_text().split() == asked_first
     monkeypatch.setenv("REVIEW_DIR", str(tmp_path))
+    monkeypatch.setenv("REVIEW_BY", by)
     monkeypatch.setenv("REVIEW_SLOW", "0")
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.modules.pop("reviewchild", None)
@@ -234,7 +253,7 @@ def test_advance_approvals_survive_a_sigkill_and_no_call_is_asked_twice(
 
     result = reviewchild.make_agent(tl.SQLiteStore(db)).resume("reviewed")
     assert result.status == "done" and result.state["c"] == 4
-    assert (tmp_path / "asked").read_text().split() == ["c1.0"]  # nobody asked again
+    assert (tmp_path / "asked").read_text().split() == asked_first  # nobody asked again
     stored = {call.id: call for call in tl.SQLiteStore(db).calls("reviewed")}
     assert stored["c1.3"].status == "done"
 

@@ -59,6 +59,7 @@ from ._decisions import (
     Deny,
     Edit,
     PendingCall,
+    Plan,
     Replace,
     Respond,
 )
@@ -243,6 +244,15 @@ class Scheduler:
     @property
     def deferred(self) -> list[PendingCall]:
         return [self._pending(call) for call in self._deferred.values()]
+
+    @property
+    def review_awaited(self) -> bool:
+        """A plan review was asked for and not answered (a resume asks it again)."""
+        return self._reviewing and not self._stream_open
+
+    def plan_under_review(self) -> Plan | None:
+        """The plan a review left unanswered by a crash is about, to ask it again."""
+        return _plan_of(self) if self.review_awaited else None
 
     def status(self, call_id: str) -> CallStatus | None:
         record = self.records.get(call_id)  # its status is always the call's (`move`)
@@ -854,13 +864,20 @@ def _under_review(scheduler: Scheduler, call: Call) -> bool:
 
 
 def _ask_review(scheduler: Scheduler) -> None:
+    plan = _plan_of(scheduler)
+    if plan is None:  # nothing to review: the hook is asked as without a review
+        scheduler._reviewing = False
+        return
+    scheduler._emit(AskReview(plan))
+
+
+def _plan_of(scheduler: Scheduler) -> Plan | None:
     gated = sorted(
         (call for call in scheduler._calls.values() if _under_review(scheduler, call)),
         key=_by_seq,
     )
-    if not gated:  # nothing to review: the hook is asked as without a review
-        scheduler._reviewing = False
-        return
+    if not gated:
+        return None
 
     def shown(call: Call) -> PendingCall:
         pending = scheduler._pending(call)
@@ -868,7 +885,7 @@ def _ask_review(scheduler: Scheduler) -> None:
             return pending
         return dataclasses.replace(pending, resolved=False)  # its params as written
 
-    plan = build_plan(
+    return build_plan(
         gated,
         shown,
         scheduler._calls,
@@ -878,7 +895,6 @@ def _ask_review(scheduler: Scheduler) -> None:
         scheduler.run_id,
         scheduler._code,
     )
-    scheduler._emit(AskReview(plan))
 
 
 def _on_review(scheduler: Scheduler, event: Review) -> None:
@@ -924,6 +940,7 @@ def _review_decides(scheduler: Scheduler, call: Call, decision: Decision) -> Non
     elif isinstance(decision, Deny):
         if scheduler.notes:
             scheduler._emit(NoteDecided(call.id, decision))
+        move(call, S.APPROVING, scheduler._event)  # decided as if ready: it never will be
         scheduler._settle(call, S.DENIED, {"type": "denied", "message": decision.reason})
     else:
         scheduler._defer_when_ready.add(call.id)
