@@ -31,7 +31,13 @@ from .._durable._resume import DurableRun
 from .._durable._store import SQLiteStore
 from .._engine._engine import Engine, Outcome
 from .._engine._run import ExecutionResult
-from .._errors import BudgetExceeded, ExecuteError, MaxIterationsError, RunStopped
+from .._errors import (
+    BudgetExceeded,
+    ConfigurationError,
+    ExecuteError,
+    MaxIterationsError,
+    RunStopped,
+)
 from .._models._base import (
     ModelClient,
     ModelError,
@@ -273,6 +279,11 @@ class OuterLoop:
         """The driver the loop runs its ticks on: trio's engine here, a workflow's elsewhere."""
         config = self.config
         if config.driver is not None:
+            if config.review_plan is not None:
+                raise ConfigurationError(
+                    "review_plan is not supported on a workflow driver (Temporal) yet: "
+                    "its calls go to the approval hook one by one; drop review_plan=..."
+                )
             return config.driver.make_engine(self.log, on_action, self.ledger)
         engine = Engine(
             config.tools,
