@@ -64,6 +64,7 @@ class Settings:
     grid: bool = True
     perf: bool = True  # bench_perf.py: issue 15's ratios
     schedule: bool = True  # bench_schedule.py: issue 33's order of starts under limits
+    code: bool = True  # bench_code.py: issue 40's code plans beside the peers' code modes
 
     def as_dict(self) -> dict[str, Any]:
         """What the report needs to say how the figures were made."""
@@ -340,6 +341,24 @@ def run_schedule_bench() -> dict[str, Any]:
     return rows
 
 
+def run_code_bench() -> dict[str, Any]:
+    """Issue 40's figures (benchmarks/bench_code.py), in a process of its own: the peers'
+    sandboxes start there, not in this heap."""
+    with tempfile.TemporaryDirectory() as folder:
+        rows_file = Path(folder) / "code.json"
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.bench_code", "--json-file", str(rows_file)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
+        if not rows_file.exists():
+            raise RuntimeError(f"bench_code failed (exit {done.returncode}): {done.stderr[-2000:]}")
+        rows: dict[str, Any] = json.loads(rows_file.read_text())
+    return rows
+
+
 def _timed(label: str, fn: Callable[[], Any]) -> tuple[Any, float]:
     started = time.perf_counter()
     value = fn()
@@ -383,5 +402,9 @@ def run_all(settings: Settings) -> dict[str, Any]:
     if settings.schedule:
         results["schedule"], results["timings"]["schedule"] = _timed(
             "order of starts under limits", run_schedule_bench
+        )
+    if settings.code:
+        results["code"], results["timings"]["code"] = _timed(
+            "code plans beside the peers' code modes", run_code_bench
         )
     return results

@@ -766,6 +766,38 @@ def test_gather_with_return_exceptions_puts_the_failure_in_the_list() -> None:
     assert ours.printed == ["2 {'key': 'a', 'stored': 1}"]
 
 
+def test_a_tool_errors_attribute_on_another_error_is_cpythons_attribute_error() -> None:
+    # Found by the property: `e.message` on an IndexError raises AttributeError (the
+    # handler's own error), and the `finally` still prints.
+    source = (
+        "xs = []\n"
+        "try:\n"
+        "    a = xs[0]\n"
+        "except Exception as e:\n"
+        "    print('caught', e.message)\n"
+        "finally:\n"
+        "    print('finally')\n"
+    )
+    reference = run_reference(source)
+    assert reference.error_type == "AttributeError" and reference.printed == ["finally"]
+    assert_same(reference, run_machine(source, lambda n: 0), source)
+
+
+def test_a_computed_return_exceptions_flag_lets_every_call_of_the_gather_run() -> None:
+    source = (
+        "import asyncio\n"
+        "catch = 1 > 0\n"
+        "zs = await asyncio.gather(square(8), store('a', 1), return_exceptions=catch)\n"
+        "print(len(zs), zs[1])\n"
+    )
+    ours = run_machine(source, lambda n: 0)
+    assert ours.kind == "none"
+    assert Counter(ours.calls) == Counter(
+        [call_key("square", {"n": 8}), call_key("store", {"key": "a", "value": 1})]
+    )
+    assert ours.printed == ["2 {'key': 'a', 'stored': 1}"]
+
+
 # -- the same, through the trio driver on the virtual clock ---------------------------------
 
 LATENCIES = [0.0, 0.25, 1.0, 3.0]

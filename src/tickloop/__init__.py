@@ -36,6 +36,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
         Respond,
     )
     from ._core._expressions import Expression, Term, parse_expression
+    from ._core._media import Audio, Image
     from ._core._scheduler import CallRecord
     from ._core._tools import Branch, CallContext, Tool, tool
     from ._durable._store import CallInfo, PendingDecision, RunInfo, SQLiteStore
@@ -127,6 +128,8 @@ _WHERE: dict[str, str] = {
     "Branch": "._core._tools",
     "CallContext": "._core._tools",
     "Tool": "._core._tools",
+    "Image": "._core._media",
+    "Audio": "._core._media",
     "tool": "._core._tools",
     "CallInfo": "._durable._store",
     "PendingDecision": "._durable._store",
@@ -190,6 +193,7 @@ __all__ = [
     "Agent",
     "Anthropic",
     "Approve",
+    "Audio",
     "Branch",
     "BrowserApproval",
     "Budget",
@@ -216,6 +220,7 @@ __all__ = [
     "ExecutionResult",
     "Expression",
     "FunctionModel",
+    "Image",
     "MCPServer",
     "MaxIterationsError",
     "ModelClient",
