@@ -353,3 +353,48 @@ def test_an_edit_before_parameters_are_known_is_refused_and_the_hook_is_asked() 
     result = agent.run({"task": "pay"})
     assert "c1.1" in asked and "c1.0" not in asked
     assert result.records["c1.1"].output == 10  # not edited
+
+
+def test_a_sub_agent_s_requests_are_reviewed_by_its_own_review_plan() -> None:
+    reviewed: list[list[str]] = []
+    asked: list[str] = []
+
+    def review(plan: tl.Plan) -> dict[str, tl.Decision]:
+        reviewed.append([call.id for call in plan.calls])
+        return {"c1.0": tl.Approve(downstream=True)}
+
+    def hook(call: tl.PendingCall) -> tl.Decision:
+        asked.append(call.id)
+        return tl.Approve()
+
+    child = tl.Agent(
+        tl.ScriptedModel(
+            [
+                {
+                    "calls": [
+                        {"_tool": "charge", "cents": 5, "_outputPath": "†state.a"},
+                        {"_tool": "charge", "cents": "†state.a", "_outputPath": "†state.b"},
+                    ],
+                    "output": None,
+                },
+                {"calls": [], "output": "†state.b"},
+            ]
+        ),
+        tools=[charge],
+        name="payer",
+        review_plan=review,
+    )
+    parent = tl.Agent(
+        tl.ScriptedModel(
+            [
+                {"calls": [{"_tool": "payer", "task": "pay", "_outputPath": "†state.paid"}]},
+                {"calls": [], "output": "†state.paid"},
+            ]
+        ),
+        tools=[child],
+        approve=hook,
+    )
+    result = parent.run({"task": "go"})
+    assert result.output == 5
+    assert reviewed == [["c1.0", "c1.1"]]  # the child's own plan, by its own review
+    assert asked == []  # the root's hook, which serves the tree, was not needed
