@@ -398,3 +398,39 @@ def test_a_sub_agent_s_requests_are_reviewed_by_its_own_review_plan() -> None:
     assert result.output == 5
     assert reviewed == [["c1.0", "c1.1"]]  # the child's own plan, by its own review
     assert asked == []  # the root's hook, which serves the tree, was not needed
+
+
+def test_native_tool_calls_are_reviewed_too_with_depends_on_as_an_arrow() -> None:
+    @tl.tool(requires_approval=True, output_path="†state.receipt")
+    def pay(cents: int) -> int:
+        """Pay."""
+        return cents
+
+    @tl.tool(requires_approval=True, depends_on=["†state.receipt"])
+    def mail(to: str) -> str:
+        """Mail the receipt."""
+        return f"mailed {to}"
+
+    plans: list[tl.Plan] = []
+    asked: list[str] = []
+
+    def review(plan: tl.Plan) -> dict[str, tl.Decision]:
+        plans.append(plan)
+        return {"c1.0": tl.Approve(downstream=True)}
+
+    def hook(call: tl.PendingCall) -> tl.Decision:
+        asked.append(call.id)
+        return tl.Approve()
+
+    calls = [
+        {"name": "pay", "arguments": {"cents": 5}},
+        {"name": "mail", "arguments": {"to": "ada"}},
+    ]
+    model = tl.ScriptedModel([{"tool_calls": calls}, "done"])
+    agent = tl.Agent(model, tools=[pay, mail], protocol="tools", approve=hook, review_plan=review)
+    result = agent.run("pay and mail")
+    assert result.output == "done"
+    [plan] = plans
+    assert plan.arrows == [("c1.0", "c1.1")]
+    assert asked == []
+    assert result.records["c1.1"].approved_by == "review"
