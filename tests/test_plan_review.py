@@ -434,3 +434,31 @@ def test_native_tool_calls_are_reviewed_too_with_depends_on_as_an_arrow() -> Non
     assert plan.arrows == [("c1.0", "c1.1")]
     assert asked == []
     assert result.records["c1.1"].approved_by == "review"
+
+
+def test_a_replay_asks_neither_the_review_nor_the_hook(tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    def review(plan: tl.Plan) -> dict[str, tl.Decision]:
+        asked.append("review")
+        return {"c1.0": tl.Approve(downstream=True)}
+
+    def hook(call: tl.PendingCall) -> tl.Decision:
+        asked.append(call.id)
+        return tl.Approve()
+
+    def agent() -> tl.Agent:
+        return tl.Agent(
+            _Model(_branch()),
+            tools=[fetch, charge, note],
+            approve=hook,
+            review_plan=review,
+            store=tmp_path / "runs.db",
+        )
+
+    first = agent().run({"task": "pay"}, run_id="paid")
+    assert sorted(asked) == ["c1.6", "review"]
+    asked.clear()
+    again = agent().replay("paid", store=tmp_path / "runs.db", tools="live")
+    assert asked == []
+    assert again.state == first.state

@@ -471,6 +471,7 @@ class Agent(MakesTool, Generic[OutputT]):
                 config,
                 model=replaying.model_for(RunPath.ROOT, config.model, self.protocol),
                 approve=replaying.decide,
+                review_plan=None,  # the record's decisions answer (PROTOCOL §15)
                 answer=replaying.answer_under(RunPath.ROOT),
                 recorded_room=replaying.room_under(RunPath.ROOT),
                 budget=replaying.budget(),

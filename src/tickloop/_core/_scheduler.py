@@ -544,8 +544,7 @@ class Scheduler:
         elif call.preapproved:
             self._enqueue(call)
         elif call.approved_in_advance is not None and self._advance_approval_holds(call):
-            call.record.approved_by = call.approved_in_advance
-            self._enqueue(call)
+            self._run_approved_in_advance(call, call.approved_in_advance)
         elif call.tool.needs_approval(params) or call.approved_in_advance is not None:
             move(call, S.APPROVING, self._event)
             self._approvals.waiting.append(call)
@@ -571,8 +570,14 @@ class Scheduler:
                 continue
             call.approved_in_advance = by
             if call.status == S.APPROVING and self._approvals.asking != call_id:
-                call.record.approved_by = by
-                self._enqueue(call)  # `ApprovalQueue.next` passes over it
+                self._run_approved_in_advance(call, by)  # `ApprovalQueue.next` passes it
+
+    def _run_approved_in_advance(self, call: Call, by: str) -> None:
+        """Its approval is noted like an answer (the store's row, a replay's record)."""
+        call.record.approved_by = by
+        if self.notes:
+            self._emit(NoteDecided(call.id, Approve()))
+        self._enqueue(call)
 
     def _pending(self, call: Call) -> PendingCall:
         downstream = self._downstream(call) if call.status != S.DEFERRED else []
