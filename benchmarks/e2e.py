@@ -306,57 +306,39 @@ def run_perf_bench() -> list[dict[str, Any]]:
     program's heap, not tickloop's per-call work; docs/benchmarks.md records both."""
     from . import bench_import
 
-    with tempfile.TemporaryDirectory() as folder:
-        rows_file = Path(folder) / "perf.json"
-        done = subprocess.run(
-            [sys.executable, "-m", "benchmarks.bench_perf", "--json", str(rows_file)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=3600,
-        )
-        if not rows_file.exists():
-            raise RuntimeError(f"bench_perf failed (exit {done.returncode}): {done.stderr[-2000:]}")
-        rows: list[dict[str, Any]] = json.loads(rows_file.read_text())
+    rows: list[dict[str, Any]] = _json_from_process("bench_perf", "--json")
     return rows + [dict(row.__dict__) for row in bench_import.measure()]
 
 
 def run_schedule_bench() -> dict[str, Any]:
     """Issue 33's figures (benchmarks/bench_schedule.py), in a process of its own as
     bench_perf is: its cost part is CPU time per call."""
-    with tempfile.TemporaryDirectory() as folder:
-        rows_file = Path(folder) / "schedule.json"
-        done = subprocess.run(
-            [sys.executable, "-m", "benchmarks.bench_schedule", "--json", str(rows_file)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=3600,
-        )
-        if not rows_file.exists():
-            raise RuntimeError(
-                f"bench_schedule failed (exit {done.returncode}): {done.stderr[-2000:]}"
-            )
-        rows: dict[str, Any] = json.loads(rows_file.read_text())
+    rows: dict[str, Any] = _json_from_process("bench_schedule", "--json")
     return rows
 
 
 def run_code_bench() -> dict[str, Any]:
     """Issue 40's figures (benchmarks/bench_code.py), in a process of its own: the peers'
     sandboxes start there, not in this heap."""
+    rows: dict[str, Any] = _json_from_process("bench_code", "--json-file")
+    return rows
+
+
+def _json_from_process(module: str, flag: str) -> Any:
+    """Run `python -m benchmarks.<module> <flag> FILE` in a fresh process and read the
+    JSON it wrote to FILE."""
     with tempfile.TemporaryDirectory() as folder:
-        rows_file = Path(folder) / "code.json"
+        rows_file = Path(folder) / f"{module}.json"
         done = subprocess.run(
-            [sys.executable, "-m", "benchmarks.bench_code", "--json-file", str(rows_file)],
+            [sys.executable, "-m", f"benchmarks.{module}", flag, str(rows_file)],
             cwd=ROOT,
             capture_output=True,
             text=True,
             timeout=3600,
         )
         if not rows_file.exists():
-            raise RuntimeError(f"bench_code failed (exit {done.returncode}): {done.stderr[-2000:]}")
-        rows: dict[str, Any] = json.loads(rows_file.read_text())
-    return rows
+            raise RuntimeError(f"{module} failed (exit {done.returncode}): {done.stderr[-2000:]}")
+        return json.loads(rows_file.read_text())
 
 
 def _timed(label: str, fn: Callable[[], Any]) -> tuple[Any, float]:

@@ -41,6 +41,19 @@ def _agent(provider: Any, server: Server, tools: list[Any], **options: Any) -> t
     return tl.Agent(provider.model(client), tools=tools, protocol="tools", **options)
 
 
+def _plan_server(answers: list[dict[str, Any]], bodies: list[dict[str, Any]]) -> tl.OpenAIChat:
+    """An OpenAI-format client whose fake server answers `answers` in turn and keeps each
+    request's body in `bodies`."""
+    from test_models_openai import ok
+
+    def server(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return ok([json.dumps(answers.pop(0))])
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(server))
+    return tl.OpenAIChat("gpt-4o-mini", base_url="http://llm.test/v1", api_key="k", client=client)
+
+
 def _all_text(store_path: Path) -> str:
     """Every text the store holds outside the media table: journal, calls, runs."""
     connection = sqlite3.connect(store_path)
@@ -204,7 +217,6 @@ def test_resume_replay_and_fork_see_the_same_image(tmp_path: Path) -> None:
 
 
 def test_a_plan_shows_the_image_it_wrote_to_the_state_as_an_image_part() -> None:
-    from test_models_openai import ok
 
     bodies: list[dict[str, Any]] = []
     answers = [
@@ -214,13 +226,7 @@ def test_a_plan_shows_the_image_it_wrote_to_the_state_as_an_image_part() -> None
         },
         {"calls": [], "output": "seen"},
     ]
-
-    def server(request: httpx.Request) -> httpx.Response:
-        bodies.append(json.loads(request.content))
-        return ok([json.dumps(answers.pop(0))])
-
-    client = httpx.AsyncClient(transport=httpx.MockTransport(server))
-    model = tl.OpenAIChat("gpt-4o-mini", base_url="http://llm.test/v1", api_key="k", client=client)
+    model = _plan_server(answers, bodies)
     result = tl.Agent(model, tools=[snapshot]).run("Look.")
     assert result.output == "seen"
     ref = result.state["shot"]
@@ -330,7 +336,6 @@ def test_agui_carries_the_reference_not_the_bytes() -> None:
 def test_a_sub_agents_image_is_kept_in_the_roots_store_and_shown_to_the_root(
     tmp_path: Path,
 ) -> None:
-    from test_models_openai import ok
 
     child = tl.Agent(
         tl.ScriptedModel(
@@ -354,13 +359,7 @@ def test_a_sub_agents_image_is_kept_in_the_roots_store_and_shown_to_the_root(
         },
         {"calls": [], "output": "seen"},
     ]
-
-    def server(request: httpx.Request) -> httpx.Response:
-        bodies.append(json.loads(request.content))
-        return ok([json.dumps(answers.pop(0))])
-
-    client = httpx.AsyncClient(transport=httpx.MockTransport(server))
-    model = tl.OpenAIChat("gpt-4o-mini", base_url="http://llm.test/v1", api_key="k", client=client)
+    model = _plan_server(answers, bodies)
     store = tmp_path / "runs.db"
     result = tl.Agent(model, tools=[child], store=store).run("Look.", run_id="r1")
     assert result.output == "seen", result.errors
