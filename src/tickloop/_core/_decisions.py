@@ -243,6 +243,10 @@ def decision_to_dict(decision: Decision) -> dict[str, Any]:
         else:
             body["changes"] = decision.changes
         return body
+    if isinstance(decision, Approve):  # a plain approval is stored as it always was
+        if decision.downstream:
+            body["downstream"] = True
+        return body
     for attribute in getattr(type(decision), "__slots__", ()):
         body[attribute] = getattr(decision, attribute)
     return body
