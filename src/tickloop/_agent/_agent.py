@@ -21,7 +21,7 @@ from typing import Any, Generic, Literal
 import trio
 
 from .._core._budget import Budget, BudgetRequest, Price, RunUsage
-from .._core._decisions import ApproveHook
+from .._core._decisions import ApproveHook, ReviewHook
 from .._core._media import MemoryMedia
 from .._core._paths import RunPath
 from .._core._tools import MakesTool, Tool, ToolSet, ToolSource, split_tools
@@ -80,6 +80,7 @@ class Agent(MakesTool, Generic[OutputT]):
         output: type[OutputT] | UnionType | Mapping[str, Any] | None = None,
         instructions: str | None = None,
         approve: ApproveHook | None = None,
+        review_plan: ReviewHook | None = None,
         max_iterations: int = 10,
         max_llm_retries: int = 3,
         max_concurrency: int | None = None,
@@ -137,6 +138,9 @@ class Agent(MakesTool, Generic[OutputT]):
             )
         self.instructions = instructions
         self.approve = approve
+        if review_plan is not None and not callable(review_plan):
+            raise ConfigurationError(f"review_plan must be callable, not {review_plan!r}")
+        self.review_plan = review_plan  # PROTOCOL §15: asked about this agent's plans
         self.max_iterations = _positive(max_iterations, "max_iterations")
         self.max_llm_retries = _positive(max_llm_retries, "max_llm_retries")
         # What one program of a code plan may do (PROTOCOL §14 "Limits").
@@ -227,6 +231,7 @@ class Agent(MakesTool, Generic[OutputT]):
             output=self.output,
             instructions=self.instructions,
             approve=self.approve,
+            review_plan=self.review_plan,
             max_iterations=self.max_iterations,
             max_llm_retries=self.max_llm_retries,
             max_concurrency=self.max_concurrency,
@@ -505,6 +510,7 @@ class Agent(MakesTool, Generic[OutputT]):
                 config,
                 model=replaying.model_for(RunPath.ROOT, config.model, self.protocol),
                 approve=replaying.decide,
+                review_plan=None,  # the record's decisions answer (PROTOCOL §15)
                 answer=replaying.answer_under(RunPath.ROOT),
                 recorded_room=replaying.room_under(RunPath.ROOT),
                 budget=replaying.budget(),

@@ -22,7 +22,7 @@ from typing_extensions import TypeVar
 
 from .._core._budget import Budget, BudgetRequest, Ledger, Price, RunUsage
 from .._core._budget_gate import RecordedRoom
-from .._core._decisions import ApproveHook, PendingCall
+from .._core._decisions import ApproveHook, PendingCall, ReviewHook
 from .._core._log import ContextLog
 from .._core._media import MediaKeeper
 from .._core._paths import RunPath
@@ -33,7 +33,13 @@ from .._durable._resume import DurableRun
 from .._durable._store import SQLiteStore
 from .._engine._engine import Engine, Outcome
 from .._engine._run import ExecutionResult
-from .._errors import BudgetExceeded, ExecuteError, MaxIterationsError, RunStopped
+from .._errors import (
+    BudgetExceeded,
+    ConfigurationError,
+    ExecuteError,
+    MaxIterationsError,
+    RunStopped,
+)
 from .._models._base import (
     ModelClient,
     ModelError,
@@ -199,6 +205,8 @@ class AgentConfig:
     max_steps: int = 200_000
     max_eval_seconds: float = 1.0
     single_program: bool = False
+    # PROTOCOL §15 "Plan review": this agent's own hook, asked about its requests' plans.
+    review_plan: ReviewHook | None = None
     # Where the bytes of the run's images and audio are kept (`_core._media`): the store,
     # or memory without one; a replay reads the recorded run's store. None: the engine's.
     media: MediaKeeper | None = None
@@ -291,11 +299,17 @@ class OuterLoop:
         """The driver the loop runs its ticks on: trio's engine here, a workflow's elsewhere."""
         config = self.config
         if config.driver is not None:
+            if config.review_plan is not None:
+                raise ConfigurationError(
+                    "review_plan is not supported on a workflow driver (Temporal) yet: "
+                    "its calls go to the approval hook one by one; drop review_plan=..."
+                )
             return config.driver.make_engine(self.log, on_action, self.ledger)
         engine = Engine(
             config.tools,
             self.log,
             approve=config.approve,
+            review_plan=config.review_plan,
             max_concurrency=config.max_concurrency,
             schedule=config.schedule,
             on_action=on_action,

@@ -13,7 +13,7 @@ from ._log import copy_json
 from ._path_index import PathIndex
 from ._status import CallStatus
 
-__all__ = ["ApprovalQueue", "hook_fault", "pending_call", "waited_on"]
+__all__ = ["ApprovalQueue", "downstream_of", "hook_fault", "pending_call", "waited_on"]
 
 _log = logging.getLogger("tickloop")
 
@@ -42,12 +42,44 @@ class ApprovalQueue:
         return None
 
 
+def downstream_of(
+    call: Call,
+    calls: dict[str, Call],
+    waiters: PathIndex,
+    tool_dependents: dict[str, set[str]],
+    seq_of: Callable[[str], int],
+) -> list[str]:
+    """The known calls that may need approval and read `call`'s output, transitively
+    (through calls that need none too), in arrival order: PROTOCOL §15 "Plan review".
+
+    A reader is a waiting call whose references overlap what a call writes, or one whose
+    tool `depends_on` the call's tool (`tool_dependents`): the scheduler's own graph."""
+    seen: set[str] = {call.id}
+    frontier = [call]
+    gated: list[str] = []
+    while frontier:
+        writer = frontier.pop()
+        readers: set[str] = set(tool_dependents.get(writer.id, ()))
+        for term in writer.writes:
+            readers.update(waiters.ids_overlapping(term))
+        for reader_id in readers - seen:
+            seen.add(reader_id)
+            reader = calls.get(reader_id)
+            if reader is None:
+                continue
+            frontier.append(reader)
+            if reader.tool.may_require_approval:
+                gated.append(reader_id)
+    return sorted(gated, key=seq_of)
+
+
 def pending_call(
     call: Call,
     run_id: str | None,
     written: PathIndex,
     waiters: PathIndex,
     seq_of: Callable[[str], int],
+    downstream: list[str] | None = None,
 ) -> PendingCall:
     """What a person deciding `call` is shown: the call, its schemas, the calls that wrote
     what its parameters read, and the calls known so far that wait to read what it writes,
@@ -72,6 +104,7 @@ def pending_call(
         schema=call.tool.parameters,
         output_schema=call.tool.output,
         line=call.record.line,
+        downstream=downstream or [],
     )
 
 

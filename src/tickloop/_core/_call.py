@@ -48,12 +48,16 @@ class CallRecord:
     worker: str | None = None  # where it ran, when a driver runs calls on many (Temporal)
     line: int | None = None  # a code plan's call: the program line it was made on (§14)
     read_only: bool = False  # its tool's `read_only` (PROTOCOL §14 "Readiness")
+    # Who approved it in advance (PROTOCOL §15 "Plan review"): "hook" for an approval given
+    # with `downstream=True` on a call it reads from; None when asked itself or never gated.
+    approved_by: str | None = None
 
 
 class Call:
     """The scheduler's working state for one accepted call."""
 
     __slots__ = (
+        "approved_in_advance",
         "fire_and_forget",
         "held",
         "id",
@@ -90,6 +94,8 @@ class Call:
         self.method = "set"
         self.latent_output: Any = None
         self.preapproved = False
+        # Who approved it before it was ready (PROTOCOL §15 "Plan review"); None if nobody.
+        self.approved_in_advance: str | None = None
         # Its number among the calls queued to start (`RunQueue.pushed`): ties of rank
         # under a limit go to the earlier (PROTOCOL §13).
         self.ready_at = 0

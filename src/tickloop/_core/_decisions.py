@@ -22,8 +22,10 @@ __all__ = [
     "Deny",
     "Edit",
     "PendingCall",
+    "Plan",
     "Replace",
     "Respond",
+    "ReviewHook",
     "decision_from_dict",
     "decision_to_dict",
     "normalize_decision",
@@ -54,11 +56,20 @@ class PendingCall:
     agent: str | None = None
     # A code plan's call (PROTOCOL §14): the line of the program it was made on.
     line: int | None = None
+    # PROTOCOL §15 "Plan review": the known calls that need approval and read this call's
+    # output, transitively, in arrival order; `Approve(downstream=True)` approves them too.
+    downstream: list[str] = field(default_factory=list)
+    # False for a call a plan review sees before its inputs exist: `params` are then the
+    # ones written, references unresolved, and only approve, deny and defer may be given.
+    resolved: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class Approve:
-    """Run the call as it is."""
+    """Run the call as it is; with `downstream=True`, also approve in advance the gated
+    calls known now that read its output, transitively (`PendingCall.downstream`)."""
+
+    downstream: bool = False
 
 
 _DENIED = "denied by the approval hook"
@@ -174,6 +185,28 @@ class Defer:
 Decision = Approve | Deny | Edit | Replace | Respond | Defer
 ApproveHook = Callable[[PendingCall], "Decision | bool | Awaitable[Decision | bool]"]
 
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a plan review sees when a request's stream closes (PROTOCOL §15).
+
+    `calls`: every call known then whose tool may require approval, in arrival order;
+    `arrows`: (writer, reader) pairs between them, a reader reading what the writer
+    writes directly or through calls that need no approval. A code plan's also has its
+    `program` and the `sites` of those calls (`c2.4[*]`): a decision keyed by a site
+    covers every call the site makes, now or later in the request.
+    """
+
+    calls: list[PendingCall]
+    arrows: list[tuple[str, str]]
+    iteration: int
+    run_id: str | None = None
+    program: str | None = None
+    sites: list[str] = field(default_factory=list)
+
+
+ReviewHook = Callable[[Plan], "dict[str, Decision] | Awaitable[dict[str, Decision]]"]
+
 _DECISION_TYPES = {
     "approve": Approve,
     "deny": Deny,
@@ -209,6 +242,10 @@ def decision_to_dict(decision: Decision) -> dict[str, Any]:
             body["params"] = decision.params
         else:
             body["changes"] = decision.changes
+        return body
+    if isinstance(decision, Approve):  # a plain approval is stored as it always was
+        if decision.downstream:
+            body["downstream"] = True
         return body
     for attribute in getattr(type(decision), "__slots__", ()):
         body[attribute] = getattr(decision, attribute)

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from .._errors import ConfigurationError
 from ._budget import BudgetRequest, Ledger
 from ._budget_gate import RecordedRoom
-from ._decisions import ApproveHook, PendingCall
+from ._decisions import ApproveHook, PendingCall, Plan
 from ._log import ContextLog
 from ._observer import wants
 from ._ranks import SCHEDULES, Measured, Schedule
@@ -25,6 +25,7 @@ from ._scheduler_io import (
     AnswerBudget,
     AskApproval,
     AskBudget,
+    AskReview,
     CloseStream,
     Decide,
     Event,
@@ -105,6 +106,7 @@ class SchedulerDriver:
         log: ContextLog,
         *,
         approve: ApproveHook | None = None,
+        review: bool = False,
         max_concurrency: int | None = None,
         on_action: Callable[[Action], None] | None = None,
         clock: Callable[[], str],
@@ -142,6 +144,7 @@ class SchedulerDriver:
             schedule=Schedule(schedule, measured if journal is None else None),
             # A replayed or forked run: the budget decisions its record made (§12).
             recorded=recorded,
+            review=review,  # PROTOCOL §15: gated calls wait for the plan review
         )
         self.budget = budget  # the run's ledger (PROTOCOL §12), shared with its tree
         if budget is not None:
@@ -228,6 +231,8 @@ class SchedulerDriver:
                 self._start(action)
             elif type(action) is AskApproval:
                 self._request_approval(action.pending)
+            elif type(action) is AskReview:
+                self._request_review(action.plan)
             elif type(action) is AskBudget:
                 self._request_budget(action.request)
             elif type(action) is NoteTickEnded:
@@ -246,6 +251,9 @@ class SchedulerDriver:
         raise NotImplementedError
 
     def _tick_ended(self, action: NoteTickEnded) -> None:
+        raise NotImplementedError
+
+    def _request_review(self, plan: Plan) -> None:
         raise NotImplementedError
 
     def _request_budget(self, request: BudgetRequest) -> None:

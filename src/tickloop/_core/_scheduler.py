@@ -26,11 +26,14 @@ Invariants kept throughout:
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import re
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from ._approvals import ApprovalQueue, hook_fault, pending_call, waited_on
+from ._approvals import ApprovalQueue, downstream_of, hook_fault, pending_call, waited_on
 from ._arrival import (
     check_call,
     check_edit,
@@ -48,7 +51,18 @@ from ._call import (
     error_message,
     structural,
 )
-from ._decisions import HOOK_REFUSED, Approve, Defer, Deny, Edit, PendingCall, Replace, Respond
+from ._decisions import (
+    HOOK_REFUSED,
+    Approve,
+    Decision,
+    Defer,
+    Deny,
+    Edit,
+    PendingCall,
+    Plan,
+    Replace,
+    Respond,
+)
 from ._expressions import Expression, Reference, Term
 from ._log import ContextLog, WriteError, copy_json
 from ._path_index import PathIndex
@@ -56,10 +70,12 @@ from ._plan_order import PlanOrder, Slot
 from ._ranks import Schedule, ranks_for
 from ._reading import read, resolve
 from ._results import check_output, targets, write_result
+from ._review import allowed_in_advance, build_plan, site_pattern
 from ._run_queue import Ranks, RunQueue
 from ._scheduler_io import (
     Action,
     AskApproval,
+    AskReview,
     CloseStream,
     Decide,
     Event,
@@ -75,6 +91,7 @@ from ._scheduler_io import (
     ParkCall,
     ReceiveCall,
     ReportFault,
+    Review,
     StartCall,
 )
 from ._settling import LostWriters, awaits_fire_and_forget, deadlocks, unresolved
@@ -92,6 +109,9 @@ from ._tools import ToolSet
 __all__ = ["CallRecord", "Scheduler"]
 
 S = CallStatus
+
+
+_log = logging.getLogger("tickloop")
 
 
 def _by_seq(call: Call) -> int:
@@ -126,8 +146,16 @@ class Scheduler:
         budget: Ledger | None = None,
         schedule: str | Schedule = "critical_path",
         recorded: RecordedRoom | None = None,
+        review: bool = False,
     ) -> None:
         self.tools = tools
+        # PROTOCOL §15 "Plan review": a request's gated calls wait for the review
+        # (`_reviewing`, from its tick's opening to the `Review`) before the hook.
+        self.review = review
+        self._reviewing = False
+        # A code plan's decisions by site (`c2.4[*]`), for the calls the site makes later.
+        self._site_decisions: list[tuple[re.Pattern[str], Decision]] = []
+        self._defer_when_ready: set[str] = set()  # deferred by a review before ready
         # Deferred tools no `search_tools` call of an earlier request found (tool search):
         # refused on arrival; each tick's `OpenTick.found` says which are found.
         self._hidden: frozenset[str] = tools.deferred
@@ -173,6 +201,7 @@ class Scheduler:
             ParkCall: lambda event: _park(self, event),
             ReceiveCall: self._on_received,
             Decide: self._on_decision,
+            Review: lambda event: _on_review(self, event),
             OpenTick: self._on_tick_opened,
             CloseStream: self._on_stream_closed,
             ReportFault: self._on_fault,
@@ -219,6 +248,15 @@ class Scheduler:
     def deferred(self) -> list[PendingCall]:
         return [self._pending(call) for call in self._deferred.values()]
 
+    @property
+    def review_awaited(self) -> bool:
+        """A plan review was asked for and not answered (a resume asks it again)."""
+        return self._reviewing and not self._stream_open
+
+    def plan_under_review(self) -> Plan | None:
+        """The plan a review left unanswered by a crash is about, to ask it again."""
+        return _plan_of(self) if self.review_awaited else None
+
     def status(self, call_id: str) -> CallStatus | None:
         record = self.records.get(call_id)  # its status is always the call's (`move`)
         return None if record is None else CallStatus(record.status)
@@ -252,6 +290,10 @@ class Scheduler:
         self._skip_sources = PathIndex()
         self._lost_writers = LostWriters()
         self._plan.open_request(plan_order=event.plan_order)
+        # A code plan's stream closes only once its program has run, which may wait on a
+        # gated call: its calls are not held for a review (docs/decisions.md).
+        self._reviewing = self.review and not event.code
+        self._site_decisions = []
 
     def _on_stream_closed(self, event: CloseStream) -> None:
         if not self._stream_open:
@@ -259,6 +301,8 @@ class Scheduler:
         self._stream_open = False
         # Settling starts now: every waiting call may have become settle-able.
         self._dirty.update(self._waiting)
+        if self._reviewing:
+            _ask_review(self)
 
     def _on_received(self, event: ReceiveCall) -> None:
         if not self._stream_open:
@@ -292,9 +336,15 @@ class Scheduler:
         else:
             del self._deferred[call_id]
             self._tick_active = True
+        self._carry_out(call, decision, "hook")
+
+    def _carry_out(self, call: Call, decision: Decision, by: str) -> None:
+        """Act on a decision about a ready call; `by`: who approved what reads it."""
         if self.notes:
-            self._emit(NoteDecided(call_id, decision))
+            self._emit(NoteDecided(call.id, decision))
         if isinstance(decision, Approve):
+            if decision.downstream:
+                self._approve_in_advance(self._downstream(call), by)
             self._enqueue(call)
         elif isinstance(decision, Deny):
             kind = "hook" if decision.reason == HOOK_REFUSED else "denied"  # the hook's bug
@@ -305,6 +355,8 @@ class Scheduler:
             self._apply_replacement(call, decision.call)
         elif isinstance(decision, Respond):
             self._complete(call, decision.value, branch=None)
+        elif isinstance(decision, Defer):
+            _defer(self, call)
         elif isinstance(decision, Defer):
             _defer(self, call)
         else:
@@ -406,7 +458,7 @@ class Scheduler:
                     self._apply_held(self._calls[call_id])
                 if released:
                     continue
-            if approvals.waiting and approvals.asking is None:
+            if approvals.waiting and approvals.asking is None and not self._reviewing:
                 self._ask_next_approval()
             if queue.heads or queue.ready:
                 self._start_queued_calls()
@@ -483,14 +535,55 @@ class Scheduler:
                 call, self._written, self._request_by_tool, self._seq_of
             )
             self._actions.append(NoteReady(call.id, params, waits or ()))
-        if not call.preapproved and call.tool.needs_approval(params):
+        if call.id in self._defer_when_ready:  # a review deferred it (PROTOCOL §15)
+            self._defer_when_ready.discard(call.id)
+            move(call, S.APPROVING, self._event)
+            if self.notes:
+                self._emit(NoteDecided(call.id, Defer()))
+            _defer(self, call)
+        elif call.preapproved:
+            self._enqueue(call)
+        elif call.approved_in_advance is not None and self._advance_approval_holds(call):
+            self._run_approved_in_advance(call, call.approved_in_advance)
+        elif call.tool.needs_approval(params) or call.approved_in_advance is not None:
             move(call, S.APPROVING, self._event)
             self._approvals.waiting.append(call)
         else:
             self._enqueue(call)
 
+    @staticmethod
+    def _advance_approval_holds(call: Call) -> bool:
+        """PROTOCOL §15 "Plan review": an approval given before the parameters were known
+        holds for a tool gated by a predicate only if the predicate on the resolved ones
+        still asks for approval; otherwise the call goes to the hook (docs/decisions.md)."""
+        return call.tool.needs_approval(call.params)
+
+    def _downstream(self, call: Call) -> list[str]:
+        return downstream_of(call, self._calls, self._waiters, self._tool_dependents, self._seq_of)
+
+    def _approve_in_advance(self, call_ids: list[str], by: str) -> None:
+        """Approve known gated calls before they are asked: one still waiting is approved
+        when ready (`_on_ready`); one ready and waiting its turn runs now."""
+        for call_id in call_ids:
+            call = self._calls.get(call_id)
+            if call is None or call.approved_in_advance is not None:
+                continue
+            call.approved_in_advance = by
+            if call.status == S.APPROVING and self._approvals.asking != call_id:
+                self._run_approved_in_advance(call, by)  # `ApprovalQueue.next` passes it
+
+    def _run_approved_in_advance(self, call: Call, by: str) -> None:
+        """Its approval is noted like an answer (the store's row, a replay's record)."""
+        call.record.approved_by = by
+        if self.notes:
+            self._emit(NoteDecided(call.id, Approve()))
+        self._enqueue(call)
+
     def _pending(self, call: Call) -> PendingCall:
-        return pending_call(call, self.run_id, self._written, self._waiters, self._seq_of)
+        downstream = self._downstream(call) if call.status != S.DEFERRED else []
+        return pending_call(
+            call, self.run_id, self._written, self._waiters, self._seq_of, downstream
+        )
 
     def _ask_next_approval(self) -> None:
         """One question at a time, in the order calls became ready."""
@@ -671,6 +764,7 @@ class Scheduler:
             or self._run_queue.writers
             or self._run_queue.queued
             or self._approvals.busy
+            or self._reviewing
             or self._awaited_fire_and_forget()
         ):
             return False
@@ -695,7 +789,7 @@ class Scheduler:
     def _end_tick_if_done(self) -> None:
         if not self._tick_active or self._stream_open:
             return
-        if self._approvals.busy or self._run_queue.queued:
+        if self._approvals.busy or self._run_queue.queued or self._reviewing:
             return
         if self._run_queue.writers or (self._waiting and self._awaited_fire_and_forget()):
             return
@@ -766,3 +860,99 @@ def _defer(scheduler: Scheduler, call: Call) -> None:
     budget question (PROTOCOL §12) has more room."""
     move(call, S.DEFERRED, scheduler._event)
     scheduler._deferred[call.id] = call
+
+
+# -- plan review (PROTOCOL §15), beside the class --------------------------------------------
+
+
+def _under_review(scheduler: Scheduler, call: Call) -> bool:
+    """A call of the open request that a review may decide: gated, not yet decided."""
+    return (
+        call.iteration == scheduler._iteration
+        and call.tool.may_require_approval
+        and call.status in (S.WAITING, S.APPROVING)
+        and scheduler._approvals.asking != call.id
+    )
+
+
+def _ask_review(scheduler: Scheduler) -> None:
+    plan = _plan_of(scheduler)
+    if plan is None:  # nothing to review: the hook is asked as without a review
+        scheduler._reviewing = False
+        return
+    scheduler._emit(AskReview(plan))
+
+
+def _plan_of(scheduler: Scheduler) -> Plan | None:
+    gated = sorted(
+        (call for call in scheduler._calls.values() if _under_review(scheduler, call)),
+        key=_by_seq,
+    )
+    if not gated:
+        return None
+
+    def shown(call: Call) -> PendingCall:
+        pending = scheduler._pending(call)
+        if call.status == S.APPROVING:
+            return pending
+        return dataclasses.replace(pending, resolved=False)  # its params as written
+
+    return build_plan(
+        gated,
+        shown,
+        scheduler._calls,
+        scheduler._waiters,
+        scheduler._tool_dependents,
+        scheduler._iteration,
+        scheduler.run_id,
+        scheduler._code,
+    )
+
+
+def _on_review(scheduler: Scheduler, event: Review) -> None:
+    if not scheduler._reviewing:
+        raise usage_error(event, "no plan review is awaited")
+    scheduler._reviewing = False
+    for key, decision in event.decisions.items():
+        pattern = site_pattern(key)
+        if pattern is None:
+            call = scheduler._calls.get(key)
+            targets = [call] if call is not None else []
+        else:
+            scheduler._site_decisions.append((pattern, decision))
+            targets = sorted(
+                (call for call in scheduler._calls.values() if pattern.fullmatch(call.id)),
+                key=_by_seq,
+            )
+        targets = [call for call in targets if _under_review(scheduler, call)]
+        if not targets:
+            _log.warning("plan review: %r names no call awaiting review; ignored", key)
+        for call in targets:
+            _review_decides(scheduler, call, decision)
+
+
+def _review_decides(scheduler: Scheduler, call: Call, decision: Decision) -> None:
+    if call.status == S.APPROVING:  # ready: its parameters are resolved
+        if isinstance(decision, Approve):
+            call.record.approved_by = "review"
+        scheduler._carry_out(call, decision, "review")
+        return
+    if not allowed_in_advance(decision):
+        _log.warning(
+            "plan review bug: %s cannot be given to call %s before its parameters are "
+            "known (only approve, deny, defer); the approval hook will be asked",
+            type(decision).__name__,
+            call.id,
+        )
+        return
+    if isinstance(decision, Approve):
+        scheduler._approve_in_advance([call.id], "review")
+        if decision.downstream:
+            scheduler._approve_in_advance(scheduler._downstream(call), "review")
+    elif isinstance(decision, Deny):
+        if scheduler.notes:
+            scheduler._emit(NoteDecided(call.id, decision))
+        move(call, S.APPROVING, scheduler._event)  # decided as if ready: it never will be
+        scheduler._settle(call, S.DENIED, {"type": "denied", "message": decision.reason})
+    else:
+        scheduler._defer_when_ready.add(call.id)

@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._budget import Budget, BudgetRequest
-from ._decisions import Decision, PendingCall
+from ._decisions import Decision, PendingCall, Plan
 
 __all__ = [
     "Action",
     "AnswerBudget",
     "AskApproval",
     "AskBudget",
+    "AskReview",
     "CloseStream",
     "Decide",
     "Event",
@@ -43,6 +44,7 @@ __all__ = [
     "ParkCall",
     "ReceiveCall",
     "ReportFault",
+    "Review",
     "SpendBudget",
     "StartCall",
 ]
@@ -104,6 +106,14 @@ class Decide:
 
 
 @dataclass(slots=True)
+class Review:
+    """The answer to an `AskReview`: decisions by call id or code-plan site (§15)."""
+
+    decisions: dict[str, Decision]
+    date: str = ""
+
+
+@dataclass(slots=True)
 class FinishCall:
     """A started call returned (`value`, maybe on `branch`) or failed (`error`)."""
 
@@ -156,6 +166,7 @@ Event = (
     | CloseStream
     | ReportFault
     | Decide
+    | Review
     | FinishCall
     | ParkCall
     | Flush
@@ -194,6 +205,13 @@ class AskApproval:
     """Ask the approval hook about this call; answer with `Decide`."""
 
     pending: PendingCall
+
+
+@dataclass(slots=True)
+class AskReview:
+    """Ask the plan-review hook about the request's gated calls; answer with `Review`."""
+
+    plan: Plan
 
 
 @dataclass(slots=True)
@@ -253,6 +271,7 @@ Action = (
     | NoteAccepted
     | NoteReady
     | AskApproval
+    | AskReview
     | NoteDecided
     | StartCall
     | NoteMessage

@@ -39,6 +39,7 @@ from .._core._scheduler_io import (
     ParkCall,
     ReceiveCall,
     ReportFault,
+    Review,
     SpendBudget,
 )
 from .._errors import StoreError
@@ -66,6 +67,11 @@ def event_to_dict(event: Event) -> dict[str, Any]:
             "type": "DecisionMade",
             "call_id": event.call_id,
             "decision": decision_to_dict(event.decision),
+        }
+    elif isinstance(event, Review):
+        body = {
+            "type": "PlanReviewed",
+            "decisions": {key: decision_to_dict(d) for key, d in event.decisions.items()},
         }
     elif isinstance(event, OpenTick):
         body = {"type": "TickOpened", "iteration": event.iteration}
@@ -105,6 +111,9 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
         return ReceiveCall(data["call"], date)
     if kind == "DecisionMade":
         return Decide(data["call_id"], decision_from_dict(data["decision"]), date)
+    if kind == "PlanReviewed":
+        decisions = {key: decision_from_dict(d) for key, d in data["decisions"].items()}
+        return Review(decisions, date)
     if kind == "TickOpened":
         # Every tick of a version 2 journal keeps plan order (`_migrations._from_1`).
         return OpenTick(

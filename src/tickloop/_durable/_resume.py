@@ -194,6 +194,9 @@ class DurableRun(JournalWriter):
                 scheduler.records[call_id].finished = trio.current_time()
         if self.asking is not None and scheduler.status(self.asking.id) == CallStatus.APPROVING:
             engine.ask(self.asking)
+        plan = scheduler.plan_under_review()
+        if plan is not None:  # a plan review left unanswered (PROTOCOL §15)
+            engine.ask_review(plan)
         engine.ask_budget_again()  # a budget question left open (PROTOCOL §12)
         life = engine.budget.life if engine.budget is not None else None
         for pending in scheduler.deferred:

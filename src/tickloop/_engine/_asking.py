@@ -16,11 +16,13 @@ from .._core._decisions import (
     Decision,
     Deny,
     PendingCall,
+    Plan,
+    ReviewHook,
     normalize_decision,
 )
 from .._errors import PASSING, describe_error, is_call_error
 
-__all__ = ["ask", "passing_here"]
+__all__ = ["ask", "passing_here", "review"]
 
 
 def passing_here() -> tuple[type[BaseException], ...]:
@@ -66,6 +68,37 @@ async def ask(hook: ApproveHook, pending: PendingCall) -> Decision:
         )
         return Deny(HOOK_REFUSED)
     return normalize_decision(answer)
+
+
+async def review(hook: ReviewHook, plan: Plan) -> dict[str, Decision]:
+    """Ask the plan-review hook (PROTOCOL §15), run as `ask` runs the approval hook.
+
+    A review that raises, or answers with something that is not a dict of decisions,
+    decides nothing: every gated call then goes to the approval hook, one by one, as
+    without a review (fail closed to asking, never to running)."""
+    try:
+        if _is_async(hook):
+            answer = await hook(plan)  # type: ignore[misc]
+        else:
+            [answer] = await trio.to_thread.run_sync(lambda: [hook(plan)], abandon_on_cancel=True)
+        if inspect.isawaitable(answer):
+            answer = await answer
+    except BaseException as error:
+        if not is_call_error(error, passing_here()):
+            raise
+        logging.getLogger("tickloop").warning(
+            "plan review bug: it raised %s; its calls go to the approval hook",
+            describe_error(error),
+        )
+        return {}
+    if not isinstance(answer, dict):
+        logging.getLogger("tickloop").warning(
+            "plan review bug: it returned %s, not a dict of decisions by call id; its "
+            "calls go to the approval hook",
+            type(answer).__name__,
+        )
+        return {}
+    return {str(key): normalize_decision(value) for key, value in answer.items()}
 
 
 def _is_async(hook: Callable[..., Any]) -> bool:

@@ -23,7 +23,7 @@ import trio
 
 from .._core._budget import BudgetRequest, Ledger
 from .._core._budget_gate import RecordedRoom
-from .._core._decisions import ApproveHook, PendingCall
+from .._core._decisions import ApproveHook, PendingCall, Plan, ReviewHook
 from .._core._driver import Journal, SchedulerDriver, check_configuration
 from .._core._log import MAX_VALUE_DEPTH, SURROGATE_FAULT, ContextLog, has_surrogate
 from .._core._media import MediaKeeper, MemoryMedia, holds_media, keep_media
@@ -35,12 +35,13 @@ from .._core._scheduler_io import (
     Flush,
     NoteTickEnded,
     ParkCall,
+    Review,
     StartCall,
 )
 from .._core._status import FINAL_STATUSES, CallStatus
 from .._core._tools import Branch, CallContext, Tool, ToolSet
 from .._errors import describe_error, is_call_error, unwrap_single
-from ._asking import ask, passing_here
+from ._asking import ask, passing_here, review
 from ._budgeting import BudgetHook, ask_budget
 from ._durations import RunDurations
 from ._host import host_loop, run_on_host
@@ -118,6 +119,7 @@ class Engine(SchedulerDriver):
         log: ContextLog,
         *,
         approve: ApproveHook | None = None,
+        review_plan: ReviewHook | None = None,
         max_concurrency: int | None = None,
         on_action: Callable[[Action], None] | None = None,
         clock: Callable[[], str] = utc_now,
@@ -149,6 +151,7 @@ class Engine(SchedulerDriver):
             tools,
             log,
             approve=approve,
+            review=review_plan is not None,
             max_concurrency=max_concurrency,
             on_action=on_action,
             clock=clock,
@@ -161,6 +164,7 @@ class Engine(SchedulerDriver):
             recorded=recorded_room,  # a replayed run's budget decisions, with `answer`
         )
         self._nursery: trio.Nursery | None = None
+        self._review_plan = review_plan  # PROTOCOL §15, asked when a stream closes
         self._clock: trio.abc.Clock | None = None  # the run's, read twice per call
         # A recorded outcome for a call id, given in place of running its handler (a
         # replayed or forked run, docs/replay.md); None runs the handler.
@@ -246,6 +250,13 @@ class Engine(SchedulerDriver):
 
     def _request_approval(self, pending: PendingCall) -> None:
         self._spawn(self._ask, pending)
+
+    def _request_review(self, plan: Plan) -> None:
+        self._spawn(self._review, plan)
+
+    def ask_review(self, plan: Plan) -> None:
+        """Ask the review again about a plan whose review a crash left unanswered."""
+        self._spawn(self._review, plan)
 
     def keep_time(self, clock: RunClock | None) -> None:
         """The run's wall_time clock, or None for a run without that limit."""
@@ -347,6 +358,14 @@ class Engine(SchedulerDriver):
         with self.question_open():
             decision = await ask(self._approve, pending)
         self.feed(Decide(pending.id, decision, self._date()))
+
+    async def _review(self, plan: Plan) -> None:
+        assert self._review_plan is not None  # the scheduler asks only when one is given
+        if self._journal is not None:
+            self._journal.commit()  # stored before the question is asked
+        with self.question_open():
+            decisions = await review(self._review_plan, plan)
+        self.feed(Review(decisions, self._date()))
 
     async def _run(self, action: StartCall) -> None:
         if self._journal is not None:
