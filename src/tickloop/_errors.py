@@ -12,7 +12,9 @@ whole tree, every class defined here (catch `TickloopError` for all of them):
     ├── RunStopped ·············· the run stopped before a final output; `.messages`
     │   ├── MaxIterationsError ·· (also a RuntimeError) `max_iterations` used up
     │   ├── ExecuteError ········ every attempt at one model request failed
-    │   └── BudgetExceeded ······ a budget's limit left no room; `.limit`, `.usage`
+    │   ├── BudgetExceeded ······ a budget's limit left no room; `.limit`, `.usage`
+    │   └── GuardrailTripped ···· a guardrail tripped (PROTOCOL §15); `.guardrail`,
+    │                             `.reason`, `.info`, `.usage`
     ├── ModelError ·············· a failed model request; `.status`, `.retry_after`
     ├── ReplayMismatchError ····· a strict `ReplayModel` got another request than recorded
     ├── ResumeError ············· a resume that cannot go ahead (unknown run, decision)
@@ -100,6 +102,25 @@ class MaxIterationsError(RunStopped, RuntimeError):
 
 class ExecuteError(RunStopped):
     """Every attempt at one model request failed; `.messages` is the log to resume from."""
+
+
+class GuardrailTripped(RunStopped):
+    """A guardrail tripped (PROTOCOL §15): the run stopped at once, calls in flight were
+    cancelled and nothing else started. `.guardrail` names it, `.reason` and `.info` are
+    its verdict's, `.usage` what the run used, `.messages` its log for audit."""
+
+    def __init__(
+        self,
+        guardrail: str,
+        reason: str,
+        info: Any = None,
+        messages: list[dict[str, Any]] | None = None,
+    ) -> None:
+        super().__init__(f"guardrail {guardrail} tripped: {reason}", messages)
+        self.guardrail = guardrail
+        self.reason = reason
+        self.info = info
+        self.usage: Any = None
 
 
 class BudgetExceeded(RunStopped):

@@ -22,6 +22,13 @@ import trio
 
 from .._core._budget import Budget, BudgetRequest, Price
 from .._core._decisions import ApproveHook
+from .._core._guardrails import (
+    Guardrail,
+    InputGuardrail,
+    OutputGuardrail,
+    ResultGuardrail,
+    ToolGuardrail,
+)
 from .._core._paths import RunPath
 from .._core._tools import MakesTool, Tool, ToolSet, ToolSource, split_tools
 from .._durable._store import SQLiteStore, as_store
@@ -99,6 +106,7 @@ class Agent(MakesTool, Generic[OutputT]):
         max_calls: int = 1000,
         max_steps: int = 200_000,
         max_eval_seconds: float = 1.0,
+        guardrails: Sequence[Guardrail] = (),
     ) -> None:
         if name is not None and (not isinstance(name, str) or not _NAME.fullmatch(name)):
             raise ConfigurationError(
@@ -130,6 +138,8 @@ class Agent(MakesTool, Generic[OutputT]):
             )
         self.instructions = instructions
         self.approve = approve
+        # Checks the run makes without a person (PROTOCOL §15), in the order given.
+        self.guardrails = _check_guardrails(guardrails)
         self.max_iterations = _positive(max_iterations, "max_iterations")
         self.max_llm_retries = _positive(max_llm_retries, "max_llm_retries")
         # What one program of a code plan may do (PROTOCOL §14 "Limits").
@@ -233,6 +243,7 @@ class Agent(MakesTool, Generic[OutputT]):
             max_steps=self.max_steps,
             max_eval_seconds=self.max_eval_seconds,
             single_program=self._single_program,
+            guardrails=self.guardrails,
         )
 
     async def run_async(
@@ -590,3 +601,16 @@ def _positive(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigurationError(f"{name} must be a positive whole number, not {value!r}")
     return value
+
+
+def _check_guardrails(guardrails: Any) -> tuple[Guardrail, ...]:
+    kinds = (InputGuardrail, ToolGuardrail, ResultGuardrail, OutputGuardrail)
+    if isinstance(guardrails, str | bytes) or not isinstance(guardrails, Sequence):
+        raise ConfigurationError(f"guardrails must be a list of guardrails, not {guardrails!r}")
+    for item in guardrails:
+        if not isinstance(item, kinds):
+            raise ConfigurationError(
+                f"guardrails takes tl.InputGuardrail, tl.ToolGuardrail, tl.ResultGuardrail "
+                f"or tl.OutputGuardrail, not {item!r}"
+            )
+    return tuple(guardrails)

@@ -23,6 +23,7 @@ from typing_extensions import TypeVar
 from .._core._budget import Budget, BudgetRequest, Ledger, Price, RunUsage
 from .._core._budget_gate import RecordedRoom
 from .._core._decisions import ApproveHook, PendingCall
+from .._core._guardrails import Guardrail
 from .._core._log import ContextLog
 from .._core._paths import RunPath
 from .._core._scheduler import CallRecord
@@ -31,7 +32,13 @@ from .._durable._resume import DurableRun
 from .._durable._store import SQLiteStore
 from .._engine._engine import Engine, Outcome
 from .._engine._run import ExecutionResult
-from .._errors import BudgetExceeded, ExecuteError, MaxIterationsError, RunStopped
+from .._errors import (
+    BudgetExceeded,
+    ExecuteError,
+    GuardrailTripped,
+    MaxIterationsError,
+    RunStopped,
+)
 from .._models._base import (
     ModelClient,
     ModelError,
@@ -41,7 +48,14 @@ from .._models._base import (
     Usage,
     checked_usage,
 )
-from .._observe._events import EventSink, Redactor, RequestRetried, RequestStarted, RunEvent
+from .._observe._events import (
+    EventSink,
+    GuardrailChecked,
+    Redactor,
+    RequestRetried,
+    RequestStarted,
+    RunEvent,
+)
 from .._observe._trace import RunTracer
 from ._budgeting import RequestMeter, Reservation, WallClock, run_ledger
 from ._output import OutputSpec
@@ -191,6 +205,8 @@ class AgentConfig:
     max_steps: int = 200_000
     max_eval_seconds: float = 1.0
     single_program: bool = False
+    # Guardrails (PROTOCOL §15): the agent's, in order; a child run's start with its root's.
+    guardrails: tuple[Guardrail, ...] = ()
 
 
 class LoopProtocol(ABC):
@@ -291,6 +307,8 @@ class OuterLoop:
             budget_questions=(
                 None if config.place is None else config.place.tree.state.budget_questions
             ),
+            guardrails=config.guardrails,
+            on_verdict=self._on_verdict,
         )
         return engine
 
@@ -310,21 +328,24 @@ class OuterLoop:
         output: Any = None
         # The wall_time budget, on the run's clock (§12): running calls end at it.
         clock = WallClock(self.ledger, self.engine)
-        async with self.engine.session():
-            try:
-                with clock.scope() as wall:
-                    output = await self._iterate_until_done()
-                if wall is not None and wall.cancelled_caught:
-                    raise self.meter.out_of_time()
-            except RunStopped as error:
-                # The run stops on its own (iteration limit, model unreachable), not on
-                # the caller's cancel: the session still ends normally, so fire-and-forget
-                # calls finish and their late errors are flushed into the log (§4).
-                stopped = error
-            clock.spent(self.meter)
+        try:
+            async with self.engine.session():
+                try:
+                    with clock.scope() as wall:
+                        output = await self._iterate_until_done()
+                    if wall is not None and wall.cancelled_caught:
+                        raise self.meter.out_of_time()
+                except RunStopped as error:
+                    # The run stops on its own (iteration limit, model unreachable), not on
+                    # the caller's cancel: the session still ends normally, so fire-and-forget
+                    # calls finish and their late errors are flushed into the log (§4).
+                    stopped = error
+                clock.spent(self.meter)
+        except GuardrailTripped as tripped:  # stopped at once: calls in flight cancelled
+            stopped = tripped
         if stopped is not None:
             stopped.messages = list(self.log.messages)  # with what the session flushed
-            if isinstance(stopped, BudgetExceeded):
+            if isinstance(stopped, BudgetExceeded | GuardrailTripped):
                 stopped.usage = self.ledger.usage
             raise stopped
         paused = self.paused
@@ -384,6 +405,17 @@ class OuterLoop:
         raise NotImplementedError
 
     # -- what both protocols do the same way ------------------------------------------------
+
+    def _on_verdict(self, call_id: str | None, name: str, kind: str, entry: dict[str, Any]) -> None:
+        """A guardrail's verdict, as an event (PROTOCOL §15)."""
+        self._emit(
+            GuardrailChecked,
+            call_id=call_id,
+            guardrail=name,
+            guardrail_kind=kind,
+            verdict=entry["verdict"],
+            reason=entry.get("reason"),
+        )
 
     def _emit(self, kind: type[RunEvent], **fields: Any) -> None:
         if self.events.listeners:

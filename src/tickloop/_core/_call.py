@@ -5,7 +5,7 @@ the two faults a call can have on its way (structural, or a result that cannot b
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ReferenceSyntaxError
@@ -48,6 +48,9 @@ class CallRecord:
     worker: str | None = None  # where it ran, when a driver runs calls on many (Temporal)
     line: int | None = None  # a code plan's call: the program line it was made on (§14)
     read_only: bool = False  # its tool's `read_only` (PROTOCOL §14 "Readiness")
+    # Every guardrail verdict on this call, in the order given (PROTOCOL §15):
+    # {"guardrail", "kind", "verdict", "reason"?}; a replacement's value is not kept here.
+    guardrails: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Call:
