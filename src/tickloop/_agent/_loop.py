@@ -23,7 +23,7 @@ from typing_extensions import TypeVar
 from .._core._budget import Budget, BudgetRequest, Ledger, Price, RunUsage
 from .._core._budget_gate import RecordedRoom
 from .._core._decisions import ApproveHook, PendingCall
-from .._core._guardrails import Guardrail
+from .._core._guardrails import Guardrail, InputGuardrail
 from .._core._log import ContextLog
 from .._core._paths import RunPath
 from .._core._scheduler import CallRecord
@@ -332,6 +332,7 @@ class OuterLoop:
             async with self.engine.session():
                 try:
                     with clock.scope() as wall:
+                        await self._guard_input()
                         output = await self._iterate_until_done()
                     if wall is not None and wall.cancelled_caught:
                         raise self.meter.out_of_time()
@@ -386,6 +387,16 @@ class OuterLoop:
                 )
             done, output = await self._iterate(iteration)
         return output
+
+    async def _guard_input(self) -> None:
+        """A fresh run's input guardrails (PROTOCOL §15), asked while the first request
+        streams; a blocking one holds the request until it has passed. A resumed or
+        replayed run asks none again."""
+        guardrails = tuple(g for g in self.config.guardrails if isinstance(g, InputGuardrail))
+        if not guardrails or self.config.answer is not None or self._iterations_done():
+            return
+        passed = self.engine.check_input(guardrails, self.log.view("input"))
+        await passed.wait()
 
     def _before_session(self) -> None:
         """Checks a loop makes before anything runs (none by default)."""

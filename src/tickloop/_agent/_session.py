@@ -24,7 +24,7 @@ from .._durable._resume import DurableRun
 from .._durable._store import SQLiteStore
 from .._durable._writer import claim_run, create_run
 from .._engine._run import initial_log
-from .._errors import ConfigurationError, ResumeError
+from .._errors import ConfigurationError, GuardrailTripped, ResumeError
 from .._observe._events import EventSink, RunEnded, RunEvent, RunStarted
 from ._loop import AgentConfig, OuterLoop, RunResult
 from ._tree import RunPlace, TreeServices, TreeTool, has_sub_agents
@@ -144,13 +144,15 @@ class RunSession:
                     result.pending = place.pending_of(result.pending)
         except Exception as error:
             reason = f"{type(error).__name__}: {error}"
+            # A guardrail's trip (PROTOCOL §15) is stored as such: resume refuses it.
+            status = "tripped" if isinstance(error, GuardrailTripped) else "failed"
             if writer is not None:
-                _quietly(writer.set_status, "failed", error=reason)
+                _quietly(writer.set_status, status, error=reason)
             self.sink.emit(
                 RunEnded(
                     run_id=self.run_id,
                     time=trio.current_time(),
-                    status="failed",
+                    status=status,
                     iterations=protocol.iterations_in(self.log),
                     error=reason,
                 )

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from .._errors import ConfigurationError
 from ._budget import BudgetRequest, Ledger
 from ._budget_gate import RecordedRoom
-from ._decisions import ApproveHook, PendingCall
+from ._decisions import ApproveHook, Deny, PendingCall
 from ._log import ContextLog
 from ._observer import wants
 from ._ranks import SCHEDULES, Measured, Schedule
@@ -25,14 +25,18 @@ from ._scheduler_io import (
     AnswerBudget,
     AskApproval,
     AskBudget,
+    CloseGate,
     CloseStream,
     Decide,
     Event,
     Flush,
     NoteTickEnded,
+    OpenGate,
     OpenTick,
     ReceiveCall,
     ReportFault,
+    ScreenCall,
+    Screened,
     SpendBudget,
     StartCall,
 )
@@ -115,6 +119,7 @@ class SchedulerDriver:
         schedule: str = "critical_path",
         measured: Measured | None = None,
         recorded: RecordedRoom | None = None,
+        screens: Callable[[str], bool] | None = None,
     ) -> None:
         check_configuration(tools, approve, max_concurrency, schedule)
         if on_budget is not None and not callable(on_budget):
@@ -142,6 +147,7 @@ class SchedulerDriver:
             schedule=Schedule(schedule, measured if journal is None else None),
             # A replayed or forked run: the budget decisions its record made (§12).
             recorded=recorded,
+            screens=screens,  # which tools' calls pass tool guardrails (PROTOCOL §15)
         )
         self.budget = budget  # the run's ledger (PROTOCOL §12), shared with its tree
         if budget is not None:
@@ -197,6 +203,18 @@ class SchedulerDriver:
         """A decision from outside the hook (a deferred call)."""
         self.feed(Decide(call_id, decision, self._date()))
 
+    def screened(self, call_id: str, denial: Deny | None) -> None:
+        """The tool guardrails' answer about a call: a `Deny`, or None (all passed)."""
+        self.feed(Screened(call_id, denial, self._date()))
+
+    def close_gate(self) -> None:
+        """Input guardrails are pending (PROTOCOL §15): calls with effects wait."""
+        self.feed(CloseGate(self._date()))
+
+    def open_gate(self) -> None:
+        """Every input guardrail passed: the calls held at the gate go on."""
+        self.feed(OpenGate(self._date()))
+
     def answer_budget(self, limit: str, grant: Any) -> None:
         """The budget hook's answer about `limit`: a `Budget`, None or "defer"."""
         self.feed(AnswerBudget(limit, grant, self._date()))
@@ -227,6 +245,8 @@ class SchedulerDriver:
                 self._start(action)
             elif type(action) is AskApproval:
                 self._request_approval(action.pending)
+            elif type(action) is ScreenCall:
+                self._request_screen(action.pending)
             elif type(action) is AskBudget:
                 self._request_budget(action.request)
             elif type(action) is NoteTickEnded:
@@ -246,6 +266,9 @@ class SchedulerDriver:
 
     def _tick_ended(self, action: NoteTickEnded) -> None:
         raise NotImplementedError
+
+    def _request_screen(self, pending: PendingCall) -> None:
+        raise NotImplementedError(f"{type(self).__name__} runs no tool guardrails")
 
     def _request_budget(self, request: BudgetRequest) -> None:
         raise NotImplementedError

@@ -60,6 +60,7 @@ from ._run_queue import Ranks, RunQueue
 from ._scheduler_io import (
     Action,
     AskApproval,
+    CloseGate,
     CloseStream,
     Decide,
     Event,
@@ -71,12 +72,16 @@ from ._scheduler_io import (
     NoteReady,
     NoteSettled,
     NoteTickEnded,
+    OpenGate,
     OpenTick,
     ParkCall,
     ReceiveCall,
     ReportFault,
+    ScreenCall,
+    Screened,
     StartCall,
 )
+from ._screening import Screening
 from ._settling import LostWriters, awaits_fire_and_forget, deadlocks, unresolved
 from ._sharing import share_parsed
 from ._status import (
@@ -126,6 +131,7 @@ class Scheduler:
         budget: Ledger | None = None,
         schedule: str | Schedule = "critical_path",
         recorded: RecordedRoom | None = None,
+        screens: Callable[[str], bool] | None = None,
     ) -> None:
         self.tools = tools
         # With `notes=False` the facts (`Note...`, but `NoteTickEnded`) are not returned, for a
@@ -158,6 +164,9 @@ class Scheduler:
         self._request_by_tool: dict[str, list[str]] = {}  # this request's call ids
         self._tool_dependents: dict[str, set[str]] = {}
         self._approvals = ApprovalQueue()
+        # Between readiness and the hook (PROTOCOL §15): the input-guardrail gate and the
+        # calls whose tool guardrails are asked.
+        self._screening = Screening(screens)
         self._deferred: dict[str, Call] = {}
         # Plan order (PROTOCOL §3, §4): what each waiting call's terms read, held writes.
         self._plan = PlanOrder(self._writers, self._waiters, self._seq_of, log.lookup)
@@ -170,6 +179,9 @@ class Scheduler:
             ParkCall: lambda event: _park(self, event),
             ReceiveCall: self._on_received,
             Decide: self._on_decision,
+            Screened: self._on_screened,
+            OpenGate: self._on_gate_opened,
+            CloseGate: self._on_gate_closed,
             OpenTick: self._on_tick_opened,
             CloseStream: self._on_stream_closed,
             ReportFault: self._on_fault,
@@ -476,11 +488,56 @@ class Scheduler:
                 call, self._written, self._request_by_tool, self._seq_of
             )
             self._actions.append(NoteReady(call.id, params, waits or ()))
-        if not call.preapproved and call.tool.needs_approval(params):
-            move(call, S.APPROVING, self._event)
+        self._past_checks(call)
+
+    # -- the path of a ready call (PROTOCOL §15): gate, tool guardrails, hook ------------
+
+    def _past_checks(self, call: Call) -> None:
+        screening = self._screening
+        if screening.holds(call):
+            move(call, S.APPROVING, self._event)  # ready, and something is asked first
+            screening.at_gate.append(call)
+            return
+        self._past_gate(call)
+
+    def _past_gate(self, call: Call) -> None:
+        if self._screening.screened(call):
+            if call.status != S.APPROVING:
+                move(call, S.APPROVING, self._event)
+            self._screening.checking.add(call.id)
+            self._emit(ScreenCall(self._pending(call)))
+            return
+        self._to_the_hook(call)
+
+    def _to_the_hook(self, call: Call) -> None:
+        if not call.preapproved and call.tool.needs_approval(call.params):
+            if call.status != S.APPROVING:
+                move(call, S.APPROVING, self._event)
             self._approvals.waiting.append(call)
         else:
             self._enqueue(call)
+
+    def _on_screened(self, event: Screened) -> None:
+        call = self._calls.get(event.call_id)
+        if call is None or event.call_id not in self._screening.checking:
+            status = self.status(event.call_id)
+            raise usage_error(event, f"{describe(event.call_id, status)} is not being screened")
+        self._screening.checking.discard(event.call_id)
+        if event.denial is not None:
+            self._settle(call, S.DENIED, {"type": "denied", "message": event.denial.reason})
+        else:
+            self._to_the_hook(call)
+
+    def _on_gate_opened(self, event: OpenGate) -> None:
+        screening = self._screening
+        screening.gate_closed = False
+        held, screening.at_gate = screening.at_gate, []
+        for call in held:
+            if call.status == S.APPROVING:
+                self._past_gate(call)
+
+    def _on_gate_closed(self, event: CloseGate) -> None:
+        self._screening.gate_closed = True
 
     def _pending(self, call: Call) -> PendingCall:
         return pending_call(call, self.run_id, self._written, self._waiters, self._seq_of)
@@ -664,6 +721,7 @@ class Scheduler:
             or self._run_queue.writers
             or self._run_queue.queued
             or self._approvals.busy
+            or self._screening.busy
             or self._awaited_fire_and_forget()
         ):
             return False
@@ -688,7 +746,7 @@ class Scheduler:
     def _end_tick_if_done(self) -> None:
         if not self._tick_active or self._stream_open:
             return
-        if self._approvals.busy or self._run_queue.queued:
+        if self._approvals.busy or self._screening.busy or self._run_queue.queued:
             return
         if self._run_queue.writers or (self._waiting and self._awaited_fire_and_forget()):
             return

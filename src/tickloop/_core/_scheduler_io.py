@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._budget import Budget, BudgetRequest
-from ._decisions import Decision, PendingCall
+from ._decisions import Decision, Deny, PendingCall
 
 __all__ = [
     "Action",
     "AnswerBudget",
     "AskApproval",
     "AskBudget",
+    "CloseGate",
     "CloseStream",
     "Decide",
     "Event",
@@ -39,10 +40,13 @@ __all__ = [
     "NoteReady",
     "NoteSettled",
     "NoteTickEnded",
+    "OpenGate",
     "OpenTick",
     "ParkCall",
     "ReceiveCall",
     "ReportFault",
+    "ScreenCall",
+    "Screened",
     "SpendBudget",
     "StartCall",
 ]
@@ -97,6 +101,30 @@ class Decide:
 
     call_id: str
     decision: Decision
+    date: str = ""
+
+
+@dataclass(slots=True)
+class Screened:
+    """The answer to a `ScreenCall` (PROTOCOL §15): `denial` is the tool guardrail's
+    `Deny`, or None when every tool guardrail passed the call."""
+
+    call_id: str
+    denial: Deny | None = None
+    date: str = ""
+
+
+@dataclass(slots=True)
+class OpenGate:
+    """Every input guardrail passed (PROTOCOL §15): calls held at the gate go on."""
+
+    date: str = ""
+
+
+@dataclass(slots=True)
+class CloseGate:
+    """Input guardrails are pending: ready calls of tools that are not `read_only` wait."""
+
     date: str = ""
 
 
@@ -158,6 +186,9 @@ Event = (
     | Flush
     | AnswerBudget
     | SpendBudget
+    | Screened
+    | OpenGate
+    | CloseGate
 )
 
 
@@ -189,6 +220,13 @@ class NoteReady:
 @dataclass(slots=True)
 class AskApproval:
     """Ask the approval hook about this call; answer with `Decide`."""
+
+    pending: PendingCall
+
+
+@dataclass(slots=True)
+class ScreenCall:
+    """Ask the tool guardrails about this ready call; answer with `Screened`."""
 
     pending: PendingCall
 
@@ -250,6 +288,7 @@ Action = (
     | NoteAccepted
     | NoteReady
     | AskApproval
+    | ScreenCall
     | NoteDecided
     | StartCall
     | NoteMessage

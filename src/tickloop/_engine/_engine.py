@@ -23,15 +23,17 @@ import trio
 
 from .._core._budget import BudgetRequest, Ledger
 from .._core._budget_gate import RecordedRoom
-from .._core._decisions import ApproveHook, PendingCall
+from .._core._decisions import ApproveHook, Deny, PendingCall
 from .._core._driver import Journal, SchedulerDriver, check_configuration
 from .._core._guardrails import (
     Guardrail,
     GuardrailContext,
+    InputGuardrail,
     Pass,
     Reject,
     ReplaceResult,
     ResultGuardrail,
+    ToolGuardrail,
     Trip,
     guardrail_name,
     verdict_to_dict,
@@ -154,6 +156,7 @@ class Engine(SchedulerDriver):
         # The result guardrails of this run's calls (PROTOCOL §15: a child's are the
         # root's and its own, in that order); other kinds are the loop's.
         self._result_guardrails = tuple(g for g in guardrails if isinstance(g, ResultGuardrail))
+        self._tool_guardrails = tuple(g for g in guardrails if isinstance(g, ToolGuardrail))
         # Told every verdict (call id or None, guardrail, kind, verdict as JSON): events.
         self._on_verdict = on_verdict
         # The trip that stopped the run (PROTOCOL §15), raised when the session ends.
@@ -181,6 +184,7 @@ class Engine(SchedulerDriver):
             schedule=schedule,
             measured=self._durations,
             recorded=recorded_room,  # a replayed run's budget decisions, with `answer`
+            screens=self._screens if self._tool_guardrails else None,
         )
         self._nursery: trio.Nursery | None = None
         self._clock: trio.abc.Clock | None = None  # the run's, read twice per call
@@ -261,6 +265,74 @@ class Engine(SchedulerDriver):
 
     def _request_approval(self, pending: PendingCall) -> None:
         self._spawn(self._ask, pending)
+
+    def check_input(self, guardrails: tuple[InputGuardrail, ...], value: Any) -> trio.Event:
+        """Ask the input guardrails about the run's input, concurrently (PROTOCOL §15).
+
+        The gate closes now and opens when every one has passed; the event returned is set
+        when the blocking ones have, which the first request waits for. One that raises
+        trips (fail closed); a trip stops the run.
+        """
+        self.close_gate()
+        blocking_passed = trio.Event()
+        left = [len(guardrails), sum(1 for g in guardrails if g.blocking)]
+        if not left[1]:
+            blocking_passed.set()
+
+        async def one(guardrail: InputGuardrail) -> None:
+            name = guardrail_name(guardrail)
+            verdict = await check(
+                guardrail.fn, (value, self.guardrail_context()), (Pass, Trip), Trip
+            )
+            self._tell_verdict(None, name, "input", verdict)
+            if isinstance(verdict, Trip):
+                self.trip(name, verdict)
+                return
+            left[0] -= 1
+            if guardrail.blocking:
+                left[1] -= 1
+                if not left[1]:
+                    blocking_passed.set()
+            if not left[0]:
+                self.open_gate()
+
+        for guardrail in guardrails:
+            self._spawn(one, guardrail)
+        return blocking_passed
+
+    def _screens(self, tool: str) -> bool:
+        return any(guardrail.applies_to(tool) for guardrail in self._tool_guardrails)
+
+    def _request_screen(self, pending: PendingCall) -> None:
+        self._spawn(self._screen, pending)
+
+    def screen_again(self, pending: PendingCall) -> None:
+        """Ask the tool guardrails again about a call a crash left unanswered."""
+        self._spawn(self._screen, pending)
+
+    async def _screen(self, pending: PendingCall) -> None:
+        """A ready call through its tool guardrails, in order (PROTOCOL §15); calls are
+        screened concurrently. The verdict is journaled (`Screened`) before it is acted on."""
+        if self._journal is not None:
+            self._journal.commit(pending.id)  # stored before a guardrail is asked
+        for guardrail in self._tool_guardrails:
+            if not guardrail.applies_to(pending.tool):
+                continue
+            name = guardrail_name(guardrail)
+            verdict = await check(
+                guardrail.fn,
+                (pending, self.guardrail_context()),
+                (Pass, Deny, Trip),
+                Deny,  # a tool guardrail that raises denies the call (fail closed)
+            )
+            self._tell_verdict(pending.id, name, "tool", verdict)
+            if isinstance(verdict, Trip):
+                self.trip(name, verdict)
+                return
+            if isinstance(verdict, Deny):
+                self.screened(pending.id, Deny(f"{name}: {verdict.reason}"))
+                return
+        self.screened(pending.id, None)
 
     def keep_time(self, clock: RunClock | None) -> None:
         """The run's wall_time clock, or None for a run without that limit."""
