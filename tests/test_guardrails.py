@@ -229,3 +229,220 @@ def test_an_input_guardrail_that_raises_trips() -> None:
     with pytest.raises(tl.GuardrailTripped) as caught:
         _run_on_mock_clock(agent)
     assert "policy service down" in caught.value.reason
+
+
+# -- tool and output guardrails, on every protocol and in a tree ------------------------------
+
+paid: list[int] = []
+
+
+@tl.tool
+def pay(cents: int) -> str:
+    paid.append(cents)
+    return f"paid {cents}"
+
+
+def spend_policy(call: tl.PendingCall, ctx: tl.GuardrailContext) -> Any:
+    if call.params["cents"] > 1000:
+        return tl.Deny("over the 1000 cent limit")
+    return tl.Pass()
+
+
+def _denied(record: Any) -> bool:
+    return bool(
+        record.status == "denied"
+        and record.error["message"] == "spend_policy: over the 1000 cent limit"
+    )
+
+
+def test_a_tool_guardrail_denies_a_call_of_the_plan_protocol_with_resolved_params() -> None:
+    paid.clear()
+    plan = [
+        {"_tool": "fetch", "url": "x", "_outputPath": "†state.page"},
+        {"_tool": "pay", "cents": 5000, "_outputPath": "†state.big"},
+        {"_tool": "pay", "cents": 10, "_outputPath": "†state.small"},
+    ]
+    model = tl.ScriptedModel([{"calls": plan}, {"calls": [], "output": "done"}])
+    agent = tl.Agent(
+        model, tools=[fetch, pay], guardrails=[tl.ToolGuardrail(spend_policy, tools=["pay"])]
+    )
+    result = agent.run({"task": "pay"})
+    assert paid == [10]
+    assert _denied(result.records["c1.1"])
+    assert result.records["c1.0"].guardrails == []  # fetch is not screened
+    assert result.records["c1.2"].guardrails == [
+        {"guardrail": "spend_policy", "kind": "tool", "verdict": "pass"}
+    ]
+    assert "over the 1000 cent limit" in json.dumps(model.requests[1]["messages"])  # fed back
+
+
+def test_a_tool_guardrail_comes_before_the_approval_hook() -> None:
+    asked: list[str] = []
+
+    @tl.tool(requires_approval=True)
+    def refund(cents: int) -> str:
+        return f"refunded {cents}"
+
+    def hook(call: tl.PendingCall) -> tl.Decision:
+        asked.append(call.id)
+        return tl.Approve()
+
+    def policy(call: tl.PendingCall, ctx: tl.GuardrailContext) -> Any:
+        return tl.Deny("no") if call.params["cents"] > 100 else tl.Pass()
+
+    plan = [
+        {"_tool": "refund", "cents": 500, "_outputPath": "†state.a"},
+        {"_tool": "refund", "cents": 5, "_outputPath": "†state.b"},
+    ]
+    model = tl.ScriptedModel([{"calls": plan}, {"calls": [], "output": "done"}])
+    agent = tl.Agent(model, tools=[refund], approve=hook, guardrails=[tl.ToolGuardrail(policy)])
+    result = agent.run({"task": "refund"})
+    assert asked == ["c1.1"]  # the denied call never reached a person
+    assert result.records["c1.0"].status == "denied"
+    assert result.state["b"] == "refunded 5"
+
+
+def test_a_tool_guardrail_on_the_tools_protocol() -> None:
+    paid.clear()
+    model = tl.ScriptedModel(
+        [
+            {
+                "tool_calls": [
+                    {"function": {"name": "pay", "arguments": {"cents": 2000}}},
+                    {"function": {"name": "pay", "arguments": {"cents": 20}}},
+                ]
+            },
+            "done",
+        ]
+    )
+    agent = tl.Agent(
+        model, tools=[pay], protocol="tools", guardrails=[tl.ToolGuardrail(spend_policy)]
+    )
+    result = agent.run({"task": "pay"})
+    assert paid == [20]
+    assert _denied(result.records["c1.0"])
+    assert "over the 1000 cent limit" in json.dumps(model.requests[1]["messages"])
+
+
+def test_a_tool_guardrail_on_a_code_plan() -> None:
+    paid.clear()
+    first = "```python\nsmall = pay(cents=30)\nbig = pay(cents=3000)\nfinal_answer(small)\n```\n"
+    second = '```python\nfinal_answer("paid what was allowed")\n```\n'
+    model = tl.ScriptedModel([first, second])
+    agent = tl.Agent(
+        model, tools=[pay], protocol="code", guardrails=[tl.ToolGuardrail(spend_policy)]
+    )
+    result = agent.run({"task": "pay"})
+    assert paid == [30]
+    denied = [r for r in result.records.values() if r.status == "denied"]
+    assert len(denied) == 1 and _denied(denied[0])
+    assert "over the 1000 cent limit" in json.dumps(model.requests[1]["messages"])
+
+
+def test_a_tool_guardrail_that_raises_denies_that_call_only() -> None:
+    paid.clear()
+
+    def broken(call: tl.PendingCall, ctx: tl.GuardrailContext) -> Any:
+        raise ValueError("bad policy file")
+
+    plan = [{"_tool": "pay", "cents": 1, "_outputPath": "†state.a"}]
+    model = tl.ScriptedModel([{"calls": plan}, {"calls": [], "output": "done"}])
+    agent = tl.Agent(model, tools=[pay], guardrails=[tl.ToolGuardrail(broken)])
+    result = agent.run({"task": "pay"})
+    assert paid == []
+    record = result.records["c1.0"]
+    assert record.status == "denied"
+    assert "broken raised ValueError" in record.error["message"]
+    assert result.output == "done"
+
+
+def test_a_tool_guardrail_trip_stops_the_run_before_the_call() -> None:
+    paid.clear()
+
+    def stop(call: tl.PendingCall, ctx: tl.GuardrailContext) -> Any:
+        return tl.Trip("fraud")
+
+    plan = [{"_tool": "pay", "cents": 1, "_outputPath": "†state.a"}]
+    model = tl.ScriptedModel([{"calls": plan}, {"calls": [], "output": "done"}])
+    agent = tl.Agent(model, tools=[pay], guardrails=[tl.ToolGuardrail(stop)])
+    with pytest.raises(tl.GuardrailTripped, match="fraud"):
+        agent.run({"task": "pay"})
+    assert paid == []
+
+
+@pytest.mark.parametrize("protocol", ["solution", "tools", "code"])
+def test_an_output_guardrail_rejects_an_output_and_the_loop_goes_on(protocol: str) -> None:
+    seen: list[Any] = []
+
+    def on_brand(output: Any, ctx: tl.GuardrailContext) -> Any:
+        seen.append(output)
+        return tl.Reject("say it politely") if "rude" in str(output) else tl.Pass()
+
+    script: dict[str, list[Any]] = {
+        "solution": [{"calls": [], "output": "rude"}, {"calls": [], "output": "kind"}],
+        "tools": ["rude", "kind"],
+        "code": [
+            '```python\nfinal_answer("rude")\n```\n',
+            '```python\nfinal_answer("kind")\n```\n',
+        ],
+    }
+    model = tl.ScriptedModel(script[protocol])
+    agent = tl.Agent(model, protocol=protocol, guardrails=[tl.OutputGuardrail(on_brand)])  # type: ignore[arg-type]
+    result = agent.run({"task": "greet"})
+    assert result.output == "kind"
+    assert seen == ["rude", "kind"]
+    if protocol != "code":  # a code plan's prompt does not show it yet (docs/guardrails.md)
+        assert "on_brand: say it politely" in json.dumps(model.requests[1]["messages"])
+
+
+def test_an_output_guardrail_trip_stops_the_run_with_its_log() -> None:
+    def leak(output: Any, ctx: tl.GuardrailContext) -> Any:
+        return tl.Trip("leaks a key", info=output)
+
+    model = tl.ScriptedModel([{"calls": [], "output": "sk-1"}])
+    agent = tl.Agent(model, guardrails=[tl.OutputGuardrail(leak)])
+    with pytest.raises(tl.GuardrailTripped) as caught:
+        agent.run({"task": "greet"})
+    assert caught.value.info == "sk-1"
+    assert caught.value.messages  # the log, for audit
+
+
+def test_a_sub_agents_calls_pass_the_roots_guardrails_and_its_own() -> None:
+    paid.clear()
+    order: list[str] = []
+
+    def root_policy(call: tl.PendingCall, ctx: tl.GuardrailContext) -> Any:
+        order.append(f"root:{call.params['cents']}")
+        return tl.Deny("root says no") if call.params["cents"] > 1000 else tl.Pass()
+
+    def child_policy(call: tl.PendingCall, ctx: tl.GuardrailContext) -> Any:
+        order.append(f"child:{call.params['cents']}")
+        return tl.Deny("child says no") if call.params["cents"] > 100 else tl.Pass()
+
+    child_plan = [
+        {"_tool": "pay", "cents": 5000, "_outputPath": "†state.a"},
+        {"_tool": "pay", "cents": 500, "_outputPath": "†state.b"},
+        {"_tool": "pay", "cents": 50, "_outputPath": "†state.c"},
+    ]
+    child = tl.Agent(
+        tl.ScriptedModel([{"calls": child_plan}, {"calls": [], "output": "child done"}]),
+        tools=[pay],
+        name="payer",
+        guardrails=[tl.ToolGuardrail(child_policy)],
+    )
+    root = tl.Agent(
+        tl.ScriptedModel(
+            [
+                {"calls": [{"_tool": "payer", "task": "pay", "_outputPath": "†state.r"}]},
+                {"calls": [], "output": "done"},
+            ]
+        ),
+        tools=[child],
+        guardrails=[tl.ToolGuardrail(root_policy, tools=["pay"])],
+    )
+    result = root.run({"task": "delegate"})
+    assert result.output == "done"
+    assert paid == [50]
+    assert sorted(order) == sorted(["root:5000", "root:500", "child:500", "root:50", "child:50"])
+    statuses = {r.params.get("cents"): r.status for r in result.records.values() if r.tool == "pay"}
+    assert statuses == {5000: "denied", 500: "denied", 50: "done"}

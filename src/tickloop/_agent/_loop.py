@@ -23,7 +23,16 @@ from typing_extensions import TypeVar
 from .._core._budget import Budget, BudgetRequest, Ledger, Price, RunUsage
 from .._core._budget_gate import RecordedRoom
 from .._core._decisions import ApproveHook, PendingCall
-from .._core._guardrails import Guardrail, InputGuardrail
+from .._core._guardrails import (
+    Guardrail,
+    InputGuardrail,
+    OutputGuardrail,
+    Pass,
+    Reject,
+    Trip,
+    guardrail_name,
+    verdict_to_dict,
+)
 from .._core._log import ContextLog
 from .._core._paths import RunPath
 from .._core._scheduler import CallRecord
@@ -31,6 +40,7 @@ from .._core._tools import ToolSet
 from .._durable._resume import DurableRun
 from .._durable._store import SQLiteStore
 from .._engine._engine import Engine, Outcome
+from .._engine._guarding import check
 from .._engine._run import ExecutionResult
 from .._errors import (
     BudgetExceeded,
@@ -386,6 +396,8 @@ class OuterLoop:
                     self.log.messages,
                 )
             done, output = await self._iterate(iteration)
+            if done and not self.paused and self._output_guardrails:
+                done, output = await self._guard_output(output)
         return output
 
     async def _guard_input(self) -> None:
@@ -397,6 +409,34 @@ class OuterLoop:
             return
         passed = self.engine.check_input(guardrails, self.log.view("input"))
         await passed.wait()
+
+    @property
+    def _output_guardrails(self) -> tuple[OutputGuardrail, ...]:
+        """Asked about a final output; none in a replayed run (its record decided)."""
+        if self.config.answer is not None:
+            return ()
+        return tuple(g for g in self.config.guardrails if isinstance(g, OutputGuardrail))
+
+    async def _guard_output(self, output: Any) -> tuple[bool, Any]:
+        """The final output through the output guardrails, in order (PROTOCOL §15): a
+        rejection is a structural error fed back (the loop goes on), a trip stops the run,
+        and one that raises trips (fail closed)."""
+        for guardrail in self._output_guardrails:
+            name = guardrail_name(guardrail)
+            context = self.engine.guardrail_context()
+            verdict = await check(guardrail.fn, (output, context), (Pass, Reject, Trip), Trip)
+            self._on_verdict(None, name, "output", verdict_to_dict(verdict))
+            if isinstance(verdict, Trip):
+                raise GuardrailTripped(name, verdict.reason, verdict.info)
+            if isinstance(verdict, Reject):
+                self._reject_output(f"{name}: {verdict.reason}", output)
+                return False, None
+        return True, output
+
+    def _reject_output(self, feedback: str, output: Any) -> None:
+        """Feed back an output a guardrail rejected, as a structural error (§15)."""
+        self.engine.report(structural(feedback), {"output": output})
+        self.engine.flush_errors()
 
     def _before_session(self) -> None:
         """Checks a loop makes before anything runs (none by default)."""

@@ -16,6 +16,7 @@ from typing import Any
 import trio
 
 from .._core._budget import Budget
+from .._core._guardrails import ResultGuardrail, ToolGuardrail
 from .._core._log import ContextLog
 from .._core._paths import RunPath
 from .._core._tools import missing_bindings
@@ -191,6 +192,9 @@ class RunSession:
         tree = TreeServices(
             run_id=self.run_id,
             approve=config.approve,
+            guardrails=tuple(
+                g for g in config.guardrails if isinstance(g, ToolGuardrail | ResultGuardrail)
+            ),
             listeners=self.sink.listeners,
             redact=config.redact,
             max_depth=config.max_depth,

@@ -234,6 +234,7 @@ def _child_config(config: AgentConfig, place: RunPlace) -> AgentConfig:
         parent_ledger=tree.state.ledgers.get(place.path.parent),
         on_budget=tree.on_budget,
         approve=approve,
+        guardrails=tree.guardrails + config.guardrails,  # the root's, then its own (§15)
         store=None,
         on_event=None,
         tracer=None,

@@ -26,6 +26,7 @@ import trio
 from .._core._budget import Ledger
 from .._core._budget_gate import RecordedRoom
 from .._core._decisions import ApproveHook, Decision, PendingCall
+from .._core._guardrails import Guardrail
 from .._core._paths import RunPath, untag_kind
 from .._core._scheduler import CallRecord
 from .._core._tools import RawTool, Tool
@@ -152,6 +153,9 @@ class TreeServices:
     replaying: ReplayingTree | None = None
     # The root's budget hook: it answers for every run of the tree (PROTOCOL §12).
     on_budget: BudgetHook | None = None
+    # The root's guardrails of calls (tool and result, PROTOCOL §15): every child's calls
+    # pass them before the child's own.
+    guardrails: tuple[Guardrail, ...] = ()
     state: TreeState = field(default_factory=TreeState)
     # The journal's entries grouped by the child run that wrote them (made from
     # `journal` once, when the tree is made).
