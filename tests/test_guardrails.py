@@ -4,7 +4,12 @@ and before anything sees a tool's result."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -446,3 +451,142 @@ def test_a_sub_agents_calls_pass_the_roots_guardrails_and_its_own() -> None:
     assert sorted(order) == sorted(["root:5000", "root:500", "child:500", "root:50", "child:50"])
     statuses = {r.params.get("cents"): r.status for r in result.records.values() if r.tool == "pay"}
     assert statuses == {5000: "denied", 500: "denied", 50: "done"}
+
+
+# -- durability: a SIGKILL then resume asks no verdict twice; replay asks none ------------------
+
+CHILD = r'''
+"""An agent with tool and result guardrails, killed while one call still runs."""
+import os
+import sys
+
+import trio
+
+import tickloop as tl
+
+
+def count(name):
+    fd = os.open(os.path.join(os.environ["GUARD_DIR"], "counts"),
+                 os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, (name + "\n").encode())
+    os.close(fd)
+
+
+@tl.tool
+async def pay(cents: int) -> str:
+    count(f"pay:{cents}")
+    return f"paid {cents}"
+
+
+@tl.tool(idempotent=True)
+async def slow(n: int) -> int:
+    count(f"slow:{n}")
+    if os.environ.get("SLOW") == "forever":
+        await trio.sleep_forever()
+    return n
+
+
+def policy(call, ctx):
+    count(f"tool:{call.id}")
+    return tl.Deny("too much") if call.params.get("cents", 0) > 100 else tl.Pass()
+
+
+def screen(call, result, ctx):
+    count(f"result:{call.id}")
+    if isinstance(result, str):
+        return tl.ReplaceResult(f"screened {result}")
+    return tl.Pass()
+
+
+PLAN = [
+    {"_tool": "pay", "cents": 10, "_outputPath": "†state.a"},
+    {"_tool": "pay", "cents": 500, "_outputPath": "†state.big"},
+    {"_tool": "slow", "n": 1, "_outputPath": "†state.b"},
+]
+
+
+def make_agent(store):
+    model = tl.ScriptedModel([{"calls": PLAN}, {"calls": [], "output": "ok"}])
+    return tl.Agent(model, tools=[pay, slow], store=store, guardrails=[
+        tl.ToolGuardrail(policy), tl.ResultGuardrail(screen),
+    ])
+
+
+if __name__ == "__main__":
+    make_agent(sys.argv[1]).run({}, run_id="guarded")
+'''
+
+
+def _counts(tmp_path: Path) -> dict[str, int]:
+    lines = (tmp_path / "counts").read_text().split()
+    return {name: lines.count(name) for name in lines}
+
+
+def _crash_mid_call(tmp_path: Path) -> Path:
+    (tmp_path / "guardchild.py").write_text(CHILD, encoding="utf-8")
+    db = tmp_path / "runs.db"
+    env = {**os.environ, "GUARD_DIR": str(tmp_path), "SLOW": "forever"}
+    child = subprocess.Popen(
+        [sys.executable, str(tmp_path / "guardchild.py"), str(db)], env=env, cwd=tmp_path
+    )
+    wanted = {"c1.0": "done", "c1.1": "denied", "c1.2": "running"}
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            statuses: dict[str, str] = {}
+            if db.exists():
+                try:
+                    statuses = {c.id: c.status for c in tl.SQLiteStore(db).calls("guarded")}
+                except tl.ResumeError:
+                    pass
+            if statuses == wanted:
+                break
+            assert child.poll() is None, "the child exited early"
+            time.sleep(0.02)
+        else:
+            raise AssertionError(f"the child never got mid-call: {statuses}")
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+    return db
+
+
+def test_a_sigkill_then_resume_asks_no_guardrail_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = _crash_mid_call(tmp_path)
+    assert _counts(tmp_path) == {
+        "tool:c1.0": 1,
+        "tool:c1.1": 1,
+        "tool:c1.2": 1,
+        "pay:10": 1,
+        "result:c1.0": 1,
+        "slow:1": 1,
+    }
+    monkeypatch.setenv("GUARD_DIR", str(tmp_path))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import guardchild  # type: ignore[import-not-found]
+
+    result = guardchild.make_agent(db).resume("guarded")
+    assert result.output == "ok"
+    assert result.state == {"a": "screened paid 10", "b": 1}
+    assert result.records["c1.1"].status == "denied"
+    # The restarted call ran again and its result was screened once; nothing else was asked.
+    assert _counts(tmp_path) == {
+        "tool:c1.0": 1,
+        "tool:c1.1": 1,
+        "tool:c1.2": 1,
+        "pay:10": 1,
+        "result:c1.0": 1,
+        "slow:1": 2,
+        "result:c1.2": 1,
+    }
+
+    # A replay of the finished run reproduces it and asks no guardrail at all.
+    before = _counts(tmp_path)
+    replayed = guardchild.make_agent(None).replay("guarded", store=db)
+    assert replayed.state == result.state
+    assert replayed.records["c1.1"].status == "denied"
+    assert _counts(tmp_path) == before

@@ -334,6 +334,7 @@ class Agent(MakesTool, Generic[OutputT]):
             approve=replaying.decide,
             answer=replaying.answer_under(RunPath.ROOT),
             recorded_room=replaying.room_under(RunPath.ROOT),
+            recorded_screens=replaying.screens_under(RunPath.ROOT),
             replaying=replaying,
         )
 
@@ -453,6 +454,7 @@ class Agent(MakesTool, Generic[OutputT]):
                 approve=replaying.decide,
                 answer=replaying.answer_under(RunPath.ROOT),
                 recorded_room=replaying.room_under(RunPath.ROOT),
+                recorded_screens=replaying.screens_under(RunPath.ROOT),
                 budget=replaying.budget(),
                 replaying=replaying,
                 store=store,

@@ -22,7 +22,7 @@ from typing_extensions import TypeVar
 
 from .._core._budget import Budget, BudgetRequest, Ledger, Price, RunUsage
 from .._core._budget_gate import RecordedRoom
-from .._core._decisions import ApproveHook, PendingCall
+from .._core._decisions import ApproveHook, Deny, PendingCall
 from .._core._guardrails import (
     Guardrail,
     InputGuardrail,
@@ -217,6 +217,8 @@ class AgentConfig:
     single_program: bool = False
     # Guardrails (PROTOCOL §15): the agent's, in order; a child run's start with its root's.
     guardrails: tuple[Guardrail, ...] = ()
+    # A replayed or forked run's recorded tool-guardrail verdicts, by call id (None: ask).
+    recorded_screens: Callable[[str], Pass | Deny | None] | None = None
 
 
 class LoopProtocol(ABC):
@@ -319,6 +321,7 @@ class OuterLoop:
             ),
             guardrails=config.guardrails,
             on_verdict=self._on_verdict,
+            recorded_screens=config.recorded_screens,
         )
         return engine
 

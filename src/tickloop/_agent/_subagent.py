@@ -226,6 +226,7 @@ def _child_config(config: AgentConfig, place: RunPlace) -> AgentConfig:
             model=tree.replaying.model_for(place.path, config.model, config.protocol.name),
             answer=tree.replaying.answer_under(place.path),
             recorded_room=tree.replaying.room_under(place.path),
+            recorded_screens=tree.replaying.screens_under(place.path),
         )
     return dataclasses.replace(
         config,

@@ -25,8 +25,8 @@ import trio
 
 from .._core._budget import Ledger
 from .._core._budget_gate import RecordedRoom
-from .._core._decisions import ApproveHook, Decision, PendingCall
-from .._core._guardrails import Guardrail
+from .._core._decisions import ApproveHook, Decision, Deny, PendingCall
+from .._core._guardrails import Guardrail, Pass
 from .._core._paths import RunPath, untag_kind
 from .._core._scheduler import CallRecord
 from .._core._tools import RawTool, Tool
@@ -98,6 +98,9 @@ class ReplayingTree(Protocol):
 
     def recorded_decision(self, call_id: str) -> Decision | None:
         """The decision the record holds for a call it reuses (full id), if any."""
+
+    def screens_under(self, path: RunPath) -> Callable[[str], Pass | Deny | None]:
+        """The tool guardrails' recorded verdict of each reused call of the run at `path`."""
 
 
 class TreeState:

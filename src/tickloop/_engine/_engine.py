@@ -152,7 +152,10 @@ class Engine(SchedulerDriver):
         budget_questions: trio.Lock | None = None,
         guardrails: tuple[Guardrail, ...] = (),
         on_verdict: Callable[[str | None, str, str, dict[str, Any]], None] | None = None,
+        recorded_screens: Callable[[str], Pass | Deny | None] | None = None,
     ) -> None:
+        # A replayed or forked run's recorded tool-guardrail verdicts: reused, not asked.
+        self._recorded_screens = recorded_screens
         # The result guardrails of this run's calls (PROTOCOL §15: a child's are the
         # root's and its own, in that order); other kinds are the loop's.
         self._result_guardrails = tuple(g for g in guardrails if isinstance(g, ResultGuardrail))
@@ -313,6 +316,10 @@ class Engine(SchedulerDriver):
     async def _screen(self, pending: PendingCall) -> None:
         """A ready call through its tool guardrails, in order (PROTOCOL §15); calls are
         screened concurrently. The verdict is journaled (`Screened`) before it is acted on."""
+        recorded = self._recorded_screens(pending.id) if self._recorded_screens else None
+        if recorded is not None:
+            self.screened(pending.id, recorded if isinstance(recorded, Deny) else None)
+            return
         if self._journal is not None:
             self._journal.commit(pending.id)  # stored before a guardrail is asked
         for guardrail in self._tool_guardrails:
