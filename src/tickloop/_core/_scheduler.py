@@ -488,7 +488,14 @@ class Scheduler:
                 call, self._written, self._request_by_tool, self._seq_of
             )
             self._actions.append(NoteReady(call.id, params, waits or ()))
-        self._past_checks(call)
+        screening = self._screening
+        if screening.gate_closed or screening.screens is not None:
+            self._past_checks(call)  # a run with guardrails (PROTOCOL §15)
+        elif not call.preapproved and call.tool.needs_approval(params):
+            move(call, S.APPROVING, self._event)
+            self._approvals.waiting.append(call)
+        else:
+            self._enqueue(call)  # most calls: no guardrail, no approval
 
     # -- the path of a ready call (PROTOCOL §15): gate, tool guardrails, hook ------------
 
