@@ -42,6 +42,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="do not run bench_perf.py (issue 15's per-call ratios)")
     p.add_argument("--skip-schedule", action="store_true",
                    help="do not run bench_schedule.py (issue 33's order of starts)")
+    p.add_argument("--skip-code", action="store_true",
+                   help="do not run bench_code.py (issue 40's code plans beside the peers)")
     p.add_argument("--skip-charts", action="store_true")
     p.add_argument("--no-docs", action="store_true",
                    help="print the markdown instead of writing docs/benchmarks.md")
@@ -124,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         grid=not args.skip_grid,
         perf=not args.skip_perf,
         schedule=not args.skip_schedule,
+        code=not args.skip_code,
     )
     if args.from_json:
         results = json.loads(args.from_json.read_text())

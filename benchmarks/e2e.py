@@ -64,6 +64,7 @@ class Settings:
     grid: bool = True
     perf: bool = True  # bench_perf.py: issue 15's ratios
     schedule: bool = True  # bench_schedule.py: issue 33's order of starts under limits
+    code: bool = True  # bench_code.py: issue 40's code plans beside the peers' code modes
 
     def as_dict(self) -> dict[str, Any]:
         """What the report needs to say how the figures were made."""
@@ -305,39 +306,39 @@ def run_perf_bench() -> list[dict[str, Any]]:
     program's heap, not tickloop's per-call work; docs/benchmarks.md records both."""
     from . import bench_import
 
-    with tempfile.TemporaryDirectory() as folder:
-        rows_file = Path(folder) / "perf.json"
-        done = subprocess.run(
-            [sys.executable, "-m", "benchmarks.bench_perf", "--json", str(rows_file)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=3600,
-        )
-        if not rows_file.exists():
-            raise RuntimeError(f"bench_perf failed (exit {done.returncode}): {done.stderr[-2000:]}")
-        rows: list[dict[str, Any]] = json.loads(rows_file.read_text())
+    rows: list[dict[str, Any]] = _json_from_process("bench_perf", "--json")
     return rows + [dict(row.__dict__) for row in bench_import.measure()]
 
 
 def run_schedule_bench() -> dict[str, Any]:
     """Issue 33's figures (benchmarks/bench_schedule.py), in a process of its own as
     bench_perf is: its cost part is CPU time per call."""
+    rows: dict[str, Any] = _json_from_process("bench_schedule", "--json")
+    return rows
+
+
+def run_code_bench() -> dict[str, Any]:
+    """Issue 40's figures (benchmarks/bench_code.py), in a process of its own: the peers'
+    sandboxes start there, not in this heap."""
+    rows: dict[str, Any] = _json_from_process("bench_code", "--json-file")
+    return rows
+
+
+def _json_from_process(module: str, flag: str) -> Any:
+    """Run `python -m benchmarks.<module> <flag> FILE` in a fresh process and read the
+    JSON it wrote to FILE."""
     with tempfile.TemporaryDirectory() as folder:
-        rows_file = Path(folder) / "schedule.json"
+        rows_file = Path(folder) / f"{module}.json"
         done = subprocess.run(
-            [sys.executable, "-m", "benchmarks.bench_schedule", "--json", str(rows_file)],
+            [sys.executable, "-m", f"benchmarks.{module}", flag, str(rows_file)],
             cwd=ROOT,
             capture_output=True,
             text=True,
             timeout=3600,
         )
         if not rows_file.exists():
-            raise RuntimeError(
-                f"bench_schedule failed (exit {done.returncode}): {done.stderr[-2000:]}"
-            )
-        rows: dict[str, Any] = json.loads(rows_file.read_text())
-    return rows
+            raise RuntimeError(f"{module} failed (exit {done.returncode}): {done.stderr[-2000:]}")
+        return json.loads(rows_file.read_text())
 
 
 def _timed(label: str, fn: Callable[[], Any]) -> tuple[Any, float]:
@@ -383,5 +384,9 @@ def run_all(settings: Settings) -> dict[str, Any]:
     if settings.schedule:
         results["schedule"], results["timings"]["schedule"] = _timed(
             "order of starts under limits", run_schedule_bench
+        )
+    if settings.code:
+        results["code"], results["timings"]["code"] = _timed(
+            "code plans beside the peers' code modes", run_code_bench
         )
     return results

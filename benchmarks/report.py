@@ -518,6 +518,19 @@ def render(results: dict[str, Any], charts: list[str]) -> str:
         parts.append("\nScheduler CPU per call under a binding limit:\n")
         parts.append(cost_table(schedule["cost"]))
 
+    # -- code plans beside the peers' code modes (issue 40) ------------------------------------
+    if results.get("code"):
+        from .bench_code import render as render_code
+
+        parts.append("\n### Code plans beside the peers' code modes (issue 40), same run\n")
+        parts.append(
+            "`python -m benchmarks.bench_code` (run here by `python -m benchmarks` in a "
+            "process of its own): the same programs over the same read-only tools, each "
+            "framework driven by its own scripted model, on the real clock; makespan over "
+            "the critical path, best of the repeats.\n"
+        )
+        parts.append(render_code(results["code"]) + "\n")
+
     # -- charts --------------------------------------------------------------------------
     if charts:
         parts.append("\n### Charts\n")

@@ -109,6 +109,7 @@ def test_tool_signature_and_defaults() -> None:
         ("idempotent", K, False),
         ("expected_duration", K, None),
         ("read_only", K, False),
+        ("defer_loading", K, False),
     ]
     assert isinstance(add, tl.Tool) and isinstance(charge, tl.Tool)
 

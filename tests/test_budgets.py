@@ -1047,3 +1047,69 @@ def test_time_a_person_takes_while_calls_run_still_counts() -> None:
         assert late[0]["call"]["n"] == 2 and "wall_time" in late[0]["error"]["message"]
 
     virtual(main)
+
+
+def test_a_run_continued_after_a_budget_error_counts_what_the_first_used() -> None:
+    """PROTOCOL §12: a run continued from a budget error's log goes on from what is left;
+    its usage is the whole conversation's (issue 44)."""
+    agent = tl.Agent(
+        tl.ScriptedModel([PLAN, PLAN, PLAN, DONE]),
+        tools=TOOLS,
+        output={"type": "string"},
+        budget=tl.Budget(requests=2),
+    )
+    with pytest.raises(tl.BudgetExceeded) as caught:
+        agent.run("go")
+    first = caught.value
+    more = tl.Agent(
+        tl.ScriptedModel([PLAN, PLAN, PLAN, DONE]),
+        tools=TOOLS,
+        output={"type": "string"},
+        budget=tl.Budget(requests=3),  # room for one more request in all, not three
+    )
+    with pytest.raises(tl.BudgetExceeded) as again:
+        more.run(messages=first.messages, usage=first.usage)
+    second = again.value
+    assert second.usage.requests == 3 and second.usage.tool_calls == 3
+    # Continued once more with room: the usage adds up over all three runs.
+    last = tl.Agent(
+        tl.ScriptedModel([PLAN, PLAN, PLAN, DONE]),
+        tools=TOOLS,
+        output={"type": "string"},
+        budget=tl.Budget(requests=4),
+    ).run(messages=second.messages, usage=second.usage)
+    assert last.output == "done"
+    assert last.usage.requests == 4 and last.usage.per_tool == {"fetch": 3}
+
+
+def test_usage_without_messages_or_of_the_wrong_type_is_refused_before_anything_runs() -> None:
+    model = tl.ScriptedModel([DONE])
+    agent = tl.Agent(model, tools=TOOLS, output={"type": "string"})
+    with pytest.raises(tl.ConfigurationError, match="messages="):
+        agent.run("go", usage=tl.RunUsage(requests=1))
+    with pytest.raises(tl.ConfigurationError, match=r"tl\.RunUsage"):
+        log = [{"type": "data", "kind": "input", "data": {}}]
+        agent.run(messages=log, usage={"requests": 1})  # type: ignore[arg-type]
+    assert model.requests == []
+
+
+def test_a_continued_stored_run_counts_what_it_carried_once_across_a_resume(
+    tmp_path: Any,
+) -> None:
+    """The carried usage is a journaled input: a resume of the continued run replays
+    it and never adds it again."""
+    with pytest.raises(tl.BudgetExceeded) as caught:
+        tl.Agent(
+            tl.ScriptedModel([PLAN, PLAN, PLAN, DONE]),
+            tools=TOOLS,
+            output={"type": "string"},
+            budget=tl.Budget(requests=1),
+        ).run("go")
+    first = caught.value
+    store = tmp_path / "runs.db"
+    continued = stored_agent(store, budget=tl.Budget(requests=3), on_budget=lambda r: tl.Defer())
+    paused = continued.run(messages=first.messages, usage=first.usage, run_id="c1")
+    assert paused.status == "paused" and paused.usage.requests == 3
+    again = stored_agent(store, budget=tl.Budget(requests=3))
+    done = again.resume("c1", budget=tl.Budget(requests=1))
+    assert done.status == "done" and done.usage.requests == 4 and done.usage.tool_calls == 3

@@ -79,9 +79,19 @@ class Buyer:
             yield tl.TextDelta(json.dumps({"calls": [], "output": "bought"}))
 
 
+def buyer_tools():
+    """The buyers' tools: `charge`, and with MCP_SERVER set an MCP server too (whose
+    tools a resume knows only once it is open)."""
+    server = os.environ.get("MCP_SERVER")
+    if not server:
+        return [charge]
+    return [charge, tl.MCPServer.stdio(sys.executable, [server], prefix="docs")]
+
+
 def make_agent(store):
     buyers = [
-        tl.Agent(Buyer(index, plan), tools=[charge], name=f"buyer{index}", description="Buy.")
+        tl.Agent(Buyer(index, plan), tools=buyer_tools(), name=f"buyer{index}",
+                 description="Buy.")
         for index, plan in enumerate(PLAN)
     ]
     root = tl.ScriptedModel(
@@ -155,12 +165,16 @@ def _resume(directory: Path, db: Path, plan: list[list[int]], monkeypatch: Any) 
     return budgettree.make_agent(tl.SQLiteStore(db)).resume("tree")
 
 
+@pytest.mark.parametrize("mcp", [False, True], ids=["python-tools", "mcp-sourced-children"])
 def test_a_sigkill_during_a_childs_fan_out_never_lets_the_resume_overshoot(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mcp: bool
 ) -> None:
     # Two children ask for 6 charges each; 10 start (per_tool={"charge": 10}), and the
     # process dies while they run. Every later charge (each child's second fan-out,
     # the root's own) has no room: the 10 that started count, though none runs again.
+    # Children with an MCP server among their tools are rebuilt with it opened first.
+    if mcp:
+        monkeypatch.setenv("MCP_SERVER", str(Path(__file__).parent / "mcp_server.py"))
     plan = [[6, 6], [6, 6]]
     db = _kill_after(tmp_path, 10, plan)
     assert sum(_charges(tmp_path).values()) == 10

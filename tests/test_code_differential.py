@@ -751,10 +751,14 @@ def test_a_failure_inside_gather_lists_the_calls_after_it_as_also_ran(
     assert_same(run_reference(source), run_machine(source, schedule), source)
 
 
-def test_gather_with_return_exceptions_puts_the_failure_in_the_list() -> None:
+@pytest.mark.parametrize(
+    "flag", ["True", "catch"], ids=["literal", "computed (the flag is read first)"]
+)
+def test_gather_with_return_exceptions_puts_the_failure_in_the_list(flag: str) -> None:
     source = (
         "import asyncio\n"
-        "zs = await asyncio.gather(square(8), store('a', 1), return_exceptions=True)\n"
+        "catch = 1 > 0\n"
+        f"zs = await asyncio.gather(square(8), store('a', 1), return_exceptions={flag})\n"
         "print(len(zs), zs[1])\n"
     )
     # The reference program, by hand: square(8) raises, the ToolError is the first item.
@@ -764,6 +768,23 @@ def test_gather_with_return_exceptions_puts_the_failure_in_the_list() -> None:
         [call_key("square", {"n": 8}), call_key("store", {"key": "a", "value": 1})]
     )
     assert ours.printed == ["2 {'key': 'a', 'stored': 1}"]
+
+
+def test_a_tool_errors_attribute_on_another_error_is_cpythons_attribute_error() -> None:
+    # Found by the property: `e.message` on an IndexError raises AttributeError (the
+    # handler's own error), and the `finally` still prints.
+    source = (
+        "xs = []\n"
+        "try:\n"
+        "    a = xs[0]\n"
+        "except Exception as e:\n"
+        "    print('caught', e.message)\n"
+        "finally:\n"
+        "    print('finally')\n"
+    )
+    reference = run_reference(source)
+    assert reference.error_type == "AttributeError" and reference.printed == ["finally"]
+    assert_same(reference, run_machine(source, lambda n: 0), source)
 
 
 # -- the same, through the trio driver on the virtual clock ---------------------------------

@@ -125,18 +125,85 @@ def test_names_that_collide_once_mangled_are_a_configuration_error() -> None:
     tl.Agent(tl.ScriptedModel([]), tools=[one, two])
 
 
-def test_what_code_plans_cannot_drive_yet_is_refused_before_anything_runs() -> None:
-    latent = tl.Tool("guess", "A guess.", {"type": "object"}, output={"type": "string"})
-    with pytest.raises(tl.ConfigurationError, match="latent tool 'guess'"):
-        tl.Agent(tl.ScriptedModel([]), tools=[latent], protocol="code")
+def test_a_latent_tool_is_answered_by_a_one_shot_request_counted_in_the_budget(
+    tmp_path: Any,
+) -> None:
+    """PROTOCOL §14 "Tool options in programs": a program cannot write a latent call's
+    result, so the agent's model answers it in a request of its own (the tool's
+    description, schemas and the call's parameters), counted like any request and
+    journaled as the call's result: a replay does not ask again."""
+    summarize = tl.Tool(
+        "summarize",
+        "Summarize a text in three words.",
+        {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+        output={"type": "string"},
+    )
+    asked: list[dict[str, Any]] = []
+
+    def answer(request: dict[str, Any]) -> Any:
+        if request["schema"] is None:  # the program's request
+            return fenced('s = summarize(text="a long text")\nfinal_answer(s.upper())')
+        asked.append(request)
+        return {"result": "short and sweet"}
+
+    db = tmp_path / "runs.db"
+    agent = tl.Agent(
+        tl.FunctionModel(answer), tools=[summarize], protocol="code", store=db,
+        budget=tl.Budget(requests=5),
+    )  # fmt: skip
+    result = run_on_mock_clock(agent, run_id="r1")
+    assert result.output == "SHORT AND SWEET"
+    [one_shot] = asked
+    assert '"a long text"' in one_shot["messages"][-1]["content"]
+    assert "Summarize a text in three words." in one_shot["messages"][0]["content"]
+    assert one_shot["schema"]["properties"]["result"] == {"type": "string"}
+    assert result.usage.requests == 2
+    assert result.records["c1.0"].status == "done"
+    again = agent.replay("r1", store=db)  # the model and the call from the record
+    assert again.output == "SHORT AND SWEET" and len(asked) == 1
+    # With no room for it, the one-shot request is refused: the call fails at its site.
+    tight = tl.Agent(
+        tl.FunctionModel(answer), tools=[summarize], protocol="code",
+        budget=tl.Budget(requests=1),
+    )  # fmt: skip
+    with pytest.raises(tl.BudgetExceeded):
+        run_on_mock_clock(tight)
+    assert len(asked) == 1
+
+
+def test_a_depends_on_reference_reads_the_variables_the_earlier_statements_left() -> None:
+    """PROTOCOL §14 "Tool options in programs": `†state.token` is the variable `token`
+    as the statements before the call left it; absent, the call raises ToolError of type
+    structural and is never made."""
+    used: list[str] = []
 
     @tl.tool(depends_on=["†state.token"])
-    def use(x: int) -> int:
+    def use(x: str) -> str:
         """Use the token."""
-        return x
+        used.append(x)
+        return "used " + x
 
-    with pytest.raises(tl.ConfigurationError, match=r"depends on †state\.token"):
-        tl.Agent(tl.ScriptedModel([]), tools=[use], protocol="code")
+    @tl.tool(read_only=True)
+    async def login() -> str:
+        """Log in."""
+        await trio.sleep(1)
+        return "t0k"
+
+    program = fenced(
+        "try:\n"
+        "    early = use(x='before')\n"
+        "except ToolError as e:\n"
+        "    early = e.type + ': ' + e.message\n"
+        "token = login()\n"
+        "late = use(x=token)\n"
+        "final_answer([early, late])"
+    )
+    agent = tl.Agent(tl.ScriptedModel([program]), tools=[use, login], protocol="code")
+    result = run_on_mock_clock(agent)
+    early, late = result.output
+    assert early.startswith("structural: use depends on †state.token")
+    assert late == "used t0k" and used == ["t0k"]  # the first call was never made
+    assert [record.tool for record in result.records.values()] == ["login", "use"]
 
 
 def test_read_only_is_described_and_shown_in_events() -> None:
@@ -666,3 +733,50 @@ def test_a_code_run_replays_from_its_record_and_forks(tmp_path: Any) -> None:
     assert (again.output, again.printed, ran) == ("page page x", {1: ["page page x"]}, [])
     forked = agent.fork("r1", "r2", store=db, rerun=["c1.0"])
     assert forked.output == "page page x" and ran == ["x"]  # only the call named re-ran
+
+
+def test_a_fork_reruns_a_code_call_whose_inputs_changed_and_asks_its_approval_again(
+    tmp_path: Any,
+) -> None:
+    """A code plan's calls read variables, which no recorded arrow names: a fork reuses a
+    call's outcome (and its decision) only for the parameters it ran with."""
+    ran: list[str] = []
+    version = ["v1"]
+    asked: list[dict[str, Any]] = []
+
+    @tl.tool(read_only=True)
+    def price(item: str) -> str:
+        """Today's price of an item."""
+        ran.append(item)
+        return f"{item}@{version[0]}"
+
+    @tl.tool(requires_approval=True)
+    def buy(quote: str) -> str:
+        """Buy at a quote."""
+        ran.append("buy " + quote)
+        return "bought " + quote
+
+    def approve(call: tl.PendingCall) -> tl.Approve:
+        asked.append(call.params)
+        return tl.Approve()
+
+    program = fenced('q = price(item="tea")\nr = buy(quote=q)\nfinal_answer(r)')
+    db = tmp_path / "runs.db"
+    agent = tl.Agent(
+        tl.ScriptedModel([program]), tools=[price, buy], protocol="code", store=db,
+        approve=approve,
+    )  # fmt: skip
+    assert agent.run(run_id="r1").output == "bought tea@v1"
+    assert asked == [{"quote": "tea@v1"}]
+    ran.clear()
+    version[0] = "v2"
+    forked = agent.fork("r1", "r2", store=db, rerun=["c1.0"])
+    # The price changed, so the purchase that read it is a new call: asked and run.
+    assert forked.output == "bought tea@v2"
+    assert ran == ["tea", "buy tea@v2"]
+    assert asked == [{"quote": "tea@v1"}, {"quote": "tea@v2"}]
+    # Re-run again with the same price: the purchase is reused, not asked nor run.
+    ran.clear()
+    again = agent.fork("r2", "r3", store=db, rerun=["c1.0"])
+    assert again.output == "bought tea@v2" and ran == ["tea"]
+    assert len(asked) == 2

@@ -570,8 +570,11 @@ def test_results_are_converted_from_content_blocks(http_url: str) -> None:
     )
     assert result.errors == []
     image, audio, resource, text = result.state["media"]
-    assert image == {"type": "image", "mimeType": "image/png", "data": image["data"]}
-    assert audio["type"] == "audio" and audio["mimeType"] == "audio/wav"
+    # Media are references; their bytes are kept apart (issue 43, docs/mcp.md).
+    pixel = b"\x89PNG\r\n\x1a\n"  # tests/mcp_server.py's PIXEL
+    assert image == {"$media": image["$media"], "mime": "image/png", "bytes": len(pixel)}
+    assert audio == {"$media": audio["$media"], "mime": "audio/wav", "bytes": len(pixel)}
+    assert image["$media"] != audio["$media"]  # one id names bytes and their type
     assert resource == "a note" and text == "plain words"
     assert result.state["text"] == "HI"
     assert result.state["json"] == {"n": 2, "items": [1, 2]}  # JSON text is JSON

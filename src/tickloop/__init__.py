@@ -46,6 +46,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
         ToolGuardrail,
         Trip,
     )
+    from ._core._media import Audio, Image
     from ._core._scheduler import CallRecord
     from ._core._tools import Branch, CallContext, Tool, tool
     from ._durable._store import CallInfo, PendingDecision, RunInfo, SQLiteStore
@@ -149,6 +150,8 @@ _WHERE: dict[str, str] = {
     "Branch": "._core._tools",
     "CallContext": "._core._tools",
     "Tool": "._core._tools",
+    "Image": "._core._media",
+    "Audio": "._core._media",
     "tool": "._core._tools",
     "CallInfo": "._durable._store",
     "PendingDecision": "._durable._store",
@@ -212,6 +215,7 @@ __all__ = [
     "Agent",
     "Anthropic",
     "Approve",
+    "Audio",
     "Branch",
     "BrowserApproval",
     "Budget",
@@ -241,6 +245,7 @@ __all__ = [
     "GuardrailChecked",
     "GuardrailContext",
     "GuardrailTripped",
+    "Image",
     "InputGuardrail",
     "MCPServer",
     "MaxIterationsError",

@@ -20,7 +20,7 @@ from typing import Any, Generic, Literal
 
 import trio
 
-from .._core._budget import Budget, BudgetRequest, Price
+from .._core._budget import Budget, BudgetRequest, Price, RunUsage
 from .._core._decisions import ApproveHook
 from .._core._guardrails import (
     Guardrail,
@@ -29,6 +29,7 @@ from .._core._guardrails import (
     ResultGuardrail,
     ToolGuardrail,
 )
+from .._core._media import MemoryMedia
 from .._core._paths import RunPath
 from .._core._tools import MakesTool, Tool, ToolSet, ToolSource, split_tools
 from .._durable._store import SQLiteStore, as_store
@@ -39,7 +40,7 @@ from .._errors import ConfigurationError
 from .._models._base import ModelClient, TurnClient
 from .._observe._events import DEFAULT_REDACT, Redactor, RunEvent, open_event_stream
 from .._observe._trace import make_tracer
-from ._budgeting import check_budget, check_pricing
+from ._budgeting import check_budget, check_carried, check_pricing
 from ._code import CODE
 from ._loop import AgentConfig, LoopProtocol, OutputT, RunResult
 from ._output import OutputSpec
@@ -47,8 +48,10 @@ from ._prompt import DEFAULT_CONTEXT_BUDGET, solution_schema
 from ._replay import Replaying, fork_note, forked_from, load_recording, stale_calls
 from ._session import RunSession
 from ._solution import SOLUTION
+from ._stubs import render_stubs
 from ._subagent import DEFAULT_INPUT, AgentTool, check_per_tool, check_tree, tree_tool_names
 from ._text_stream import open_stream
+from ._tool_search import menu_of, with_tool_search
 from ._tree import DEFAULT_MAX_DEPTH
 from ._turns import TOOLS
 
@@ -107,6 +110,7 @@ class Agent(MakesTool, Generic[OutputT]):
         max_steps: int = 200_000,
         max_eval_seconds: float = 1.0,
         guardrails: Sequence[Guardrail] = (),
+        tool_search: bool = False,
     ) -> None:
         if name is not None and (not isinstance(name, str) or not _NAME.fullmatch(name)):
             raise ConfigurationError(
@@ -178,7 +182,13 @@ class Agent(MakesTool, Generic[OutputT]):
         check_configuration(ToolSet([]), approve, max_concurrency, schedule)
         check_sources(self.tool_sources, approve)
         PROTOCOLS[protocol].check(model, self.tools)
-        self.schema = solution_schema(self.tools, self.output.schema, strict=strict)
+        if not isinstance(tool_search, bool):
+            raise ConfigurationError(f"tool_search must be True or False, not {tool_search!r}")
+        # Tool search (docs/mcp.md): every tool deferred, found through `search_tools`;
+        # tools and servers made with `defer_loading=True` are deferred without it.
+        self.tool_search = tool_search
+        self._run_tools = self._searchable(self.tools)
+        self.schema = self._schema_for(self._run_tools)
         # Budgets (PROTOCOL §12, docs/budgets.md): checked now, before anything runs.
         self.budget = check_budget(budget)
         self.pricing = check_pricing(pricing, self.budget, model)
@@ -196,6 +206,7 @@ class Agent(MakesTool, Generic[OutputT]):
         on_event: Callable[[RunEvent], Any] | None = None,
         run_id: str | None = None,
         budget: Budget | None = None,
+        usage: RunUsage | None = None,
     ) -> RunResult[OutputT]:
         """Run to the end from synchronous code (starts its own trio run)."""
         refuse_inside_trio("agent.run", "await agent.run_async(...)")
@@ -207,6 +218,7 @@ class Agent(MakesTool, Generic[OutputT]):
                 on_event=on_event,
                 run_id=run_id,
                 budget=budget,
+                usage=usage,
             )
         )
 
@@ -217,7 +229,7 @@ class Agent(MakesTool, Generic[OutputT]):
         between runs (`agent.store = ...`) applies to the next run."""
         return AgentConfig(
             model=self.model,
-            tools=self.tools,
+            tools=self._run_tools,
             output=self.output,
             instructions=self.instructions,
             approve=self.approve,
@@ -244,6 +256,7 @@ class Agent(MakesTool, Generic[OutputT]):
             max_eval_seconds=self.max_eval_seconds,
             single_program=self._single_program,
             guardrails=self.guardrails,
+            media=self.store if self.store is not None else MemoryMedia(),
         )
 
     async def run_async(
@@ -254,18 +267,25 @@ class Agent(MakesTool, Generic[OutputT]):
         on_event: Callable[[RunEvent], Any] | None = None,
         run_id: str | None = None,
         budget: Budget | None = None,
+        usage: RunUsage | None = None,
     ) -> RunResult[OutputT]:
         """Run to the end inside trio. `messages` resumes from a log (e.g. an
         ExecuteError's), in which case `input` is already in it and is ignored.
 
         `run_id` names the run (a unique one is made otherwise); with a store, an id the
         store already has is refused with `ResumeError`: continue it with `resume`.
-        `budget` replaces the agent's for this run (PROTOCOL §12).
+        `budget` replaces the agent's for this run (PROTOCOL §12). `usage` is what the
+        run `messages` came from already used (a `BudgetExceeded`'s `.usage`): this run
+        counts it in its usage and its limits, so a continued run goes on from what
+        is left.
         """
         require_trio("agent.run_async", "use `await agent.run_asyncio(...)` instead")
         _check_on_event(on_event)
         check_pricing(self.pricing, check_budget(budget), self.model)
+        carried = check_carried(usage, messages)
         async with self._open_for_run(budget) as config:
+            if carried is not None:
+                config = dataclasses.replace(config, carried_usage=carried)
             session = RunSession.new(config, input, messages, on_event or self.on_event, run_id)
             return await session.execute()
 
@@ -326,6 +346,7 @@ class Agent(MakesTool, Generic[OutputT]):
             recorded_tools=False,
             hook=config.approve,
             stale=forked.get("stale") or (),
+            redact=config.redact,
         )
         replaying.resuming(session.journal or [])
         return dataclasses.replace(
@@ -370,7 +391,11 @@ class Agent(MakesTool, Generic[OutputT]):
         _check_on_event(on_event)
         recording = load_recording(store, run_id, self.protocol)
         replaying = Replaying(
-            recording, fork=False, recorded_tools=tools == "recorded", hook=self.approve
+            recording,
+            fork=False,
+            recorded_tools=tools == "recorded",
+            hook=self.approve,
+            redact=self.redact,
         )
         return await self._run_recorded(replaying, None, None, on_event)
 
@@ -430,6 +455,7 @@ class Agent(MakesTool, Generic[OutputT]):
             hook=self.approve,
             stale=stale_calls(recording, rerun, rerun_tools, self._tree_tool_names()),
             root_model=model,
+            redact=self.redact,
         )
         return await self._run_recorded(replaying, as_store(store), new_run_id, on_event)
 
@@ -458,6 +484,7 @@ class Agent(MakesTool, Generic[OutputT]):
                 budget=replaying.budget(),
                 replaying=replaying,
                 store=store,
+                media=replaying.recording.store if store is None else store,
             )
             opening = replaying.recording.root.opening
             notes = [fork_note(replaying)] if store is not None else []
@@ -503,12 +530,22 @@ class Agent(MakesTool, Generic[OutputT]):
             instructions = "\n\n".join([*parts, *opened.instructions])
         check_configuration(opened.tools, self.approve, self.max_concurrency, self.schedule)
         config.protocol.check(self.model, opened.tools)
+        tools = self._searchable(opened.tools)
         return dataclasses.replace(
             config,
-            tools=opened.tools,
+            tools=tools,
             instructions=instructions,
-            schema=solution_schema(opened.tools, self.output.schema, strict=self.strict),
+            schema=self._schema_for(tools),
         )
+
+    def _searchable(self, tools: ToolSet) -> ToolSet:
+        """`tools` with tool search when some are deferred (`_tool_search`)."""
+        code = self.protocol == "code"
+        return with_tool_search(tools, self.tool_search, partial(found_entry, code=code))
+
+    def _schema_for(self, tools: ToolSet) -> dict[str, Any]:
+        """The solution schema of the first request: the tools loaded from the start."""
+        return solution_schema(menu_of(tools, ()), self.output.schema, strict=self.strict)
 
     def as_tool(
         self,
@@ -593,6 +630,18 @@ def _agents_as_tools(tools: Any) -> Sequence[Tool | ToolSource] | Mapping[str, T
     if not any(isinstance(item, Agent) for item in tools):
         return tools
     return [_agent_tool(item) for item in tools]
+
+
+def found_entry(tool: Tool, *, code: bool) -> dict[str, Any]:
+    """What `search_tools` says of a tool it found: its name and description, and for a
+    code plan its Python stub (PROTOCOL §14 "The request")."""
+    entry: dict[str, Any] = {"name": tool.name, "description": tool.description}
+    if code:
+        try:
+            entry["stub"] = render_stubs(ToolSet([tool])).split("\n", 1)[1].strip()
+        except ConfigurationError:  # depends on another tool: no stub alone
+            pass
+    return entry
 
 
 def _agent_tool(item: Any) -> Any:

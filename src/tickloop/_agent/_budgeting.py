@@ -23,6 +23,7 @@ from .._core._budget import (
     BudgetRequest,
     Ledger,
     Price,
+    RunUsage,
     request_reservation,
     used_amount,
 )
@@ -232,9 +233,16 @@ class RequestMeter:
             self.settle(self.open, None, "", cut_off=True)
         return BudgetExceeded(
             "the run's wall_time budget ran out; running calls ended as timed out; "
-            "continue from .messages with more budget",
+            "continue from .messages and .usage with more budget",
             limit="wall_time",
         )
+
+    def carry(self, usage: RunUsage) -> None:
+        """Count what the run this one continues already used (PROTOCOL §12: a run
+        continued from a budget error's log goes on from what is left)."""
+        amounts = usage.to_amounts()
+        if amounts:
+            self._spend(amounts)
 
     def spend_time(self, seconds: float) -> None:
         """The run's time on its clock, journaled so a resume goes on from what is left."""
@@ -243,11 +251,28 @@ class RequestMeter:
     def _exceeded(self, limit: str, messages: list[Any]) -> BudgetExceeded:
         return BudgetExceeded(
             f"no room left in the budget for the next model request: "
-            f"{self.ledger.describe(limit)}; continue from .messages with more budget",
+            f"{self.ledger.describe(limit)}; continue from .messages and .usage with more budget",
             messages,
             limit=limit,
             usage=self.ledger.root.usage,
         )
+
+
+def check_carried(usage: Any, messages: Any) -> RunUsage | None:
+    """A caller's `usage=` (what the run a `messages=` log continues already used),
+    checked before anything runs: a `tl.RunUsage`, and only beside `messages`."""
+    if usage is None:
+        return None
+    if not isinstance(usage, RunUsage):
+        raise ConfigurationError(
+            f"usage must be a tl.RunUsage (a BudgetExceeded's .usage), not {usage!r}"
+        )
+    if not messages:
+        raise ConfigurationError(
+            "usage= counts what an earlier run used: pass it with that run's messages= "
+            "(continue from a BudgetExceeded with messages=e.messages, usage=e.usage)"
+        )
+    return usage
 
 
 def _asked(limit: str, estimate: int) -> float:

@@ -20,6 +20,7 @@ cut by a crash is the statements journaled before it.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -31,11 +32,11 @@ import trio
 from .._code import CodeTool, Globals, Limits, ProgramMachine, ProgramStream
 from .._core._log import ContextLog
 from .._core._scheduler_io import NoteSettled
-from .._core._tools import ToolSet
+from .._core._tools import Tool, ToolSet
 from .._durable._resume import CUT_OFF, DurableRun
 from .._engine._program import ProgramDriver
-from .._errors import ConfigurationError, unwrap_single
-from .._models._base import ModelClient, SolutionRequest, TextDelta, Usage
+from .._errors import BudgetExceeded, ConfigurationError, unwrap_single
+from .._models._base import ModelClient, SolutionRequest, TextDelta, Usage, checked_usage
 from .._observe._events import (
     DataWritten,
     EventSink,
@@ -43,6 +44,8 @@ from .._observe._events import (
     RequestFinished,
     RunEvent,
 )
+from ._budgeting import RequestMeter
+from ._latent import answer_latent_tools, budget_refusal, latent_request, read_answer, stream_answer
 from ._loop import AgentConfig, LoopProtocol, OuterLoop, StreamRestarted, structural
 from ._retry import StreamBroken, stream_with_retries
 from ._stubs import PROGRAM_KIND, CodeName, code_names, render_code_request
@@ -64,19 +67,6 @@ class CodeProtocol(LoopProtocol):
                 f"{model!r} cannot stream a program (it has no stream_solution method)"
             )
         code_names(tools)  # names that collide once mangled (PROTOCOL §14)
-        for tool in tools.values():
-            if tool.is_latent:
-                raise ConfigurationError(
-                    f"latent tool {tool.name!r}: protocol='code' does not answer latent tools "
-                    "yet; give it a handler, or use protocol='solution'"
-                )
-            if tool.dependency_references:
-                raise ConfigurationError(
-                    f"tool {tool.name!r} depends on "
-                    f"{', '.join(map(str, tool.dependency_references))}: protocol='code' does "
-                    "not read depends_on references yet; pass the value as a parameter, or "
-                    "depend on the tool that makes it by name"
-                )
 
     def iterations_in(self, log: ContextLog) -> int:
         return programs_in(log)
@@ -259,6 +249,7 @@ def _code_tool(entry: CodeName, tools: ToolSet) -> CodeTool:
         # Every parameter a call may leave out (the machine binds; it fills nothing in).
         defaults={python: entry.defaults.get(python) for python in optional},
         read_only=tool.read_only,
+        depends_on=tool.dependency_references,
     )
 
 
@@ -289,7 +280,45 @@ class _CodeLoop(OuterLoop):
     ) -> None:
         self.names = code_names(config.tools)
         self.program: _Program | None = None
+        if config.driver is not None and any(t.is_latent for t in config.tools.values()):
+            raise ConfigurationError(
+                "latent tools in code plans are answered by a model request from the run's "
+                "own process, which a workflow may not make: give the tool a handler"
+            )
+        # A latent tool's calls are answered by a one-shot request (PROTOCOL §14).
+        config = dataclasses.replace(
+            config, tools=answer_latent_tools(config.tools, self._answer_latent)
+        )
         super().__init__(config, log, on_event, durable)
+
+    async def _answer_latent(self, tool: Tool, params: dict[str, Any], call_id: str) -> Any:
+        """A call of latent `tool`: the model's one-shot answer, reserved and counted like
+        any request by a meter of its own (the program's request may still stream)."""
+        config = self.config
+        request = latent_request(tool, params, self._iterations_done() or 1, self._path(), call_id)
+        meter = RequestMeter(
+            self.ledger,
+            self.engine,
+            config.model,
+            config.on_budget,
+            durable=self.durable is not None,
+            run_id=self.events.run_id or None,
+            schema=request.schema,
+        )
+        try:
+            reservation = await meter.reserve(request, lambda: request.messages)
+        except BudgetExceeded as error:
+            raise budget_refusal(error) from None
+        if reservation is None:
+            raise RuntimeError("budget: the budget hook deferred the request that answers it")
+        try:
+            text, usage = await stream_answer(config.model, request)
+        except BaseException:
+            meter.settle(reservation, None, "", cut_off=True)
+            raise
+        reported = None if usage is None else checked_usage(usage, config.model)
+        meter.settle(reservation, reported, text, cut_off=False)
+        return read_answer(tool, text)
 
     # -- plumbing: what a driver on another event loop replaces (Temporal) --------------
 
@@ -382,10 +411,11 @@ class _CodeLoop(OuterLoop):
 
     async def _iterate(self, iteration: int) -> tuple[bool, Any]:
         config = self.config
+        menu = await self._menu()
         request = SolutionRequest(
             messages=render_code_request(
                 self.log,
-                config.tools,
+                menu,
                 config.instructions,
                 config.output.schema,
                 config.context_budget,
@@ -394,6 +424,7 @@ class _CodeLoop(OuterLoop):
             iteration=iteration,
             path=self._path(),
             schema_name="program",
+            media=self.engine_media(),
         )
         opened = await self._open_request(request, iteration, code=True)
         if opened is None:

@@ -34,8 +34,10 @@ from .._core._guardrails import (
     verdict_to_dict,
 )
 from .._core._log import ContextLog
+from .._core._media import MediaKeeper
 from .._core._paths import RunPath
 from .._core._scheduler import CallRecord
+from .._core._status import FINAL_STATUSES
 from .._core._tools import ToolSet
 from .._durable._resume import DurableRun
 from .._durable._store import SQLiteStore
@@ -71,6 +73,7 @@ from ._budgeting import RequestMeter, Reservation, WallClock, run_ledger
 from ._output import OutputSpec
 from ._retry import attempts_made
 from ._stubs import printed_of
+from ._tool_search import SEARCH_TOOL, found_tools, menu_of
 from ._tree import ReplayingTree, RunPlace
 
 __all__ = [
@@ -194,7 +197,7 @@ class AgentConfig:
     place: RunPlace | None = None
     # A replayed or forked run's recorded outcome for a call id, given instead of running
     # its handler (None: run it); see `_replay`.
-    answer: Callable[[str], Outcome | None] | None = None
+    answer: Callable[[str, dict[str, Any]], Outcome | None] | None = None
     # And what its record decided of the budget for a call id it reuses: refused (the
     # error), started (True: counted, never refused), or None (it reserves room).
     recorded_room: RecordedRoom | None = None
@@ -207,6 +210,11 @@ class AgentConfig:
     pricing: Mapping[str, Price] = field(default_factory=dict)
     on_budget: Callable[[BudgetRequest], object] | None = None
     parent_ledger: Ledger | None = None
+    # What the run this one continues (`messages=` from a `BudgetExceeded`) already used:
+    # spent once as the run starts, a journaled input like any spending, so it counts in
+    # this run's usage and limits and a resume (which replays the journal) never adds it
+    # again. None for every other run.
+    carried_usage: RunUsage | None = None
     # Another driver of the run's loop than trio here (a Temporal workflow); None: trio.
     driver: LoopDriver | None = None
     # Code plans (PROTOCOL §14): what one program may do ("Limits"), and whether the run
@@ -219,6 +227,9 @@ class AgentConfig:
     guardrails: tuple[Guardrail, ...] = ()
     # A replayed or forked run's recorded tool-guardrail verdicts, by call id (None: ask).
     recorded_screens: Callable[[str], Pass | Deny | None] | None = None
+    # Where the bytes of the run's images and audio are kept (`_core._media`): the store,
+    # or memory without one; a replay reads the recorded run's store. None: the engine's.
+    media: MediaKeeper | None = None
 
 
 class LoopProtocol(ABC):
@@ -282,6 +293,9 @@ class OuterLoop:
         self.durable = durable
         self.paused = False  # a tick ended with deferred calls: the run pauses
         self.grant: Budget | None = None  # more room a resume brings (added, journaled)
+        # Tool search: the deferred tools found so far and the menu they make (`_menu`).
+        self.found: tuple[str, ...] = ()
+        self._menu_tools: ToolSet | None = None
         self.engine = self._make_engine(self._action_listener(), durable)
         self.meter = RequestMeter(
             self.ledger,
@@ -322,6 +336,7 @@ class OuterLoop:
             guardrails=config.guardrails,
             on_verdict=self._on_verdict,
             recorded_screens=config.recorded_screens,
+            media=config.media,
         )
         return engine
 
@@ -343,6 +358,8 @@ class OuterLoop:
         clock = WallClock(self.ledger, self.engine)
         try:
             async with self.engine.session():
+                if self.config.carried_usage is not None:
+                    self.meter.carry(self.config.carried_usage)
                 try:
                     with clock.scope() as wall:
                         await self._guard_input()
@@ -363,7 +380,7 @@ class OuterLoop:
                 stopped.usage = self.ledger.usage
             raise stopped
         paused = self.paused
-        return RunResult(
+        result = RunResult(
             None if paused else self.config.output.convert(output),
             self.log,
             self.engine.records,
@@ -372,6 +389,8 @@ class OuterLoop:
             status="paused" if paused else "done",
             pending=self._pending() if paused else None,
         )
+        result.keeper = self.config.media
+        return result
 
     def _pending(self) -> list[PendingCall]:
         """The calls a paused run waits on a person for: not those parked for budget
@@ -471,6 +490,43 @@ class OuterLoop:
             reason=entry.get("reason"),
         )
 
+    async def _menu(self) -> ToolSet:
+        """The tools the next request shows (tool search: the loaded ones, and what the
+        run's `search_tools` calls found so far, `found`, which opens its tick).
+
+        A search the model wrote without an output path runs fire-and-forget, past its
+        tick: the next request waits for it, so what it finds is on that menu whatever
+        the timing."""
+        tools = self.config.tools
+        if not tools.deferred:
+            return tools
+        records = self.engine.records
+
+        def searched() -> bool:
+            return all(
+                record.status in FINAL_STATUSES
+                for record in records.values()
+                if record.tool == SEARCH_TOOL
+            )
+
+        if not searched():
+            driver = self.config.driver
+            await (
+                driver.wait_until(searched)
+                if driver is not None
+                else self.engine.wait_until(searched)
+            )
+        found = found_tools(self.engine.records, tools)
+        if found != self.found or self._menu_tools is None:
+            self.found, self._menu_tools = found, menu_of(tools, found)
+        return self._menu_tools
+
+    def engine_media(self) -> Callable[[str], tuple[str, bytes] | None] | None:
+        """How a request reads the bytes of the media its messages show: the run's keeper,
+        which its calls kept them with."""
+        media = self.config.media
+        return None if media is None else media.get_media
+
     def _emit(self, kind: type[RunEvent], **fields: Any) -> None:
         if self.events.listeners:
             events = self.events  # stamped on the sink's clock: trio's, or a workflow's
@@ -507,7 +563,7 @@ class OuterLoop:
             # Beside the response it gets: what a replay or fork compares a new request
             # with (docs/replay.md). The last note of an iteration asked twice wins.
             self.durable.note("request", iteration=iteration, request=request.to_dict())
-        self.engine.open_tick(iteration, code=code)
+        self.engine.open_tick(iteration, code=code, found=self.found)
         self._emit(RequestStarted, iteration=iteration)
         return reservation, before
 

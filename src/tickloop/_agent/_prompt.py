@@ -14,6 +14,7 @@ from typing import Any
 
 from .._core._expressions import REF
 from .._core._log import ContextLog
+from .._core._media import MEDIA_KEY, media_refs
 from .._core._tools import Tool, ToolSet
 
 __all__ = [
@@ -151,7 +152,8 @@ class PromptRenderer:
         )
         system_parts.extend(self._system)
         chat = [dict(message) for message in self._chat]  # the caller may change them
-        chat.append({"role": "user", "content": self.context(log, context_budget)})
+        context = self.context(log, context_budget)
+        chat.append({"role": "user", "content": with_media_parts(context, log)})
         return [{"role": "system", "content": "\n\n".join(system_parts)}, *chat]
 
     def context(self, log: ContextLog, budget: int | None = DEFAULT_CONTEXT_BUDGET) -> str:
@@ -187,6 +189,26 @@ class PromptRenderer:
                 "## Errors from the last plan\nFix these in your next solution:\n" + rendered
             )
         return "\n\n".join(sections)
+
+
+def with_media_parts(text: str, log: ContextLog) -> str | list[dict[str, Any]]:
+    """The context message's content: its text, then each image or audio clip the views
+    hold (`$media` references, once each, in view order) as a media part, which the model
+    client turns into its provider's own (an image part, an image block)."""
+    parts: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for kind in log.kinds():
+        if kind == "error":
+            continue
+        for ref in media_refs(log.view(kind)):
+            if ref[MEDIA_KEY] in seen:
+                continue
+            seen.add(ref[MEDIA_KEY])
+            parts.append({"type": "text", "text": f"{ref[MEDIA_KEY]}:"})
+            parts.append({"type": "media", **ref})
+    if not parts:
+        return text
+    return [{"type": "text", "text": text}, *parts]
 
 
 def render_tool_menu(tools: ToolSet) -> str:

@@ -47,6 +47,7 @@ from .._models._base import (
     TurnResponse,
     Usage,
 )
+from .._observe._events import Redactor
 from ._session import budget_in
 from ._turns import response_of
 
@@ -274,8 +275,12 @@ class Replaying:
         hook: ApproveHook | None,
         stale: Iterable[str] = (),
         root_model: Any = None,
+        redact: Redactor | None = None,
     ) -> None:
         self.recording = recording
+        # How the record stored its calls' parameters (`Redactor.shared`): a call's live
+        # parameters are compared with them redacted the same way.
+        self.redact = redact if redact is not None else Redactor()
         self.fork = fork
         self.recorded_tools = recorded_tools
         self.hook = hook
@@ -319,12 +324,12 @@ class Replaying:
                     reused.add(iteration)
             self._seeds[where] = (reused, diverged)
 
-    def answer_under(self, path: RunPath) -> Callable[[str], Outcome | None] | None:
-        """The engine's recorded outcomes for the run at `path`, by its calls' local ids;
-        None when every call runs its handler."""
+    def answer_under(self, path: RunPath) -> Callable[[str, dict[str, Any]], Outcome | None] | None:
+        """The engine's recorded outcomes for the run at `path`, by its calls' local ids
+        and resolved parameters; None when every call runs its handler."""
         if not self.fork and not self.recorded_tools:
             return None
-        return lambda call_id: self._answer(path / call_id)
+        return lambda call_id, params: self._answer(path / call_id, params)
 
     def screens_under(self, path: RunPath) -> Callable[[str], Pass | Deny | None]:
         """The tool guardrails' recorded verdicts for the run at `path`, by local call id:
@@ -376,36 +381,53 @@ class Replaying:
                 return None  # a call of a request the model answered anew
         return call
 
-    def _answer(self, path: RunPath) -> Outcome | None:
+    def _same_params(self, call: RecordedCall, params: Any) -> bool:
+        """Whether a call runs with the parameters its record ran with (as stored): a
+        fork re-runs a call whose inputs changed, whatever its id (a code plan's call
+        reads variables, which no recorded arrow names)."""
+        if call.params is None:
+            return True  # recorded by an older tickloop, without them
+        return _difference(call.params, self.redact.shared(params), "params") is None
+
+    def _answer(self, path: RunPath, params: dict[str, Any]) -> Outcome | None:
         if path in self.recording.runs:
             return None  # an agent call: its child run replays, answered from its record
         call = self._reusable(path)
         if call is not None and call.outcome is not None:
-            return call.outcome
-        if self.recorded_tools:
-            return (
-                None,
-                None,
-                {
-                    "type": "runtime",
-                    "message": f"replay: run {self.recording.run_id!r} recorded no result for "
-                    f"call {path}",
-                },
+            if self._same_params(call, params):
+                return call.outcome
+            if not self.recorded_tools:
+                return None  # its inputs changed: it runs again
+            return _no_result(
+                self.recording.run_id,
+                path,
+                " with these parameters (it ran with others: "
+                f"{_difference(call.params, self.redact.shared(params), 'params')})",
             )
+        if self.recorded_tools:
+            return _no_result(self.recording.run_id, path, "")
         return None
 
-    def recorded_decision(self, call_id: str) -> Decision | None:
-        """The decision the record holds for a call it reuses (full path), if any."""
+    def recorded_decision(self, call_id: str, params: Any = None) -> Decision | None:
+        """The decision the record holds for a call it reuses (full path), if any; given
+        `params`, only when the call has the parameters it was decided on."""
         call = self._reusable(RunPath.parse(call_id))
-        return call.decision if call is not None else None
+        if call is None or (params is not None and not self._same_params(call, params)):
+            return None
+        return call.decision
 
     async def decide(self, pending: PendingCall) -> Decision | bool:
-        decision = self.recorded_decision(pending.id)
+        decision = self.recorded_decision(pending.id, pending.params)
         if decision is not None:
             return decision
         if self.hook is None:
             return Deny(f"replay: run {self.recording.run_id!r} recorded no decision for it")
         return await ask(self.hook, pending)
+
+
+def _no_result(run_id: str, path: RunPath, why: str) -> Outcome:
+    message = f"replay: run {run_id!r} recorded no result for call {path}{why}"
+    return (None, None, {"type": "runtime", "message": message})
 
 
 FORK_NOTE = "fork"  # a fork's first commit names its record, so a resume can find it

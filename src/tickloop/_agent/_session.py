@@ -28,7 +28,7 @@ from .._engine._run import initial_log
 from .._errors import ConfigurationError, GuardrailTripped, ResumeError
 from .._observe._events import EventSink, RunEnded, RunEvent, RunStarted
 from ._loop import AgentConfig, OuterLoop, RunResult
-from ._tree import RunPlace, TreeServices, TreeTool, has_sub_agents
+from ._tree import RunPlace, TreeServices, TreeTool, has_sub_agents, open_tree_sources
 
 __all__ = ["RunSession"]
 
@@ -136,10 +136,11 @@ class RunSession:
                 loop = protocol.open_loop(
                     config, self.log, self.sink, self.durable, on_text=on_text
                 )
-                if self.durable is not None and self.journal is not None:
-                    _replay(self.durable, self.journal, loop, place)
-                loop.grant = self.grant
-                result = await loop.run()
+                async with open_tree_sources(place, config.tools.values(), self.journal):
+                    if self.durable is not None and self.journal is not None:
+                        _replay(self.durable, self.journal, loop, place)
+                    loop.grant = self.grant
+                    result = await loop.run()
                 if place is not None:  # the whole tree's calls and pending calls
                     result.records = place.gather(result.records, config.tools)
                     result.pending = place.pending_of(result.pending)
@@ -205,6 +206,7 @@ class RunSession:
             ),
             replaying=config.replaying,
             on_budget=config.on_budget,
+            media=config.media,
         )
         if durable is not None:
             durable.share = False  # its children's entries come between its own
@@ -221,9 +223,9 @@ class TreeReplay:
     call has started by then: `TreeTool.open_replay`). So every run's scheduler sees its
     budget's ledger exactly as it was at each of its inputs, whatever its siblings did
     meanwhile: the resumed tree counts every journaled start and spending, at every
-    depth, before anything new runs, and makes the same refusals. A child that cannot be
-    made yet (its agent lists tool sources) replays itself when it starts again. The
-    children made wait in `TreeState.replayed` for their agent calls (`run_child`).
+    depth, before anything new runs, and makes the same refusals. A child whose agent
+    lists tool sources (MCP servers) is made with them opened first (`open_tree_sources`).
+    The children made wait in `TreeState.replayed` for their agent calls (`run_child`).
     """
 
     def __init__(self, place: RunPlace, loop: OuterLoop) -> None:

@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any
 
 from .._core._log import ContextLog
+from .._core._tools import ToolSet
 from .._durable._resume import CUT_OFF, UNCHECKED, DurableRun
 from .._errors import ConfigurationError, ExecuteError
 from .._json._stream import SolutionStream
@@ -26,6 +27,7 @@ from ._output import has_references, resolve_output
 from ._prompt import (
     PromptRenderer,
     json_text_by_tool,
+    solution_schema,
     strip_strict_nulls,
     strip_strict_output_nulls,
 )
@@ -86,6 +88,7 @@ class _SolutionLoop(OuterLoop):
         durable: DurableRun | None = None,
     ) -> None:
         self._renderer = PromptRenderer()  # reads each log message once over the run
+        self._menu_schema: tuple[ToolSet, dict[str, Any]] | None = None  # tool search's
         # What streams the solutions: checked when the agent was made (`SOLUTION.check`).
         assert isinstance(config.model, ModelClient)
         self.model: ModelClient = config.model
@@ -132,19 +135,31 @@ class _SolutionLoop(OuterLoop):
             output = self.finish_output(iteration, output)
         return output is not None and not self.paused, output
 
+    def _schema_of(self, menu: ToolSet) -> dict[str, Any]:
+        """The solution schema of a request showing `menu` (tool search: its own)."""
+        config = self.config
+        if menu is config.tools:
+            return config.schema
+        if self._menu_schema is None or self._menu_schema[0] is not menu:
+            schema = solution_schema(menu, config.output.schema, strict=config.strict)
+            self._menu_schema = (menu, schema)
+        return self._menu_schema[1]
+
     async def _iterate(self, iteration: int) -> tuple[bool, Any]:
         config = self.config
+        menu = await self._menu()
         request = SolutionRequest(
             messages=self._renderer.render(
                 self.log,
-                config.tools,
+                menu,
                 config.instructions,
                 config.output.schema,
                 config.context_budget,
             ),
-            schema=config.schema,
+            schema=self._schema_of(menu),
             iteration=iteration,
             path=self._path(),
+            media=self.engine_media(),
         )
         opened = await self._open_request(request, iteration)
         if opened is None:

@@ -26,7 +26,7 @@ from typing import Any
 from .._core._log import ContextLog
 from .._core._tools import Tool, ToolSet
 from .._errors import ConfigurationError
-from ._prompt import visible_parameters
+from ._prompt import visible_parameters, with_media_parts
 
 __all__ = [
     "CODE_GUIDE",
@@ -402,7 +402,7 @@ def render_code_request(
         for message in log.messages
         if message.get("type") == "text" and message.get("role") in ("user", "assistant")
     ]
-    chat.append({"role": "user", "content": _context(log, budget)})
+    chat.append({"role": "user", "content": with_media_parts(_context(log, budget), log)})
     return [{"role": "system", "content": "\n\n".join(system)}, *chat]
 
 

@@ -118,11 +118,19 @@ class AgentTool(TreeTool):
             return {}
         return place.gather(loop.engine.records, config.tools)
 
+    def open_sources(self) -> AbstractAsyncContextManager[AgentConfig | None]:
+        return self._open_config() if self.sources else nullcontext()
+
     def open_replay(self, place: RunPlace) -> tuple[OuterLoop, DurableRun] | None:
         tree = place.tree
-        if self.sources or tree.durable is None:
-            return None  # its tools are known once its sources are open
-        config = _child_config(self._config(), place)
+        if tree.durable is None:
+            return None
+        # An agent with tool sources has its tools once they are open (`open_sources`,
+        # opened by the resume ahead of the replay); without them it replays itself.
+        opened = tree.state.opened.get(self) if self.sources else self._config()
+        if opened is None:
+            return None
+        config = _child_config(opened, place)
         sink = ChildSink(place)
         top = tree.durable.rows.get(place.path.parts[0])
         durable = DurableRun(
@@ -241,6 +249,7 @@ def _child_config(config: AgentConfig, place: RunPlace) -> AgentConfig:
         tracer=None,
         redact=tree.redact,
         place=place,
+        media=tree.media if tree.media is not None else config.media,
     )
 
 
@@ -251,7 +260,7 @@ async def _own_hook_first(own: ApproveHook, place: RunPlace, pending: PendingCal
     word on anything that runs. A replayed tree's recorded decision asks nobody."""
     scoped = place.scoped(pending)
     replaying = place.tree.replaying
-    if replaying is not None and replaying.recorded_decision(scoped.id) is not None:
+    if replaying is not None and replaying.recorded_decision(scoped.id, scoped.params) is not None:
         return await place.tree.ask(scoped)
     decision = await ask(own, scoped)
     if isinstance(decision, Approve):

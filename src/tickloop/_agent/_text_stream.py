@@ -17,7 +17,7 @@ from typing import Any
 import trio
 
 from .._errors import ConfigurationError
-from ._budgeting import check_budget, check_pricing
+from ._budgeting import check_budget, check_carried, check_pricing
 from ._loop import AgentConfig, RunResult
 from ._session import RunSession
 
@@ -140,6 +140,9 @@ class _StreamScope:
         messages = options.pop("messages", None)
         run_id = options.pop("run_id", None)
         budget = check_budget(options.pop("budget", None))
+        carried = check_carried(options.pop("usage", None), messages)
+        if carried is not None:
+            config = dataclasses.replace(config, carried_usage=carried)
         if budget is not None:  # this run's own budget (PROTOCOL §12)
             check_pricing(config.pricing, budget, config.model)
             config = dataclasses.replace(config, budget=budget)

@@ -17,7 +17,8 @@ child's model sees `c1.0`; the tree, its events and its store see `c1.2/c1.0`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -27,6 +28,7 @@ from .._core._budget import Ledger
 from .._core._budget_gate import RecordedRoom
 from .._core._decisions import ApproveHook, Decision, Deny, PendingCall
 from .._core._guardrails import Guardrail, Pass
+from .._core._media import MediaKeeper
 from .._core._paths import RunPath, untag_kind
 from .._core._scheduler import CallRecord
 from .._core._tools import RawTool, Tool
@@ -69,6 +71,12 @@ class TreeTool(RawTool):
         cannot be made before it runs again (it then replays itself when it starts)."""
         return None
 
+    def open_sources(self) -> AbstractAsyncContextManager[Any]:
+        """Open the tool sources (MCP servers) of the agent it runs, for a resumed tree
+        (`open_tree_sources`): the configuration its child runs have while it is open,
+        or None when it has no sources (its tools are known without opening anything)."""
+        return nullcontext()
+
     def recorded_calls(self, place: RunPlace) -> dict[str, CallRecord]:
         """The records of a child run at `place` that ended in an earlier process (read
         back from the tree's journal, nothing run), for the root's result; {} if none."""
@@ -89,15 +97,16 @@ class ReplayingTree(Protocol):
     def model_for(self, path: RunPath, model: Any, protocol: str) -> Any:
         """The model the run at `path` asks, whose own client is `model`."""
 
-    def answer_under(self, path: RunPath) -> Callable[[str], Outcome | None] | None:
+    def answer_under(self, path: RunPath) -> Callable[[str, dict[str, Any]], Outcome | None] | None:
         """The recorded outcome of each call of the run at `path` (by its local id);
         None when every call runs its handler."""
 
     def room_under(self, path: RunPath) -> RecordedRoom:
         """The budget decisions the record made for each call of the run at `path`."""
 
-    def recorded_decision(self, call_id: str) -> Decision | None:
-        """The decision the record holds for a call it reuses (full id), if any."""
+    def recorded_decision(self, call_id: str, params: Any = None) -> Decision | None:
+        """The decision the record holds for a call it reuses (full id), if any; given
+        `params`, only when the call has the parameters it was decided on."""
 
     def screens_under(self, path: RunPath) -> Callable[[str], Pass | Deny | None]:
         """The tool guardrails' recorded verdict of each reused call of the run at `path`."""
@@ -124,6 +133,11 @@ class TreeState:
         # written (`_session.TreeReplay`), by path: (loop, durable run), each taken by
         # its agent call when it starts again.
         self.replayed: dict[RunPath, tuple[Any, DurableRun]] = {}
+        # The configurations of the sub-agents whose tool sources a resume opened before
+        # replaying the tree's journal (`open_tree_sources`), by their tool: their child
+        # runs are rebuilt with these tools, so even theirs count from their journaled
+        # starts (PROTOCOL §12). Open for as long as the resumed root runs.
+        self.opened: dict[TreeTool, Any] = {}
         # The time limits of the agent calls running now (`as_tool(timeout=)`), by the
         # path of their child run: a child cut off by one ends its calls (`cut_off`).
         self.time_limits: dict[RunPath, trio.CancelScope] = {}
@@ -159,6 +173,9 @@ class TreeServices:
     # The root's guardrails of calls (tool and result, PROTOCOL §15): every child's calls
     # pass them before the child's own.
     guardrails: tuple[Guardrail, ...] = ()
+    # Where every run of the tree keeps the bytes of its images and audio: the root's
+    # (its store, or its memory), so a parent shows its child's media.
+    media: MediaKeeper | None = None
     state: TreeState = field(default_factory=TreeState)
     # The journal's entries grouped by the child run that wrote them (made from
     # `journal` once, when the tree is made).
@@ -302,3 +319,39 @@ class ChildSink(EventSink):
         if isinstance(event, TickEnded):
             changes["paused"] = [path.full(call_id) for call_id in event.paused]
         super().emit(dataclasses.replace(event, **changes))
+
+
+def tree_tools_of(tools: Iterable[Tool]) -> Iterator[TreeTool]:
+    """Every agent tool of a tree: `tools` and those of the sub-agents below, each once
+    (an agent may be a tool of itself)."""
+    seen: set[int] = set()
+    stack = [tool for tool in tools if isinstance(tool, TreeTool)]
+    while stack:
+        tool = stack.pop()
+        if id(tool) in seen:
+            continue
+        seen.add(id(tool))
+        yield tool
+        stack.extend(child for child in tool.child_tools() if isinstance(child, TreeTool))
+
+
+@asynccontextmanager
+async def open_tree_sources(
+    place: RunPlace | None, tools: Iterable[Tool], journal: Sequence[JournalEntry] | None
+) -> AsyncIterator[None]:
+    """For a resumed tree whose journal holds child runs' entries: the tool sources of its
+    sub-agents opened before the journal is replayed, and kept open while the root runs,
+    so `TreeReplay` rebuilds every child run in its place (PROTOCOL §10, §12)."""
+    if place is None or not journal or not any(untag_kind(kind)[1] for _, _, kind, _ in journal):
+        yield
+        return
+    opened = place.tree.state.opened
+    async with AsyncExitStack() as stack:
+        for tool in tree_tools_of(tools):
+            config = await stack.enter_async_context(tool.open_sources())
+            if config is not None:
+                opened[tool] = config
+        try:
+            yield
+        finally:
+            opened.clear()

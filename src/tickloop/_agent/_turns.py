@@ -40,6 +40,7 @@ from .._core._log import (
     shape_fault,
     storable,
 )
+from .._core._media import media_refs
 from .._core._scheduler_io import NoteSettled
 from .._core._status import FINAL_STATUSES, CallStatus
 from .._core._tools import ToolSet
@@ -138,14 +139,22 @@ class _TurnLoop(OuterLoop):
         self.model: TurnClient = config.model
         self.format: str = self.model.turn_format
         self.on_text = on_text
-        self.specs = [
-            ToolSpec(tool.name, tool.description, visible_parameters(tool))
-            for tool in config.tools.values()
-        ]
+        self._specs: tuple[ToolSet, list[ToolSpec]] | None = None  # by menu (`specs`)
         self._settled = trio.Event()
         self._rejected: dict[str, str] = {}  # call id -> why its arguments make no call
         super().__init__(config, log, on_event, durable)
         self._check_log_format()
+
+    async def specs(self) -> list[ToolSpec]:
+        """The functions the next request offers: its menu's (tool search: a part)."""
+        menu = await self._menu()
+        if self._specs is None or self._specs[0] is not menu:
+            specs = [
+                ToolSpec(tool.name, tool.description, visible_parameters(tool))
+                for tool in menu.values()
+            ]
+            self._specs = (menu, specs)
+        return self._specs[1]
 
     def _action_listener(self) -> Callable[[Any], None] | None:
         return self._on_action  # it waits for `NoteSettled`, listened to or not
@@ -188,9 +197,10 @@ class _TurnLoop(OuterLoop):
         request = TurnRequest(
             system=self._system(),
             conversation=self._conversation(),
-            tools=self.specs,
+            tools=await self.specs(),
             iteration=iteration,
             path=self._path(),
+            media=self.engine_media(),
         )
         opened = await self._open_request(request, iteration)
         if opened is None:
@@ -519,7 +529,7 @@ class _TurnLoop(OuterLoop):
         if record.status == CallStatus.DONE:
             output = record.output
             content = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
-            return ToolResult(content)
+            return ToolResult(content, media=tuple(media_refs(output)))
         if record.status == CallStatus.FAILED:
             return ToolResult(f"Error: Tool {name!r} failed: {message}", is_error=True)
         if record.status == CallStatus.DENIED:

@@ -15,13 +15,21 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
+from .._core._expressions import Expression, Term
 from ._builtins import bind_tool_arguments
-from ._exceptions import EXCEPTION_CLASSES, EndProgram, LimitExceeded, OutsideLanguage, ProgramRaise
+from ._exceptions import (
+    EXCEPTION_CLASSES,
+    EndProgram,
+    LimitExceeded,
+    OutsideLanguage,
+    ProgramRaise,
+    ToolError,
+)
 from ._expressions import Expressions, dispatch
 from ._frame import MAX_DEPTH, Frame, Host, Wait
 from ._methods import attribute_of, call_method
 from ._modules import GATHER
-from ._names import FunctionScope, GlobalScope, Scope
+from ._names import MISSING, FunctionScope, GlobalScope, Scope
 from ._scope import MUTATING_METHODS, Sites, scope_info
 from ._values import Builtin, CallState, Lazy, Module, copy_value, leave
 
@@ -573,13 +581,27 @@ class Evaluator(Expressions):
                 await self.materialize(value), f"the parameter {key!r} of {tool.name}"
             )
         call_id = frame.call_id(site)
+        for expression in code_tool.depends_on:
+            if not await self._present(expression):
+                message = (
+                    f"{tool.name} depends on {expression}, which the statements before this "
+                    "call did not leave"
+                )
+                error = ToolError(message, type="structural", status="invalid", call_id=call_id)
+                raise ProgramRaise(error, node.lineno)
+        return await self._make(tool.name, code_tool.read_only, params, call_id, node.lineno)
+
+    async def _make(
+        self, name: str, read_only: bool, params: dict[str, Any], call_id: str, line: int
+    ) -> Any:
+        """Make a tool call past the barriers §14 puts before it; its lazy value."""
         if self.try_marks:
             await self._force_since(self.try_marks[-1])
-        if self.host.must_wait_before_calls(self.index, code_tool.read_only):
+        if self.host.must_wait_before_calls(self.index, read_only):
             await Wait("committed", index=self.index)
-        if not code_tool.read_only:
+        if not read_only:
             await self._force_since(0)
-        call = self.host.make_call(self.index, call_id, tool.name, params, node.lineno)
+        call = self.host.make_call(self.index, call_id, name, params, line)
         if call.id not in self.made_ids:
             self.made_ids.add(call.id)
             self.made.append(call)
@@ -587,6 +609,35 @@ class Evaluator(Expressions):
         if self.strict and not self.gathering:
             return await self.force(value)
         return value
+
+    async def _present(self, expression: Expression) -> bool:
+        """Whether a `depends_on` reference is present in the variables the statements
+        before this one left: all its terms for `&&`, any for `||` (PROTOCOL §2, §14)."""
+        found = [await self._term_present(term) for term in expression.terms]
+        return all(found) if expression.op == "&&" else any(found)
+
+    async def _term_present(self, term: Term) -> bool:
+        if term.kind == "state" and term.path and isinstance(term.path[0], str):
+            name, steps = term.path[0], term.path[1:]
+        elif term.kind == "input":
+            name, steps = "task_input", term.path
+        else:
+            return False  # no other kind of data is a program's
+        value = await self.host.earlier(self.index, name)
+        if value is MISSING:
+            return False
+        try:
+            value = await self.materialize(value)
+        except ProgramRaise:
+            return False  # the call that was to write it failed
+        for step in steps:
+            if isinstance(step, str) and isinstance(value, dict) and step in value:
+                value = value[step]
+            elif isinstance(step, int) and isinstance(value, list) and step < len(value):
+                value = value[step]
+            else:
+                return False
+        return True
 
     async def call_helper(
         self, helper: Helper, args: list[Any], kwargs: dict[str, Any], frame: Frame
@@ -610,6 +661,9 @@ class Evaluator(Expressions):
         """`asyncio.gather(*es, return_exceptions=)`: its calls do not wait for each
         other; a failure raises when its value is needed, here (§14)."""
         catching = _returns_exceptions(node)
+        flag = _plain_flag(node)
+        if flag is not None and not catching:  # a computed flag with no call: known first
+            catching = bool(await self.materialize(await self.eval(flag, scope, frame)))
         self.gathering += 1
         if catching:
             self.catch_marks.append(len(self.made))
@@ -650,6 +704,16 @@ _DICT_METHODS = frozenset(
     {"get", "keys", "values", "items", "pop", "popitem", "update", "setdefault", "clear",
      "copy", "fromkeys"}
 )  # fmt: skip
+
+
+def _plain_flag(node: ast.Call) -> ast.expr | None:
+    """A gather's `return_exceptions=` expression when it calls nothing (so evaluating
+    it before the arguments changes nothing CPython would see); None otherwise."""
+    for keyword in node.keywords:
+        if keyword.arg == "return_exceptions":
+            calls = any(isinstance(n, ast.Call | ast.Await) for n in ast.walk(keyword.value))
+            return None if calls else keyword.value
+    return None
 
 
 def _returns_exceptions(node: ast.Call) -> bool:

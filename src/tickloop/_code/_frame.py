@@ -13,6 +13,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
 
+from .._core._expressions import Expression
 from ._scope import Sites
 from ._values import CallState, Meter
 
@@ -69,6 +70,8 @@ class CodeToolLike(Protocol):
     def defaults(self) -> Mapping[str, Any]: ...
     @property
     def read_only(self) -> bool: ...
+    @property
+    def depends_on(self) -> tuple[Expression, ...]: ...
 
 
 class Host(Protocol):

@@ -84,8 +84,13 @@ def attribute_of(value: Any, name: str) -> Any:
             raise ProgramRaise(KeyError(name))
         return value[name]  # §14: an attribute read on a dict reads the key
     if isinstance(value, BaseException):
-        if name not in _ERROR_ATTRIBUTES or (name != "args" and not isinstance(value, ToolError)):
+        if name not in _ERROR_ATTRIBUTES:
             raise OutsideLanguage(f"the attribute {name!r} of an exception is outside the language")
+        if name != "args" and not isinstance(value, ToolError):
+            # A ToolError's own attribute read on another error: CPython's AttributeError,
+            # which the program may catch (and its `finally` runs).
+            kind = type(value).__name__
+            raise ProgramRaise(AttributeError(f"{kind!r} object has no attribute {name!r}"))
         return getattr(value, name)
     if _allowed(value, name):
         if name in _DATA_ATTRIBUTES:

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .._core._expressions import Expression
+
 __all__ = [
     "CodeAction",
     "CodeTool",
@@ -38,6 +40,11 @@ class CodeTool:
     params: tuple[str, ...] = ()
     defaults: Mapping[str, Any] = field(default_factory=dict)
     read_only: bool = False
+    # The tool's `depends_on` references (§14 "Tool options in programs"): each must be
+    # present in the variables the statements before a call left (`†state.x` reads the
+    # variable `x`, `†input.x` the task input), else the call raises ToolError
+    # "structural" without being made.
+    depends_on: tuple[Expression, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():

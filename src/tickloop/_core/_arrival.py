@@ -160,6 +160,7 @@ def check_call(
     wanted: str | None = None,
     *,
     code: bool = False,
+    hidden: frozenset[str] = frozenset(),
 ) -> None:
     """Structural checks made at once, before a call may wait or run (PROTOCOL §7.1).
 
@@ -187,6 +188,13 @@ def check_call(
             unknown.append(key)
     tool_name = wire.get("_tool")
     tool = tools.get(tool_name) if isinstance(tool_name, str) else None
+    if hidden and (tool is None or tool_name in hidden):
+        if tool is not None:
+            raise Structural(f"unknown tool {tool_name!r} (try search_tools)")
+        known = ", ".join(name for name in tools if name not in hidden) or "none"
+        raise Structural(
+            f"unknown tool {tool_name!r}; the tools are: {known} (try search_tools for more)"
+        )
     if tool is None:
         known = ", ".join(tools) or "none"
         if tool_name is None:

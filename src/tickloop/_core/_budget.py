@@ -206,6 +206,19 @@ class RunUsage:
             self.cost + other.cost,
         )
 
+    def to_amounts(self) -> dict[str, float]:
+        """The ledger's amounts this usage spends (the inverse of `from_amounts`)."""
+        amounts: dict[str, float] = {
+            "requests": self.requests,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "tool_calls": self.tool_calls,
+            "cost": self.cost,
+        }
+        for tool, count in self.per_tool.items():
+            amounts[_PER_TOOL + tool] = count
+        return {name: value for name, value in amounts.items() if value}
+
     @classmethod
     def from_amounts(cls, amounts: Mapping[str, float]) -> RunUsage:
         per_tool = {

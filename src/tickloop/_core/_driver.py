@@ -170,10 +170,11 @@ class SchedulerDriver:
 
     # -- the tick, as the outer loop sees it -----------------------------------------------
 
-    def open_tick(self, iteration: int, *, code: bool = False) -> None:
-        """Open the tick of a request; `code`: a code plan's (PROTOCOL §14)."""
+    def open_tick(self, iteration: int, *, code: bool = False, found: tuple[str, ...] = ()) -> None:
+        """Open the tick of a request; `code`: a code plan's (PROTOCOL §14); `found`:
+        the deferred tools its menu shows (tool search)."""
         self._reset_tick()
-        self.feed(OpenTick(iteration, self._date(), code=code))
+        self.feed(OpenTick(iteration, self._date(), code=code, found=found))
 
     def date(self) -> str:
         """The driver's clock, as every event carries it."""

@@ -134,6 +134,9 @@ class Scheduler:
         screens: Callable[[str], bool] | None = None,
     ) -> None:
         self.tools = tools
+        # Deferred tools no `search_tools` call of an earlier request found (tool search):
+        # refused on arrival; each tick's `OpenTick.found` says which are found.
+        self._hidden: frozenset[str] = tools.deferred
         # With `notes=False` the facts (`Note...`, but `NoteTickEnded`) are not returned, for a
         # driver with no observer and no journal; the work (`StartCall`...) is, either way.
         self.notes = notes
@@ -248,6 +251,8 @@ class Scheduler:
                 "NoteTickEnded before opening another",
             )
         self._iteration, self._code = event.iteration, event.code
+        if self.tools.deferred:
+            self._hidden = self.tools.deferred.difference(event.found)
         self._index = 0
         self._stream_open = True
         self._tick_active = True
@@ -279,7 +284,9 @@ class Scheduler:
         self.records[record.id] = record
         self._seqs[record.id] = self._seq
         try:
-            check_call(self.tools, call, record.call, given, wanted, code=self._code)
+            check_call(
+                self.tools, call, record.call, given, wanted, code=self._code, hidden=self._hidden
+            )
         except Structural as fault:
             record_parameters(call)
             # `record.call` is the wire, or the form of it that can be shown (`_check_shape`).
@@ -581,7 +588,7 @@ class Scheduler:
         call.writes = ()
         call.preapproved = True
         try:
-            check_call(self.tools, call, wire)
+            check_call(self.tools, call, wire, hidden=self._hidden)
         except Structural as fault:
             call.writes = old_writes  # `_settle` un-files them and wakes their readers
             self._settle(call, S.INVALID, hook_fault(call, True, f"replacement call: {fault}"))

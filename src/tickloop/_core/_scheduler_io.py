@@ -69,6 +69,9 @@ class OpenTick:
     # never from the model's own JSON, so they may carry call paths as ids (`c2.7[3]>1`)
     # and the `_line` they were written on; any other tick refuses both.
     code: bool = False
+    # Tool search: the deferred tools found by `search_tools` calls of earlier requests,
+    # all of them (journaled, so a resume or replay refuses and accepts the same calls).
+    found: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

@@ -172,6 +172,7 @@ class Tool:
         annotations: Mapping[str, Any] | None = None,
         expected_duration: float | None = None,
         read_only: bool = False,
+        defer_loading: bool = False,
     ) -> None:
         if name == "<lambda>":
             raise ConfigurationError(
@@ -257,6 +258,13 @@ class Tool:
         # The tool changes nothing: a code plan may start its calls before earlier calls
         # are known not to fail (PROTOCOL §14 "Readiness"); shown in records and events.
         self.read_only = read_only
+        if not isinstance(defer_loading, bool):
+            raise ConfigurationError(
+                f"tool {name!r}: defer_loading must be True or False, not {defer_loading!r}"
+            )
+        # Kept off the menu until the model finds it with `search_tools` (an agent with
+        # tool search; docs/mcp.md "Tool search"): it saves the request its description.
+        self.defer_loading = defer_loading
         # What the tool's source says about it (an MCP server's annotations: readOnlyHint,
         # destructiveHint...), kept for approval hooks and UIs; the engine does not read it.
         self.annotations: dict[str, Any] = dict(annotations or {})
@@ -339,6 +347,7 @@ class Tool:
             "bind": dict(self.bind),
             "idempotent": self.idempotent,
             "read_only": self.read_only,
+            "defer_loading": self.defer_loading,
         }
         return {
             "name": self.name,
@@ -667,6 +676,7 @@ def tool(
     idempotent: bool = False,
     expected_duration: float | None = None,
     read_only: bool = False,
+    defer_loading: bool = False,
 ) -> Tool: ...
 
 
@@ -685,6 +695,7 @@ def tool(
     idempotent: bool = False,
     expected_duration: float | None = None,
     read_only: bool = False,
+    defer_loading: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -702,6 +713,7 @@ def tool(
     idempotent: bool = False,
     expected_duration: float | None = None,
     read_only: bool = False,
+    defer_loading: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a `Tool` from a type-hinted function; the docstring is the description.
 
@@ -722,6 +734,7 @@ def tool(
             idempotent=idempotent,
             expected_duration=expected_duration,
             read_only=read_only,
+            defer_loading=defer_loading,
         )
         if not made.description:
             # Once per definition (the warnings filter's default): the model would see a
@@ -848,7 +861,12 @@ def _check_tools_argument(tools: Any) -> None:
 class ToolSet(Mapping[str, Tool]):
     """The tools of one run, checked together: names unique, dependencies known."""
 
-    def __init__(self, tools: Sequence[Tool] | Mapping[str, Tool] | ToolSet) -> None:
+    def __init__(
+        self,
+        tools: Sequence[Tool] | Mapping[str, Tool] | ToolSet,
+        *,
+        deferred: Iterable[str] = (),
+    ) -> None:
         _check_tools_argument(tools)
         items = _tools_of_mapping(tools) if isinstance(tools, Mapping) else list(tools)
         self._tools: dict[str, Tool] = {}
@@ -872,6 +890,14 @@ class ToolSet(Mapping[str, Tool]):
                         f"tool {item.name!r} depends on tool {dependency!r}, which is not "
                         f"among the tools ({', '.join(sorted(self._tools)) or 'none'})"
                     )
+        # Tools off the menu until a `search_tools` call of an earlier request found them
+        # (tool search): a call of one before that is refused on arrival (the scheduler
+        # reveals them tick by tick, `OpenTick.found`). Every tool is still iterated here,
+        # so configuration checks (the approval hook's) cover them too.
+        self.deferred: frozenset[str] = frozenset(deferred)
+        unknown = sorted(self.deferred - set(self._tools))
+        if unknown:
+            raise ConfigurationError(f"deferred tools {unknown} are not among the tools")
 
     def __getitem__(self, name: str) -> Tool:
         return self._tools[name]

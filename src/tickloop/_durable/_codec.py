@@ -77,6 +77,8 @@ def event_to_dict(event: Event) -> dict[str, Any]:
             body["plan_order"] = True
         if event.code:
             body["code"] = True
+        if event.found:
+            body["found"] = list(event.found)
     elif isinstance(event, CloseStream):
         body = {"type": "StreamClosed"}
     elif isinstance(event, ReportFault):
@@ -117,7 +119,12 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
         return Decide(data["call_id"], decision_from_dict(data["decision"]), date)
     if kind == "TickOpened":
         # Every tick of a version 2 journal keeps plan order (`_migrations._from_1`).
-        return OpenTick(data["iteration"], date, code=bool(data.get("code")))
+        return OpenTick(
+            data["iteration"],
+            date,
+            code=bool(data.get("code")),
+            found=tuple(data.get("found") or ()),
+        )
     if kind == "StreamClosed":
         return CloseStream(date)
     if kind == "FaultReported":

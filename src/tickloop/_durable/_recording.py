@@ -51,6 +51,9 @@ class RecordedCall:
     refused: dict[str, Any] | None = None
     # Its tool guardrails' journaled verdict (PROTOCOL §15): passed, or the denial's reason.
     screened: tuple[bool, str | None] | None = None
+    # Its resolved parameters as stored (redacted: `Redactor.shared`); None when unknown.
+    # A replay or fork reuses its outcome or decision only for the same parameters.
+    params: Any = None
 
 
 @dataclass(slots=True)
@@ -122,12 +125,14 @@ class Recording:
     # Room the budget hook (or a resume's `budget=`) granted, anywhere in the tree: added
     # to the root's limits, in the order given (PROTOCOL §12).
     grants: list[Budget] = field(default_factory=list)
+    # The store it was read from: where the bytes of its `$media` references are kept.
+    store: SQLiteStore | None = None
 
     @classmethod
     def load(cls, store: SQLiteStore, run_id: str) -> Recording:
         """The run `run_id` of `store`; `ResumeError` when there is none, `StoreError`
         when the file is not a store."""
-        recording = cls(run_id, store.protocol(run_id))
+        recording = cls(run_id, store.protocol(run_id), store=store)
         infos = store.calls(run_id)
         for info in infos:
             recording.calls[info.id] = RecordedCall(
@@ -138,6 +143,7 @@ class Recording:
                 list(info.deps or ()),
                 started=info.started is not None,
                 refused=_refusal(info.status, info.started, info.error),
+                params=info.params,
             )
         recording._read((kind, body) for _, _, kind, body in store.journal(run_id))
         for info in infos:

@@ -515,6 +515,33 @@ class SQLiteStore:
                 (run_id, last + 1, time.time(), "event", json.dumps(body)),
             )
 
+    # -- media (images and audio a run's tools returned) ----------------------------------
+
+    def put_media(self, media_id: str, mime: str, data: bytes) -> None:
+        """Keep the bytes a `$media` reference names, once (their id is their hash).
+
+        The table is made on first use, so a store of this schema version without it is
+        still read and written by every tickloop of that version (docs/decisions.md)."""
+        with self.connect() as connection, self._write(connection):
+            connection.execute(_MEDIA_TABLE)
+            connection.execute(
+                "INSERT OR IGNORE INTO media (media_id, mime, data) VALUES (?, ?, ?)",
+                (media_id, mime, data),
+            )
+
+    def get_media(self, media_id: str) -> tuple[str, bytes] | None:
+        """The MIME type and bytes of a `$media` reference, or None."""
+        with self.connect() as connection:
+            exists = connection.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='media'"
+            ).fetchone()
+            if not exists:
+                return None
+            row = connection.execute(
+                "SELECT mime, data FROM media WHERE media_id = ?", (media_id,)
+            ).fetchone()
+        return None if row is None else (str(row[0]), bytes(row[1]))
+
     @staticmethod
     def _waiting_ids(connection: sqlite3.Connection, run_id: str) -> str:
         rows = connection.execute(
@@ -522,6 +549,14 @@ class SQLiteStore:
             (run_id,),
         ).fetchall()
         return ", ".join(row[0] for row in rows)
+
+
+_MEDIA_TABLE = (
+    "CREATE TABLE IF NOT EXISTS media ("
+    "media_id TEXT PRIMARY KEY, "  # "m-" and the bytes' SHA-256, cut (`_core._media`)
+    "mime TEXT NOT NULL, "
+    "data BLOB NOT NULL)"
+)
 
 
 def _checked_decision(call_id: str, value: Any) -> Decision:

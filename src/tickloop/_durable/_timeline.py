@@ -21,4 +21,4 @@ def timeline_html(store: SQLiteStore | str | os.PathLike[str], run_id: str) -> s
         run = resolved.run(run_id)
     except ResumeError as error:  # nothing is being resumed: it is a lookup that failed
         raise StoreError(f"{resolved.path}: {error}") from None
-    return render_run(run, resolved.calls(run_id), resolved.journal(run_id))
+    return render_run(run, resolved.calls(run_id), resolved.journal(run_id), resolved.get_media)

@@ -45,6 +45,7 @@ from .._core._log import (
     copy_json,
     has_surrogate,
 )
+from .._core._media import MediaKeeper, MemoryMedia, holds_media, keep_media
 from .._core._paths import RunPath
 from .._core._scheduler_io import (
     Action,
@@ -142,7 +143,7 @@ class Engine(SchedulerDriver):
         clock: Callable[[], str] = utc_now,
         journal: Journal | None = None,
         run_id: str | None = None,
-        answer: Callable[[str], Outcome | None] | None = None,
+        answer: Callable[[str, dict[str, Any]], Outcome | None] | None = None,
         scope: object = None,
         budget: Ledger | None = None,
         on_budget: BudgetHook | None = None,
@@ -153,7 +154,11 @@ class Engine(SchedulerDriver):
         guardrails: tuple[Guardrail, ...] = (),
         on_verdict: Callable[[str | None, str, str, dict[str, Any]], None] | None = None,
         recorded_screens: Callable[[str], Pass | Deny | None] | None = None,
+        media: MediaKeeper | None = None,
     ) -> None:
+        # Where the bytes of images and audio the run's tools return are kept (the
+        # store's media table, else memory); results hold `$media` references.
+        self.media: MediaKeeper = media if media is not None else MemoryMedia()
         # A replayed or forked run's recorded tool-guardrail verdicts: reused, not asked.
         self._recorded_screens = recorded_screens
         # The result guardrails of this run's calls (PROTOCOL §15: a child's are the
@@ -195,6 +200,7 @@ class Engine(SchedulerDriver):
         # replayed or forked run, docs/replay.md); None runs the handler.
         self._answer = answer
         self._tick_done: trio.Event | None = None
+        self._call_ended: trio.Event | None = None  # set as a call ends (`wait_until`)
         # The budget hook is asked one question at a time, the scheduler's (a call's limit)
         # and the loop's (a model request's) alike: the lock of the whole tree, when the
         # run is one of a tree's (§12), else its own.
@@ -239,6 +245,14 @@ class Engine(SchedulerDriver):
             )
         # Every task, fire-and-forget ones included, has finished: report their late errors.
         self.feed(Flush(self._date()))
+
+    async def wait_until(self, condition: Callable[[], bool]) -> None:
+        """Until `condition()` holds, checked as calls end (fire-and-forget ones too);
+        what `LoopDriver.wait_until` is for a workflow."""
+        while not condition():
+            self._call_ended = trio.Event()
+            await self._call_ended.wait()
+        self._call_ended = None
 
     async def wait_tick(self) -> NoteTickEnded:
         assert self._tick_done is not None, "open_tick first"
@@ -445,7 +459,7 @@ class Engine(SchedulerDriver):
     async def _run(self, action: StartCall) -> None:
         if self._journal is not None:
             self._journal.commit(action.id)  # the call's start is stored before it can act
-        recorded = None if self._answer is None else self._answer(action.id)
+        recorded = None if self._answer is None else self._answer(action.id, action.params)
         if recorded is not None:
             value, branch, error = recorded
         else:
@@ -466,12 +480,12 @@ class Engine(SchedulerDriver):
             clock = self.wall_clock
             if clock is None:
                 value, branch, error = await run_handler(
-                    tool, action.params, context, self._threads
+                    tool, action.params, context, self._threads, self.media
                 )
             else:
                 with trio.move_on_at(clock.deadline) as wall:
                     value, branch, error = await run_handler(
-                        tool, action.params, context, self._threads
+                        tool, action.params, context, self._threads, self.media
                     )
                 if wall.cancelled_caught:
                     value, branch, error = None, None, dict(WALL_TIME_OUT)
@@ -490,6 +504,8 @@ class Engine(SchedulerDriver):
         if record.started is not None:
             self._durations.add(action.tool, finished - record.started)
         self.feed(FinishCall(action.id, value, branch, error, self._date()))
+        if self._call_ended is not None:
+            self._call_ended.set()
         if self.wall_clock is not None:
             self._people_or_not()  # the last call ended while a question is open
 
@@ -570,6 +586,7 @@ async def run_handler(
     params: dict[str, Any],
     context: CallContext | None,
     threads: trio.CapacityLimiter,
+    media: MediaKeeper | None = None,
 ) -> tuple[Any, str | None, dict[str, Any] | None]:
     """Run one call's handler on trio: (value, branch, error), as `FinishCall` takes them.
 
@@ -627,7 +644,16 @@ async def run_handler(
                 return value, None, None
             if not _surely_json(value):  # else `dump_output` and `_not_json` change nothing
                 try:
-                    value = tool.dump_output(value)
+                    try:
+                        value = tool.dump_output(value)
+                    except Exception:
+                        # An image or audio clip (pydantic cannot convert one): its bytes
+                        # to the keeper, a `$media` reference in its place. Only here, so
+                        # a result without media costs no walk of its own.
+                        if not holds_media(value):
+                            raise
+                        keeper = media if media is not None else MemoryMedia()
+                        value = tool.dump_output(keep_media(value, keeper))
                 except Exception as problem:
                     error = {"type": "runtime", "message": _conversion_fault(problem)}
                 else:

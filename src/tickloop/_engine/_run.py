@@ -17,6 +17,7 @@ from .._core._decisions import ApproveHook, PendingCall
 from .._core._driver import check_schedule
 from .._core._jsonable import run_value_to_json
 from .._core._log import ContextLog
+from .._core._media import MEDIA_KEY, Media, MediaKeeper, media_of
 from .._core._scheduler import CallRecord
 from .._core._tools import MakesTool, Tool, ToolSource, missing_bindings, split_tools
 from .._errors import ConfigurationError
@@ -46,6 +47,17 @@ class ExecutionResult:
         self.pending = pending or []
         #: What the run used (PROTOCOL §12): requests, tokens, tool calls, cost.
         self.usage = usage if usage is not None else RunUsage()
+        # Where the run kept the bytes of its images and audio (`media`).
+        self.keeper: MediaKeeper | None = None
+
+    def media(self, ref: dict[str, Any] | str) -> Media | None:
+        """The image or audio clip a `$media` reference (or its id) names, with its bytes:
+        `result.media(result.state["shot"]).data`; None when they were not kept here."""
+        media_id = ref.get(MEDIA_KEY) if isinstance(ref, dict) else ref
+        found = None if self.keeper is None else self.keeper.get_media(str(media_id))
+        if found is None:
+            return None
+        return media_of(*found)
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -167,7 +179,9 @@ async def _execute(
         engine.close_stream()
         await engine.wait_tick()
     usage = ledger.usage if ledger is not None else None
-    return ExecutionResult(log, engine.records, engine.scheduler.deferred, usage)
+    result = ExecutionResult(log, engine.records, engine.scheduler.deferred, usage)
+    result.keeper = engine.media
+    return result
 
 
 def _check_calls(calls: Any) -> list[Any]:

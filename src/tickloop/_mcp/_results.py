@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .._core._media import Audio, Image
+
 __all__ = ["MCPToolError", "convert_result", "error_text"]
 
 
@@ -40,8 +42,12 @@ def _block(block: Any) -> Any:
     kind = getattr(block, "type", None)
     if kind == "text":
         return _json_or_text(block.text)
-    if kind in ("image", "audio"):
-        return {"type": kind, "mimeType": block.mime_type, "data": block.data}
+    if kind in ("image", "audio"):  # kept apart by the engine, a `$media` reference here
+        media = Image if kind == "image" else Audio
+        try:
+            return media(block.data, block.mime_type)
+        except ValueError:  # not base64, or a MIME type that is not its kind's
+            return {"type": kind, "mimeType": block.mime_type, "data": block.data}
     if kind == "resource":  # an embedded resource: its text, or its URI when binary
         resource = block.resource
         text = getattr(resource, "text", None)

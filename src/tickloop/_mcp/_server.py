@@ -77,6 +77,7 @@ class MCPServer(ToolSource):
         include_instructions: bool = False,
         timeout: float | None = DEFAULT_CALL_TIMEOUT,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        defer_loading: bool = False,
     ) -> None:
         _require_mcp()
         self.label = label
@@ -101,6 +102,12 @@ class MCPServer(ToolSource):
         self.include_instructions = bool(include_instructions)
         self.timeout = _positive(timeout, label, "timeout")
         self.connect_timeout = _positive(connect_timeout, label, "connect_timeout")
+        if not isinstance(defer_loading, bool):
+            raise ConfigurationError(
+                f"MCP server {label}: defer_loading must be True or False, not {defer_loading!r}"
+            )
+        # Its tools stay off an agent's menu until `search_tools` finds them (tool search).
+        self.defer_loading = defer_loading
         self._shared: Connection | None = None
         self._shared_tools: list[Tool] = []
         self._shared_instructions: str | None = None
@@ -122,7 +129,8 @@ class MCPServer(ToolSource):
 
         `env` is added to a small safe environment (PATH, HOME...), as the `mcp` client
         does: the child does not inherit every secret of this process. Options:
-        `prefix`, `allowed`, `requires_approval`, `include_instructions`, `timeout` (per
+        `prefix`, `allowed`, `requires_approval`, `include_instructions`, `defer_loading`
+        (its tools found through an agent's `search_tools`), `timeout` (per
         call, seconds; default 300, None for no limit), `connect_timeout` (start,
         handshake and listing; default 10 s).
         """
@@ -201,6 +209,7 @@ class MCPServer(ToolSource):
             # PROTOCOL §15: an MCP tool is read-only when the server says so.
             read_only=bool((spec.get("annotations") or {}).get("readOnlyHint") is True),
             annotations=spec.get("annotations"),
+            defer_loading=self.defer_loading,
         )
 
     def opened(self, tools: list[Tool], instructions: str | None) -> OpenedSource:
@@ -343,6 +352,7 @@ class MCPServer(ToolSource):
                 # PROTOCOL §15: read-only when the server says so (`readOnlyHint: true`).
                 read_only=annotations.get("readOnlyHint") is True,
                 annotations=annotations,
+                defer_loading=self.defer_loading,
             )
         except ConfigurationError as error:
             raise ConfigurationError(

@@ -30,6 +30,7 @@ from ._base import (
     Usage,
     anthropic_tool_messages,
     output_limit,
+    solution_messages,
     wire_conversation,
 )
 from ._http import (
@@ -128,7 +129,9 @@ class Anthropic:
         return headers
 
     def _body(self, request: SolutionRequest) -> dict[str, Any]:
-        system, messages = _split_messages(request.messages)
+        system, messages = _split_messages(
+            solution_messages(request.messages, "anthropic", request.media)
+        )
         plain = request.schema is None  # a plain-text answer (a code plan's program)
         if self.structured == "json" and not plain:
             system.append(json_instruction(request.schema or {}))
@@ -218,6 +221,7 @@ class Anthropic:
                 request.conversation,
                 self.turn_format,
                 text_message=lambda role, text: {"role": role, "content": text},
+                media=request.media,
                 strip_reasoning=_strip_thinking,
             )
         )

@@ -14,6 +14,7 @@ one place and every provider follows it.
 
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -130,6 +131,8 @@ class SolutionRequest:
     # The agent-call ids above the run asking: a sub-agent's (PROTOCOL §11), () at the root.
     path: tuple[str, ...] = ()
     max_output_tokens: int | None = None
+    # The bytes of the media its messages show (`{"type": "media"}` parts), by id.
+    media: MediaLookup | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"messages": self.messages, "schema": self.schema}
@@ -191,6 +194,8 @@ class TurnRequest:
     # The agent-call ids above the run asking: a sub-agent's (PROTOCOL §11), () at the root.
     path: tuple[str, ...] = ()
     max_output_tokens: int | None = None  # as `SolutionRequest.max_output_tokens`
+    # The bytes of the media its messages mark (`media_mark`), by id: the run's keeper.
+    media: MediaLookup | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -247,10 +252,15 @@ class TurnResponse:
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
-    """The result of one tool call, as text for the model; `is_error` when it failed."""
+    """The result of one tool call, as text for the model; `is_error` when it failed.
+
+    `media` are the `$media` references the result holds (images, audio): each wire
+    format shows them as its own content parts, their bytes marked (`media_mark`) until
+    the request is sent (`with_media`), so the log and journal hold references only."""
 
     content: str
     is_error: bool = False
+    media: tuple[dict[str, Any], ...] = ()
 
 
 TurnItem = TextDelta | ToolCallStarted | Usage | TurnResponse
@@ -288,6 +298,7 @@ def wire_conversation(
     *,
     text_message: Callable[[str, str], dict[str, Any]],
     strip_reasoning: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
+    media: MediaLookup | None = None,
 ) -> list[dict[str, Any]]:
     """A `TurnRequest.conversation` as one client's wire messages.
 
@@ -307,7 +318,9 @@ def wire_conversation(
                 status=400,
             )
         wire = [dict(message) for message in entry.get("messages", [])]
-        messages.extend(wire if entry.get("keep_reasoning") else strip_reasoning(wire))
+        wire = wire if entry.get("keep_reasoning") else strip_reasoning(wire)
+        # The bytes of the media it shows, read now (the log holds references only).
+        messages.extend(with_media(wire, media) if holds_media_mark(wire) else wire)
     return messages
 
 
@@ -333,11 +346,34 @@ def chat_assistant_message(text: str, calls: Sequence[TurnToolCall]) -> dict[str
 def chat_tool_messages(
     response: TurnResponse, results: Sequence[ToolResult]
 ) -> list[dict[str, Any]]:
-    """One `tool` message per call, in the calls' order (PROTOCOL §9)."""
-    return [
+    """One `tool` message per call, in the calls' order (PROTOCOL §9); a chat `tool`
+    message cannot carry an image, so the media of the results follow in one user
+    message of image (and audio) parts."""
+    messages: list[dict[str, Any]] = [
         {"role": "tool", "tool_call_id": call.id, "content": result.content}
         for call, result in zip(response.tool_calls, results, strict=True)
     ]
+    parts: list[dict[str, Any]] = []
+    for call, result in zip(response.tool_calls, results, strict=True):
+        for ref in result.media:
+            parts.append({"type": "text", "text": f"{ref[MEDIA_KEY]} ({call.name}):"})
+            parts.append(_chat_media_part(ref))
+    if parts:
+        messages.append({"role": "user", "content": parts})
+    return messages
+
+
+def _chat_media_part(ref: dict[str, Any]) -> dict[str, Any]:
+    mime = str(ref["mime"])
+    if mime.startswith(_IMAGE_TYPES):
+        return {"type": "image_url", "image_url": {"url": media_mark(ref)}}
+    audio = _AUDIO_FORMATS.get(mime)
+    if audio is not None:
+        return {"type": "input_audio", "input_audio": {"data": media_mark(ref), "format": audio}}
+    return {"type": "text", "text": f"({mime}, {ref.get('bytes')} bytes: not shown)"}
+
+
+_AUDIO_FORMATS = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/mpeg": "mp3", "audio/mp3": "mp3"}
 
 
 def anthropic_tool_messages(
@@ -349,7 +385,7 @@ def anthropic_tool_messages(
         {
             "type": "tool_result",
             "tool_use_id": call.id,
-            "content": result.content,
+            "content": _anthropic_content(result),
             **({"is_error": True} if result.is_error else {}),
         }
         for call, result in zip(response.tool_calls, results, strict=True)
@@ -357,14 +393,127 @@ def anthropic_tool_messages(
     return [{"role": "user", "content": blocks}]
 
 
+def _anthropic_content(result: ToolResult) -> Any:
+    """A result's text, and its images as image blocks inside the `tool_result`."""
+    if not result.media:
+        return result.content
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": result.content}]
+    for ref in result.media:
+        mime = str(ref["mime"])
+        if mime.startswith(_IMAGE_TYPES):
+            source = {"type": "base64", "media_type": mime, "data": media_mark(ref)}
+            blocks.append({"type": "image", "source": source})
+        else:  # no audio blocks in the Messages API
+            blocks.append(
+                {"type": "text", "text": f"({mime}, {ref.get('bytes')} bytes: not shown)"}
+            )
+    return blocks
+
+
 def responses_tool_messages(
     response: TurnResponse, results: Sequence[ToolResult]
 ) -> list[dict[str, Any]]:
-    """One `function_call_output` item per call, in the calls' order (PROTOCOL §9)."""
+    """One `function_call_output` item per call, in the calls' order (PROTOCOL §9); a
+    result with images is a list of `input_text` and `input_image` parts."""
     return [
-        {"type": "function_call_output", "call_id": call.id, "output": result.content}
+        {"type": "function_call_output", "call_id": call.id, "output": _responses_output(result)}
         for call, result in zip(response.tool_calls, results, strict=True)
     ]
+
+
+def _responses_output(result: ToolResult) -> Any:
+    if not result.media:
+        return result.content
+    parts: list[dict[str, Any]] = [{"type": "input_text", "text": result.content}]
+    for ref in result.media:
+        mime = str(ref["mime"])
+        if mime.startswith(_IMAGE_TYPES):
+            parts.append({"type": "input_image", "image_url": media_mark(ref)})
+        else:
+            parts.append({"type": "input_text", "text": f"({mime}, {ref.get('bytes')} bytes)"})
+    return parts
+
+
+# -- media in requests -------------------------------------------------------------------
+
+#: The MIME types of images (a MIME type, not a path; tests/test_run_paths.py).
+_IMAGE_TYPES = "image/"
+
+#: The key of a media reference (`_core._media.MEDIA_KEY`; `_models` sits beside `_core`).
+MEDIA_KEY = "$media"
+
+#: What a message holds where a media's bytes go, until the request is sent: the log, the
+#: journal and a replay's comparison see the reference, never the bytes.
+MEDIA_MARK = "tickloop-media:"
+
+MediaLookup = Callable[[str], "tuple[str, bytes] | None"]
+
+
+def media_mark(ref: dict[str, Any]) -> str:
+    return MEDIA_MARK + str(ref[MEDIA_KEY])
+
+
+def with_media(value: Any, media: MediaLookup | None, key: str = "") -> Any:
+    """`value` (messages about to be sent) with each media mark replaced by the bytes it
+    names: base64 under a `data` key (Anthropic's image source, OpenAI's input_audio),
+    a `data:` URL anywhere else (OpenAI's image_url, Responses' image_url)."""
+    if isinstance(value, str):
+        if not value.startswith(MEDIA_MARK) or media is None:
+            return value
+        found = media(value[len(MEDIA_MARK) :])
+        if found is None:
+            raise ModelError(
+                f"the request shows media {value[len(MEDIA_MARK) :]!r}, whose bytes are not "
+                "kept (a run without a store, resumed elsewhere?) (status 400, not retried)",
+                status=400,
+            )
+        mime, data = found
+        encoded = base64.b64encode(data).decode("ascii")
+        return encoded if key == "data" else f"data:{mime};base64,{encoded}"
+    if isinstance(value, dict):
+        return {name: with_media(item, media, name) for name, item in value.items()}
+    if isinstance(value, list):
+        return [with_media(item, media, key) for item in value]
+    return value
+
+
+def solution_messages(
+    messages: list[dict[str, Any]], wire: str, media: MediaLookup | None
+) -> list[dict[str, Any]]:
+    """A solution request's messages for one wire format: a content given as parts
+    (`{"type": "text"}`, and `{"type": "media", "$media": ...}` for an image or audio
+    clip the state shows) becomes that format's own parts, the bytes read now."""
+    converted: list[dict[str, Any]] = []
+    for message in messages:
+        content = message.get("content")
+        if not isinstance(content, list):
+            converted.append(dict(message))
+            continue
+        parts = [_solution_part(part, wire) for part in content]
+        converted.append({**message, "content": with_media(parts, media)})
+    return converted
+
+
+def _solution_part(part: dict[str, Any], wire: str) -> dict[str, Any]:
+    if part.get("type") != "media":
+        text = str(part.get("text", ""))
+        return {"type": "input_text" if wire == "openai-responses" else "text", "text": text}
+    if wire == "anthropic":
+        result = ToolResult("", media=(part,))
+        return dict(_anthropic_content(result)[1])
+    if wire == "openai-responses":
+        return dict(_responses_output(ToolResult("", media=(part,)))[1])
+    return _chat_media_part(part)
+
+
+def holds_media_mark(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.startswith(MEDIA_MARK)
+    if isinstance(value, dict):
+        return any(holds_media_mark(item) for item in value.values())
+    if isinstance(value, list):
+        return any(holds_media_mark(item) for item in value)
+    return False
 
 
 # How each wire format (`TurnClient.turn_format`) answers a turn's tool calls: a client

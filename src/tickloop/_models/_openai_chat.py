@@ -29,6 +29,7 @@ from ._base import (
     Usage,
     chat_assistant_message,
     chat_tool_messages,
+    solution_messages,
     wire_conversation,
 )
 from ._http import (
@@ -126,7 +127,7 @@ class OpenAIChat:
         return bearer_headers(self._api_key)
 
     def _body(self, request: SolutionRequest, mode: StructuredMode) -> dict[str, Any]:
-        messages = [dict(message) for message in request.messages]
+        messages = solution_messages(request.messages, "openai-chat", request.media)
         plain = request.schema is None  # a plain-text answer (a code plan's program)
         if mode == "none" and not plain:
             _add_system_text(messages, json_instruction(request.schema or {}))
@@ -204,6 +205,7 @@ class OpenAIChat:
             request.conversation,
             self.turn_format,
             text_message=lambda role, text: {"role": role, "content": text},
+            media=request.media,
             strip_reasoning=_strip_chat_reasoning,
         )
         body: dict[str, Any] = {

@@ -33,6 +33,7 @@ from ._base import (
     Usage,
     output_limit,
     responses_tool_messages,
+    solution_messages,
     wire_conversation,
 )
 from ._http import (
@@ -148,11 +149,12 @@ class OpenAIResponses:
 
     async def stream_solution(self, request: SolutionRequest) -> AsyncIterator[TextDelta | Usage]:
         system = [m["content"] for m in request.messages if m.get("role") == "system"]
+        messages = solution_messages(request.messages, "openai-responses", request.media)
         body: dict[str, Any] = {
             "model": self.model,
             "input": [
                 {"role": m["role"], "content": m["content"]}
-                for m in request.messages
+                for m in messages
                 if m.get("role") != "system"
             ],
             "stream": True,
@@ -181,6 +183,7 @@ class OpenAIResponses:
                 request.conversation,
                 self.turn_format,
                 text_message=lambda role, text: {"role": role, "content": text},
+                media=request.media,
                 strip_reasoning=_strip_reasoning,
             ),
             "stream": True,

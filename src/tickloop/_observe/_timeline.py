@@ -13,13 +13,17 @@ It reads only the store (the `calls` rows and the journal), never the agent, so
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
+from .._core._media import IMAGE_TYPES, media_refs
 from .._core._paths import untag_kind
 from .._core._status import ERROR_STATUSES, CallStatus
 from ._records import CallInfo, RunInfo
@@ -56,11 +60,62 @@ _RESUMED_LABEL_WIDTH = 56  # px: "resumed" at the label's 11px font, with a marg
 
 
 def render_run(
-    run: RunInfo, calls: list[CallInfo], journal: list[tuple[int, float, str, Any]]
+    run: RunInfo,
+    calls: list[CallInfo],
+    journal: list[tuple[int, float, str, Any]],
+    media: Callable[[str], tuple[str, bytes] | None] | None = None,
 ) -> str:
-    """One run as one HTML page (a string), from what a store holds of it."""
+    """One run as one HTML page (a string), from what a store holds of it; `media` reads
+    the bytes of the images and audio its calls returned (the store's), shown below the
+    timeline as data URLs."""
     requests, resumes = _requests(journal)
-    return _render(run, in_tree_order(calls), requests, resumes, journal)
+    page = _render(run, in_tree_order(calls), requests, resumes, journal)
+    return page.replace(_MEDIA_SLOT, _media_section(journal, media), 1)
+
+
+_MEDIA_SLOT = "<!--media-->"
+# A MIME type safe to put in a data URL as it is; any other is shown as text only.
+_SAFE_MIME = re.compile(r"(image|audio)/[a-z0-9][a-z0-9.+-]{0,60}")
+
+
+def _media_section(
+    journal: list[tuple[int, float, str, Any]],
+    media: Callable[[str], tuple[str, bytes] | None] | None,
+) -> str:
+    """Each image or audio clip a call's result holds (`$media`), once, with the call."""
+    figures: list[str] = []
+    seen: set[str] = set()
+    for _, _, tagged, body in journal:
+        kind, where = untag_kind(tagged)
+        if kind != "event" or not isinstance(body, dict) or body.get("type") != "CallFinished":
+            continue
+        call_id = where.full(str(body.get("call_id")))
+        for ref in media_refs(body.get("value")):
+            if ref["$media"] in seen:
+                continue
+            seen.add(ref["$media"])
+            figures.append(_figure(call_id, ref, media))
+    if not figures:
+        return ""
+    return '<h2>Media</h2><div class="media">' + "".join(figures) + "</div>"
+
+
+def _figure(
+    call_id: str, ref: dict[str, Any], media: Callable[[str], tuple[str, bytes] | None] | None
+) -> str:
+    mime, media_id = str(ref.get("mime")), str(ref["$media"])
+    caption = escape(f"{call_id} · {media_id} · {mime} · {ref.get('bytes')} bytes")
+    found = media(media_id) if media is not None else None
+    shown = ""
+    if found is not None and _SAFE_MIME.fullmatch(found[0]):
+        url = escape(f"data:{found[0]};base64,{base64.b64encode(found[1]).decode('ascii')}")
+        if found[0].startswith(IMAGE_TYPES):
+            shown = f'<img src="{url}" alt="{escape(media_id)}">'
+        else:
+            shown = f'<audio controls src="{url}"></audio>'
+    elif found is None:
+        shown = "<i>bytes not kept</i>"
+    return f"<figure>{shown}<figcaption>{caption}</figcaption></figure>"
 
 
 def _requests(
@@ -393,6 +448,10 @@ _STYLE = """
 body { font: 13px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 16px;
        color: #1f2328; background: #fff; }
 h1 { font-size: 17px; margin: 0 0 4px; }
+h2 { font-size: 15px; margin: 16px 0 4px; }
+.media figure { display: inline-block; margin: 0 12px 12px 0; }
+.media img { max-width: 320px; max-height: 240px; min-width: 32px; border: 1px solid #d0d7de; }
+.media figcaption { color: #57606a; font-size: 11px; }
 .meta { color: #57606a; margin-bottom: 8px; }
 .legend { margin: 6px 0 10px; }
 .key { margin-right: 14px; white-space: nowrap; }
@@ -472,6 +531,7 @@ _PAGE = """<!doctype html>
 {count} calls ({summary})</div>
 <div class="legend">{legend}</div>
 {svg}
+<!--media-->
 <script>{script}</script>
 </body></html>
 """
