@@ -537,6 +537,8 @@ def test_tools_carry_the_servers_descriptions_schemas_and_hints(http_url: str) -
     assert add.output is not None and add.output["properties"]["result"]["type"] == "integer"
     assert add.idempotent and add.annotations == {"idempotentHint": True, "readOnlyHint": True}
     assert not tools["fetch_page"].idempotent and tools["fetch_page"].annotations == {}
+    # PROTOCOL §15: readOnlyHint makes the tool read-only (it may run past an input gate).
+    assert add.read_only and not tools["fetch_page"].read_only
     assert tools["shout"].output is None  # no outputSchema: nothing to check
     assert not add.is_latent
 

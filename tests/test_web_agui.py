@@ -405,6 +405,27 @@ def test_a_code_plans_calls_show_with_their_lines() -> None:
     assert results == {"c1.0": 3, "c1.1": 13}
 
 
+def test_guardrail_verdicts_show_as_custom_events() -> None:
+    """PROTOCOL §15: every verdict is a `CUSTOM tickloop.guardrail` event."""
+
+    def small_only(call: tl.PendingCall, ctx: tl.GuardrailContext) -> Any:
+        return tl.Deny("too big") if call.params["a"] > 10 else tl.Pass()
+
+    plan = [
+        {"_tool": "add", "a": 1, "b": 2, "_outputPath": "†state.x"},
+        {"_tool": "add", "a": 50, "b": 2, "_outputPath": "†state.y"},
+    ]
+    model = tl.ScriptedModel([{"calls": plan}, {"calls": [], "output": "†state.x"}])
+    agent = tl.Agent(model, tools=[add], guardrails=[tl.ToolGuardrail(small_only)])
+    seen = trio.run(_read_with_the_client, agui.app(agent), {}, "add them")
+    verdicts = sorted(
+        (event["value"]["callId"], event["value"]["verdict"], event["value"]["reason"])
+        for event in seen["events"]
+        if event["type"] == "CUSTOM" and event["name"] == agui.GUARDRAIL
+    )
+    assert verdicts == [("c1.0", "pass", None), ("c1.1", "deny", "too big")]
+
+
 def test_a_paused_sub_agent_is_suspended_not_finished(tmp_path: Path) -> None:
     """Issue 44: a child that paused on a deferred call got a plain SUBAGENT_FINISHED (a
     success); it ends AG-UI's way for a paused sub-agent, the `suspended` outcome naming

@@ -14,6 +14,8 @@ whole tree, every class defined here (catch `TickloopError` for all of them):
     │   ├── ExecuteError ········ every attempt at one model request failed
     │   ├── BudgetExceeded ······ a budget's limit left no room; `.limit`, `.usage`
     │   └── ContextOverflow ····· what cannot be compacted does not fit the window
+    │   └── GuardrailTripped ···· a guardrail tripped (PROTOCOL §15); `.guardrail`,
+    │                             `.reason`, `.info`, `.usage`
     ├── ModelError ·············· a failed model request; `.status`, `.retry_after`
     ├── ReplayMismatchError ····· a strict `ReplayModel` got another request than recorded
     ├── ResumeError ············· a resume that cannot go ahead (unknown run, decision)
@@ -126,6 +128,25 @@ class ContextOverflow(RunStopped):
         self.fixed = fixed
         self.max_output = max_output
         self.window = window
+
+
+class GuardrailTripped(RunStopped):
+    """A guardrail tripped (PROTOCOL §15): the run stopped at once, calls in flight were
+    cancelled and nothing else started. `.guardrail` names it, `.reason` and `.info` are
+    its verdict's, `.usage` what the run used, `.messages` its log for audit."""
+
+    def __init__(
+        self,
+        guardrail: str,
+        reason: str,
+        info: Any = None,
+        messages: list[dict[str, Any]] | None = None,
+    ) -> None:
+        super().__init__(f"guardrail {guardrail} tripped: {reason}", messages)
+        self.guardrail = guardrail
+        self.reason = reason
+        self.info = info
+        self.usage: Any = None
 
 
 class BudgetExceeded(RunStopped):

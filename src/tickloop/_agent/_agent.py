@@ -22,6 +22,13 @@ import trio
 
 from .._core._budget import Budget, BudgetRequest, Price, RunUsage
 from .._core._decisions import ApproveHook, ReviewHook
+from .._core._guardrails import (
+    Guardrail,
+    InputGuardrail,
+    OutputGuardrail,
+    ResultGuardrail,
+    ToolGuardrail,
+)
 from .._core._media import MemoryMedia
 from .._core._paths import RunPath
 from .._core._tools import MakesTool, Tool, ToolSet, ToolSource, split_tools
@@ -103,6 +110,7 @@ class Agent(MakesTool, Generic[OutputT]):
         max_calls: int = 1000,
         max_steps: int = 200_000,
         max_eval_seconds: float = 1.0,
+        guardrails: Sequence[Guardrail] = (),
         tool_search: bool = False,
         context_window: int | None = None,
         compact: Callable[[list[dict[str, Any]]], str] | None = None,
@@ -141,6 +149,8 @@ class Agent(MakesTool, Generic[OutputT]):
         if review_plan is not None and not callable(review_plan):
             raise ConfigurationError(f"review_plan must be callable, not {review_plan!r}")
         self.review_plan = review_plan  # PROTOCOL §15: asked about this agent's plans
+        # Checks the run makes without a person (PROTOCOL §15), in the order given.
+        self.guardrails = _check_guardrails(guardrails)
         self.max_iterations = _positive(max_iterations, "max_iterations")
         self.max_llm_retries = _positive(max_llm_retries, "max_llm_retries")
         # What one program of a code plan may do (PROTOCOL §14 "Limits").
@@ -254,6 +264,7 @@ class Agent(MakesTool, Generic[OutputT]):
             max_steps=self.max_steps,
             max_eval_seconds=self.max_eval_seconds,
             single_program=self._single_program,
+            guardrails=self.guardrails,
             media=self.store if self.store is not None else MemoryMedia(),
             context_window=self.context_window,
             compact=self.compact,
@@ -388,6 +399,7 @@ class Agent(MakesTool, Generic[OutputT]):
             approve=replaying.decide,
             answer=replaying.answer_under(RunPath.ROOT),
             recorded_room=replaying.room_under(RunPath.ROOT),
+            recorded_screens=replaying.screens_under(RunPath.ROOT),
             replaying=replaying,
         )
 
@@ -513,6 +525,7 @@ class Agent(MakesTool, Generic[OutputT]):
                 review_plan=None,  # the record's decisions answer (PROTOCOL §15)
                 answer=replaying.answer_under(RunPath.ROOT),
                 recorded_room=replaying.room_under(RunPath.ROOT),
+                recorded_screens=replaying.screens_under(RunPath.ROOT),
                 budget=replaying.budget(),
                 replaying=replaying,
                 store=store,
@@ -684,3 +697,16 @@ def _positive(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigurationError(f"{name} must be a positive whole number, not {value!r}")
     return value
+
+
+def _check_guardrails(guardrails: Any) -> tuple[Guardrail, ...]:
+    kinds = (InputGuardrail, ToolGuardrail, ResultGuardrail, OutputGuardrail)
+    if isinstance(guardrails, str | bytes) or not isinstance(guardrails, Sequence):
+        raise ConfigurationError(f"guardrails must be a list of guardrails, not {guardrails!r}")
+    for item in guardrails:
+        if not isinstance(item, kinds):
+            raise ConfigurationError(
+                f"guardrails takes tl.InputGuardrail, tl.ToolGuardrail, tl.ResultGuardrail "
+                f"or tl.OutputGuardrail, not {item!r}"
+            )
+    return tuple(guardrails)

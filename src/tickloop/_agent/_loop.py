@@ -22,7 +22,17 @@ from typing_extensions import TypeVar
 
 from .._core._budget import Budget, BudgetRequest, Ledger, Price, RunUsage
 from .._core._budget_gate import RecordedRoom
-from .._core._decisions import ApproveHook, PendingCall, ReviewHook
+from .._core._decisions import ApproveHook, Deny, PendingCall, ReviewHook
+from .._core._guardrails import (
+    Guardrail,
+    InputGuardrail,
+    OutputGuardrail,
+    Pass,
+    Reject,
+    Trip,
+    guardrail_name,
+    verdict_to_dict,
+)
 from .._core._log import ContextLog
 from .._core._media import MediaKeeper
 from .._core._paths import RunPath
@@ -32,11 +42,13 @@ from .._core._tools import ToolSet
 from .._durable._resume import DurableRun
 from .._durable._store import SQLiteStore
 from .._engine._engine import Engine, Outcome
+from .._engine._guarding import check
 from .._engine._run import ExecutionResult
 from .._errors import (
     BudgetExceeded,
     ConfigurationError,
     ExecuteError,
+    GuardrailTripped,
     MaxIterationsError,
     RunStopped,
 )
@@ -49,7 +61,14 @@ from .._models._base import (
     Usage,
     checked_usage,
 )
-from .._observe._events import EventSink, Redactor, RequestRetried, RequestStarted, RunEvent
+from .._observe._events import (
+    EventSink,
+    GuardrailChecked,
+    Redactor,
+    RequestRetried,
+    RequestStarted,
+    RunEvent,
+)
 from .._observe._trace import RunTracer
 from ._budgeting import RequestMeter, Reservation, WallClock, run_ledger
 from ._output import OutputSpec
@@ -207,6 +226,10 @@ class AgentConfig:
     single_program: bool = False
     # PROTOCOL §15 "Plan review": this agent's own hook, asked about its requests' plans.
     review_plan: ReviewHook | None = None
+    # Guardrails (PROTOCOL §15): the agent's, in order; a child run's start with its root's.
+    guardrails: tuple[Guardrail, ...] = ()
+    # A replayed or forked run's recorded tool-guardrail verdicts, by call id (None: ask).
+    recorded_screens: Callable[[str], Pass | Deny | None] | None = None
     # Where the bytes of the run's images and audio are kept (`_core._media`): the store,
     # or memory without one; a replay reads the recorded run's store. None: the engine's.
     media: MediaKeeper | None = None
@@ -325,6 +348,9 @@ class OuterLoop:
             budget_questions=(
                 None if config.place is None else config.place.tree.state.budget_questions
             ),
+            guardrails=config.guardrails,
+            on_verdict=self._on_verdict,
+            recorded_screens=config.recorded_screens,
             media=config.media,
         )
         return engine
@@ -345,23 +371,27 @@ class OuterLoop:
         output: Any = None
         # The wall_time budget, on the run's clock (§12): running calls end at it.
         clock = WallClock(self.ledger, self.engine)
-        async with self.engine.session():
-            if self.config.carried_usage is not None:
-                self.meter.carry(self.config.carried_usage)
-            try:
-                with clock.scope() as wall:
-                    output = await self._iterate_until_done()
-                if wall is not None and wall.cancelled_caught:
-                    raise self.meter.out_of_time()
-            except RunStopped as error:
-                # The run stops on its own (iteration limit, model unreachable), not on
-                # the caller's cancel: the session still ends normally, so fire-and-forget
-                # calls finish and their late errors are flushed into the log (§4).
-                stopped = error
-            clock.spent(self.meter)
+        try:
+            async with self.engine.session():
+                if self.config.carried_usage is not None:
+                    self.meter.carry(self.config.carried_usage)
+                try:
+                    with clock.scope() as wall:
+                        await self._guard_input()
+                        output = await self._iterate_until_done()
+                    if wall is not None and wall.cancelled_caught:
+                        raise self.meter.out_of_time()
+                except RunStopped as error:
+                    # The run stops on its own (iteration limit, model unreachable), not on
+                    # the caller's cancel: the session still ends normally, so fire-and-forget
+                    # calls finish and their late errors are flushed into the log (§4).
+                    stopped = error
+                clock.spent(self.meter)
+        except GuardrailTripped as tripped:  # stopped at once: calls in flight cancelled
+            stopped = tripped
         if stopped is not None:
             stopped.messages = list(self.log.messages)  # with what the session flushed
-            if isinstance(stopped, BudgetExceeded):
+            if isinstance(stopped, BudgetExceeded | GuardrailTripped):
                 stopped.usage = self.ledger.usage
             raise stopped
         paused = self.paused
@@ -403,7 +433,47 @@ class OuterLoop:
                     self.log.messages,
                 )
             done, output = await self._iterate(iteration)
+            if done and not self.paused and self._output_guardrails:
+                done, output = await self._guard_output(output)
         return output
+
+    async def _guard_input(self) -> None:
+        """A fresh run's input guardrails (PROTOCOL §15), asked while the first request
+        streams; a blocking one holds the request until it has passed. A resumed or
+        replayed run asks none again."""
+        guardrails = tuple(g for g in self.config.guardrails if isinstance(g, InputGuardrail))
+        if not guardrails or self.config.answer is not None or self._iterations_done():
+            return
+        passed = self.engine.check_input(guardrails, self.log.view("input"))
+        await passed.wait()
+
+    @property
+    def _output_guardrails(self) -> tuple[OutputGuardrail, ...]:
+        """Asked about a final output; none in a replayed run (its record decided)."""
+        if self.config.answer is not None:
+            return ()
+        return tuple(g for g in self.config.guardrails if isinstance(g, OutputGuardrail))
+
+    async def _guard_output(self, output: Any) -> tuple[bool, Any]:
+        """The final output through the output guardrails, in order (PROTOCOL §15): a
+        rejection is a structural error fed back (the loop goes on), a trip stops the run,
+        and one that raises trips (fail closed)."""
+        for guardrail in self._output_guardrails:
+            name = guardrail_name(guardrail)
+            context = self.engine.guardrail_context()
+            verdict = await check(guardrail.fn, (output, context), (Pass, Reject, Trip), Trip)
+            self._on_verdict(None, name, "output", verdict_to_dict(verdict))
+            if isinstance(verdict, Trip):
+                raise GuardrailTripped(name, verdict.reason, verdict.info)
+            if isinstance(verdict, Reject):
+                self._reject_output(f"{name}: {verdict.reason}", output)
+                return False, None
+        return True, output
+
+    def _reject_output(self, feedback: str, output: Any) -> None:
+        """Feed back an output a guardrail rejected, as a structural error (§15)."""
+        self.engine.report(structural(feedback), {"output": output})
+        self.engine.flush_errors()
 
     def _before_session(self) -> None:
         """Checks a loop makes before anything runs (none by default)."""
@@ -423,6 +493,17 @@ class OuterLoop:
         raise NotImplementedError
 
     # -- what both protocols do the same way ------------------------------------------------
+
+    def _on_verdict(self, call_id: str | None, name: str, kind: str, entry: dict[str, Any]) -> None:
+        """A guardrail's verdict, as an event (PROTOCOL §15)."""
+        self._emit(
+            GuardrailChecked,
+            call_id=call_id,
+            guardrail=name,
+            guardrail_kind=kind,
+            verdict=entry["verdict"],
+            reason=entry.get("reason"),
+        )
 
     async def _menu(self) -> ToolSet:
         """The tools the next request shows (tool search: the loaded ones, and what the

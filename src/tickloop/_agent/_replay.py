@@ -27,6 +27,7 @@ from typing import Any
 from .._core._budget import Budget
 from .._core._budget_gate import RecordedRoom
 from .._core._decisions import ApproveHook, Decision, Deny, PendingCall
+from .._core._guardrails import Pass
 from .._core._paths import RunPath
 from .._core._suggest import did_you_mean
 from .._durable._recording import RecordedCall, RecordedResponse, RecordedRun, Recording
@@ -338,6 +339,19 @@ class Replaying:
         if not self.fork and not self.recorded_tools:
             return None
         return lambda call_id, params: self._answer(path / call_id, params)
+
+    def screens_under(self, path: RunPath) -> Callable[[str], Pass | Deny | None]:
+        """The tool guardrails' recorded verdicts for the run at `path`, by local call id:
+        a reused call is not screened again (PROTOCOL §15); None asks them."""
+
+        def screened(call_id: str) -> Pass | Deny | None:
+            call = self._reusable(path / call_id)
+            if call is None or call.screened is None:
+                return None
+            passed, reason = call.screened
+            return Pass() if passed else Deny(reason or "")
+
+        return screened
 
     def room_under(self, path: RunPath) -> RecordedRoom:
         """The budget decisions the record made for the run at `path` (PROTOCOL §12): a

@@ -16,6 +16,7 @@ from typing import Any
 import trio
 
 from .._core._budget import Budget
+from .._core._guardrails import ResultGuardrail, ToolGuardrail
 from .._core._log import ContextLog
 from .._core._paths import RunPath
 from .._core._tools import missing_bindings
@@ -24,7 +25,7 @@ from .._durable._resume import DurableRun
 from .._durable._store import SQLiteStore
 from .._durable._writer import claim_run, create_run
 from .._engine._run import initial_log
-from .._errors import ConfigurationError, ResumeError
+from .._errors import ConfigurationError, GuardrailTripped, ResumeError
 from .._observe._events import EventSink, RunEnded, RunEvent, RunStarted
 from ._loop import AgentConfig, OuterLoop, RunResult
 from ._tree import RunPlace, TreeServices, TreeTool, has_sub_agents, open_tree_sources
@@ -145,13 +146,15 @@ class RunSession:
                     result.pending = place.pending_of(result.pending)
         except Exception as error:
             reason = f"{type(error).__name__}: {error}"
+            # A guardrail's trip (PROTOCOL §15) is stored as such: resume refuses it.
+            status = "tripped" if isinstance(error, GuardrailTripped) else "failed"
             if writer is not None:
-                _quietly(writer.set_status, "failed", error=reason)
+                _quietly(writer.set_status, status, error=reason)
             self.sink.emit(
                 RunEnded(
                     run_id=self.run_id,
                     time=trio.current_time(),
-                    status="failed",
+                    status=status,
                     iterations=protocol.iterations_in(self.log),
                     error=reason,
                 )
@@ -190,6 +193,9 @@ class RunSession:
         tree = TreeServices(
             run_id=self.run_id,
             approve=config.approve,
+            guardrails=tuple(
+                g for g in config.guardrails if isinstance(g, ToolGuardrail | ResultGuardrail)
+            ),
             listeners=self.sink.listeners,
             redact=config.redact,
             max_depth=config.max_depth,

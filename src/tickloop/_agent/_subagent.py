@@ -234,6 +234,7 @@ def _child_config(config: AgentConfig, place: RunPlace) -> AgentConfig:
             model=tree.replaying.model_for(place.path, config.model, config.protocol.name),
             answer=tree.replaying.answer_under(place.path),
             recorded_room=tree.replaying.room_under(place.path),
+            recorded_screens=tree.replaying.screens_under(place.path),
         )
     return dataclasses.replace(
         config,
@@ -242,6 +243,7 @@ def _child_config(config: AgentConfig, place: RunPlace) -> AgentConfig:
         parent_ledger=tree.state.ledgers.get(place.path.parent),
         on_budget=tree.on_budget,
         approve=approve,
+        guardrails=tree.guardrails + config.guardrails,  # the root's, then its own (§15)
         store=None,
         on_event=None,
         tracer=None,

@@ -26,7 +26,8 @@ import trio
 
 from .._core._budget import Ledger
 from .._core._budget_gate import RecordedRoom
-from .._core._decisions import ApproveHook, Decision, PendingCall
+from .._core._decisions import ApproveHook, Decision, Deny, PendingCall
+from .._core._guardrails import Guardrail, Pass
 from .._core._media import MediaKeeper
 from .._core._paths import RunPath, untag_kind
 from .._core._scheduler import CallRecord
@@ -111,6 +112,9 @@ class ReplayingTree(Protocol):
         """The compaction the record made before request `iteration` of the run at
         `path`, when it is reused (PROTOCOL §16); None: decide and ask anew."""
 
+    def screens_under(self, path: RunPath) -> Callable[[str], Pass | Deny | None]:
+        """The tool guardrails' recorded verdict of each reused call of the run at `path`."""
+
 
 class TreeState:
     """What changes while a tree of runs runs, shared by its runs in one process.
@@ -170,6 +174,9 @@ class TreeServices:
     replaying: ReplayingTree | None = None
     # The root's budget hook: it answers for every run of the tree (PROTOCOL §12).
     on_budget: BudgetHook | None = None
+    # The root's guardrails of calls (tool and result, PROTOCOL §15): every child's calls
+    # pass them before the child's own.
+    guardrails: tuple[Guardrail, ...] = ()
     # Where every run of the tree keeps the bytes of its images and audio: the root's
     # (its store, or its memory), so a parent shows its child's media.
     media: MediaKeeper | None = None

@@ -548,6 +548,16 @@ class _TurnLoop(OuterLoop):
 
     # -- the final answer -----------------------------------------------------------------
 
+    def _reject_output(self, feedback: str, output: Any) -> None:
+        """A final answer an output guardrail rejected (PROTOCOL §15), told as a bad one is."""
+        self._append(
+            {
+                "type": "text",
+                "role": "user",
+                "text": f"Your final answer was not accepted: {feedback}. Reply again.",
+            }
+        )
+
     def _judge(self, iteration: int, text: str, *, feedback: bool = True) -> tuple[bool, Any]:
         """A final answer's verdict: (True, output), or the model is told why not."""
         output, problem = self._final_output(text)

@@ -5,7 +5,7 @@ the two faults a call can have on its way (structural, or a result that cannot b
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ReferenceSyntaxError
@@ -51,6 +51,9 @@ class CallRecord:
     # Who approved it in advance (PROTOCOL §15 "Plan review"): "hook" for an approval given
     # with `downstream=True` on a call it reads from; None when asked itself or never gated.
     approved_by: str | None = None
+    # Every guardrail verdict on this call, in the order given (PROTOCOL §15):
+    # {"guardrail", "kind", "verdict", "reason"?}; a replacement's value is not kept here.
+    guardrails: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Call:

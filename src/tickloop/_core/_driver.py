@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from .._errors import ConfigurationError
 from ._budget import BudgetRequest, Ledger
 from ._budget_gate import RecordedRoom
-from ._decisions import ApproveHook, PendingCall, Plan
+from ._decisions import ApproveHook, Deny, PendingCall, Plan
 from ._log import ContextLog
 from ._observer import wants
 from ._ranks import SCHEDULES, Measured, Schedule
@@ -26,14 +26,18 @@ from ._scheduler_io import (
     AskApproval,
     AskBudget,
     AskReview,
+    CloseGate,
     CloseStream,
     Decide,
     Event,
     Flush,
     NoteTickEnded,
+    OpenGate,
     OpenTick,
     ReceiveCall,
     ReportFault,
+    ScreenCall,
+    Screened,
     SpendBudget,
     StartCall,
 )
@@ -117,6 +121,7 @@ class SchedulerDriver:
         schedule: str = "critical_path",
         measured: Measured | None = None,
         recorded: RecordedRoom | None = None,
+        screens: Callable[[str], bool] | None = None,
     ) -> None:
         check_configuration(tools, approve, max_concurrency, schedule)
         if on_budget is not None and not callable(on_budget):
@@ -145,6 +150,7 @@ class SchedulerDriver:
             # A replayed or forked run: the budget decisions its record made (§12).
             recorded=recorded,
             review=review,  # PROTOCOL §15: gated calls wait for the plan review
+            screens=screens,  # which tools' calls pass tool guardrails (PROTOCOL §15)
         )
         self.budget = budget  # the run's ledger (PROTOCOL §12), shared with its tree
         if budget is not None:
@@ -201,6 +207,18 @@ class SchedulerDriver:
         """A decision from outside the hook (a deferred call)."""
         self.feed(Decide(call_id, decision, self._date()))
 
+    def screened(self, call_id: str, denial: Deny | None) -> None:
+        """The tool guardrails' answer about a call: a `Deny`, or None (all passed)."""
+        self.feed(Screened(call_id, denial, self._date()))
+
+    def close_gate(self) -> None:
+        """Input guardrails are pending (PROTOCOL §15): calls with effects wait."""
+        self.feed(CloseGate(self._date()))
+
+    def open_gate(self) -> None:
+        """Every input guardrail passed: the calls held at the gate go on."""
+        self.feed(OpenGate(self._date()))
+
     def answer_budget(self, limit: str, grant: Any) -> None:
         """The budget hook's answer about `limit`: a `Budget`, None or "defer"."""
         self.feed(AnswerBudget(limit, grant, self._date()))
@@ -233,6 +251,8 @@ class SchedulerDriver:
                 self._request_approval(action.pending)
             elif type(action) is AskReview:
                 self._request_review(action.plan)
+            elif type(action) is ScreenCall:
+                self._request_screen(action.pending)
             elif type(action) is AskBudget:
                 self._request_budget(action.request)
             elif type(action) is NoteTickEnded:
@@ -255,6 +275,9 @@ class SchedulerDriver:
 
     def _request_review(self, plan: Plan) -> None:
         raise NotImplementedError
+
+    def _request_screen(self, pending: PendingCall) -> None:
+        raise NotImplementedError(f"{type(self).__name__} runs no tool guardrails")
 
     def _request_budget(self, request: BudgetRequest) -> None:
         raise NotImplementedError

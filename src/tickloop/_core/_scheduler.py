@@ -76,6 +76,7 @@ from ._scheduler_io import (
     Action,
     AskApproval,
     AskReview,
+    CloseGate,
     CloseStream,
     Decide,
     Event,
@@ -87,13 +88,17 @@ from ._scheduler_io import (
     NoteReady,
     NoteSettled,
     NoteTickEnded,
+    OpenGate,
     OpenTick,
     ParkCall,
     ReceiveCall,
     ReportFault,
     Review,
+    ScreenCall,
+    Screened,
     StartCall,
 )
+from ._screening import Screening
 from ._settling import LostWriters, awaits_fire_and_forget, deadlocks, unresolved
 from ._sharing import share_parsed
 from ._status import (
@@ -147,6 +152,7 @@ class Scheduler:
         schedule: str | Schedule = "critical_path",
         recorded: RecordedRoom | None = None,
         review: bool = False,
+        screens: Callable[[str], bool] | None = None,
     ) -> None:
         self.tools = tools
         # PROTOCOL §15 "Plan review": a request's gated calls wait for the review
@@ -189,6 +195,9 @@ class Scheduler:
         self._request_by_tool: dict[str, list[str]] = {}  # this request's call ids
         self._tool_dependents: dict[str, set[str]] = {}
         self._approvals = ApprovalQueue()
+        # Between readiness and the hook (PROTOCOL §15): the input-guardrail gate and the
+        # calls whose tool guardrails are asked.
+        self._screening = Screening(screens)
         self._deferred: dict[str, Call] = {}
         # Plan order (PROTOCOL §3, §4): what each waiting call's terms read, held writes.
         self._plan = PlanOrder(self._writers, self._waiters, self._seq_of, log.lookup)
@@ -202,6 +211,9 @@ class Scheduler:
             ReceiveCall: self._on_received,
             Decide: self._on_decision,
             Review: lambda event: _on_review(self, event),
+            Screened: self._on_screened,
+            OpenGate: self._on_gate_opened,
+            CloseGate: self._on_gate_closed,
             OpenTick: self._on_tick_opened,
             CloseStream: self._on_stream_closed,
             ReportFault: self._on_fault,
@@ -535,18 +547,45 @@ class Scheduler:
                 call, self._written, self._request_by_tool, self._seq_of
             )
             self._actions.append(NoteReady(call.id, params, waits or ()))
+        screening = self._screening
         if call.id in self._defer_when_ready:  # a review deferred it (PROTOCOL §15)
             self._defer_when_ready.discard(call.id)
             move(call, S.APPROVING, self._event)
             if self.notes:
                 self._emit(NoteDecided(call.id, Defer()))
             _defer(self, call)
-        elif call.preapproved:
+        elif screening.gate_closed or screening.screens is not None:
+            self._past_checks(call)  # a run with guardrails (PROTOCOL §15)
+        else:
+            self._to_the_hook(call)  # most calls: no guardrail, no approval
+
+    # -- the path of a ready call (PROTOCOL §15): gate, tool guardrails, hook ------------
+
+    def _past_checks(self, call: Call) -> None:
+        screening = self._screening
+        if screening.holds(call):
+            move(call, S.APPROVING, self._event)  # ready, and something is asked first
+            screening.at_gate.append(call)
+            return
+        self._past_gate(call)
+
+    def _past_gate(self, call: Call) -> None:
+        if self._screening.screened(call):
+            if call.status != S.APPROVING:
+                move(call, S.APPROVING, self._event)
+            self._screening.checking.add(call.id)
+            self._emit(ScreenCall(self._pending(call)))
+            return
+        self._to_the_hook(call)
+
+    def _to_the_hook(self, call: Call) -> None:
+        if call.preapproved:
             self._enqueue(call)
         elif call.approved_in_advance is not None and self._advance_approval_holds(call):
             self._run_approved_in_advance(call, call.approved_in_advance)
-        elif call.tool.needs_approval(params) or call.approved_in_advance is not None:
-            move(call, S.APPROVING, self._event)
+        elif call.tool.needs_approval(call.params) or call.approved_in_advance is not None:
+            if call.status != S.APPROVING:
+                move(call, S.APPROVING, self._event)
             self._approvals.waiting.append(call)
         else:
             self._enqueue(call)
@@ -578,6 +617,28 @@ class Scheduler:
         if self.notes:
             self._emit(NoteDecided(call.id, Approve()))
         self._enqueue(call)
+
+    def _on_screened(self, event: Screened) -> None:
+        call = self._calls.get(event.call_id)
+        if call is None or event.call_id not in self._screening.checking:
+            status = self.status(event.call_id)
+            raise usage_error(event, f"{describe(event.call_id, status)} is not being screened")
+        self._screening.checking.discard(event.call_id)
+        if event.denial is not None:
+            self._settle(call, S.DENIED, {"type": "denied", "message": event.denial.reason})
+        else:
+            self._to_the_hook(call)
+
+    def _on_gate_opened(self, event: OpenGate) -> None:
+        screening = self._screening
+        screening.gate_closed = False
+        held, screening.at_gate = screening.at_gate, []
+        for call in held:
+            if call.status == S.APPROVING:
+                self._past_gate(call)
+
+    def _on_gate_closed(self, event: CloseGate) -> None:
+        self._screening.gate_closed = True
 
     def _pending(self, call: Call) -> PendingCall:
         downstream = self._downstream(call) if call.status != S.DEFERRED else []
@@ -765,6 +826,7 @@ class Scheduler:
             or self._run_queue.queued
             or self._approvals.busy
             or self._reviewing
+            or self._screening.busy
             or self._awaited_fire_and_forget()
         ):
             return False
@@ -789,7 +851,12 @@ class Scheduler:
     def _end_tick_if_done(self) -> None:
         if not self._tick_active or self._stream_open:
             return
-        if self._approvals.busy or self._run_queue.queued or self._reviewing:
+        if (
+            self._approvals.busy
+            or self._screening.busy
+            or self._run_queue.queued
+            or self._reviewing
+        ):
             return
         if self._run_queue.writers or (self._waiting and self._awaited_fire_and_forget()):
             return

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._budget import Budget, BudgetRequest
-from ._decisions import Decision, PendingCall, Plan
+from ._decisions import Decision, Deny, PendingCall, Plan
 
 __all__ = [
     "Action",
@@ -29,6 +29,7 @@ __all__ = [
     "AskApproval",
     "AskBudget",
     "AskReview",
+    "CloseGate",
     "CloseStream",
     "Decide",
     "Event",
@@ -40,11 +41,14 @@ __all__ = [
     "NoteReady",
     "NoteSettled",
     "NoteTickEnded",
+    "OpenGate",
     "OpenTick",
     "ParkCall",
     "ReceiveCall",
     "ReportFault",
     "Review",
+    "ScreenCall",
+    "Screened",
     "SpendBudget",
     "StartCall",
 ]
@@ -114,6 +118,30 @@ class Review:
 
 
 @dataclass(slots=True)
+class Screened:
+    """The answer to a `ScreenCall` (PROTOCOL §15): `denial` is the tool guardrail's
+    `Deny`, or None when every tool guardrail passed the call."""
+
+    call_id: str
+    denial: Deny | None = None
+    date: str = ""
+
+
+@dataclass(slots=True)
+class OpenGate:
+    """Every input guardrail passed (PROTOCOL §15): calls held at the gate go on."""
+
+    date: str = ""
+
+
+@dataclass(slots=True)
+class CloseGate:
+    """Input guardrails are pending: ready calls of tools that are not `read_only` wait."""
+
+    date: str = ""
+
+
+@dataclass(slots=True)
 class FinishCall:
     """A started call returned (`value`, maybe on `branch`) or failed (`error`)."""
 
@@ -172,6 +200,9 @@ Event = (
     | Flush
     | AnswerBudget
     | SpendBudget
+    | Screened
+    | OpenGate
+    | CloseGate
 )
 
 
@@ -212,6 +243,13 @@ class AskReview:
     """Ask the plan-review hook about the request's gated calls; answer with `Review`."""
 
     plan: Plan
+
+
+@dataclass(slots=True)
+class ScreenCall:
+    """Ask the tool guardrails about this ready call; answer with `Screened`."""
+
+    pending: PendingCall
 
 
 @dataclass(slots=True)
@@ -272,6 +310,7 @@ Action = (
     | NoteReady
     | AskApproval
     | AskReview
+    | ScreenCall
     | NoteDecided
     | StartCall
     | NoteMessage

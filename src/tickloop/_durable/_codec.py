@@ -24,22 +24,26 @@ from typing import Any
 
 from .._core._budget import Budget
 from .._core._decisions import (
+    Deny,
     decision_from_dict,
     decision_to_dict,
 )
 from .._core._log import has_surrogate
 from .._core._scheduler_io import (
     AnswerBudget,
+    CloseGate,
     CloseStream,
     Decide,
     Event,
     FinishCall,
     Flush,
+    OpenGate,
     OpenTick,
     ParkCall,
     ReceiveCall,
     ReportFault,
     Review,
+    Screened,
     SpendBudget,
 )
 from .._errors import StoreError
@@ -94,6 +98,14 @@ def event_to_dict(event: Event) -> dict[str, Any]:
     elif isinstance(event, AnswerBudget):
         grant = event.grant.to_dict() if isinstance(event.grant, Budget) else event.grant
         body = {"type": "BudgetAnswered", "limit": event.limit, "grant": grant}
+    elif isinstance(event, Screened):
+        body = {"type": "CallScreened", "call_id": event.call_id}
+        if event.denial is not None:
+            body["denied"] = event.denial.reason
+    elif isinstance(event, OpenGate):
+        body = {"type": "GateOpened"}
+    elif isinstance(event, CloseGate):
+        body = {"type": "GateClosed"}
     else:
         raise TypeError(f"not a scheduler event: {event!r}")
     body["date"] = event.date
@@ -130,6 +142,13 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
         return Flush(date)
     if kind == "CallParked":
         return ParkCall(data["call_id"], date)
+    if kind == "CallScreened":
+        denied = data.get("denied")
+        return Screened(data["call_id"], None if denied is None else Deny(denied), date)
+    if kind == "GateOpened":
+        return OpenGate(date)
+    if kind == "GateClosed":
+        return CloseGate(date)
     if kind == "BudgetSpent":
         return SpendBudget(dict(data["amount"]), date)
     if kind == "BudgetAnswered":

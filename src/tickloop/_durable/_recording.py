@@ -49,6 +49,8 @@ class RecordedCall:
     started: bool = False  # it started (its room was counted, PROTOCOL §12)
     # The budget refused it (never started): its Error Message's error.
     refused: dict[str, Any] | None = None
+    # Its tool guardrails' journaled verdict (PROTOCOL §15): passed, or the denial's reason.
+    screened: tuple[bool, str | None] | None = None
     # Its resolved parameters as stored (redacted: `Redactor.shared`); None when unknown.
     # A replay or fork reuses its outcome or decision only for the same parameters.
     params: Any = None
@@ -178,10 +180,14 @@ class Recording:
         if kind == "BudgetAnswered" and isinstance(body.get("grant"), dict):
             self.grants.append(Budget.from_dict(body["grant"]))
             return
-        if kind not in ("CallFinished", "DecisionMade"):
+        if kind not in ("CallFinished", "DecisionMade", "CallScreened"):
             return
         call = self.calls.get(path.full(body["call_id"]))
         if call is None:
+            return
+        if kind == "CallScreened":
+            denied = body.get("denied")
+            call.screened = (denied is None, denied)
             return
         if kind == "CallFinished":
             call.outcome = (body.get("value"), body.get("branch"), body.get("error"))

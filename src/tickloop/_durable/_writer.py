@@ -293,6 +293,11 @@ def claim_run(
             status, owner, made_with = row
             if status == "done":
                 raise ResumeError(f"run {run_id!r} is finished; there is nothing to resume")
+            if status == "tripped":  # PROTOCOL §15: fork it, or replay it, never resume it
+                raise ResumeError(
+                    f"run {run_id!r} stopped on a guardrail's trip; it cannot be resumed "
+                    "(fork it to go on from before the trip)"
+                )
             if protocol is not None and made_with != protocol:
                 raise ResumeError(
                     f"run {run_id!r} was made with protocol={made_with!r}; resume it with an "

@@ -23,9 +23,28 @@ import trio
 
 from .._core._budget import BudgetRequest, Ledger
 from .._core._budget_gate import RecordedRoom
-from .._core._decisions import ApproveHook, PendingCall, Plan, ReviewHook
+from .._core._decisions import ApproveHook, Deny, PendingCall, Plan, ReviewHook
 from .._core._driver import Journal, SchedulerDriver, check_configuration
-from .._core._log import MAX_VALUE_DEPTH, SURROGATE_FAULT, ContextLog, has_surrogate
+from .._core._guardrails import (
+    Guardrail,
+    GuardrailContext,
+    InputGuardrail,
+    Pass,
+    Reject,
+    ReplaceResult,
+    ResultGuardrail,
+    ToolGuardrail,
+    Trip,
+    guardrail_name,
+    verdict_to_dict,
+)
+from .._core._log import (
+    MAX_VALUE_DEPTH,
+    SURROGATE_FAULT,
+    ContextLog,
+    copy_json,
+    has_surrogate,
+)
 from .._core._media import MediaKeeper, MemoryMedia, holds_media, keep_media
 from .._core._paths import RunPath
 from .._core._scheduler_io import (
@@ -40,10 +59,11 @@ from .._core._scheduler_io import (
 )
 from .._core._status import FINAL_STATUSES, CallStatus
 from .._core._tools import Branch, CallContext, Tool, ToolSet
-from .._errors import describe_error, is_call_error, unwrap_single
+from .._errors import GuardrailTripped, describe_error, is_call_error, unwrap_single
 from ._asking import ask, passing_here, review
 from ._budgeting import BudgetHook, ask_budget
 from ._durations import RunDurations
+from ._guarding import check
 from ._host import host_loop, run_on_host
 
 __all__ = [
@@ -133,11 +153,24 @@ class Engine(SchedulerDriver):
         path: RunPath = RunPath.ROOT,
         recorded_room: RecordedRoom | None = None,
         budget_questions: trio.Lock | None = None,
+        guardrails: tuple[Guardrail, ...] = (),
+        on_verdict: Callable[[str | None, str, str, dict[str, Any]], None] | None = None,
+        recorded_screens: Callable[[str], Pass | Deny | None] | None = None,
         media: MediaKeeper | None = None,
     ) -> None:
         # Where the bytes of images and audio the run's tools return are kept (the
         # store's media table, else memory); results hold `$media` references.
         self.media: MediaKeeper = media if media is not None else MemoryMedia()
+        # A replayed or forked run's recorded tool-guardrail verdicts: reused, not asked.
+        self._recorded_screens = recorded_screens
+        # The result guardrails of this run's calls (PROTOCOL §15: a child's are the
+        # root's and its own, in that order); other kinds are the loop's.
+        self._result_guardrails = tuple(g for g in guardrails if isinstance(g, ResultGuardrail))
+        self._tool_guardrails = tuple(g for g in guardrails if isinstance(g, ToolGuardrail))
+        # Told every verdict (call id or None, guardrail, kind, verdict as JSON): events.
+        self._on_verdict = on_verdict
+        # The trip that stopped the run (PROTOCOL §15), raised when the session ends.
+        self.tripped: GuardrailTripped | None = None
         # Handed to every call's `CallContext.scope`: what a sub-agent's call needs of
         # the run it belongs to (`_agent._tree.RunPlace`); opaque to the engine.
         self.scope = scope
@@ -162,6 +195,7 @@ class Engine(SchedulerDriver):
             schedule=schedule,
             measured=self._durations,
             recorded=recorded_room,  # a replayed run's budget decisions, with `answer`
+            screens=self._screens if self._tool_guardrails else None,
         )
         self._nursery: trio.Nursery | None = None
         self._review_plan = review_plan  # PROTOCOL §15, asked when a stream closes
@@ -198,6 +232,8 @@ class Engine(SchedulerDriver):
         finally:
             self._nursery = None
             self._durations.merge()
+        if self.tripped is not None:
+            raise self.tripped
         if nursery.cancel_scope.cancel_called:
             # The engine never cancels this nursery itself: a tool or hook did (through
             # trio's internals), which cut the tick short. Reporting the tick as finished
@@ -257,6 +293,78 @@ class Engine(SchedulerDriver):
     def ask_review(self, plan: Plan) -> None:
         """Ask the review again about a plan whose review a crash left unanswered."""
         self._spawn(self._review, plan)
+
+    def check_input(self, guardrails: tuple[InputGuardrail, ...], value: Any) -> trio.Event:
+        """Ask the input guardrails about the run's input, concurrently (PROTOCOL §15).
+
+        The gate closes now and opens when every one has passed; the event returned is set
+        when the blocking ones have, which the first request waits for. One that raises
+        trips (fail closed); a trip stops the run.
+        """
+        self.close_gate()
+        blocking_passed = trio.Event()
+        left = [len(guardrails), sum(1 for g in guardrails if g.blocking)]
+        if not left[1]:
+            blocking_passed.set()
+
+        async def one(guardrail: InputGuardrail) -> None:
+            name = guardrail_name(guardrail)
+            verdict = await check(
+                guardrail.fn, (value, self.guardrail_context()), (Pass, Trip), Trip
+            )
+            self._tell_verdict(None, name, "input", verdict)
+            if isinstance(verdict, Trip):
+                self.trip(name, verdict)
+                return
+            left[0] -= 1
+            if guardrail.blocking:
+                left[1] -= 1
+                if not left[1]:
+                    blocking_passed.set()
+            if not left[0]:
+                self.open_gate()
+
+        for guardrail in guardrails:
+            self._spawn(one, guardrail)
+        return blocking_passed
+
+    def _screens(self, tool: str) -> bool:
+        return any(guardrail.applies_to(tool) for guardrail in self._tool_guardrails)
+
+    def _request_screen(self, pending: PendingCall) -> None:
+        self._spawn(self._screen, pending)
+
+    def screen_again(self, pending: PendingCall) -> None:
+        """Ask the tool guardrails again about a call a crash left unanswered."""
+        self._spawn(self._screen, pending)
+
+    async def _screen(self, pending: PendingCall) -> None:
+        """A ready call through its tool guardrails, in order (PROTOCOL §15); calls are
+        screened concurrently. The verdict is journaled (`Screened`) before it is acted on."""
+        recorded = self._recorded_screens(pending.id) if self._recorded_screens else None
+        if recorded is not None:
+            self.screened(pending.id, recorded if isinstance(recorded, Deny) else None)
+            return
+        if self._journal is not None:
+            self._journal.commit(pending.id)  # stored before a guardrail is asked
+        for guardrail in self._tool_guardrails:
+            if not guardrail.applies_to(pending.tool):
+                continue
+            name = guardrail_name(guardrail)
+            verdict = await check(
+                guardrail.fn,
+                (pending, self.guardrail_context()),
+                (Pass, Deny, Trip),
+                Deny,  # a tool guardrail that raises denies the call (fail closed)
+            )
+            self._tell_verdict(pending.id, name, "tool", verdict)
+            if isinstance(verdict, Trip):
+                self.trip(name, verdict)
+                return
+            if isinstance(verdict, Deny):
+                self.screened(pending.id, Deny(f"{name}: {verdict.reason}"))
+                return
+        self.screened(pending.id, None)
 
     def keep_time(self, clock: RunClock | None) -> None:
         """The run's wall_time clock, or None for a run without that limit."""
@@ -404,6 +512,12 @@ class Engine(SchedulerDriver):
         if value is PARKED and error is None:  # a sub-agent's child run paused
             self.feed(ParkCall(action.id, self._date()))
             return
+        if recorded is None and error is None and self._result_guardrails:
+            # Screened before it is journaled, emitted or written (PROTOCOL §15); a
+            # replayed or resumed outcome was screened when it was first recorded.
+            value, error = await self._screen_result(action, value)
+            if self.tripped is not None:
+                return
         record = self.scheduler.records[action.id]
         record.finished = finished = self._clock.current_time()
         if record.started is not None:
@@ -413,6 +527,70 @@ class Engine(SchedulerDriver):
             self._call_ended.set()
         if self.wall_clock is not None:
             self._people_or_not()  # the last call ended while a question is open
+
+    async def _screen_result(
+        self, action: StartCall, value: Any
+    ) -> tuple[Any, dict[str, Any] | None]:
+        """The call's result through its result guardrails, in order, each seeing the last
+        one's replacement: (value to write, None) or (None, the `guardrail` error)."""
+        call = self._pending_of(action)
+        for guardrail in self._result_guardrails:
+            if not guardrail.applies_to(action.tool):
+                continue
+            name = guardrail_name(guardrail)
+            verdict = await check(
+                guardrail.fn,
+                (call, value, self.guardrail_context()),
+                (Pass, ReplaceResult, Reject, Trip),
+                Reject,  # a result guardrail that raises rejects the call (fail closed)
+            )
+            self._tell_verdict(action.id, name, "result", verdict)
+            if isinstance(verdict, Trip):
+                self.trip(name, verdict)
+                return None, None
+            if isinstance(verdict, Reject):
+                return None, {"type": "guardrail", "message": f"{name}: {verdict.reason}"}
+            if isinstance(verdict, ReplaceResult):
+                value = verdict.value
+        return value, None
+
+    def _pending_of(self, action: StartCall) -> PendingCall:
+        """What a result guardrail is shown of the call that made the result."""
+        record = self.scheduler.records[action.id]
+        return PendingCall(
+            id=action.id,
+            tool=action.tool,
+            params=dict(action.params),
+            call=dict(action.call),
+            run_id=self.run_id,
+            line=record.line,
+        )
+
+    def guardrail_context(self) -> GuardrailContext:
+        """What a guardrail may read of this run (a copy of its state)."""
+        usage = self.budget.usage if self.budget is not None else None
+        state = copy_json(self.log.view("state") or {})
+        return GuardrailContext(self.run_id, str(self.path), usage, state)
+
+    def _tell_verdict(self, call_id: str | None, name: str, kind: str, verdict: Any) -> None:
+        record = self.scheduler.records.get(call_id) if call_id is not None else None
+        entry = {"guardrail": name, "kind": kind, **verdict_to_dict(verdict)}
+        if record is not None:
+            record.guardrails.append(entry)
+        if self._on_verdict is not None:
+            self._on_verdict(call_id, name, kind, entry)
+
+    def trip(self, name: str, verdict: Trip) -> None:
+        """Stop the run at once (PROTOCOL §15): calls in flight end `failed`, nothing
+        starts any more, and the session raises `GuardrailTripped` when it ends."""
+        if self.tripped is not None:
+            return
+        self.tripped = GuardrailTripped(name, verdict.reason, verdict.info)
+        # Cancelled first: the loop, waiting for the tick, must not wake to a tick the
+        # ends below finish and ask the model again.
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+        self.abandon({"type": "runtime", "message": f"cancelled: guardrail {name} tripped"})
 
 
 _RUN_TASK_NAME = f"{Engine._run.__module__}.{Engine._run.__qualname__}"

@@ -206,6 +206,8 @@ class MCPServer(ToolSource):
             requires_approval=self.requires_approval,
             timeout=self.timeout,
             idempotent=bool(spec.get("idempotent")),
+            # PROTOCOL §15: an MCP tool is read-only when the server says so.
+            read_only=bool((spec.get("annotations") or {}).get("readOnlyHint") is True),
             annotations=spec.get("annotations"),
             defer_loading=self.defer_loading,
         )
@@ -347,6 +349,8 @@ class MCPServer(ToolSource):
                 requires_approval=self.requires_approval,
                 timeout=self.timeout,
                 idempotent=bool(annotations.get("idempotentHint")),
+                # PROTOCOL §15: read-only when the server says so (`readOnlyHint: true`).
+                read_only=annotations.get("readOnlyHint") is True,
                 annotations=annotations,
                 defer_loading=self.defer_loading,
             )

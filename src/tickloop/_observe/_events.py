@@ -246,6 +246,19 @@ class CallDecided(RunEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GuardrailChecked(RunEvent):
+    """A guardrail's verdict (PROTOCOL §15): `guardrail` names it, `guardrail_kind` is
+    "input", "tool", "result" or "output", `verdict` "pass", "trip", "deny", "replace" or
+    "reject", `reason` the verdict's (a replacement's value is never shown)."""
+
+    kind: ClassVar[str] = "guardrail.checked"
+    guardrail: str
+    guardrail_kind: str
+    verdict: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CallStarted(RunEvent):
     """The handler starts; `restarted` when an idempotent call re-runs after a crash."""
 

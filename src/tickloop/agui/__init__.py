@@ -13,6 +13,14 @@ events, the state deltas and approvals are described in docs/web.md.
 from __future__ import annotations
 
 from ._app import app, run_input
-from ._translate import APPROVAL_DECIDED, APPROVAL_REQUESTED, CODE_CALL, json_patch
+from ._translate import APPROVAL_DECIDED, APPROVAL_REQUESTED, CODE_CALL, GUARDRAIL, json_patch
 
-__all__ = ["APPROVAL_DECIDED", "APPROVAL_REQUESTED", "CODE_CALL", "app", "json_patch", "run_input"]
+__all__ = [
+    "APPROVAL_DECIDED",
+    "APPROVAL_REQUESTED",
+    "CODE_CALL",
+    "GUARDRAIL",
+    "app",
+    "json_patch",
+    "run_input",
+]

@@ -56,13 +56,22 @@ from .._observe._events import (
     CallReceived,
     CallStarted,
     DataWritten,
+    GuardrailChecked,
     RunEvent,
 )
 
-__all__ = ["APPROVAL_DECIDED", "APPROVAL_REQUESTED", "CODE_CALL", "Translation", "json_patch"]
+__all__ = [
+    "APPROVAL_DECIDED",
+    "APPROVAL_REQUESTED",
+    "CODE_CALL",
+    "GUARDRAIL",
+    "Translation",
+    "json_patch",
+]
 
 APPROVAL_REQUESTED = "tickloop.approval_requested"
 APPROVAL_DECIDED = "tickloop.approval_decided"
+GUARDRAIL = "tickloop.guardrail"  # every guardrail verdict (PROTOCOL §15)
 CODE_CALL = "tickloop.code_call"  # a code plan's call: its program line (PROTOCOL §14)
 
 
@@ -140,6 +149,15 @@ class Translation:
         elif isinstance(event, CallDecided):
             value = {"callId": call_id, "decision": event.decision, **event.detail}
             out.append(CustomEvent(name=APPROVAL_DECIDED, value=value, subagent_run_id=subagent))
+        elif isinstance(event, GuardrailChecked):
+            value = {
+                "callId": call_id,
+                "guardrail": event.guardrail,
+                "kind": event.guardrail_kind,
+                "verdict": event.verdict,
+                "reason": event.reason,
+            }
+            out.append(CustomEvent(name=GUARDRAIL, value=value, subagent_run_id=subagent))
         elif isinstance(event, CallFinished) and call_id in self._calls:
             self._settled(call_id, event, out)
         return out
