@@ -22,7 +22,7 @@ from .._core._decisions import (
 )
 from .._errors import PASSING, describe_error, is_call_error
 
-__all__ = ["ask", "passing_here", "review"]
+__all__ = ["ask", "call_hook", "passing_here", "review"]
 
 
 def passing_here() -> tuple[type[BaseException], ...]:
@@ -32,6 +32,21 @@ def passing_here() -> tuple[type[BaseException], ...]:
     if trio.current_effective_deadline() == -math.inf:
         return (*PASSING, trio.Cancelled)
     return PASSING
+
+
+async def call_hook(hook: Callable[..., Any], *args: Any) -> Any:
+    """`hook(*args)` as every user hook is called (approval, plan review, budget,
+    guardrail): an async one in this task; a sync one in a worker thread, abandoned at
+    once when the run is cancelled; an awaitable it returns (a lambda around an async
+    function) awaited here. What it raises goes to the caller."""
+    if _is_async(hook):
+        answer = await hook(*args)
+    else:
+        # Boxed: trio refuses a coroutine returned from a thread.
+        [answer] = await trio.to_thread.run_sync(lambda: [hook(*args)], abandon_on_cancel=True)
+    if inspect.isawaitable(answer):
+        answer = await answer
+    return answer
 
 
 async def ask(hook: ApproveHook, pending: PendingCall) -> Decision:
@@ -47,16 +62,7 @@ async def ask(hook: ApproveHook, pending: PendingCall) -> Decision:
     scheduler asks about one call at a time, so one hook runs at a time.
     """
     try:
-        if _is_async(hook):
-            answer = await hook(pending)  # type: ignore[misc]
-        else:
-            # Boxed: trio refuses a coroutine returned from a thread, and a sync callable
-            # may return an awaitable (a lambda around an async function), awaited here.
-            [answer] = await trio.to_thread.run_sync(
-                lambda: [hook(pending)], abandon_on_cancel=True
-            )
-        if inspect.isawaitable(answer):
-            answer = await answer
+        answer = await call_hook(hook, pending)
     except BaseException as error:
         if not is_call_error(error, passing_here()):
             raise
@@ -77,12 +83,7 @@ async def review(hook: ReviewHook, plan: Plan) -> dict[str, Decision]:
     decides nothing: every gated call then goes to the approval hook, one by one, as
     without a review (fail closed to asking, never to running)."""
     try:
-        if _is_async(hook):
-            answer = await hook(plan)  # type: ignore[misc]
-        else:
-            [answer] = await trio.to_thread.run_sync(lambda: [hook(plan)], abandon_on_cancel=True)
-        if inspect.isawaitable(answer):
-            answer = await answer
+        answer = await call_hook(hook, plan)
     except BaseException as error:
         if not is_call_error(error, passing_here()):
             raise

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
 
-import trio
-
 from .._core._budget import Budget, BudgetRequest
 from .._core._decisions import Defer
 from .._errors import describe_error, is_call_error
-from ._asking import passing_here
+from ._asking import call_hook, passing_here
 
 __all__ = ["BudgetHook", "ask_budget"]
 
@@ -28,16 +25,7 @@ async def ask_budget(hook: BudgetHook, request: BudgetRequest, *, durable: bool)
     `tl.Defer()` in a run without a store has no one to resume it, so it refuses too.
     """
     try:
-        if inspect.iscoroutinefunction(hook) or inspect.iscoroutinefunction(
-            getattr(hook, "__call__", None)  # noqa: B004
-        ):
-            answer = await hook(request)
-        else:
-            [answer] = await trio.to_thread.run_sync(
-                lambda: [hook(request)], abandon_on_cancel=True
-            )
-        if inspect.isawaitable(answer):
-            answer = await answer
+        answer = await call_hook(hook, request)
     except BaseException as error:
         if not is_call_error(error, passing_here()):
             raise

@@ -7,16 +7,13 @@ kind allows, fails closed, locally: `on_fault` says what that means for its kind
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable
 from typing import Any, cast
 
-import trio
-
 from .._core._guardrails import Verdict
 from .._errors import describe_error, is_call_error
-from ._asking import passing_here
+from ._asking import call_hook, passing_here
 
 __all__ = ["check"]
 
@@ -29,14 +26,7 @@ async def check(
 ) -> Verdict:
     """Ask `fn(*args)`; its verdict when it is one of `allowed`, else `on_fault(text)`."""
     try:
-        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-            getattr(fn, "__call__", None)  # noqa: B004  # the method itself, as _asking does
-        ):
-            answer = await fn(*args)
-        else:
-            [answer] = await trio.to_thread.run_sync(lambda: [fn(*args)], abandon_on_cancel=True)
-        if inspect.isawaitable(answer):
-            answer = await answer
+        answer = await call_hook(fn, *args)
     except BaseException as error:
         if not is_call_error(error, passing_here()):
             raise
