@@ -102,37 +102,35 @@ class InputGuardrail:
 
 
 @dataclass(frozen=True, slots=True, init=False)
-class ToolGuardrail:
+class _CallGuardrail:
+    """What a tool and a result guardrail share: the function, and `tools`, the names of
+    the tools whose calls it sees (None: every tool's)."""
+
+    fn: Callable[..., Any]
+    tools: tuple[str, ...] | None
+
+    def __init__(self, fn: Callable[..., Any], tools: Any = None) -> None:
+        kind = type(self).__name__
+        _check_function(kind, fn)
+        object.__setattr__(self, "fn", fn)
+        object.__setattr__(self, "tools", _check_tools(kind, tools))
+
+    def applies_to(self, tool: str) -> bool:
+        return self.tools is None or tool in self.tools
+
+
+class ToolGuardrail(_CallGuardrail):
     """`fn(call: PendingCall, ctx)` sees a ready call with its resolved parameters,
     before the approval hook: `Pass`, `Deny(reason)` or `Trip`. `tools`: only these."""
 
-    fn: Callable[..., Any]
-    tools: tuple[str, ...] | None
-
-    def __init__(self, fn: Callable[..., Any], tools: Any = None) -> None:
-        _check_function("ToolGuardrail", fn)
-        object.__setattr__(self, "fn", fn)
-        object.__setattr__(self, "tools", _check_tools("ToolGuardrail", tools))
-
-    def applies_to(self, tool: str) -> bool:
-        return self.tools is None or tool in self.tools
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True, init=False)
-class ResultGuardrail:
+class ResultGuardrail(_CallGuardrail):
     """`fn(call: PendingCall, result, ctx)` sees a call's result before it is journaled,
     emitted or written: `Pass`, `ReplaceResult(value)`, `Reject(reason)` or `Trip`."""
 
-    fn: Callable[..., Any]
-    tools: tuple[str, ...] | None
-
-    def __init__(self, fn: Callable[..., Any], tools: Any = None) -> None:
-        _check_function("ResultGuardrail", fn)
-        object.__setattr__(self, "fn", fn)
-        object.__setattr__(self, "tools", _check_tools("ResultGuardrail", tools))
-
-    def applies_to(self, tool: str) -> bool:
-        return self.tools is None or tool in self.tools
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True, init=False)
