@@ -390,29 +390,26 @@ class Replaying:
                 return None  # a call of a request the model answered anew
         return call
 
-    def _same_params(self, call: RecordedCall, params: Any) -> bool:
-        """Whether a call runs with the parameters its record ran with (as stored): a
-        fork re-runs a call whose inputs changed, whatever its id (a code plan's call
-        reads variables, which no recorded arrow names)."""
+    def _params_changed(self, call: RecordedCall, params: Any) -> str | None:
+        """How a call's parameters differ from those its record ran with (as stored);
+        None when they are the same. A fork re-runs a call whose inputs changed, whatever
+        its id (a code plan's call reads variables, which no recorded arrow names)."""
         if call.params is None:
-            return True  # recorded by an older tickloop, without them
-        return _difference(call.params, self.redact.shared(params), "params") is None
+            return None  # recorded by an older tickloop, without them
+        return _difference(call.params, self.redact.shared(params), "params")
 
     def _answer(self, path: RunPath, params: dict[str, Any]) -> Outcome | None:
         if path in self.recording.runs:
             return None  # an agent call: its child run replays, answered from its record
         call = self._reusable(path)
         if call is not None and call.outcome is not None:
-            if self._same_params(call, params):
+            changed = self._params_changed(call, params)
+            if changed is None:
                 return call.outcome
             if not self.recorded_tools:
                 return None  # its inputs changed: it runs again
-            return _no_result(
-                self.recording.run_id,
-                path,
-                " with these parameters (it ran with others: "
-                f"{_difference(call.params, self.redact.shared(params), 'params')})",
-            )
+            why = f" with these parameters (it ran with others: {changed})"
+            return _no_result(self.recording.run_id, path, why)
         if self.recorded_tools:
             return _no_result(self.recording.run_id, path, "")
         return None
@@ -421,7 +418,7 @@ class Replaying:
         """The decision the record holds for a call it reuses (full path), if any; given
         `params`, only when the call has the parameters it was decided on."""
         call = self._reusable(RunPath.parse(call_id))
-        if call is None or (params is not None and not self._same_params(call, params)):
+        if call is None or (params is not None and self._params_changed(call, params)):
             return None
         return call.decision
 
