@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, nullcontext
 from functools import partial
 from typing import Any
@@ -33,7 +33,7 @@ from .._errors import ConfigurationError, RunStopped, TickloopError
 from .._observe._events import EventSink, Redactor
 from ._budgeting import check_pricing
 from ._loop import AgentConfig, OuterLoop
-from ._tree import DEFAULT_MAX_DEPTH, ChildSink, RunPlace, TreeServices, TreeTool
+from ._tree import DEFAULT_MAX_DEPTH, ChildSink, RunPlace, TreeServices, TreeTool, tree_tools
 
 __all__ = ["DEFAULT_INPUT", "AgentTool", "check_tree", "run_child", "tree_tool_names"]
 
@@ -333,7 +333,7 @@ def check_tree(
     would switch the limit off)."""
     tools = list(tools)
     check_per_tool(budget, tools, "the run's budget")
-    for agents, tool in _tree_tools(tools):
+    for agents, tool in tree_tools(tools):
         where = f" of sub-agent {' > '.join(agents)}" if agents else ""
         if approve is None and tool.may_require_approval:
             raise ConfigurationError(
@@ -389,22 +389,8 @@ def tree_tool_names(tools: Iterable[Tool]) -> set[str] | None:
     """The names of `tools` and of the tools of the sub-agents below them; None when a
     sub-agent lists tools from a source (an MCP server) only once it starts."""
     names: set[str] = set()
-    for _, tool in _tree_tools(tools):
+    for _, tool in tree_tools(tools):
         names.add(tool.name)
         if isinstance(tool, AgentTool) and tool.agent is not None and tool.agent.tool_sources:
             return None
     return names
-
-
-def _tree_tools(tools: Iterable[Tool]) -> Iterator[tuple[tuple[str, ...], Tool]]:
-    """Every tool of the tree, with the names of the sub-agents above it."""
-    seen: set[int] = set()
-    stack: list[tuple[tuple[str, ...], Tool]] = [((), tool) for tool in tools]
-    while stack:
-        agents, tool = stack.pop()
-        if id(tool) in seen:  # an agent may be a tool of itself (bounded by max_depth)
-            continue
-        seen.add(id(tool))
-        yield agents, tool
-        if isinstance(tool, TreeTool):
-            stack.extend(((*agents, repr(tool.agent_name)), child) for child in tool.child_tools())

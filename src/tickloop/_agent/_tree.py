@@ -48,6 +48,8 @@ __all__ = [
     "TreeState",
     "TreeTool",
     "has_sub_agents",
+    "open_tree_sources",
+    "tree_tools",
 ]
 
 DEFAULT_MAX_DEPTH = 5
@@ -325,18 +327,18 @@ class ChildSink(EventSink):
         super().emit(dataclasses.replace(event, **changes))
 
 
-def tree_tools_of(tools: Iterable[Tool]) -> Iterator[TreeTool]:
-    """Every agent tool of a tree: `tools` and those of the sub-agents below, each once
-    (an agent may be a tool of itself)."""
+def tree_tools(tools: Iterable[Tool]) -> Iterator[tuple[tuple[str, ...], Tool]]:
+    """Every tool of the tree, with the names of the sub-agents above it."""
     seen: set[int] = set()
-    stack = [tool for tool in tools if isinstance(tool, TreeTool)]
+    stack: list[tuple[tuple[str, ...], Tool]] = [((), tool) for tool in tools]
     while stack:
-        tool = stack.pop()
-        if id(tool) in seen:
+        agents, tool = stack.pop()
+        if id(tool) in seen:  # an agent may be a tool of itself (bounded by max_depth)
             continue
         seen.add(id(tool))
-        yield tool
-        stack.extend(child for child in tool.child_tools() if isinstance(child, TreeTool))
+        yield agents, tool
+        if isinstance(tool, TreeTool):
+            stack.extend(((*agents, repr(tool.agent_name)), child) for child in tool.child_tools())
 
 
 @asynccontextmanager
@@ -351,7 +353,9 @@ async def open_tree_sources(
         return
     opened = place.tree.state.opened
     async with AsyncExitStack() as stack:
-        for tool in tree_tools_of(tools):
+        for _, tool in tree_tools(tools):
+            if not isinstance(tool, TreeTool):
+                continue
             config = await stack.enter_async_context(tool.open_sources())
             if config is not None:
                 opened[tool] = config
