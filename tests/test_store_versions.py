@@ -76,8 +76,29 @@ def _version(path: Path) -> int:
         connection.close()
 
 
-def test_the_journal_is_at_version_2() -> None:
-    assert SCHEMA_VERSION == 2
+def test_the_journal_is_at_version_3() -> None:
+    assert SCHEMA_VERSION == 3
+
+
+def test_a_version_2_store_gains_sessions_and_its_run_resumes(tmp_path: Path) -> None:
+    """Version 3 adds the tables of sessions (PROTOCOL §16); a version 2 store's runs
+    are left as they were and resume."""
+    path = tmp_path / "runs.db"
+    _paused_store(path)
+    connection = sqlite3.connect(path)
+    connection.execute("DROP TABLE session_runs")
+    connection.execute("DROP TABLE sessions")
+    connection.commit()
+    connection.close()
+    _set_version(path, 2)
+
+    store = tl.SQLiteStore(path)
+    assert _version(path) == SCHEMA_VERSION
+    assert store.session("s").runs == []
+    (pending,) = store.pending("r")
+    store.decide("r", pending.id, tl.Approve())
+    result = _agent(store).resume("r")
+    assert (result.status, result.output) == ("done", "ok")
 
 
 def test_a_store_of_a_newer_tickloop_is_refused_naming_both_versions_and_left_alone(

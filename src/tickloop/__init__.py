@@ -50,6 +50,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
     from ._core._media import Audio, Image
     from ._core._scheduler import CallRecord
     from ._core._tools import Branch, CallContext, Tool, tool
+    from ._durable._sessions import Session
     from ._durable._store import CallInfo, PendingDecision, RunInfo, SQLiteStore
     from ._durable._timeline import timeline_html
     from ._engine._run import ExecutionResult, execute, run_calls
@@ -66,6 +67,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
         ReplayMismatchError,
         ResumeError,
         RunStopped,
+        SessionBusy,
         StoreError,
         TickloopError,
     )
@@ -172,6 +174,8 @@ _WHERE: dict[str, str] = {
     "MaxIterationsError": "._errors",
     "ReferenceSyntaxError": "._errors",
     "ResumeError": "._errors",
+    "SessionBusy": "._errors",
+    "Session": "._durable._sessions",
     "RunStopped": "._errors",
     "StoreError": "._errors",
     "TickloopError": "._errors",
@@ -287,6 +291,8 @@ __all__ = [
     "RunUsage",
     "SQLiteStore",
     "ScriptedModel",
+    "Session",
+    "SessionBusy",
     "SolutionRequest",
     "StoreError",
     "Term",

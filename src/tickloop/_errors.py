@@ -19,6 +19,7 @@ whole tree, every class defined here (catch `TickloopError` for all of them):
     ├── ModelError ·············· a failed model request; `.status`, `.retry_after`
     ├── ReplayMismatchError ····· a strict `ReplayModel` got another request than recorded
     ├── ResumeError ············· a resume that cannot go ahead (unknown run, decision)
+    ├── SessionBusy ············· a session's run is running, paused or crashed; `.run_id`
     ├── StoreError ·············· a store file that cannot be used
     ├── CodeError ··············· (also a ValueError) a program outside the language of
     │                             code plans; `.line`, `.construct`
@@ -166,6 +167,21 @@ class BudgetExceeded(RunStopped):
         super().__init__(message, messages)
         self.limit = limit
         self.usage = usage
+
+
+class SessionBusy(TickloopError):
+    """A session already has a run that is not over (PROTOCOL §16 "Busy").
+
+    `run_id` names it and `reason` says how it stands: "running" (in a live process;
+    raised when `session_busy="raise"` or the wait timed out), "paused" or "crashed"
+    (resume it with `agent.resume(run_id)` or free the session with
+    `session.abandon(run_id)`)."""
+
+    def __init__(self, message: str, *, session_id: str, run_id: str | None, reason: str) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.run_id = run_id
+        self.reason = reason
 
 
 class ModelError(TickloopError):

@@ -32,6 +32,7 @@ from .._core._guardrails import (
 from .._core._media import MemoryMedia
 from .._core._paths import RunPath
 from .._core._tools import MakesTool, Tool, ToolSet, ToolSource, split_tools
+from .._durable._sessions import session_of
 from .._durable._store import SQLiteStore, as_store
 from .._engine._engine import check_configuration
 from .._engine._event_loops import refuse_inside_trio, require_trio
@@ -42,6 +43,7 @@ from .._observe._events import DEFAULT_REDACT, Redactor, RunEvent, open_event_st
 from .._observe._trace import make_tracer
 from ._budgeting import check_budget, check_carried, check_pricing
 from ._code import CODE
+from ._conversation import check_session_options, keeps_state, maybe_holding, maybe_resuming
 from ._loop import AgentConfig, LoopProtocol, OutputT, RunResult
 from ._output import OutputSpec
 from ._prompt import DEFAULT_CONTEXT_BUDGET, solution_schema
@@ -115,6 +117,7 @@ class Agent(MakesTool, Generic[OutputT]):
         context_window: int | None = None,
         compact: Callable[[list[dict[str, Any]]], str] | None = None,
         compact_target: float = 0.6,
+        keep_state: bool | None = None,
     ) -> None:
         if name is not None and (not isinstance(name, str) or not _NAME.fullmatch(name)):
             raise ConfigurationError(
@@ -203,6 +206,10 @@ class Agent(MakesTool, Generic[OutputT]):
         if on_budget is not None and not callable(on_budget):
             raise ConfigurationError(f"on_budget must be callable, not {on_budget!r}")
         self.on_budget = on_budget
+        # A session run starts from the state its session left (PROTOCOL §16); None:
+        # the default, true for code plans. A run's own `keep_state=` wins.
+        check_session_options(None, None, keep_state, "wait", 0, None)
+        self.keep_state = keep_state
 
     # -- running -----------------------------------------------------------------------------
 
@@ -215,6 +222,10 @@ class Agent(MakesTool, Generic[OutputT]):
         run_id: str | None = None,
         budget: Budget | None = None,
         usage: RunUsage | None = None,
+        session: str | None = None,
+        keep_state: bool | None = None,
+        session_busy: Literal["wait", "raise"] = "wait",
+        session_timeout: float = 60,
     ) -> RunResult[OutputT]:
         """Run to the end from synchronous code (starts its own trio run)."""
         refuse_inside_trio("agent.run", "await agent.run_async(...)")
@@ -227,6 +238,10 @@ class Agent(MakesTool, Generic[OutputT]):
                 run_id=run_id,
                 budget=budget,
                 usage=usage,
+                session=session,
+                keep_state=keep_state,
+                session_busy=session_busy,
+                session_timeout=session_timeout,
             )
         )
 
@@ -312,9 +327,19 @@ class Agent(MakesTool, Generic[OutputT]):
         run_id: str | None = None,
         budget: Budget | None = None,
         usage: RunUsage | None = None,
+        session: str | None = None,
+        keep_state: bool | None = None,
+        session_busy: Literal["wait", "raise"] = "wait",
+        session_timeout: float = 60,
     ) -> RunResult[OutputT]:
         """Run to the end inside trio. `messages` resumes from a log (e.g. an
         ExecuteError's), in which case `input` is already in it and is ignored.
+
+        `session` runs it as the next run of that session of the agent's store
+        (PROTOCOL §16): it starts from the session's history (and, with `keep_state`,
+        its state) and joins it. A session with a running run makes this one wait for
+        it, up to `session_timeout` seconds (`session_busy="raise"`: at once), then
+        raise `SessionBusy`; a paused or crashed run makes it raise at once.
 
         `run_id` names the run (a unique one is made otherwise); with a store, an id the
         store already has is refused with `ResumeError`: continue it with `resume`.
@@ -327,11 +352,24 @@ class Agent(MakesTool, Generic[OutputT]):
         _check_on_event(on_event)
         check_pricing(self.pricing, check_budget(budget), self.model)
         carried = check_carried(usage, messages)
+        check_session_options(
+            self.store, session, keep_state, session_busy, session_timeout, messages
+        )
+        keep = keeps_state(keep_state, self.keep_state, self.protocol)
         async with self._open_for_run(budget) as config:
             if carried is not None:
                 config = dataclasses.replace(config, carried_usage=carried)
-            session = RunSession.new(config, input, messages, on_event or self.on_event, run_id)
-            return await session.execute()
+            async with maybe_holding(config.store, session, session_busy, session_timeout) as held:
+                run = RunSession.new(
+                    config,
+                    input,
+                    messages,
+                    on_event or self.on_event,
+                    run_id,
+                    session=held,
+                    keep_state=keep,
+                )
+                return await run.execute()
 
     def resume(
         self,
@@ -373,12 +411,16 @@ class Agent(MakesTool, Generic[OutputT]):
         async with self._open_for_run() as config:
             # A grant for a tool no run of the tree has would add room to nothing.
             check_per_tool(grant, config.tools.values(), "the grant (budget=)")
-            session = RunSession.claim(config, run_id, decisions, on_event or self.on_event)
-            session.grant = grant
-            forked = forked_from(session.journal or [])
-            if forked is not None:  # a fork goes on reusing its record (docs/replay.md)
-                session.config = self._resumed_fork(session, forked)
-            return await session.execute()
+            # A run of a session holds its lease again while it goes on (PROTOCOL §16).
+            session_id = session_of(config.store, run_id) if config.store is not None else None
+            async with maybe_resuming(config.store, session_id, run_id):
+                session = RunSession.claim(config, run_id, decisions, on_event or self.on_event)
+                session.session_id = session_id
+                session.grant = grant
+                forked = forked_from(session.journal or [])
+                if forked is not None:  # a fork goes on reusing its record (docs/replay.md)
+                    session.config = self._resumed_fork(session, forked)
+                return await session.execute()
 
     def _resumed_fork(self, session: RunSession, forked: dict[str, Any]) -> AgentConfig:
         """A resumed fork's configuration: its record's answers, outcomes and budget

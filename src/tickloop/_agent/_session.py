@@ -8,6 +8,7 @@ asks the run's protocol for its loop and for how many iterations the log holds, 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
@@ -22,11 +23,13 @@ from .._core._paths import RunPath
 from .._core._tools import missing_bindings
 from .._durable._codec import dumps_entry, new_run_id
 from .._durable._resume import DurableRun
+from .._durable._sessions import end_session_run
 from .._durable._store import SQLiteStore
 from .._durable._writer import claim_run, create_run
 from .._engine._run import initial_log
 from .._errors import ConfigurationError, GuardrailTripped, ResumeError
 from .._observe._events import EventSink, RunEnded, RunEvent, RunStarted
+from ._conversation import SessionRun, history_message
 from ._loop import AgentConfig, OuterLoop, RunResult
 from ._tree import RunPlace, TreeServices, TreeTool, has_sub_agents, open_tree_sources
 
@@ -55,6 +58,8 @@ class RunSession:
         self.resumed = resumed
         self.journal = journal
         self.grant: Any = None  # a resume's `budget=`: room added once replayed
+        # The session the run belongs to (PROTOCOL §16): told when the run is over.
+        self.session_id: str | None = None
 
     @classmethod
     def new(
@@ -65,13 +70,27 @@ class RunSession:
         on_event: Callable[[RunEvent], Any] | None,
         run_id: str | None,
         notes: Sequence[dict[str, Any]] = (),
+        *,
+        session: SessionRun | None = None,
+        keep_state: bool = False,
     ) -> RunSession:
         """Claim the run id (refused when the store has it) and start a log; a stored
-        run journals `notes` with its input (a fork's, naming its record)."""
+        run journals `notes` with its input (a fork's, naming its record).
+
+        A run of a `session` (whose lease the caller holds) begins with its `history`
+        message, then its input, then (`keep_state`) the state the session left; it
+        joins the session in the transaction that makes it (PROTOCOL §16)."""
         if run_id is not None and (not isinstance(run_id, str) or not run_id):
             raise ConfigurationError(f"run_id must be a non-empty string, not {run_id!r}")
         run_id = run_id or new_run_id()
-        log = ContextLog(messages) if messages else initial_log(input)
+        if messages:
+            log = ContextLog(messages)
+        elif session is None:
+            log = initial_log(input)
+        else:
+            opened = initial_log(input, session.state if keep_state else None)
+            first = [history_message(session.history)] if session.history else []
+            log = ContextLog([*first, *opened.messages])
         if not messages:
             problems = missing_bindings(config.tools.values(), log.view("input"))
             if problems:
@@ -88,11 +107,16 @@ class RunSession:
                 note = {"note": BUDGET_NOTE, "budget": config.budget.to_dict()}
                 entries.append((at, "note", dumps_entry(note)))
             entries += [(at, "note", dumps_entry(note)) for note in notes]
-            writer = create_run(store, run_id, config.protocol.name, entries)
+            joining = None
+            if session is not None:
+                joining = (session.session.id, json.dumps(log.view("input"), ensure_ascii=False))
+            writer = create_run(store, run_id, config.protocol.name, entries, session=joining)
             durable = DurableRun(writer, config.tools, config.redact, sink)
             for message in log.messages:
                 durable._track_message(message)
-        return cls(config, run_id, log, sink, durable, resumed=False)
+        made = cls(config, run_id, log, sink, durable, resumed=False)
+        made.session_id = session.session.id if session is not None else None
+        return made
 
     @classmethod
     def claim(
@@ -150,6 +174,8 @@ class RunSession:
             status = "tripped" if isinstance(error, GuardrailTripped) else "failed"
             if writer is not None:
                 _quietly(writer.set_status, status, error=reason)
+                if self.session_id is not None:
+                    _quietly(end_session_run, writer.store, self.run_id, self._state())
             self.sink.emit(
                 RunEnded(
                     run_id=self.run_id,
@@ -169,6 +195,8 @@ class RunSession:
             if writer is not None:
                 output = _final_output(self.durable) if result.status == "done" else None
                 writer.set_status(result.status, output=output)
+                if self.session_id is not None and result.status == "done":
+                    end_session_run(writer.store, self.run_id, self._state())
         finally:
             if writer is not None:
                 writer.release()
@@ -181,6 +209,11 @@ class RunSession:
             )
         )
         return result
+
+    def _state(self) -> Any:
+        """The state the run ends with, for its session's next run (JSON already)."""
+        state = self.log.view("state")
+        return state if isinstance(state, dict) else None
 
     def _tree_root(self) -> tuple[AgentConfig, RunPlace | None]:
         """The run's configuration as the root of a tree of runs, when it has sub-agents

@@ -459,7 +459,8 @@ def _output_section(schema: Any) -> str:
 
 
 def _context(log: ContextLog, budget: int | None) -> str:
-    sections = ["## task_input\ntask_input = " + shown(log.view("input"), budget, "task_input")]
+    sections = _history_sections(log.view("history"), budget)
+    sections.append("## task_input\ntask_input = " + shown(log.view("input"), budget, "task_input"))
     programs = {
         message.get("iteration"): message
         for message in log.messages
@@ -487,6 +488,27 @@ def _context(log: ContextLog, budget: int | None) -> str:
     if defined:
         sections.append("## Your helpers\n" + "\n".join(dict.fromkeys(defined)))
     return "\n\n".join(sections)
+
+
+def _history_sections(history: Any, budget: int | None) -> list[str]:
+    """A session run's history (PROTOCOL §16), shown before its input: each earlier
+    run's input and output, a compaction's summary in place of the runs it covers."""
+    if not isinstance(history, list) or not history:
+        return []
+    lines = ["## Earlier in this conversation"]
+    for entry in history:
+        if not isinstance(entry, dict):
+            continue
+        if "summary" in entry:
+            lines.append("Summary of the earliest runs (compacted):\n" + str(entry["summary"]))
+            continue
+        lines.append(
+            f"Run {entry.get('run_id')}:\n  task_input = "
+            + shown(entry.get("input"), budget, "its input")
+            + "\n  final_answer = "
+            + shown(entry.get("output"), budget, "its answer")
+        )
+    return ["\n".join(lines)]
 
 
 def _program_section(

@@ -187,11 +187,23 @@ class _TurnLoop(OuterLoop):
                 return
             if message.get("type") == "data" and message.get("kind") == TURN_KIND:
                 return
+        # A session run's history (PROTOCOL §16) opens the conversation as the turns it
+        # was: each earlier input and answer, a compaction's summary for those it covers.
+        for entry in self.log.view("history") or ():
+            if not isinstance(entry, dict):
+                continue
+            if "summary" in entry:
+                summary = "Summary of our earlier conversation: " + str(entry["summary"])
+                self._append({"type": "text", "role": "user", "text": summary})
+                continue
+            self._append({"type": "text", "role": "user", "text": _as_text(entry.get("input"))})
+            self._append(
+                {"type": "text", "role": "assistant", "text": _as_text(entry.get("output"))}
+            )
         value = self.log.view("input")
         if value is None:
             return
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        self._append({"type": "text", "role": "user", "text": text})
+        self._append({"type": "text", "role": "user", "text": _as_text(value)})
 
     async def _iterate(self, iteration: int) -> tuple[bool, Any]:
         request = TurnRequest(
@@ -654,3 +666,7 @@ def _jsonstructural(text: str) -> str:
     except RecursionError:
         return "nested too deeply"
     return "a JSON value, but not an object"
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)

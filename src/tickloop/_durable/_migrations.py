@@ -11,6 +11,7 @@ row holding a commit's entries (`batch`, its times first written as numbers, now
 the hex form of the float), `runs.rows_seq`, plan and solution messages stored by
 reference (`shared`), and ticks keeping plan order (`TickOpened.plan_order`). Version 2
 is the last of those; `_from_1` converts what can be converted and refuses what cannot.
+Version 3 adds the tables of sessions (`_from_2`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,15 @@ from typing import Any
 
 from .._errors import StoreError
 from ._file import failure
-from ._schema import _ROWS_SEQ, _SCHEMA, _TABLES, BATCH, SCHEMA_VERSION
+from ._schema import (
+    _ROWS_SEQ,
+    _SCHEMA,
+    _SESSION_SCHEMA,
+    _TABLES,
+    BATCH,
+    SCHEMA_VERSION,
+    SESSION_TABLES,
+)
 
 # A write transaction on a connection (`SQLiteStore._write`).
 Write = Callable[[sqlite3.Connection], AbstractContextManager[Any]]
@@ -57,7 +66,7 @@ def prepare(connection: sqlite3.Connection, path: Path, write: Write) -> None:
                     "SELECT 1 FROM sqlite_master WHERE name='tickloop_schema'"
                 ).fetchone()
                 if not exists:  # another process may have made it meanwhile
-                    for statement in _SCHEMA.split(";"):
+                    for statement in (_SCHEMA + _SESSION_SCHEMA).split(";"):
                         if statement.strip():
                             connection.execute(statement)
                     connection.execute(
@@ -81,7 +90,7 @@ def _check_version(path: Path, connection: sqlite3.Connection, names: set[str]) 
         )
     if row[0] < 1:
         raise StoreError(f"{path}: the store's schema version {row[0]} is not one tickloop made")
-    missing = _TABLES - names
+    missing = (_TABLES | SESSION_TABLES if row[0] >= 3 else _TABLES) - names
     if missing:
         raise StoreError(f"{path}: the store lacks tables {', '.join(sorted(missing))}")
     return int(row[0])
@@ -133,5 +142,12 @@ def _from_1(connection: sqlite3.Connection, path: Path) -> None:
             connection.execute("UPDATE journal SET body = ? WHERE rowid = ?", (text, rowid))
 
 
+def _from_2(connection: sqlite3.Connection, path: Path) -> None:
+    """Version 2 to 3: the tables of sessions (PROTOCOL §16); no run changes."""
+    for statement in _SESSION_SCHEMA.split(";"):
+        if statement.strip():
+            connection.execute(statement)
+
+
 # The step from each version to the next.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection, Path], None]] = {1: _from_1}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection, Path], None]] = {1: _from_1, 2: _from_2}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 # The format of the file and its journal; a change to either is a new version and a step
 # in `_migrations.MIGRATIONS`.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE tickloop_schema (
@@ -53,6 +53,29 @@ CREATE TABLE decisions (
 );
 """
 
+# Sessions (PROTOCOL §16), added by version 3 (`_migrations._from_2`).
+_SESSION_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id    TEXT PRIMARY KEY,
+    created       REAL NOT NULL,
+    lease_owner   TEXT,             -- host:pid of the process whose run holds the session
+    lease_token   TEXT,             -- which of that process's runs holds it
+    lease_run     TEXT,             -- the run holding it (NULL while it waits to be made)
+    lease_expires REAL              -- seconds since the epoch, renewed while the run runs
+);
+CREATE TABLE IF NOT EXISTS session_runs (
+    session_id TEXT NOT NULL,
+    position   INTEGER NOT NULL,    -- order of the runs in the session, from 1
+    run_id     TEXT NOT NULL,
+    input      TEXT,                -- the run's input (JSON)
+    ended      INTEGER NOT NULL DEFAULT 0,  -- 1 once the run is over: in the history
+    output     TEXT,                -- its final output (JSON), when it gave one
+    state      TEXT,                -- the state it ended with (JSON)
+    PRIMARY KEY (session_id, position)
+);
+CREATE INDEX IF NOT EXISTS session_runs_by_run ON session_runs (run_id);
+"""
+
 # A journal row holding several entries, one commit's (`RunWriter.insert`), each
 # `[at, kind, body]` with `at` the hex form of its float; a commit of one entry is a row
 # of that entry's kind.
@@ -68,6 +91,7 @@ _INSERT_ENTRIES = (
 )
 
 _TABLES = frozenset({"tickloop_schema", "runs", "journal", "calls", "decisions"})
+SESSION_TABLES = frozenset({"sessions", "session_runs"})  # from version 3
 # The journal entry a run's `calls` rows reflect (NULL: every entry, as in a run made by
 # a version 1 store before the column, which `_migrations._from_1` adds).
 _ROWS_SEQ = "rows_seq"

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sqlite3
 import threading
 import time
@@ -54,11 +53,20 @@ from .._observe._records import CallInfo, RunInfo
 from ._codec import damaged_entry, expand_shared
 from ._file import check_file, check_pages, create_file, failure
 from ._migrations import prepare
+from ._owners import _ACTIVE, _owner_alive, owner_label
 from ._schema import _ROWS_SEQ, BATCH, CALL_COLUMNS, SHARED
+from ._sessions import Session, session_ids
 
-__all__ = ["CallInfo", "PendingDecision", "RunInfo", "SQLiteStore", "as_store"]
-
-_ACTIVE: set[tuple[Path, str]] = set()  # (store, run id) of the runs this process runs
+__all__ = [
+    "_ACTIVE",
+    "CallInfo",
+    "PendingDecision",
+    "RunInfo",
+    "SQLiteStore",
+    "_owner_alive",
+    "as_store",
+    "owner_label",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,29 +86,6 @@ def as_store(store: SQLiteStore | str | os.PathLike[str] | None) -> SQLiteStore 
     if isinstance(store, str | os.PathLike):
         return SQLiteStore._at_path(store)
     raise TypeError(f"store must be a path or a SQLiteStore, not {store!r}")
-
-
-def owner_label() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _owner_alive(owner: str | None) -> bool:
-    """Whether the process that claimed a run still runs (only knowable on this host)."""
-    if not owner:
-        return False
-    host, _, pid_text = owner.rpartition(":")
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class SQLiteStore:
@@ -438,6 +423,16 @@ class SQLiteStore:
             owner = row[0] if row is not None else None
             connection.execute("UPDATE runs SET owner = NULL WHERE run_id = ?", (run_id,))
         return owner
+
+    # -- sessions (PROTOCOL §16) ------------------------------------------------------------
+
+    def session(self, session_id: str) -> Session:
+        """The session of that id (`tl.Session`); one with no runs yet reads as empty."""
+        return Session(self, session_id)
+
+    def sessions(self) -> list[Session]:
+        """Every session of the store, oldest first."""
+        return [Session(self, session_id) for session_id in session_ids(self)]
 
     # -- decisions ---------------------------------------------------------------------
 

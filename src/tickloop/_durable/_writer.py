@@ -29,6 +29,7 @@ from ._schema import (
     LEAN_COLUMNS,
     USUALLY_NULL,
 )
+from ._sessions import ABANDONED, join_session
 from ._store import _ACTIVE, SQLiteStore, _checked_decision, _loads, _owner_alive, owner_label
 
 
@@ -209,8 +210,13 @@ def create_run(
     run_id: str,
     protocol: str,
     entries: Sequence[tuple[float, str, str]] = (),
+    *,
+    session: tuple[str, str | None] | None = None,
 ) -> RunWriter:
     """Claim a new run id with its first journal entries (the input), in one transaction.
+
+    `session` is (the session id, the run's input as JSON text) for a run of a session
+    whose lease the caller holds: the run joins it in the same transaction.
 
     `ResumeError` if the store has the id already. Atomic, so a run whose input cannot be
     stored leaves no `running` row behind (which a resume would run without its input).
@@ -247,6 +253,8 @@ def create_run(
                 (run_id, now, now, protocol, owner_label(), len(entries)),
             )
             writer.insert(entries)
+            if session is not None:
+                join_session(connection, session[0], run_id, session[1])
     except BaseException:
         writer.seq = 0
         store.release(connection)
@@ -286,11 +294,13 @@ def claim_run(
     try:
         with store._write(connection):
             row = connection.execute(
-                "SELECT status, owner, protocol FROM runs WHERE run_id = ?", (run_id,)
+                "SELECT status, owner, protocol, error FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
             if row is None:
                 raise ResumeError(f"no run {run_id!r} in {store.path}")
-            status, owner, made_with = row
+            status, owner, made_with, error = row
+            if status == "failed" and error == ABANDONED:  # PROTOCOL §16: it is over
+                raise ResumeError(f"run {run_id!r} was abandoned; it is not run again")
             if status == "done":
                 raise ResumeError(f"run {run_id!r} is finished; there is nothing to resume")
             if status == "tripped":  # PROTOCOL §15: fork it, or replay it, never resume it
