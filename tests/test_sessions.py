@@ -304,5 +304,5 @@ def test_the_command_line_lists_and_shows_sessions(
     assert cli_main(["sessions", "user-42", "--store", str(db)]) == 0
     shown = capsys.readouterr().out
     assert "r1" in shown and "answer to a" in shown and "r2" in shown
-    assert cli_main(["sessions", "nobody", "--store", str(db)]) == 1
+    assert cli_main(["sessions", "nobody", "--store", str(db)]) == 2
     assert "no session 'nobody'" in capsys.readouterr().err

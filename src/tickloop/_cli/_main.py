@@ -15,6 +15,7 @@ from ._runs import COMMANDS as RUN_COMMANDS
 from ._runs import add_commands as add_run_commands
 from ._runs import run_command
 from ._serve import add_serve_command, run_serve
+from ._sessions import add_sessions_command, run_sessions
 
 __all__ = ["main"]
 
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_commands(commands)  # runs, pending, approve, deny, resume, trace, budget
     add_serve_command(commands)
     add_fork_command(commands)
+    add_sessions_command(commands)
     from ._temporal import add_commands as add_temporal_commands  # imports no temporalio
 
     add_temporal_commands(commands)
@@ -100,6 +102,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return run_serve(arguments)
     if arguments.command == "fork":
         return run_fork(arguments)
+    if arguments.command == "sessions":
+        return run_sessions(arguments)
     if arguments.command == "temporal":
         from ._temporal import run_command as run_temporal_command
 

@@ -56,7 +56,7 @@ __all__ = [
 LEASE_SECONDS = 30.0  # a lease lapses this long after its last renewal (PROTOCOL §16)
 RENEW_SECONDS = 10.0  # how often a running run renews its lease
 _OVER = ("done", "failed", "tripped")
-ABANDONED = "abandoned"  # the error of a run `Session.abandon` ended  # a run in one of these is in the history
+ABANDONED = "abandoned"  # the error of a run `Session.abandon` ended
 
 
 class SessionStore(Protocol):
