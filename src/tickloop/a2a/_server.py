@@ -251,7 +251,10 @@ class _Executor(AgentExecutor):
                 agent_listener(event)
             events.put_nowait(event)
 
-        run = asyncio.ensure_future(self.agent.run_asyncio(input, on_event=listen, run_id=run_id))
+        options: dict[str, Any] = {"on_event": listen, "run_id": run_id}
+        if self.agent.store is not None:  # the context is a session (PROTOCOL §16)
+            options["session"] = context.context_id
+        run = asyncio.ensure_future(self.agent.run_asyncio(input, **options))
         run.add_done_callback(lambda _: events.put_nowait(None))
         try:
             await self._follow(events, updater)

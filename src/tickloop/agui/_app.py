@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from .._agent._agent import Agent
 
-__all__ = ["app", "run_input"]
+__all__ = ["app", "run_input", "session_state", "thread_session"]
 
 
 def app(agent: Agent) -> Starlette:
@@ -64,9 +64,29 @@ def app(agent: Agent) -> Starlette:
         state = given.state if given.state is not None else None
         if state is not None and not isinstance(state, dict):
             return JSONResponse({"error": "RunAgentInput.state must be an object"}, 422)
-        return _EventStream(agent, given, run_input(given), state)
+        session = thread_session(agent, given)
+        if session is not None:
+            # The thread is a session (PROTOCOL §16): its history and state are the
+            # store's, and the run starts from them, not from the client's copy.
+            state = session_state(agent, session)
+        return _EventStream(agent, given, run_input(given), state, session)
 
     return Starlette(routes=[Route("/", run, methods=["POST"])])
+
+
+def thread_session(agent: Agent, given: RunAgentInput) -> str | None:
+    """The session a request's thread names: its `threadId` when the agent has a store
+    (PROTOCOL §16 "Web threads"), else None (each request a run of its own)."""
+    return given.thread_id if agent.store is not None and given.thread_id else None
+
+
+def session_state(agent: Agent, session: str) -> dict[str, Any] | None:
+    """The state a run of the session starts from: the session's, when the agent keeps
+    state (`keep_state`), else none."""
+    keeps = agent.keep_state if agent.keep_state is not None else agent.protocol == "code"
+    if not keeps or agent.store is None:
+        return None
+    return agent.store.session(session).state
 
 
 def run_input(given: RunAgentInput) -> Any:
@@ -121,11 +141,14 @@ class _Ended:
 class _EventStream:
     """The response: the run's AG-UI events, one SSE message each, as the run goes."""
 
-    def __init__(self, agent: Agent, given: RunAgentInput, input: Any, state: Any) -> None:
+    def __init__(
+        self, agent: Agent, given: RunAgentInput, input: Any, state: Any, session: str | None
+    ) -> None:
         self.agent = agent
         self.given = given
         self.input = input
         self.state = state
+        self.session = session  # the thread's session, when the agent has a store
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         encoder = EventEncoder()
@@ -179,7 +202,9 @@ class _EventStream:
                 "run_id": self.given.run_id,
             }
             input = self.input
-            if self.state is not None:  # the client's state starts the run's (PROTOCOL §1)
+            if self.session is not None:  # the thread's history starts it (PROTOCOL §16)
+                options["session"] = self.session
+            elif self.state is not None:  # the client's state starts the run's (PROTOCOL §1)
                 options["messages"] = initial_log(input, self.state).messages
                 input = None
             try:
