@@ -306,3 +306,30 @@ def test_the_command_line_lists_and_shows_sessions(
     assert "r1" in shown and "answer to a" in shown and "r2" in shown
     assert cli_main(["sessions", "nobody", "--store", str(db)]) == 2
     assert "no session 'nobody'" in capsys.readouterr().err
+
+
+def test_native_tool_calling_shows_the_history_as_earlier_turns_and_streams(
+    tmp_path: Path,
+) -> None:
+    seen: list[list[dict[str, Any]]] = []
+
+    def model(request: dict[str, Any]) -> str:
+        seen.append(request["messages"])
+        return f"reply {len(seen)}"
+
+    agent = tl.Agent(tl.FunctionModel(model), protocol="tools", store=tmp_path / "runs.db")
+    assert agent.run("Find me a flight to Oslo", session="s").output == "reply 1"
+
+    async def streamed() -> tuple[str, Any]:
+        async with agent.stream("Make it a window seat", session="s") as stream:
+            text = "".join([chunk async for chunk in stream.text()])
+        return text, stream.result
+
+    text, result = trio.run(streamed)
+    assert text == "reply 2" and result.output == "reply 2"
+    turns = [(m["role"], m["content"]) for m in seen[1]]
+    assert turns == [
+        ("user", "Find me a flight to Oslo"),
+        ("assistant", "reply 1"),
+        ("user", "Make it a window seat"),
+    ]

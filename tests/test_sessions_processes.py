@@ -154,7 +154,7 @@ def test_a_killed_run_blocks_its_session_until_resumed(
     store = tl.SQLiteStore(tmp_path / "runs.db")
     agent = sessionchild.make_agent(store)
     assert store.session("s").status == "crashed"
-    with pytest.raises(tl.SessionBusy, match="agent.resume") as busy:
+    with pytest.raises(tl.SessionBusy, match=r"agent\.resume") as busy:
         agent.run({"say": "n"}, session="s")  # waiting would not help: it is refused
     assert (busy.value.run_id, busy.value.reason) == ("k", "crashed")
 

@@ -208,7 +208,7 @@ class Agent(MakesTool, Generic[OutputT]):
         self.on_budget = on_budget
         # A session run starts from the state its session left (PROTOCOL §16); None:
         # the default, true for code plans. A run's own `keep_state=` wins.
-        check_session_options(None, None, keep_state, "wait", 0, None)
+        check_session_options(None, None, keep_state, "wait", 0)
         self.keep_state = keep_state
 
     # -- running -----------------------------------------------------------------------------
@@ -284,6 +284,7 @@ class Agent(MakesTool, Generic[OutputT]):
             context_window=self.context_window,
             compact=self.compact,
             compact_target=self.compact_target,
+            keep_state=self.keep_state,
         )
 
     def _set_compaction(
@@ -352,9 +353,7 @@ class Agent(MakesTool, Generic[OutputT]):
         _check_on_event(on_event)
         check_pricing(self.pricing, check_budget(budget), self.model)
         carried = check_carried(usage, messages)
-        check_session_options(
-            self.store, session, keep_state, session_busy, session_timeout, messages
-        )
+        check_session_options(self.store, session, keep_state, session_busy, session_timeout)
         keep = keeps_state(keep_state, self.keep_state, self.protocol)
         async with self._open_for_run(budget) as config:
             if carried is not None:

@@ -181,7 +181,7 @@ def history_message(history: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def check_session_options(
-    store: Any, session: Any, keep_state: Any, busy: Any, timeout: Any, messages: Any
+    store: Any, session: Any, keep_state: Any, busy: Any, timeout: Any
 ) -> None:
     """A run's session options, checked before anything runs (`ConfigurationError`)."""
     if keep_state is not None and not isinstance(keep_state, bool):
@@ -194,11 +194,6 @@ def check_session_options(
         raise ConfigurationError(
             f"session={session!r} needs a store to keep its history in: "
             "tl.Agent(..., store='runs.db')"
-        )
-    if messages:
-        raise ConfigurationError(
-            "session= and messages= do not go together: a session run starts from the "
-            "session's history"
         )
 
 

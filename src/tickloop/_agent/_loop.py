@@ -239,6 +239,9 @@ class AgentConfig:
     context_window: int | None = None
     compact: Callable[[list[dict[str, Any]]], str] | None = None
     compact_target: float = 0.6
+    # Sessions (PROTOCOL §16): whether a session run starts from the state its session
+    # left (None: the default, true for code plans); a run's own `keep_state=` wins.
+    keep_state: bool | None = None
 
 
 class LoopProtocol(ABC):

@@ -78,18 +78,19 @@ class RunSession:
         run journals `notes` with its input (a fork's, naming its record).
 
         A run of a `session` (whose lease the caller holds) begins with its `history`
-        message, then its input, then (`keep_state`) the state the session left; it
-        joins the session in the transaction that makes it (PROTOCOL §16)."""
+        message, then its input, then (`keep_state`) the state the session left, or
+        `messages` when given (their state over the session's); it joins the session
+        in the transaction that makes it (PROTOCOL §16)."""
         if run_id is not None and (not isinstance(run_id, str) or not run_id):
             raise ConfigurationError(f"run_id must be a non-empty string, not {run_id!r}")
         run_id = run_id or new_run_id()
-        if messages:
-            log = ContextLog(messages)
+        first = [history_message(session.history)] if session and session.history else []
+        if messages:  # a log to go on from; in a session, after the session's history
+            log = ContextLog([*first, *messages])
         elif session is None:
             log = initial_log(input)
         else:
             opened = initial_log(input, session.state if keep_state else None)
-            first = [history_message(session.history)] if session.history else []
             log = ContextLog([*first, *opened.messages])
         if not messages:
             problems = missing_bindings(config.tools.values(), log.view("input"))

@@ -18,6 +18,7 @@ import trio
 
 from .._errors import ConfigurationError
 from ._budgeting import check_budget, check_carried, check_pricing
+from ._conversation import check_session_options, keeps_state, maybe_holding
 from ._loop import AgentConfig, RunResult
 from ._session import RunSession
 
@@ -146,9 +147,23 @@ class _StreamScope:
         if budget is not None:  # this run's own budget (PROTOCOL §12)
             check_pricing(config.pricing, budget, config.model)
             config = dataclasses.replace(config, budget=budget)
+        session_id = options.pop("session", None)
+        keep_state = options.pop("keep_state", None)
+        busy = options.pop("session_busy", "wait")
+        timeout = options.pop("session_timeout", 60)
         if options:  # checked before the run is claimed, so a typo strands nothing
             raise TypeError(f"agent.stream() got unexpected options: {', '.join(options)}")
-        session = RunSession.new(config, self._input, messages, on_event, run_id)
+        check_session_options(config.store, session_id, keep_state, busy, timeout)
+        keep = keeps_state(keep_state, config.keep_state, config.protocol.name)
+        async with maybe_holding(config.store, session_id, busy, timeout) as held:
+            session = RunSession.new(
+                config, self._input, messages, on_event, run_id, session=held, keep_state=keep
+            )
+            async with self._streaming(session) as stream:
+                yield stream
+
+    @asynccontextmanager
+    async def _streaming(self, session: RunSession) -> AsyncIterator[TextStream]:
         send, receive = trio.open_memory_channel[str](math.inf)
         stream = TextStream(receive)
 

@@ -65,10 +65,10 @@ def app(agent: Agent) -> Starlette:
         if state is not None and not isinstance(state, dict):
             return JSONResponse({"error": "RunAgentInput.state must be an object"}, 422)
         session = thread_session(agent, given)
-        if session is not None:
-            # The thread is a session (PROTOCOL §16): its history and state are the
-            # store's, and the run starts from them, not from the client's copy.
-            state = session_state(agent, session)
+        if session is not None and not state:
+            # The thread is a session (PROTOCOL §16): a client that sends no state has
+            # the run start from the session's (with keep_state), as its snapshot says.
+            state = session_state(agent, session) or None
         return _EventStream(agent, given, run_input(given), state, session)
 
     return Starlette(routes=[Route("/", run, methods=["POST"])])
@@ -204,7 +204,7 @@ class _EventStream:
             input = self.input
             if self.session is not None:  # the thread's history starts it (PROTOCOL §16)
                 options["session"] = self.session
-            elif self.state is not None:  # the client's state starts the run's (PROTOCOL §1)
+            if self.state is not None:  # the client's state starts the run's (PROTOCOL §1)
                 options["messages"] = initial_log(input, self.state).messages
                 input = None
             try:
