@@ -89,7 +89,12 @@ def test_a_run_without_a_session_is_given_no_history(tmp_path: Path) -> None:
 
 def test_session_without_a_store_is_refused_before_anything_runs() -> None:
     asked: list[Any] = []
-    agent = tl.Agent(tl.FunctionModel(lambda r: asked.append(r) or {"calls": [], "output": 1}))
+
+    def model(request: dict[str, Any]) -> dict[str, Any]:
+        asked.append(request)
+        return {"calls": [], "output": 1}
+
+    agent = tl.Agent(tl.FunctionModel(model))
     with pytest.raises(tl.ConfigurationError, match="needs a store"):
         agent.run({"say": "x"}, session="user-42")
     with pytest.raises(tl.ConfigurationError, match="session_busy"):
@@ -228,7 +233,7 @@ def test_a_paused_run_makes_the_next_raise_until_it_is_resumed(tmp_path: Path) -
     assert agent.run({"say": "pay"}, session="s", run_id="p1").status == "paused"
     for busy_mode in ("wait", "raise"):
         with pytest.raises(tl.SessionBusy, match="p1") as busy:
-            agent.run({"say": "next"}, session="s", session_busy=busy_mode)  # type: ignore[arg-type]
+            agent.run({"say": "next"}, session="s", session_busy=busy_mode)
         assert (busy.value.run_id, busy.value.reason) == ("p1", "paused")
     assert agent.resume("p1", decisions={"p": tl.Approve()}).output == "paid"
     after = agent.run({"say": "next"}, session="s", run_id="n")
