@@ -65,10 +65,12 @@ from ._latent import answer_latent_tools, budget_refusal, latent_request, read_a
 from ._loop import AgentConfig, LoopProtocol, OuterLoop, StreamRestarted, structural
 from ._retry import StreamBroken, stream_with_retries
 from ._stubs import (
+    GIVEN_SUMMARY,
     PROGRAM_KIND,
     CodeName,
     code_names,
     code_turns,
+    given_covers,
     latest_compaction,
     render_code_request,
 )
@@ -524,8 +526,15 @@ class _CodeLoop(OuterLoop):
         if summary is None:
             return False  # the budget hook deferred: the program's request pauses too
         _, before = latest_compaction(self.log)
-        # A later compaction covers all the one it summarises did, in the order shown.
-        keys = [key for key in dict.fromkeys([*before, *decision.covers]) if key != "compaction"]
+        # A later compaction covers all the one it summarises did, in the order shown;
+        # one that summarises a session's given compaction covers the runs it covered.
+        keys: list[str] = []
+        for key in [*before, *decision.covers]:
+            if key == GIVEN_SUMMARY:
+                keys += given_covers(self.log)
+            elif key != "compaction":
+                keys.append(key)
+        keys = list(dict.fromkeys(keys))
         self._append(
             {"type": "compaction", "covers": keys, "summary": summary, "iteration": iteration}
         )

@@ -425,10 +425,26 @@ def summary_section(summary: str) -> str:
     return "## Summary of your earlier programs (compacted)\n" + summary
 
 
+# The key a session run's given compaction (the first entry of its history) has as a
+# turn; a compaction that covers it covers the runs it covered (`given_covers`).
+GIVEN_SUMMARY = "session summary"
+
+
+def given_covers(log: ContextLog) -> list[str]:
+    """The runs the compaction a session run was given in its history covers."""
+    for entry in log.view("history") or ():
+        if isinstance(entry, dict) and "summary" in entry:
+            return [str(key) for key in entry.get("covers") or ()]
+    return []
+
+
 def code_turns(log: ContextLog, budget: int | None) -> list[tuple[str, str]]:
     """The compactable turns of the next code-plan request, oldest first, as (key, text):
-    the newest compaction's summary (key "compaction"), then every earlier program it does
-    not cover but the last, which is never compacted (PROTOCOL §16)."""
+    the newest compaction's summary (key "compaction"), then each run of a session's
+    history it does not cover (key: the run id; the history's own compaction, key
+    GIVEN_SUMMARY), then every earlier program it does not cover but the last, which is
+    never compacted (PROTOCOL §16). A compaction covers the oldest turns, so one that
+    exists covers the history before any program."""
     summary, covers = latest_compaction(log)
     covered = set(covers)
     programs = {
@@ -438,6 +454,8 @@ def code_turns(log: ContextLog, budget: int | None) -> list[tuple[str, str]]:
     }
     entries = [entry for entry in (log.view(PROGRAM_KIND) or ()) if isinstance(entry, dict)]
     turns = [("compaction", summary_section(summary))] if summary is not None else []
+    for key, entry in _history_entries(log.view("history"), covered):
+        turns.append((key, _history_entry(entry, budget)))
     for entry in entries[:-1]:
         if program_key(entry) not in covered:
             text = _program_section(entry, programs.get(entry.get("iteration")), budget)
@@ -459,15 +477,24 @@ def _output_section(schema: Any) -> str:
 
 
 def _context(log: ContextLog, budget: int | None) -> str:
-    sections = _history_sections(log.view("history"), budget)
+    summary, covers = latest_compaction(log)
+    covered = set(covers)
+    history = log.view("history")
+    sections = []
+    if isinstance(history, list) and history:
+        lines = ["## Earlier in this conversation"]
+        shown_history = _history_entries(history, covered)
+        if summary is not None and len(shown_history) < len(history):
+            lines.append(summary_section(summary))  # where the first run it covers was
+            summary = None
+        lines += [_history_entry(entry, budget) for _, entry in shown_history]
+        sections.append("\n".join(lines))
     sections.append("## task_input\ntask_input = " + shown(log.view("input"), budget, "task_input"))
     programs = {
         message.get("iteration"): message
         for message in log.messages
         if message.get("type") == "solution" and "program" in message
     }
-    summary, covers = latest_compaction(log)
-    covered = set(covers)
     for entry in log.view(PROGRAM_KIND) or ():
         if not isinstance(entry, dict):
             continue
@@ -490,25 +517,34 @@ def _context(log: ContextLog, budget: int | None) -> str:
     return "\n\n".join(sections)
 
 
-def _history_sections(history: Any, budget: int | None) -> list[str]:
-    """A session run's history (PROTOCOL §16), shown before its input: each earlier
-    run's input and output, a compaction's summary in place of the runs it covers."""
-    if not isinstance(history, list) or not history:
+def _history_entries(history: Any, covered: set[str]) -> list[tuple[str, dict[str, Any]]]:
+    """A session run's history (PROTOCOL §16) as (key, entry), oldest first, without
+    what the newest compaction of the run covers."""
+    if not isinstance(history, list):
         return []
-    lines = ["## Earlier in this conversation"]
+    kept: list[tuple[str, dict[str, Any]]] = []
     for entry in history:
         if not isinstance(entry, dict):
             continue
         if "summary" in entry:
-            lines.append("Summary of the earliest runs (compacted):\n" + str(entry["summary"]))
-            continue
-        lines.append(
-            f"Run {entry.get('run_id')}:\n  task_input = "
-            + shown(entry.get("input"), budget, "its input")
-            + "\n  final_answer = "
-            + shown(entry.get("output"), budget, "its answer")
-        )
-    return ["\n".join(lines)]
+            if not set(map(str, entry.get("covers") or ())) <= covered:
+                kept.append((GIVEN_SUMMARY, entry))
+        elif str(entry.get("run_id")) not in covered:
+            kept.append((str(entry.get("run_id")), entry))
+    return kept
+
+
+def _history_entry(entry: dict[str, Any], budget: int | None) -> str:
+    """One earlier run of the session as the request shows it, or the summary of the
+    earliest ones."""
+    if "summary" in entry:
+        return "Summary of the earliest runs (compacted):\n" + str(entry["summary"])
+    return (
+        f"Run {entry.get('run_id')}:\n  task_input = "
+        + shown(entry.get("input"), budget, "its input")
+        + "\n  final_answer = "
+        + shown(entry.get("output"), budget, "its answer")
+    )
 
 
 def _program_section(
