@@ -129,7 +129,7 @@ def test_keep_state_false_starts_each_run_of_the_session_afresh(tmp_path: Path) 
     assert off.run({"task": "count"}, session="s", keep_state=True).output == 2
 
 
-@tl.tool
+@tl.tool(idempotent=True)
 async def slow(gate: str) -> str:
     """Wait for the gate."""
     await GATES[gate].wait()
@@ -338,3 +338,25 @@ def test_native_tool_calling_shows_the_history_as_earlier_turns_and_streams(
         ("assistant", "reply 1"),
         ("user", "Make it a window seat"),
     ]
+
+
+def test_a_run_cancelled_in_this_process_blocks_the_session_until_resumed(
+    tmp_path: Path,
+) -> None:
+    """A run interrupted in a process that lives on is not running: the next run of the
+    session is refused at once (it does not wait for it), naming it."""
+    agent = _gated_agent(tmp_path / "runs.db")
+    GATES.update(c=trio.Event())
+
+    async def main() -> None:
+        with trio.move_on_after(5):  # the caller gives up on the run
+            await agent.run_async({"say": "c", "gate": "c"}, session="s", run_id="c")
+        with pytest.raises(tl.SessionBusy) as busy:
+            await agent.run_async({"say": "d", "gate": "d"}, session="s")
+        assert (busy.value.run_id, busy.value.reason) == ("c", "crashed")
+        GATES["c"].set()
+        resumed = await agent.resume_async("c")
+        assert resumed.output == "did c"
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert tl.SQLiteStore(tmp_path / "runs.db").session("s").status == "idle"

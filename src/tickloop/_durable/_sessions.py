@@ -160,10 +160,10 @@ def _refuse_unfinished(
             continue
         if status == "paused":
             reason, how = "paused", "it waits for decisions"
-        elif (path.resolve(), run_id) in _ACTIVE or _owner_alive(owner):
-            reason, how = "running", "it runs in another process"
+        elif _run_alive(path, run_id, owner):
+            reason, how = "running", "it runs now"
         else:
-            reason, how = "crashed", "its process died"
+            reason, how = "crashed", "it was interrupted or its process died"
         raise SessionBusy(
             f"session {session_id!r} is busy: run {run_id!r} is {reason} ({how}); "
             + (
@@ -176,6 +176,15 @@ def _refuse_unfinished(
             run_id=run_id,
             reason=reason,
         )
+
+
+def _run_alive(path: Path, run_id: str, owner: str | None) -> bool:
+    """Whether a `running` run runs now: in this process, if this process runs it (a
+    run cancelled here is not running, though its process lives); else if its process
+    lives."""
+    if (path.resolve(), run_id) in _ACTIVE:
+        return True
+    return owner != owner_label() and _owner_alive(owner)
 
 
 def renew_lease(store: SessionStore, session_id: str, token: str) -> bool:
@@ -378,9 +387,7 @@ class Session:
             status, owner = row
             if status in _OVER:
                 raise ResumeError(f"run {run_id!r} is over ({status}); there is nothing to abandon")
-            if status == "running" and (
-                (self.store.path.resolve(), run_id) in _ACTIVE or _owner_alive(owner)
-            ):
+            if status == "running" and _run_alive(self.store.path, run_id, owner):
                 raise SessionBusy(
                     f"run {run_id!r} of session {self.id!r} is running; it cannot be abandoned",
                     session_id=self.id,
