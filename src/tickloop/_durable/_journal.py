@@ -60,7 +60,7 @@ from ._codec import (
     received_text,
     shared_text,
 )
-from ._rows import Row, UnreadyArrows
+from ._rows import Row
 from ._writer import RunWriter
 
 # How long (seconds of trio time) a change to a call's row may wait before it is written
@@ -114,7 +114,6 @@ class JournalWriter:
         self._arrived: tuple[list[int], list[Any]] = ([], [])
         self._numbered = writer.seq  # entries in the journal before this process's first
         self.ready_params: dict[str, Any] = {}  # so a start need not serialise them again
-        self.unready = UnreadyArrows(tools)  # the arrows of a call never ready
         # Followed on replay only, and read right after it (`reopen`, a tools run's
         # recovery): the calls started and not finished; the `_id`s (None for a fault of
         # the iteration itself) of the calls handed to the current tick, what a tools
@@ -415,11 +414,15 @@ class JournalWriter:
             # journaled result is replayed and applied in plan order, never run again.
             if not mark:
                 self.running.pop(event.call_id, None)
-        elif type(event) is ReceiveCall or type(event) is ReportFault:
-            if not mark:  # `handed` is replay's
-                call = event.call
-                handed = call.get("_id") if isinstance(call, dict) else None
-                self.handed.add(handed if isinstance(handed, str) else None)
+        elif type(event) is ReceiveCall:
+            if not mark:  # `handed` is replay's: the call's id, as the scheduler gave it
+                for action in actions:
+                    if isinstance(action, NoteAccepted | NoteSettled):  # before others'
+                        self.handed.add(action.id)
+                        break
+        elif type(event) is ReportFault:
+            if not mark:
+                self.handed.add(None)
         elif isinstance(event, OpenTick):
             self.iteration = event.iteration
             self.plan_due = False
@@ -481,12 +484,10 @@ class JournalWriter:
             self._clean[action.id] = (call, self._received_number)
         else:
             row.call = dumps_call(shared)
-        self.unready.accept(action.id, call)
         return row
 
     def _on_settled(self, action: NoteSettled, event: Event, at: float) -> Row:
         row = self.rows.get(action.id)
-        accepted = row is not None
         if row is None:  # failed its arrival checks, so it was never accepted
             call = event.call if isinstance(event, ReceiveCall) else None
             tool = call.get("_tool") if isinstance(call, dict) else None
@@ -494,14 +495,12 @@ class JournalWriter:
             row.call = dumps_call(self.redact.shared(call))
         row.status, row.finished = action.status, at
         row.error = None if action.error is None else dumps_entry(self.redact.shared(action.error))
-        if row.deps is None and action.status in ("invalid", "skipped"):
+        waited = action.waited_on
+        if waited:
             # Settled without ever being ready (its writer was denied, failed...): the
-            # timeline still draws what it waited on.
-            found = self.unready.waited_on(action.id, row, accepted, self.rows)
-            if found and self.path:
-                found = [self.path.full(other) for other in found]
-            if found:
-                row.deps = dumps_entry(found)
+            # timeline still draws what it waited on, as the scheduler says.
+            full = self.path.full
+            row.deps = deps_text([full(other) for other in waited] if self.path else waited)
         if not self._mark:
             self.running.pop(action.id, None)
         self.ready_params.pop(action.id, None)
@@ -535,7 +534,6 @@ class JournalWriter:
             row.status = CallStatus.QUEUED
             if isinstance(action.decision, Replace):
                 wire = action.decision.call
-                self.unready.replace(action.id, wire)
                 shared = self.redact.shared(wire)
                 row.call = dumps_call(shared)
                 if shared is wire:
