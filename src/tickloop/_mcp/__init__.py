@@ -1,7 +1,9 @@
 """Model Context Protocol servers as tools (`tl.MCPServer`); `mcp` loads on first use."""
 
 from ._connection import MCPConnectionError
+from ._oauth import OAuth
+from ._prompts import MCPPrompt
 from ._results import MCPToolError
 from ._server import MCPServer, MCPTool
 
-__all__ = ["MCPConnectionError", "MCPServer", "MCPTool", "MCPToolError"]
+__all__ = ["MCPConnectionError", "MCPPrompt", "MCPServer", "MCPTool", "MCPToolError", "OAuth"]
