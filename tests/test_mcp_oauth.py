@@ -180,7 +180,7 @@ def test_a_refusal_or_nobody_answering_is_a_clear_error(oauth_server: OAuthServe
     ignored = tl.MCPServer.http(
         oauth_server.url, auth=tl.OAuth(open_url=lambda address: None, timeout=0.5)
     )
-    with pytest.raises(tl.ConfigurationError, match="nobody authorized tickloop .* within 0.5 s"):
+    with pytest.raises(tl.ConfigurationError, match=r"nobody authorized tickloop .* within 0\.5 s"):
         tl.run_calls([{"_tool": "add", "a": 1, "b": 1}], tools=[ignored])
 
 
@@ -189,5 +189,5 @@ def test_bad_oauth_options_are_refused_before_anything_runs() -> None:
         tl.OAuth(scopes="tools")  # type: ignore[arg-type]
     with pytest.raises(tl.ConfigurationError, match="redirect_port must be a port"):
         tl.OAuth(redirect_port=70000)
-    with pytest.raises(tl.ConfigurationError, match="auth must be a tl.OAuth"):
+    with pytest.raises(tl.ConfigurationError, match=r"auth must be a tl\.OAuth"):
         tl.MCPServer.http("http://127.0.0.1:9/mcp", auth="token")  # type: ignore[arg-type]

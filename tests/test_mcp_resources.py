@@ -128,7 +128,7 @@ def test_an_mcp_prompt_in_instructions_is_fetched_as_each_run_starts(
     second = other.requests[0]["messages"][0]["content"]
     assert "Resource 3" in second
     with pytest.raises(
-        tl.ConfigurationError, match="instructions must be a string, a tl.MCPPrompt"
+        tl.ConfigurationError, match=r"instructions must be a string, a tl\.MCPPrompt"
     ):
         tl.Agent(model, instructions=["ok", 3])  # type: ignore[list-item]
 

@@ -37,7 +37,7 @@ from .._engine._engine import check_configuration
 from .._engine._event_loops import refuse_inside_trio, require_trio
 from .._engine._sources import OpenedTools, check_sources, open_tools
 from .._errors import ConfigurationError
-from .._mcp._prompts import MCPPrompt
+from .._mcp._server import MCPPrompt
 from .._models._base import ModelClient, TurnClient
 from .._observe._events import DEFAULT_REDACT, Redactor, RunEvent, open_event_stream
 from .._observe._trace import make_tracer

@@ -2,8 +2,7 @@
 
 from ._connection import MCPConnectionError
 from ._oauth import OAuth
-from ._prompts import MCPPrompt
 from ._results import MCPToolError
-from ._server import MCPServer, MCPTool
+from ._server import MCPPrompt, MCPServer, MCPTool
 
 __all__ = ["MCPConnectionError", "MCPPrompt", "MCPServer", "MCPTool", "MCPToolError", "OAuth"]

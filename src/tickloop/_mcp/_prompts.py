@@ -1,5 +1,5 @@
-"""A server's prompts as text: `await server.prompt(name, args)` and `tl.MCPPrompt`, a
-prompt named for an agent's `instructions=` and fetched when a run starts.
+"""A server's prompts as text, for `await server.prompt(name, args)` and `tl.MCPPrompt`
+(a prompt named for an agent's `instructions=`, fetched when a run starts).
 
 A prompt is messages; as instructions it is their text, in order, separated by blank
 lines (an embedded text resource counts as text). A message an instruction cannot
@@ -10,41 +10,14 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._errors import ConfigurationError
 
-if TYPE_CHECKING:
-    from ._server import MCPServer
-
-__all__ = ["MCPPrompt", "check_arguments", "prompt_text", "unknown_prompt"]
+__all__ = ["check_arguments", "check_name", "prompt_text", "unknown_prompt"]
 
 
-class MCPPrompt:
-    """A prompt of an MCP server, for `tl.Agent(instructions=...)` (alone or in a list
-    with strings): each run gets it from the server as it starts (`server.prompt`)."""
-
-    __slots__ = ("args", "name", "server")
-
-    def __init__(self, server: MCPServer, name: str, args: Mapping[str, str] | None = None) -> None:
-        from ._server import MCPServer
-
-        if not isinstance(server, MCPServer):
-            raise ConfigurationError(
-                f"MCPPrompt needs an MCPServer, not {type(server).__name__} {server!r}"
-            )
-        self.server = server
-        self.name = _name(name)
-        self.args = check_arguments(name, args)
-
-    def __repr__(self) -> str:
-        return f"MCPPrompt({self.server.label}, {self.name!r})"
-
-    async def text(self) -> str:
-        return await self.server.prompt(self.name, self.args)
-
-
-def _name(name: Any) -> str:
+def check_name(name: Any) -> str:
     if not isinstance(name, str) or not name:
         raise ConfigurationError(f"a prompt name must be a non-empty string, not {name!r}")
     return name

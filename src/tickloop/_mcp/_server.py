@@ -38,11 +38,11 @@ from ._connection import (
     stdio_transport,
 )
 from ._oauth import OAuth
-from ._prompts import check_arguments, prompt_text, unknown_prompt
+from ._prompts import check_arguments, check_name, prompt_text, unknown_prompt
 from ._resources import RESOURCE_METHODS, operation_for, resource_tool_specs
 from ._results import MCPToolError, convert_result
 
-__all__ = ["MCPConnectionError", "MCPServer", "MCPToolError"]
+__all__ = ["MCPConnectionError", "MCPPrompt", "MCPServer", "MCPToolError"]
 
 CALL = "tools/call"
 DEFAULT_CONNECT_TIMEOUT = 10.0
@@ -498,6 +498,28 @@ class MCPTool(RawTool):
         if request.error is not None:
             raise request.error
         return request.result if resource else convert_result(request.result)
+
+
+class MCPPrompt:
+    """A prompt of an MCP server, for `tl.Agent(instructions=...)` (alone or in a list
+    with strings): each run gets it from the server as it starts (`server.prompt`)."""
+
+    __slots__ = ("args", "name", "server")
+
+    def __init__(self, server: MCPServer, name: str, args: Mapping[str, str] | None = None) -> None:
+        if not isinstance(server, MCPServer):
+            raise ConfigurationError(
+                f"MCPPrompt needs an MCPServer, not {type(server).__name__} {server!r}"
+            )
+        self.server = server
+        self.name = check_name(name)
+        self.args = check_arguments(name, args)
+
+    def __repr__(self) -> str:
+        return f"MCPPrompt({self.server.label}, {self.name!r})"
+
+    async def text(self) -> str:
+        return await self.server.prompt(self.name, self.args)
 
 
 async def _send(
