@@ -180,3 +180,44 @@ def test_resource_tools_work_over_stdio_with_a_prefix() -> None:
     assert [t["uriTemplate"] for t in result.state["listing"]["resourceTemplates"]] == [
         "test://notes/{topic}"
     ]
+
+
+def test_a_resumed_run_fetches_its_prompt_again_and_a_sub_agent_has_its_own(
+    everything: Everything, tmp_path: Path
+) -> None:
+    server = tl.MCPServer.http(everything.url, allowed=["echo"], requires_approval=True)
+    prompt = tl.MCPPrompt(server, "args-prompt", {"city": "Oslo"})
+    child_model = tl.ScriptedModel([{"calls": [], "output": "from the child"}])
+    child = tl.Agent(
+        child_model,
+        name="helper",
+        description="Helps.",
+        instructions=tl.MCPPrompt(server, "args-prompt", {"city": "Rome"}),
+    )
+    model = tl.ScriptedModel(
+        [
+            {
+                "calls": [
+                    {"_tool": "echo", "message": "hi", "_outputPath": "†state.echo"},
+                    {"_tool": "helper", "task": "help", "_outputPath": "†state.helped"},
+                ],
+                "output": None,
+            },
+            {"calls": [], "output": "done"},
+        ]
+    )
+    store = tmp_path / "runs.db"
+    paused = tl.Agent(
+        model, tools=[server, child], instructions=prompt, store=store, approve=lambda c: tl.Defer()
+    ).run({}, run_id="r1")
+    assert paused.status == "paused"
+    again = tl.Agent(
+        model, tools=[server, child], instructions=prompt, store=store, approve=lambda c: True
+    )
+    done = again.resume("r1", decisions={paused.pending[0].id: tl.Approve()})
+    assert done.status == "done" and done.state["helped"] == "from the child"
+    systems = [request["messages"][0]["content"] for request in model.requests]
+    assert len(systems) >= 2 and all(
+        system.startswith("What's weather in Oslo?") for system in systems
+    )
+    assert child_model.requests[0]["messages"][0]["content"].startswith("What's weather in Rome?")
