@@ -143,7 +143,8 @@ class MCPServer(ToolSource):
         `env` is added to a small safe environment (PATH, HOME...), as the `mcp` client
         does: the child does not inherit every secret of this process. Options:
         `prefix`, `allowed`, `requires_approval`, `include_instructions`, `defer_loading`
-        (its tools found through an agent's `search_tools`), `timeout` (per
+        (its tools found through an agent's `search_tools`), `resources` (two tools
+        more: `list_resources`, `read_resource(uri)`), `timeout` (per
         call, seconds; default 300, None for no limit), `connect_timeout` (start,
         handshake and listing; default 10 s).
         """
