@@ -176,6 +176,18 @@ def listings() -> int:
     return PagedServer.listings
 
 
+@server.resource("test://pixel.png", name="pixel", mime_type="image/png")
+def pixel() -> bytes:
+    """A one-pixel image (a blob resource)."""
+    return base64.b64decode(PIXEL)
+
+
+@server.resource("test://notes/{topic}", name="notes", mime_type="text/plain")
+def notes(topic: str) -> str:
+    """Notes on a topic (a resource template)."""
+    return f"notes on {topic}"
+
+
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "--http":
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))

@@ -74,7 +74,8 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
     from ._human._browser import BrowserApproval
     from ._human._console import ConsoleApproval
     from ._json._stream import resilient_json_parse
-    from ._mcp._server import MCPServer
+    from ._mcp._oauth import OAuth
+    from ._mcp._server import MCPPrompt, MCPServer
     from ._models._anthropic import Anthropic
     from ._models._base import (
         ModelClient,
@@ -183,6 +184,8 @@ _WHERE: dict[str, str] = {
     "ConsoleApproval": "._human._console",
     "resilient_json_parse": "._json._stream",
     "MCPServer": "._mcp._server",
+    "MCPPrompt": "._mcp._server",
+    "OAuth": "._mcp._oauth",
     "Anthropic": "._models._anthropic",
     "ModelClient": "._models._base",
     "FunctionModel": "._models._function",
@@ -256,10 +259,12 @@ __all__ = [
     "GuardrailTripped",
     "Image",
     "InputGuardrail",
+    "MCPPrompt",
     "MCPServer",
     "MaxIterationsError",
     "ModelClient",
     "ModelError",
+    "OAuth",
     "OpenAIChat",
     "OpenAIResponses",
     "OutputGuardrail",

@@ -38,6 +38,7 @@ from .._engine._engine import check_configuration
 from .._engine._event_loops import refuse_inside_trio, require_trio
 from .._engine._sources import OpenedTools, check_sources, open_tools
 from .._errors import ConfigurationError
+from .._mcp._server import MCPPrompt
 from .._models._base import ModelClient, TurnClient
 from .._observe._events import DEFAULT_REDACT, Redactor, RunEvent, open_event_stream
 from .._observe._trace import make_tracer
@@ -87,7 +88,7 @@ class Agent(MakesTool, Generic[OutputT]):
         *,
         tools: Sequence[Tool | ToolSource | Agent[Any]] | Mapping[str, Tool | Agent[Any]] = (),
         output: type[OutputT] | UnionType | Mapping[str, Any] | None = None,
-        instructions: str | None = None,
+        instructions: str | MCPPrompt | Sequence[str | MCPPrompt] | None = None,
         approve: ApproveHook | None = None,
         review_plan: ReviewHook | None = None,
         max_iterations: int = 10,
@@ -143,11 +144,9 @@ class Agent(MakesTool, Generic[OutputT]):
         # are known only once they are connected (see `_open_for_run`).
         self.tools = ToolSet(plain)
         self.output = OutputSpec(output)
-        if instructions is not None and not isinstance(instructions, str):
-            raise ConfigurationError(
-                f"instructions must be a string, not {type(instructions).__name__} {instructions!r}"
-            )
-        self.instructions = instructions
+        # MCP prompts among the instructions are fetched as each run starts (docs/decisions.md);
+        # `instructions` keeps the text known now.
+        self.instructions, self._prompted = _instructions(instructions)
         self.approve = approve
         if review_plan is not None and not callable(review_plan):
             raise ConfigurationError(f"review_plan must be callable, not {review_plan!r}")
@@ -590,6 +589,12 @@ class Agent(MakesTool, Generic[OutputT]):
         `root=False`); `approve` is the hook that will answer, when not the agent's (a
         replay's recorded decisions)."""
         config = self._config(budget)
+        if self._prompted is not None:
+            texts = [
+                part if isinstance(part, str) else await part.text() for part in self._prompted
+            ]
+            joined = "\n\n".join(text.strip() for text in texts if text.strip())
+            config = dataclasses.replace(config, instructions=joined or None)
         if self.tool_sources:
             async with open_tools(self._tool_items) as opened:
                 config = self._config_with(config, opened)
@@ -751,3 +756,23 @@ def _check_guardrails(guardrails: Any) -> tuple[Guardrail, ...]:
                 f"or tl.OutputGuardrail, not {item!r}"
             )
     return tuple(guardrails)
+
+
+def _instructions(
+    given: Any,
+) -> tuple[str | None, tuple[str | MCPPrompt, ...] | None]:
+    """The text known now, and every part in order when some are MCP prompts."""
+    if given is None or isinstance(given, str):
+        return given, None
+    parts = [given] if isinstance(given, MCPPrompt) else given
+    if not isinstance(parts, Sequence) or not all(
+        isinstance(part, str | MCPPrompt) for part in parts
+    ):
+        raise ConfigurationError(
+            "instructions must be a string, a tl.MCPPrompt or a list of them, not "
+            f"{type(given).__name__} {given!r}"
+        )
+    text = "\n\n".join(part.strip() for part in parts if isinstance(part, str)) or None
+    if not any(isinstance(part, MCPPrompt) for part in parts):
+        return text, None
+    return text, tuple(parts)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 
 from .._engine._sources import OpenedTools
+from .._errors import ConfigurationError
 from ._agent import Agent
 from ._loop import AgentConfig, LoopDriver, OuterLoop, RunResult
 from ._prompt import visible_parameters
@@ -51,7 +52,13 @@ __all__ = [
 
 def config_of(agent: Agent) -> AgentConfig:
     """What one run of `agent` is configured with, taken now (without its tool sources'
-    tools: see `config_with_tools`)."""
+    tools: see `config_with_tools`). An MCP prompt in its instructions is fetched by a
+    local run as it starts; a workflow cannot fetch it, so it is refused, not dropped."""
+    if agent._prompted is not None:
+        raise ConfigurationError(
+            "a tl.MCPPrompt in instructions= is not supported on Temporal yet: pass its text "
+            "(await server.prompt(name, args)) instead"
+        )
     return agent._config()
 
 

@@ -1,7 +1,8 @@
 """Model Context Protocol servers as tools (`tl.MCPServer`); `mcp` loads on first use."""
 
 from ._connection import MCPConnectionError
+from ._oauth import OAuth
 from ._results import MCPToolError
-from ._server import MCPServer, MCPTool
+from ._server import MCPPrompt, MCPServer, MCPTool
 
-__all__ = ["MCPConnectionError", "MCPServer", "MCPTool", "MCPToolError"]
+__all__ = ["MCPConnectionError", "MCPPrompt", "MCPServer", "MCPTool", "MCPToolError", "OAuth"]

@@ -21,8 +21,8 @@ import contextvars
 import math
 import os
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from typing import Any
 
 import trio
@@ -43,6 +43,30 @@ CALL_HEADERS: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.Con
 HTTP_ERROR: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "tickloop_mcp_http_error", default=None
 )
+
+#: The connecting deadline of the session being opened in this task tree, which a person
+#: authorizing (OAuth) must not run out: set by the owner task before it opens the
+#: transport, so the transport's tasks (where the OAuth flow runs) see it.
+CONNECTING: contextvars.ContextVar[trio.CancelScope | None] = contextvars.ContextVar(
+    "tickloop_mcp_connecting", default=None
+)
+
+
+@contextmanager
+def connect_deadline_paused() -> Iterator[None]:
+    """No connect deadline while the block runs; afterwards the rest of the handshake
+    gets a whole connect timeout again."""
+    scope = CONNECTING.get()
+    if scope is None or scope.deadline == math.inf:
+        yield
+        return
+    allowed = scope.deadline - trio.current_time()
+    scope.deadline = math.inf
+    try:
+        yield
+    finally:
+        scope.deadline = trio.current_time() + max(allowed, 0.0)
+
 
 #: How long calls still on a dead session get to come back with their own error before
 #: they are cut off (and then count as possibly effective).
@@ -71,6 +95,7 @@ class Request:
         "headers",
         "idempotent",
         "meta",
+        "operation",
         "replays",
         "result",
         "scope",
@@ -85,8 +110,12 @@ class Request:
         idempotent: bool,
         headers: Mapping[str, str] | None = None,
         meta: Mapping[str, Any] | None = None,
+        operation: Callable[[Any], Awaitable[Any]] | None = None,
     ) -> None:
         self.tool = tool
+        # What to send on the session instead of tools/call (resources/read, prompts/get):
+        # the same owner task, retry and abandon rules serve every request.
+        self.operation = operation
         self.arguments = arguments
         self.idempotent = idempotent
         self.headers = headers
@@ -216,6 +245,7 @@ class Connection:
             with trio.CancelScope() as connecting:
                 if self._connect_timeout is not None:  # None: wait as long as it takes
                     connecting.deadline = trio.current_time() + self._connect_timeout
+                CONNECTING.set(connecting)
                 async with self._transport() as (read, write):
                     async with ClientSession(
                         read, write, message_handler=self._on_message
@@ -338,9 +368,12 @@ class Connection:
                     return
                 self._in_flight.add(request)
                 try:
-                    result = await session.call_tool(
-                        request.tool, request.arguments, meta=dict(request.meta or {}) or None
-                    )
+                    if request.operation is not None:
+                        result = await request.operation(session)
+                    else:
+                        result = await session.call_tool(
+                            request.tool, request.arguments, meta=dict(request.meta or {}) or None
+                        )
                 finally:
                     self._in_flight.discard(request)
                 request.succeed(result)
@@ -445,7 +478,11 @@ def stdio_transport(
     return open_stdio
 
 
-def http_transport(url: str, headers: Mapping[str, str] | None) -> Transport:
+def http_transport(
+    url: str, headers: Mapping[str, str] | None, auth: Callable[[], Any] | None = None
+) -> Transport:
+    """`auth`, when given, makes the `httpx` auth of each new connection (`tl.OAuth`)."""
+
     @asynccontextmanager
     async def open_http() -> AsyncIterator[tuple[Any, Any]]:
         import httpx2
@@ -471,11 +508,21 @@ def http_transport(url: str, headers: Mapping[str, str] | None) -> Transport:
             noted["status"] = response.status_code
             noted["body"] = " ".join(body.split())[:300]
 
+        async def add_call_headers(request: Any) -> None:
+            extra = CALL_HEADERS.get()
+            if extra:
+                request.headers.update(extra)
+
         client = httpx2.AsyncClient(
             headers=dict(headers or {}),
             timeout=httpx2.Timeout(30.0, read=300.0),
-            auth=CallHeaders(),
-            event_hooks={"response": [note_error]},
+            # OAuth owns the auth slot when there is one; the per-call headers then go
+            # on as the request leaves (after OAuth has added its token).
+            auth=CallHeaders() if auth is None else auth(),
+            event_hooks={
+                "request": [] if auth is None else [add_call_headers],
+                "response": [note_error],
+            },
         )
         async with client, streamable_http_client(url, http_client=client) as streams:
             yield streams

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextvars
 import importlib.util
+import math
 import re
 import shlex
 from collections.abc import (
@@ -20,6 +21,7 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from functools import partial
 from typing import Any
 
 import trio
@@ -35,10 +37,14 @@ from ._connection import (
     http_transport,
     stdio_transport,
 )
+from ._oauth import OAuth
+from ._prompts import check_arguments, check_name, prompt_text, unknown_prompt
+from ._resources import RESOURCE_METHODS, operation_for, resource_tool_specs
 from ._results import MCPToolError, convert_result
 
-__all__ = ["MCPConnectionError", "MCPServer", "MCPToolError"]
+__all__ = ["MCPConnectionError", "MCPPrompt", "MCPServer", "MCPToolError"]
 
+CALL = "tools/call"
 DEFAULT_CONNECT_TIMEOUT = 10.0
 #: Seconds an MCP call may take unless `timeout=` says otherwise (None: no limit). A
 #: server that never answers (or whose answer was lost) must not hold a run for ever.
@@ -78,6 +84,7 @@ class MCPServer(ToolSource):
         timeout: float | None = DEFAULT_CALL_TIMEOUT,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         defer_loading: bool = False,
+        resources: bool = False,
     ) -> None:
         _require_mcp()
         self.label = label
@@ -108,6 +115,12 @@ class MCPServer(ToolSource):
             )
         # Its tools stay off an agent's menu until `search_tools` finds them (tool search).
         self.defer_loading = defer_loading
+        if not isinstance(resources, bool):
+            raise ConfigurationError(
+                f"MCP server {label}: resources must be True or False, not {resources!r}"
+            )
+        # Two tools more, list_resources and read_resource (`_resources`).
+        self.resources = resources
         self._shared: Connection | None = None
         self._shared_tools: list[Tool] = []
         self._shared_instructions: str | None = None
@@ -130,7 +143,8 @@ class MCPServer(ToolSource):
         `env` is added to a small safe environment (PATH, HOME...), as the `mcp` client
         does: the child does not inherit every secret of this process. Options:
         `prefix`, `allowed`, `requires_approval`, `include_instructions`, `defer_loading`
-        (its tools found through an agent's `search_tools`), `timeout` (per
+        (its tools found through an agent's `search_tools`), `resources` (two tools
+        more: `list_resources`, `read_resource(uri)`), `timeout` (per
         call, seconds; default 300, None for no limit), `connect_timeout` (start,
         handshake and listing; default 10 s).
         """
@@ -152,16 +166,24 @@ class MCPServer(ToolSource):
         url: str,
         *,
         headers: Mapping[str, str] | None = None,
+        auth: OAuth | None = None,
         **options: Any,
     ) -> MCPServer:
         """A server reached over streamable HTTP at `url` (e.g. `http://127.0.0.1:8000/mcp`).
 
         `headers` go with every request (e.g. an `Authorization` token); per-run ones are
-        added with `server.call_options(headers=...)`. Options as for `stdio`.
+        added with `server.call_options(headers=...)`. `auth=tl.OAuth(...)`: OAuth 2.1
+        as MCP's authorization spec says (a person authorizes once; tokens refresh).
+        Options as for `stdio`.
         """
         if not isinstance(url, str) or not re.match(r"https?://", url):
             raise ConfigurationError(f"MCP server url must be an http(s) URL, not {url!r}")
-        return cls(url, http_transport(url, headers), **options)
+        if auth is not None and not isinstance(auth, OAuth):
+            raise ConfigurationError(
+                f"MCP server {url}: auth must be a tl.OAuth(...), not {type(auth).__name__}"
+            )
+        oauth = None if auth is None else partial(auth.provider, url, url)
+        return cls(url, http_transport(url, headers, oauth), **options)
 
     def __repr__(self) -> str:
         return f"MCPServer({self.label})"
@@ -201,6 +223,7 @@ class MCPServer(ToolSource):
             parameters=spec["parameters"],
             output=spec.get("output"),
             remote_name=spec["remote_name"],
+            method=spec.get("method", CALL),
             server=self,
             connection=None,
             requires_approval=self.requires_approval,
@@ -227,6 +250,35 @@ class MCPServer(ToolSource):
         async with self._connect() as listing:
             tools, _ = await listing()
             return list(tools)
+
+    async def prompt(self, name: str, args: Mapping[str, str] | None = None) -> str:
+        """The text of this server's prompt `name` filled with `args` (strings by name):
+        its messages' text in order, separated by blank lines. On the `async with
+        server:` connection when there is one, otherwise on a short one of its own."""
+        from mcp.shared.exceptions import MCPError
+
+        arguments = check_arguments(name, args)
+
+        async def get(session: Any) -> str:
+            try:
+                result = await session.get_prompt(name, arguments)
+            except MCPError as error:
+                listed = await session.list_prompts()
+                raise unknown_prompt(self.label, name, listed.prompts, str(error)) from None
+            return prompt_text(self.label, name, result)
+
+        text: str = await self._ask(f"prompts/get {name}", get)
+        return text
+
+    async def _ask(self, what: str, operation: Callable[[Any], Awaitable[Any]]) -> Any:
+        """`operation` sent on this server's session (shared, or opened for it)."""
+        if self._usable_shared():
+            assert self._shared is not None
+            return await _send(self._shared, what, operation, self.timeout)
+        kept: dict[str, Connection] = {}
+        async with self._connect(keep=kept) as listing:
+            await listing()
+            return await _send(kept["connection"], what, operation, self.timeout)
 
     async def __aenter__(self) -> MCPServer:
         if self._stack is not None:
@@ -280,7 +332,7 @@ class MCPServer(ToolSource):
 
     @asynccontextmanager
     async def _connect(
-        self, *, shared: bool = False
+        self, *, shared: bool = False, keep: dict[str, Connection] | None = None
     ) -> AsyncIterator[Callable[[], Awaitable[tuple[list[Tool], str | None]]]]:
         listed: dict[str, Any] = {}
 
@@ -289,6 +341,8 @@ class MCPServer(ToolSource):
             listed["instructions"] = instructions
 
         connection = Connection(self.label, self._transport, self.connect_timeout, on_listing)
+        if keep is not None:
+            keep["connection"] = connection
         with unwrap_single():
             async with trio.open_nursery() as nursery:
                 connection.spawn(nursery)
@@ -326,6 +380,30 @@ class MCPServer(ToolSource):
                     "(names keep letters, digits, _ and -); leave one out with allowed=[...]"
                 )
             tools.append(tool)
+        if self.resources:
+            tools.extend(self._resource_tools(connection))
+        return tools
+
+    def _resource_tools(self, connection: Connection) -> list[Tool]:
+        tools: list[Tool] = []
+        for spec in resource_tool_specs(self.label):
+            name = f"{self.prefix}_{spec['name']}" if self.prefix else spec["name"]
+            tools.append(
+                MCPTool(
+                    name,
+                    description=spec["description"],
+                    parameters=spec["parameters"],
+                    remote_name=spec["method"],
+                    method=spec["method"],
+                    server=self,
+                    connection=connection,
+                    requires_approval=self.requires_approval,
+                    timeout=self.timeout,
+                    idempotent=True,
+                    read_only=True,
+                    defer_loading=self.defer_loading,
+                )
+            )
         return tools
 
     def _tool(self, listed: Any, connection: Connection) -> Tool:
@@ -375,9 +453,12 @@ class MCPTool(RawTool):
         remote_name: str,
         server: MCPServer,
         connection: Connection | None,
+        method: str = CALL,
         **options: Any,
     ) -> None:
         self.remote_name = remote_name
+        # tools/call, or one of the resource methods (`MCPServer(resources=True)`).
+        self.method = method
         self.server = server
         self._connection = connection
         super().__init__(name, **options)
@@ -387,6 +468,7 @@ class MCPTool(RawTool):
         return {
             "name": self.name,
             "remote_name": self.remote_name,
+            "method": self.method,
             "description": self.description,
             "parameters": self.parameters,
             "output": self.output,
@@ -397,12 +479,14 @@ class MCPTool(RawTool):
     async def run_raw(self, params: dict[str, Any], context: CallContext) -> Any:
         # The parameters were checked against the server's schema; they go as they are.
         headers, meta = (_CALL_OPTIONS.get() or {}).get(id(self.server), ({}, {}))
+        resource = self.method in RESOURCE_METHODS
         request = Request(
             self.remote_name,
             params,
             idempotent=self.idempotent,
             headers=headers or None,
             meta=meta or None,
+            operation=operation_for(self.method, params) if resource else None,
         )
         if self._connection is None:  # a listing's stand-in (`tool_from_spec`)
             raise MCPConnectionError(f"{self.name!r} of {self.server.label} has no connection")
@@ -414,7 +498,48 @@ class MCPTool(RawTool):
             raise
         if request.error is not None:
             raise request.error
-        return convert_result(request.result)
+        return request.result if resource else convert_result(request.result)
+
+
+class MCPPrompt:
+    """A prompt of an MCP server, for `tl.Agent(instructions=...)` (alone or in a list
+    with strings): each run gets it from the server as it starts (`server.prompt`)."""
+
+    __slots__ = ("args", "name", "server")
+
+    def __init__(self, server: MCPServer, name: str, args: Mapping[str, str] | None = None) -> None:
+        if not isinstance(server, MCPServer):
+            raise ConfigurationError(
+                f"MCPPrompt needs an MCPServer, not {type(server).__name__} {server!r}"
+            )
+        self.server = server
+        self.name = check_name(name)
+        self.args = check_arguments(name, args)
+
+    def __repr__(self) -> str:
+        return f"MCPPrompt({self.server.label}, {self.name!r})"
+
+    async def text(self) -> str:
+        return await self.server.prompt(self.name, self.args)
+
+
+async def _send(
+    connection: Connection,
+    what: str,
+    operation: Callable[[Any], Awaitable[Any]],
+    timeout: float | None,
+) -> Any:
+    request = Request(what, {}, idempotent=True, operation=operation)
+    connection.submit(request)
+    try:
+        with trio.fail_after(math.inf if timeout is None else timeout):
+            await request.done.wait()
+    except BaseException:
+        request.abandon()
+        raise
+    if request.error is not None:
+        raise request.error
+    return request.result
 
 
 def _tool_name(name: str) -> str:
