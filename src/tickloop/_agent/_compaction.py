@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .._core._log import ContextLog
 from .._models._base import estimate_tokens
 
 __all__ = [
@@ -36,6 +37,8 @@ __all__ = [
     "Turn",
     "default_max_output",
     "estimate_prompt",
+    "latest_compaction",
+    "merged_covers",
     "plan_compaction",
     "reusable_compaction",
 ]
@@ -139,6 +142,21 @@ def plan_compaction(
     # No prefix reaches the target; every turn goes, and the answer still has room
     # (checked above), so the request is sent rather than the run stopped.
     return Compact(tuple(t.key for t in turns), summary, fixed + summary)
+
+
+def latest_compaction(log: ContextLog) -> tuple[str | None, list[str]]:
+    """The newest compaction's summary and what it covers. A later compaction summarises
+    the earlier one with it, so it covers all the earlier one did: only the newest shows."""
+    for message in reversed(log.messages):
+        if message.get("type") == "compaction":
+            return str(message["summary"]), list(message["covers"])
+    return None, []
+
+
+def merged_covers(before: Sequence[str], covers: Sequence[str]) -> list[str]:
+    """What a new compaction covers: all the one it summarises again did (the turn key
+    "compaction" stands for it), then the turns it adds, in the order they were shown."""
+    return [key for key in dict.fromkeys([*before, *covers]) if key != "compaction"]
 
 
 def reusable_compaction(

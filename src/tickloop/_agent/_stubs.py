@@ -26,6 +26,7 @@ from typing import Any
 from .._core._log import ContextLog
 from .._core._tools import Tool, ToolSet
 from .._errors import ConfigurationError
+from ._compaction import latest_compaction
 from ._prompt import visible_parameters, with_media_parts
 
 __all__ = [
@@ -410,15 +411,6 @@ def render_code_request(
 def program_key(entry: dict[str, Any]) -> str:
     """What a `compaction` message's `covers` names an earlier program by (§16)."""
     return f"iteration {entry.get('iteration')}"
-
-
-def latest_compaction(log: ContextLog) -> tuple[str | None, list[str]]:
-    """The newest compaction's summary and what it covers. A later compaction summarises
-    the earlier one with it, so it covers all the earlier one did: only the newest shows."""
-    for message in reversed(log.messages):
-        if message.get("type") == "compaction":
-            return str(message["summary"]), list(message["covers"])
-    return None, []
 
 
 def summary_section(summary: str) -> str:
