@@ -21,6 +21,8 @@ __all__ = [
     "DEFAULT_CONTEXT_BUDGET",
     "PROTOCOL_GUIDE",
     "PromptRenderer",
+    "chat_key",
+    "conversation_summary",
     "cut_to_budget",
     "render_messages",
     "solution_schema",
@@ -86,6 +88,7 @@ class PromptRenderer:
 
     __slots__ = (
         "_chat",
+        "_compaction",
         "_descriptions",
         "_messages",
         "_plan",
@@ -102,7 +105,9 @@ class PromptRenderer:
         self._messages = messages
         self._seen = 0
         self._system: list[str] = []
-        self._chat: list[dict[str, Any]] = []
+        # The chat's text messages, each with the key a compaction covers it by (§16).
+        self._chat: list[tuple[str, dict[str, Any]]] = []
+        self._compaction: tuple[str, frozenset[str]] | None = None  # the newest one
         self._descriptions: dict[str, Any] = {}
         self._schemas: dict[str, Any] = {}
         self._plan: dict[str, Any] | None = None
@@ -120,7 +125,8 @@ class PromptRenderer:
                 if role == "system":
                     self._system.append(str(message.get("text", "")))
                 else:
-                    self._chat.append({"role": role, "content": str(message.get("text", ""))})
+                    content = {"role": role, "content": str(message.get("text", ""))}
+                    self._chat.append((chat_key(index), content))
             elif kind == "data":
                 data_kind = str(message.get("kind"))
                 if message.get("description"):
@@ -131,6 +137,8 @@ class PromptRenderer:
                 self._plan = message
             elif kind == "solution":
                 self._solution_at = index
+            elif kind == "compaction":
+                self._compaction = (str(message["summary"]), frozenset(message["covers"]))
         self._seen = len(messages)
 
     def render(
@@ -151,10 +159,40 @@ class PromptRenderer:
             + _json(output_schema if output_schema is not None else {})
         )
         system_parts.extend(self._system)
-        chat = [dict(message) for message in self._chat]  # the caller may change them
+        chat = self._shown_chat()
         context = self.context(log, context_budget)
         chat.append({"role": "user", "content": with_media_parts(context, log)})
         return [{"role": "system", "content": "\n\n".join(system_parts)}, *chat]
+
+    def _shown_chat(self) -> list[dict[str, Any]]:
+        """The chat as a request shows it: the newest compaction's summary in place of
+        the messages it covers (they are the oldest, §16), then the others."""
+        summary = self._compacted_chat()
+        covered = self._compaction[1] if self._compaction is not None else frozenset()
+        return [
+            *({"role": "user", "content": text} for _, text in summary),
+            # copies: the caller may change them
+            *(dict(message) for key, message in self._chat if key not in covered),
+        ]
+
+    def _compacted_chat(self) -> list[tuple[str, str]]:
+        """The summary of the newest compaction, as (key "compaction", text), if any."""
+        if self._compaction is None:
+            return []
+        return [("compaction", conversation_summary(self._compaction[0]))]
+
+    def compactable_turns(self, log: ContextLog) -> list[tuple[str, str]]:
+        """A plan request's compactable turns, oldest first, as (key, text): the newest
+        compaction's summary, then the chat's text messages it does not cover but the
+        last (PROTOCOL §16). The input, the state, the previous plan and the last
+        errors are the context message's, which is never compacted."""
+        self._catch_up(log)
+        covered = self._compaction[1] if self._compaction is not None else frozenset()
+        shown = [(key, message) for key, message in self._chat if key not in covered]
+        return [
+            *self._compacted_chat(),
+            *((key, str(message["content"])) for key, message in shown[:-1]),
+        ]
 
     def context(self, log: ContextLog, budget: int | None = DEFAULT_CONTEXT_BUDGET) -> str:
         """The data the model works from: every kind's view, the last plan, the last errors.
@@ -209,6 +247,17 @@ def with_media_parts(text: str, log: ContextLog) -> str | list[dict[str, Any]]:
     if not parts:
         return text
     return [{"type": "text", "text": text}, *parts]
+
+
+def chat_key(index: int) -> str:
+    """What a `compaction` message's `covers` names a text message of the log by: its
+    place in the log, which never changes (the log only grows, §1)."""
+    return f"message {index}"
+
+
+def conversation_summary(summary: str) -> str:
+    """How a request shows the summary of the earlier conversation it compacted."""
+    return "## Summary of the earlier conversation (compacted)\n" + summary
 
 
 def render_tool_menu(tools: ToolSet) -> str:

@@ -61,8 +61,9 @@ from .._models._base import (
     Usage,
 )
 from .._observe._events import EventSink, RequestFinished, RunEvent
+from ._compaction import COMPACT_GUIDE, latest_compaction
 from ._loop import AgentConfig, LoopProtocol, OuterLoop, structural
-from ._prompt import visible_parameters
+from ._prompt import conversation_summary, visible_parameters
 from ._retry import StreamBroken, stream_with_retries
 
 __all__ = ["TOOLS", "TURN_KIND", "ToolCallingProtocol", "check_turn_configuration", "turns_in"]
@@ -193,8 +194,8 @@ class _TurnLoop(OuterLoop):
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         self._append({"type": "text", "role": "user", "text": text})
 
-    async def _iterate(self, iteration: int) -> tuple[bool, Any]:
-        request = TurnRequest(
+    async def _turn_request(self, iteration: int) -> TurnRequest:
+        return TurnRequest(
             system=self._system(),
             conversation=self._conversation(),
             tools=await self.specs(),
@@ -202,6 +203,11 @@ class _TurnLoop(OuterLoop):
             path=self._path(),
             media=self.engine_media(),
         )
+
+    async def _iterate(self, iteration: int) -> tuple[bool, Any]:
+        request = await self._turn_request(iteration)
+        if await self._fit_window(iteration, request):
+            request = await self._turn_request(iteration)
         opened = await self._open_request(request, iteration)
         if opened is None:
             return False, None  # the budget hook deferred: the run pauses before asking
@@ -389,24 +395,104 @@ class _TurnLoop(OuterLoop):
         return "\n\n".join(parts) if parts else None
 
     def _conversation(self) -> list[dict[str, Any]]:
+        """The conversation the next request shows: the newest compaction's summary in
+        place of the turns it covers (PROTOCOL §16), told in the user's message before
+        them, so the roles still alternate and no tool call loses its result."""
+        summary, covers = latest_compaction(self.log)
+        covered = set(covers)
         conversation: list[dict[str, Any]] = []
+        for key, item in self._items():
+            if key not in covered:
+                conversation.append(item)
+                continue
+            if summary is None:
+                continue
+            text = conversation_summary(summary)
+            last = conversation[-1] if conversation else None
+            if last is not None and last.get("role") == "user" and "text" in last:
+                conversation[-1] = {"role": "user", "text": f"{last['text']}\n\n{text}"}
+            else:
+                conversation.append({"role": "user", "text": text})
+            summary = None  # shown once, where the first turn it covers was
+        return conversation
+
+    def compactable_turns(self) -> list[tuple[str, str]]:
+        """The newest compaction's summary, then every earlier turn it does not cover but
+        the last (PROTOCOL §16): a turn is an assistant turn with all its tool results,
+        reasoning and what was said after it, so a call never loses its result. What came
+        before the first turn (the input) and the last turn (the last results and
+        errors) are never compacted."""
+        summary, covers = latest_compaction(self.log)
+        covered = set(covers)
+        turns: dict[str, list[str]] = {}
+        for key, item in self._items():
+            if key is not None and key not in covered:
+                turns.setdefault(key, []).append(json.dumps(item, ensure_ascii=False))
+        shown = [(key, "\n".join(parts)) for key, parts in turns.items()]
+        first = [("compaction", conversation_summary(summary))] if summary is not None else []
+        return [*first, *shown[:-1]]
+
+    def _items(self) -> list[tuple[str | None, dict[str, Any]]]:
+        """The conversation's items, each with the turn it belongs to ("iteration N", its
+        assistant turn's; None before the first one)."""
+        items: list[tuple[str | None, dict[str, Any]]] = []
+        key: str | None = None
         for message in self.log.messages:
             kind = message.get("type")
             if kind == "text" and message.get("role") in ("user", "assistant"):
-                conversation.append({"role": message["role"], "text": str(message.get("text", ""))})
+                items.append((key, {"role": message["role"], "text": str(message.get("text", ""))}))
             elif kind == "data" and message.get("kind") == TURN_KIND:
                 entry = message.get("data")
-                if not isinstance(entry, dict) or entry.get("broken") or not entry.get("messages"):
+                if not isinstance(entry, dict):
+                    continue
+                if entry.get("role") == "assistant":
+                    key = f"iteration {entry.get('iteration')}"
+                if entry.get("broken") or not entry.get("messages"):
                     continue
                 keep = entry.get("role") == "tool" or bool(entry.get("tool_calls"))
-                conversation.append(
-                    {
-                        "format": entry.get("format", self.format),
-                        "messages": entry["messages"],
-                        "keep_reasoning": keep,
-                    }
+                items.append(
+                    (
+                        key,
+                        {
+                            "format": entry.get("format", self.format),
+                            "messages": entry["messages"],
+                            "keep_reasoning": keep,
+                        },
+                    )
                 )
-        return conversation
+        return items
+
+    def _summary_request(self, iteration: int, chat: list[dict[str, Any]]) -> TurnRequest:
+        """A compaction request in the model's own API: no tools, the turns as text."""
+        text = "\n\n".join(str(message["content"]) for message in chat)
+        return TurnRequest(
+            system=COMPACT_GUIDE,
+            conversation=[{"role": "user", "text": text}],
+            tools=[],
+            iteration=iteration,
+            path=self._path(),
+        )
+
+    async def _ask_for_text(self, request: Any, parts: list[str]) -> None:
+        """A plain-text answer (the response's text) to a request without tools."""
+
+        def on_item(item: Any) -> None:
+            if isinstance(item, Usage):
+                self._reported(item)
+            elif isinstance(item, TurnResponse):
+                parts[:] = [item.text]
+
+        driver = self.config.driver
+        if driver is not None:
+            await driver.request_turn(request, on_item)
+            return
+        await stream_with_retries(
+            lambda: self.model.stream_turn(request),
+            on_item,
+            attempts=self.config.max_llm_retries,
+            rng=self.config.rng,
+            on_retry=partial(self._on_retry, request.iteration),
+        )
 
     async def _ask(self, request: TurnRequest) -> TurnResponse:
         response: TurnResponse | None = None
