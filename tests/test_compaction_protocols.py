@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from functools import partial
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +135,7 @@ def test_native_compaction_never_splits_a_call_from_its_result() -> None:
         answered = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
         assert asked == answered  # every call shown with its result, in order
         roles = [m["role"] for m in messages]
-        assert ("user", "user") not in zip(roles, roles[1:], strict=False)  # summary: merged
+        assert ("user", "user") not in pairwise(roles)  # summary: merged
 
 
 def test_native_compact_function_replaces_the_models_summary() -> None:
