@@ -290,3 +290,20 @@ def test_a_client_that_knows_its_window_serves_every_protocol() -> None:
         agent = tl.Agent(client, protocol=protocol, instructions="y" * 4 * WINDOW)  # type: ignore[arg-type]
         with pytest.raises(tl.ContextOverflow):  # before anything is sent
             agent.run({"task": "chat"})
+
+
+def test_plan_replay_shows_the_recorded_compaction(tmp_path: Path) -> None:
+    store = tmp_path / "runs.db"
+    model = PlanModel(99)
+    log: list[dict[str, Any]] = [{"type": "data", "kind": "input", "data": {"task": "chat"}}]
+    log += [said(turn) | {"role": ("user", "assistant")[turn % 2]} for turn in range(1, 30)]
+    recorded = plan_agent(model, store=store).run(messages=log, run_id="chat")
+    made = [m for m in recorded.messages if m["type"] == "compaction"]
+    assert made and model.compactions == len(made)
+
+    def no_model(request: dict[str, Any]) -> Any:
+        raise AssertionError("a replay asked the model")
+
+    replayed = plan_agent(no_model).replay("chat", store=store)
+    assert replayed.output == recorded.output
+    assert [m for m in replayed.messages if m["type"] == "compaction"] == made
