@@ -307,3 +307,29 @@ def test_plan_replay_shows_the_recorded_compaction(tmp_path: Path) -> None:
     replayed = plan_agent(no_model).replay("chat", store=store)
     assert replayed.output == recorded.output
     assert [m for m in replayed.messages if m["type"] == "compaction"] == made
+
+
+def test_a_native_conversation_carried_in_the_log_compacts_all_but_its_input() -> None:
+    """What a log says before the first assistant turn (an earlier conversation, as a
+    session gives it) is compactable; the newest text, the input, is not."""
+    asked: list[list[dict[str, Any]]] = []
+
+    def model(request: dict[str, Any]) -> Any:
+        if is_compaction(request):
+            return summarise(request)
+        asked.append(request["messages"])
+        found = FACT_LINE.findall(json.dumps(request["messages"]))
+        return found[0].removeprefix("FACT: ") if found else "forgotten"
+
+    log: list[dict[str, Any]] = [{"type": "data", "kind": "input", "data": "chat"}]
+    log += [said(turn) | {"role": ("user", "assistant")[turn % 2]} for turn in range(1, 40)]
+    log.append({"type": "text", "role": "user", "text": "What is the vault code?"})
+    agent = native_agent(model, 1)
+    result = agent.run(messages=log)
+    assert result.output == FACT  # said in the third message, kept by the summary
+    messages = asked[-1]
+    assert messages[-1] == {"role": "user", "content": "What is the vault code?"}
+    assert "compacted" in messages[0]["content"] and len(messages) < 40
+    assert -(-len(json.dumps(messages)) // 4) + ROOM <= WINDOW
+    covers = next(m for m in result.messages if m["type"] == "compaction")["covers"]
+    assert covers[0] == "message 1" and all(key.startswith("message ") for key in covers)

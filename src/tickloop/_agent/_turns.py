@@ -63,7 +63,7 @@ from .._models._base import (
 from .._observe._events import EventSink, RequestFinished, RunEvent
 from ._compaction import COMPACT_GUIDE, latest_compaction
 from ._loop import AgentConfig, LoopProtocol, OuterLoop, structural
-from ._prompt import conversation_summary, visible_parameters
+from ._prompt import chat_key, conversation_summary, visible_parameters
 from ._retry import StreamBroken, stream_with_retries
 
 __all__ = ["TOOLS", "TURN_KIND", "ToolCallingProtocol", "check_turn_configuration", "turns_in"]
@@ -396,51 +396,54 @@ class _TurnLoop(OuterLoop):
 
     def _conversation(self) -> list[dict[str, Any]]:
         """The conversation the next request shows: the newest compaction's summary in
-        place of the turns it covers (PROTOCOL §16), told in the user's message before
-        them, so the roles still alternate and no tool call loses its result."""
+        place of the turns it covers (PROTOCOL §16), in a user's message next to it, so
+        two user messages never follow each other and no tool call loses its result."""
         summary, covers = latest_compaction(self.log)
         covered = set(covers)
         conversation: list[dict[str, Any]] = []
+        at: int | None = None  # where the summary is shown: the first turn it covers
         for key, item in self._items():
             if key not in covered:
                 conversation.append(item)
-                continue
-            if summary is None:
-                continue
-            text = conversation_summary(summary)
-            last = conversation[-1] if conversation else None
-            if last is not None and last.get("role") == "user" and "text" in last:
-                conversation[-1] = {"role": "user", "text": f"{last['text']}\n\n{text}"}
-            else:
-                conversation.append({"role": "user", "text": text})
-            summary = None  # shown once, where the first turn it covers was
+            elif summary is not None and at is None:
+                at = len(conversation)
+                conversation.append({"role": "user", "text": conversation_summary(summary)})
+        if at is not None:
+            _merge_user_texts(conversation, at)  # with what follows it
+            _merge_user_texts(conversation, at - 1)  # with what precedes it
         return conversation
 
     def compactable_turns(self) -> list[tuple[str, str]]:
         """The newest compaction's summary, then every earlier turn it does not cover but
-        the last (PROTOCOL §16): a turn is an assistant turn with all its tool results,
-        reasoning and what was said after it, so a call never loses its result. What came
-        before the first turn (the input) and the last turn (the last results and
-        errors) are never compacted."""
+        the last (PROTOCOL §16): a text said before the first assistant turn (a
+        session's history) but the input, and each assistant turn with all its tool
+        results, reasoning and what was said after it, so a call never loses its result.
+        The input and the last turn (the last results and errors) are never compacted."""
         summary, covers = latest_compaction(self.log)
         covered = set(covers)
+        items = self._items()
+        last = items[-1][0] if items else None  # the last turn's, or the input's
         turns: dict[str, list[str]] = {}
-        for key, item in self._items():
-            if key is not None and key not in covered:
+        for key, item in items:
+            if key is not None and key not in covered and key != last:
                 turns.setdefault(key, []).append(json.dumps(item, ensure_ascii=False))
-        shown = [(key, "\n".join(parts)) for key, parts in turns.items()]
         first = [("compaction", conversation_summary(summary))] if summary is not None else []
-        return [*first, *shown[:-1]]
+        return [*first, *((key, "\n".join(parts)) for key, parts in turns.items())]
 
     def _items(self) -> list[tuple[str | None, dict[str, Any]]]:
-        """The conversation's items, each with the turn it belongs to ("iteration N", its
-        assistant turn's; None before the first one)."""
+        """The conversation's items, each with the turn it belongs to: "iteration N" (its
+        assistant turn's) from the first assistant turn on; before it, "message N" (its
+        place in the log) for each text but the last, the input, which has None."""
         items: list[tuple[str | None, dict[str, Any]]] = []
         key: str | None = None
-        for message in self.log.messages:
+        opening: list[int] = []  # the texts before the first assistant turn
+        for index, message in enumerate(self.log.messages):
             kind = message.get("type")
             if kind == "text" and message.get("role") in ("user", "assistant"):
-                items.append((key, {"role": message["role"], "text": str(message.get("text", ""))}))
+                if key is None:
+                    opening.append(len(items))
+                text = str(message.get("text", ""))
+                items.append((key or chat_key(index), {"role": message["role"], "text": text}))
             elif kind == "data" and message.get("kind") == TURN_KIND:
                 entry = message.get("data")
                 if not isinstance(entry, dict):
@@ -450,16 +453,14 @@ class _TurnLoop(OuterLoop):
                 if entry.get("broken") or not entry.get("messages"):
                     continue
                 keep = entry.get("role") == "tool" or bool(entry.get("tool_calls"))
-                items.append(
-                    (
-                        key,
-                        {
-                            "format": entry.get("format", self.format),
-                            "messages": entry["messages"],
-                            "keep_reasoning": keep,
-                        },
-                    )
-                )
+                item = {
+                    "format": entry.get("format", self.format),
+                    "messages": entry["messages"],
+                    "keep_reasoning": keep,
+                }
+                items.append((key, item))
+        if opening:
+            items[opening[-1]] = (None, items[opening[-1]][1])  # the input
         return items
 
     def _summary_request(self, iteration: int, chat: list[dict[str, Any]]) -> TurnRequest:
@@ -701,6 +702,18 @@ class _TurnLoop(OuterLoop):
                 "data": storable({"format": self.format, **entry}),
             }
         )
+
+
+def _merge_user_texts(conversation: list[dict[str, Any]], at: int) -> None:
+    """Join the items at `at` and `at + 1` when both are a user's text (one is the
+    summary of a compaction), so two user messages never follow each other."""
+    if at < 0 or at + 1 >= len(conversation):
+        return
+    first, second = conversation[at], conversation[at + 1]
+    if all(item.get("role") == "user" and "text" in item for item in (first, second)):
+        conversation[at : at + 2] = [
+            {"role": "user", "text": f"{first['text']}\n\n{second['text']}"}
+        ]
 
 
 def _call_ids(iteration: int, response: TurnResponse) -> list[str]:
