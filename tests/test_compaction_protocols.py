@@ -333,3 +333,27 @@ def test_a_native_conversation_carried_in_the_log_compacts_all_but_its_input() -
     assert -(-len(json.dumps(messages)) // 4) + ROOM <= WINDOW
     covers = next(m for m in result.messages if m["type"] == "compaction")["covers"]
     assert covers[0] == "message 1" and all(key.startswith("message ") for key in covers)
+
+
+@pytest.mark.parametrize("protocol", ["solution", "tools"])
+def test_compaction_requests_count_against_the_budget(protocol: str) -> None:
+    """A compaction request is reserved like any request (PROTOCOL §12): a budget that
+    holds the run's own requests but not its compactions stops it."""
+
+    def run(budget: tl.Budget | None) -> tuple[Any, Any]:
+        if protocol == "tools":
+            model: Any = NativeModel(40)
+            return model, native_agent(model, 40).run("chat", budget=budget)
+        model = PlanModel(99)
+        log: list[dict[str, Any]] = [{"type": "data", "kind": "input", "data": {"task": "x"}}]
+        log += [said(turn) | {"role": ("user", "assistant")[turn % 2]} for turn in range(1, 30)]
+        return model, plan_agent(model).run(messages=log, budget=budget)
+
+    model, result = run(None)
+    assert model.compactions >= 1
+    assert result.usage.requests == model.requests + model.compactions
+    model, result = run(tl.Budget(requests=result.usage.requests))
+    assert result.output is not None
+    with pytest.raises(tl.BudgetExceeded) as stopped:
+        run(tl.Budget(requests=model.requests))  # room for the run's own requests only
+    assert stopped.value.limit == "requests"
