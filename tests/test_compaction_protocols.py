@@ -357,3 +357,32 @@ def test_compaction_requests_count_against_the_budget(protocol: str) -> None:
     with pytest.raises(tl.BudgetExceeded) as stopped:
         run(tl.Budget(requests=model.requests))  # room for the run's own requests only
     assert stopped.value.limit == "requests"
+
+
+def test_a_sub_agent_compacts_its_own_run_counted_in_the_trees_usage() -> None:
+    child_model = NativeModel(40)
+    researcher = tl.Agent(
+        tl.FunctionModel(child_model),
+        tools=[remember, chatter],
+        protocol="tools",
+        name="researcher",
+        max_iterations=45,
+        context_window=WINDOW,
+    )
+    parent_requests: list[int] = []
+
+    def parent(request: dict[str, Any]) -> Any:
+        parent_requests.append(request["iteration"])
+        if request["iteration"] == 1:
+            call = {"_tool": "researcher", "task": "find it", "_outputPath": "†state.found"}
+            return {"calls": [call], "output": None}
+        return {"calls": [], "output": "†state.found"}
+
+    agent = tl.Agent(tl.FunctionModel(parent), tools=[researcher], context_window=WINDOW)
+    result = agent.run({"task": "chat"})
+    assert result.output == FACT  # the child kept it through its compactions
+    assert child_model.compactions >= 1
+    assert child_model.largest + ROOM <= WINDOW
+    assert result.usage.requests == (
+        len(parent_requests) + child_model.requests + child_model.compactions
+    )
