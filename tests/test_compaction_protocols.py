@@ -386,3 +386,55 @@ def test_a_sub_agent_compacts_its_own_run_counted_in_the_trees_usage() -> None:
     assert result.usage.requests == (
         len(parent_requests) + child_model.requests + child_model.compactions
     )
+
+
+def history_log(first: int, last: int, given: dict[str, Any] | None = None) -> list[Any]:
+    """A log that opens with a session's history (PROTOCOL §16): runs r<first>..r<last>,
+    after the compaction it was given, if any; the fact is said in run r3."""
+    runs = [
+        {
+            "run_id": f"r{n}",
+            "input": {"task": f"FACT: {FACT}" if n == 3 else f"said {n} " + "z" * 300},
+            "output": f"answer {n}",
+        }
+        for n in range(first, last + 1)
+    ]
+    history = [given, *runs] if given is not None else runs
+    return [
+        {"type": "data", "kind": "history", "data": history},
+        {"type": "data", "kind": "input", "data": {"task": "What is the vault code?"}},
+    ]
+
+
+def history_model(requests: list[list[dict[str, Any]]]) -> Any:
+    def model(request: dict[str, Any]) -> Any:
+        if is_compaction(request):
+            return summarise(request)
+        requests.append(request["messages"])
+        found = FACT_LINE.findall(json.dumps(request["messages"]))
+        return {"calls": [], "output": found[0] if found else "forgotten"}
+
+    return model
+
+
+def test_a_plan_requests_session_history_is_compacted_oldest_runs_first() -> None:
+    requests: list[list[dict[str, Any]]] = []
+    agent = plan_agent(history_model(requests), context_budget=None)  # the history shown whole
+    result = agent.run(messages=history_log(1, 40))
+    assert result.output == f"FACT: {FACT}"  # said in run r3, kept by the summary
+    shown = json.dumps(requests[-1])
+    assert -(-len(shown) // 4) + ROOM <= WINDOW
+    covers = next(m for m in result.messages if m["type"] == "compaction")["covers"]
+    assert covers == [f"r{n}" for n in range(1, len(covers) + 1)]  # the oldest runs
+    assert "earliest entries are in the summary" in str(requests[-1][-1]["content"])
+    assert "answer 40" in str(requests[-1][-1]["content"])  # the newest run is kept
+
+
+def test_a_compaction_of_a_given_summary_covers_the_runs_it_covered() -> None:
+    given = {"type": "compaction", "covers": ["r1", "r2", "r3"], "summary": f"FACT: {FACT}"}
+    requests: list[list[dict[str, Any]]] = []
+    agent = plan_agent(history_model(requests), context_budget=None)
+    result = agent.run(messages=history_log(4, 40, given))
+    assert result.output == f"FACT: {FACT}"
+    covers = next(m for m in result.messages if m["type"] == "compaction")["covers"]
+    assert covers[:4] == ["r1", "r2", "r3", "r4"]  # a prefix of the session's runs

@@ -77,10 +77,12 @@ from .._observe._trace import RunTracer
 from ._budgeting import RequestMeter, Reservation, WallClock, run_ledger
 from ._compaction import (
     COMPACT_GUIDE,
+    HISTORY_KIND,
     Compact,
     Overflow,
     Turn,
     default_max_output,
+    given_covers,
     latest_compaction,
     merged_covers,
     plan_compaction,
@@ -666,7 +668,9 @@ class OuterLoop:
         self._append(
             {
                 "type": "compaction",
-                "covers": merged_covers(before, decision.covers),
+                "covers": merged_covers(
+                    before, decision.covers, given_covers(self.log.view(HISTORY_KIND))
+                ),
                 "summary": summary,
                 "iteration": iteration,
             }

@@ -16,6 +16,7 @@ from .._core._expressions import REF
 from .._core._log import ContextLog
 from .._core._media import MEDIA_KEY, media_refs
 from .._core._tools import Tool, ToolSet
+from ._compaction import HISTORY_KIND, history_turns
 
 __all__ = [
     "DEFAULT_CONTEXT_BUDGET",
@@ -175,22 +176,42 @@ class PromptRenderer:
             *(dict(message) for key, message in self._chat if key not in covered),
         ]
 
+    def _compacted_history(self, history: Any) -> Any:
+        """A session run's history as the request shows it once a compaction covers its
+        oldest runs (PROTOCOL §16): the runs kept, after a note; `†history[i]` still
+        reads the whole history."""
+        assert self._compaction is not None
+        kept = [entry for _, entry in history_turns(history, self._compaction[1])]
+        if not isinstance(history, list) or len(kept) == len(history):
+            return history
+        gone = len(history) - len(kept)
+        note = f"<the {gone} earliest entries are in the summary of the earlier conversation>"
+        return [note, *kept]
+
     def _compacted_chat(self) -> list[tuple[str, str]]:
         """The summary of the newest compaction, as (key "compaction", text), if any."""
         if self._compaction is None:
             return []
         return [("compaction", conversation_summary(self._compaction[0]))]
 
-    def compactable_turns(self, log: ContextLog) -> list[tuple[str, str]]:
+    def compactable_turns(
+        self, log: ContextLog, budget: int | None = DEFAULT_CONTEXT_BUDGET
+    ) -> list[tuple[str, str]]:
         """A plan request's compactable turns, oldest first, as (key, text): the newest
-        compaction's summary, then the chat's text messages it does not cover but the
-        last (PROTOCOL §16). The input, the state, the previous plan and the last
-        errors are the context message's, which is never compacted."""
+        compaction's summary, then a session's earlier runs (its `history`) when the
+        request shows them whole, then the chat's text messages it does not cover but the
+        last (PROTOCOL §16). A history over the per-value `budget` is shown cut (§8), at
+        a size that no longer grows, so it is not a turn. The input, the state, the
+        previous plan and the last errors are never compacted."""
         self._catch_up(log)
         covered = self._compaction[1] if self._compaction is not None else frozenset()
+        history = history_turns(log.view(HISTORY_KIND), covered)
+        if budget is not None and len(_json([entry for _, entry in history])) > budget:
+            history = []
         shown = [(key, message) for key, message in self._chat if key not in covered]
         return [
             *self._compacted_chat(),
+            *((key, _json(entry)) for key, entry in history),
             *((key, str(message["content"])) for key, message in shown[:-1]),
         ]
 
@@ -205,9 +226,12 @@ class PromptRenderer:
         if "state" not in kinds:  # every request shows the state (PROTOCOL §8), empty or not
             kinds.append("state")
         for kind in kinds:
+            view = log.view(kind)
+            if kind == HISTORY_KIND and self._compaction is not None:
+                view = self._compacted_history(view)
             sections.append(
                 _render_kind(
-                    log, kind, budget, self._descriptions.get(kind), self._schemas.get(kind)
+                    kind, view, budget, self._descriptions.get(kind), self._schemas.get(kind)
                 )
             )
         if self._plan is not None:
@@ -310,16 +334,13 @@ def last_tick_errors(log: ContextLog) -> list[dict[str, Any]]:
     return errors
 
 
-def _render_kind(
-    log: ContextLog, kind: str, budget: int | None, description: Any, schema: Any
-) -> str:
+def _render_kind(kind: str, view: Any, budget: int | None, description: Any, schema: Any) -> str:
     lines = [f"## {kind}"]
     if description:
         lines.append(str(description))
     if schema is not None:
         lines.append("Schema: " + _json(schema))
     lines.append(f"Read it with references like †{kind}.<key>.")
-    view = log.view(kind)
     view = {} if view is None and kind == "state" else view
     if budget is not None:
         view = cut_to_budget(view, kind, budget)

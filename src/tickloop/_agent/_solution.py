@@ -164,7 +164,7 @@ class _SolutionLoop(OuterLoop):
     def compactable_turns(self) -> list[tuple[str, str]]:
         """The chat's earlier text messages (PROTOCOL §16): a plan request shows no
         earlier solution, only the previous plan, which is never compacted."""
-        return self._renderer.compactable_turns(self.log)
+        return self._renderer.compactable_turns(self.log, self.config.context_budget)
 
     async def _iterate(self, iteration: int) -> tuple[bool, Any]:
         config = self.config
