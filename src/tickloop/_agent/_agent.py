@@ -178,7 +178,7 @@ class Agent(MakesTool, Generic[OutputT]):
             raise ConfigurationError(
                 f"protocol must be one of {tuple(PROTOCOLS)}, not {protocol!r}"
             )
-        self._set_compaction(protocol, context_window, compact, compact_target)
+        self._set_compaction(context_window, compact, compact_target)
         self.protocol = protocol
         self.strict = strict
         self.on_event = _check_on_event(on_event)
@@ -288,7 +288,6 @@ class Agent(MakesTool, Generic[OutputT]):
 
     def _set_compaction(
         self,
-        protocol: str,
         context_window: int | None,
         compact: Callable[[list[dict[str, Any]]], str] | None,
         compact_target: float,
@@ -312,11 +311,6 @@ class Agent(MakesTool, Generic[OutputT]):
                 f"compact_target must be a share of the window in (0, 1], not {compact_target!r}"
             )
         self.compact_target = float(compact_target)
-        if self.context_window is not None and protocol != "code":
-            # docs/decisions.md: compaction is built for code plans first.
-            raise ConfigurationError(
-                f"context_window is supported with protocol='code' only so far, not {protocol!r}"
-            )
 
     async def run_async(
         self,

@@ -31,19 +31,17 @@ import trio
 
 from .._code import CodeTool, Globals, Limits, ProgramMachine, ProgramStream
 from .._core._log import ContextLog
-from .._core._paths import RunPath
 from .._core._scheduler_io import NoteSettled
 from .._core._tools import Tool, ToolSet
 from .._durable._resume import CUT_OFF, DurableRun
 from .._engine._program import ProgramDriver
-from .._errors import BudgetExceeded, ConfigurationError, ContextOverflow, unwrap_single
+from .._errors import BudgetExceeded, ConfigurationError, unwrap_single
 from .._models._base import (
     ModelClient,
     SolutionRequest,
     TextDelta,
     Usage,
     checked_usage,
-    estimate_tokens,
 )
 from .._observe._events import (
     DataWritten,
@@ -53,25 +51,14 @@ from .._observe._events import (
     RunEvent,
 )
 from ._budgeting import RequestMeter
-from ._compaction import (
-    COMPACT_GUIDE,
-    Compact,
-    Overflow,
-    Turn,
-    default_max_output,
-    plan_compaction,
-)
 from ._latent import answer_latent_tools, budget_refusal, latent_request, read_answer, stream_answer
 from ._loop import AgentConfig, LoopProtocol, OuterLoop, StreamRestarted, structural
 from ._retry import StreamBroken, stream_with_retries
 from ._stubs import (
-    GIVEN_SUMMARY,
     PROGRAM_KIND,
     CodeName,
     code_names,
     code_turns,
-    given_covers,
-    latest_compaction,
     render_code_request,
 )
 
@@ -495,108 +482,9 @@ class _CodeLoop(OuterLoop):
             self._record_program(iteration, program, text, notes)
         return await self._finish(iteration, program)
 
-    async def _fit_window(self, iteration: int, request: SolutionRequest) -> bool:
-        """Compact before `request` is sent if it would not fit the context window
-        (PROTOCOL §16); True when a compaction was appended (render the request again).
-
-        Sizes are estimated at four characters a token (`estimate_tokens`, the budgets'
-        estimate); the decision is `plan_compaction`'s, this only measures and asks."""
-        config = self.config
-        window = config.context_window
-        if window is None:
-            return False
-        turns = code_turns(self.log, config.context_budget)
-        sized = [Turn(key, estimate_tokens(len(text))) for key, text in turns]
-        prompt = estimate_tokens(sum(len(str(m.get("content", ""))) for m in request.messages))
-        fixed = max(0, prompt - sum(turn.tokens for turn in sized))
-        max_output = self.meter.max_output or default_max_output(window)
-        decision = plan_compaction(
-            fixed, sized, window=window, max_output=max_output, target=config.compact_target
-        )
-        if isinstance(decision, Overflow):
-            raise ContextOverflow(decision.fixed, decision.max_output, window, self.log.messages)
-        if not isinstance(decision, Compact):
-            return False
-        recorded = self._recorded_compaction(iteration)
-        if recorded is not None:  # replay and fork show it again, never ask (§16)
-            self._append(recorded)
-            return True
-        covered = [(key, text) for key, text in turns if key in decision.covers]
-        summary = await self._summary(iteration, covered, decision.summary_tokens)
-        if summary is None:
-            return False  # the budget hook deferred: the program's request pauses too
-        _, before = latest_compaction(self.log)
-        # A later compaction covers all the one it summarises did, in the order shown;
-        # one that summarises a session's given compaction covers the runs it covered.
-        keys: list[str] = []
-        for key in [*before, *decision.covers]:
-            if key == GIVEN_SUMMARY:
-                keys += given_covers(self.log)
-            elif key != "compaction":
-                keys.append(key)
-        keys = list(dict.fromkeys(keys))
-        self._append(
-            {"type": "compaction", "covers": keys, "summary": summary, "iteration": iteration}
-        )
-        return True
-
-    def _recorded_compaction(self, iteration: int) -> dict[str, Any] | None:
-        replaying = self.config.replaying
-        if replaying is None:
-            return None
-        place = self.config.place
-        return replaying.recorded_compaction(
-            place.path if place is not None else RunPath.ROOT, iteration
-        )
-
-    async def _summary(
-        self, iteration: int, covered: list[tuple[str, str]], tokens: int
-    ) -> str | None:
-        """The summary of `covered`: the user's `compact=` function's, else a request to
-        the agent's model, reserved and counted like any request (PROTOCOL §12). Cut to
-        `tokens` (at four characters a token) so the compacted request fits."""
-        chat = [{"role": "user", "content": text} for _, text in covered]
-        limit = tokens * 4
-        if self.config.compact is not None:
-            try:
-                written = self.config.compact([dict(message) for message in chat])
-            except Exception:  # the hook's mistake must not end the run: the model writes it
-                written = None
-            if isinstance(written, str):
-                return written[:limit]
-        request = SolutionRequest(
-            messages=[{"role": "system", "content": COMPACT_GUIDE}, *chat],
-            schema=None,
-            iteration=iteration,
-            path=self._path(),
-            schema_name="compaction",
-        )
-        reservation = await self._reserve(request)
-        if reservation is None:
-            return None
-        cap = request.max_output_tokens
-        request.max_output_tokens = tokens if cap is None else min(cap, tokens)
-        before = Usage(self.usage.input_tokens, self.usage.output_tokens)
-        parts: list[str] = []
-
-        def on_item(item: Any) -> None:
-            if isinstance(item, Usage):
-                self.usage = self.usage + item
-            elif isinstance(item, TextDelta):
-                parts.append(item.text)
-            elif isinstance(item, StreamRestarted):
-                parts.clear()
-
-        try:
-            await self._request(request, on_item)
-        except StreamBroken:
-            pass  # what arrived is the summary, cut off
-        except Exception as error:
-            self.meter.release(reservation)
-            raise self._request_failed(error) from error
-        text = "".join(parts)
-        self._metered(reservation, before, text, cut_off=False)
-        return text[:limit]
+    def compactable_turns(self) -> list[tuple[str, str]]:
+        """Every earlier program but the last, with what it printed (PROTOCOL §16)."""
+        return code_turns(self.log, self.config.context_budget)
 
     async def _request(
         self, request: SolutionRequest, on_item: Callable[[TextDelta | Usage], None]

@@ -23,19 +23,27 @@ Invariants of a decision (each tested in tests/test_compaction.py):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from .._core._log import ContextLog
 from .._models._base import estimate_tokens
 
 __all__ = [
     "COMPACT_GUIDE",
+    "GIVEN_SUMMARY",
+    "HISTORY_KIND",
     "Compact",
     "Fits",
     "Overflow",
     "Turn",
     "default_max_output",
     "estimate_prompt",
+    "given_covers",
+    "history_turns",
+    "latest_compaction",
+    "merged_covers",
     "plan_compaction",
     "reusable_compaction",
 ]
@@ -139,6 +147,68 @@ def plan_compaction(
     # No prefix reaches the target; every turn goes, and the answer still has room
     # (checked above), so the request is sent rather than the run stopped.
     return Compact(tuple(t.key for t in turns), summary, fixed + summary)
+
+
+def latest_compaction(log: ContextLog) -> tuple[str | None, list[str]]:
+    """The newest compaction's summary and what it covers. A later compaction summarises
+    the earlier one with it, so it covers all the earlier one did: only the newest shows."""
+    for message in reversed(log.messages):
+        if message.get("type") == "compaction":
+            return str(message["summary"]), list(message["covers"])
+    return None, []
+
+
+def merged_covers(
+    before: Sequence[str], covers: Sequence[str], given: Sequence[str] = ()
+) -> list[str]:
+    """What a new compaction covers: all the one it summarises again did (the turn key
+    "compaction" stands for it), then the turns it adds, in the order they were shown;
+    the summary a session run's history opened with (`GIVEN_SUMMARY`) stands for the
+    runs it covered (`given`)."""
+    keys: list[str] = []
+    for key in [*before, *covers]:
+        if key == GIVEN_SUMMARY:
+            keys += given
+        elif key != "compaction":
+            keys.append(key)
+    return list(dict.fromkeys(keys))
+
+
+HISTORY_KIND = "history"  # the data kind of a session run's earlier runs (§1, §16)
+# The turn key of the compaction a session run's history opens with (§16 "Ownership").
+GIVEN_SUMMARY = "session summary"
+
+
+def _is_summary(entry: dict[str, Any]) -> bool:
+    return entry.get("type") == "compaction" or ("summary" in entry and "covers" in entry)
+
+
+def history_turns(history: Any, covered: Collection[str]) -> list[tuple[str, dict[str, Any]]]:
+    """A session run's history (PROTOCOL §16) as compactable turns, oldest first, without
+    those `covered`: (run id, `{"run_id", "input", "output"}`), or (`GIVEN_SUMMARY`, the
+    compaction it was given, covered once every run it covers is: a compaction that
+    summarises it again covers those runs, `merged_covers`)."""
+    if not isinstance(history, list):
+        return []
+    turns: list[tuple[str, dict[str, Any]]] = []
+    for entry in history:
+        if not isinstance(entry, dict):
+            continue
+        if _is_summary(entry):
+            runs = [str(key) for key in entry.get("covers") or ()]
+            if GIVEN_SUMMARY not in covered and not set(runs) <= set(covered):
+                turns.append((GIVEN_SUMMARY, entry))
+        elif str(entry.get("run_id")) not in covered:
+            turns.append((str(entry.get("run_id")), entry))
+    return turns
+
+
+def given_covers(history: Any) -> list[str]:
+    """The runs the compaction a session run's history opens with covers (none: [])."""
+    for entry in history if isinstance(history, list) else ():
+        if isinstance(entry, dict) and _is_summary(entry):
+            return [str(key) for key in entry.get("covers") or ()]
+    return []
 
 
 def reusable_compaction(

@@ -12,6 +12,7 @@ below the composition root imports it.
 
 from __future__ import annotations
 
+import json
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -47,6 +48,7 @@ from .._engine._run import ExecutionResult
 from .._errors import (
     BudgetExceeded,
     ConfigurationError,
+    ContextOverflow,
     ExecuteError,
     GuardrailTripped,
     MaxIterationsError,
@@ -56,10 +58,12 @@ from .._models._base import (
     ModelClient,
     ModelError,
     SolutionRequest,
+    TextDelta,
     TurnClient,
     TurnRequest,
     Usage,
     checked_usage,
+    estimate_tokens,
 )
 from .._observe._events import (
     EventSink,
@@ -71,8 +75,20 @@ from .._observe._events import (
 )
 from .._observe._trace import RunTracer
 from ._budgeting import RequestMeter, Reservation, WallClock, run_ledger
+from ._compaction import (
+    COMPACT_GUIDE,
+    HISTORY_KIND,
+    Compact,
+    Overflow,
+    Turn,
+    default_max_output,
+    given_covers,
+    latest_compaction,
+    merged_covers,
+    plan_compaction,
+)
 from ._output import OutputSpec
-from ._retry import attempts_made
+from ._retry import StreamBroken, attempts_made
 from ._stubs import printed_of
 from ._tool_search import SEARCH_TOOL, found_tools, menu_of
 from ._tree import ReplayingTree, RunPlace
@@ -609,6 +625,134 @@ class OuterLoop:
         )
         self.meter.settle(reservation, reported, text, cut_off)
 
+    # -- compaction (PROTOCOL §16): one mechanism, every protocol ---------------------------
+    # A protocol says what its next request's compactable turns are (`compactable_turns`)
+    # and how it asks its model for text (`_request`, or `_ask_for_text`); measuring,
+    # deciding (`plan_compaction`), reusing a recorded one, asking and journaling are here.
+
+    def compactable_turns(self) -> list[tuple[str, str]]:
+        """The next request's compactable turns, oldest first, as (key, text shown):
+        the newest compaction's summary (key "compaction") first, if any. None by
+        default: such a protocol's requests can only fit or overflow."""
+        return []
+
+    async def _fit_window(self, iteration: int, request: SolutionRequest | TurnRequest) -> bool:
+        """Compact before `request` is sent if it would not fit the context window
+        (PROTOCOL §16); True when a compaction was appended (render the request again).
+
+        Sizes are estimated at four characters a token (`estimate_tokens`, the budgets'
+        estimate), so the decision is the same on resume and replay; the decision is
+        `plan_compaction`'s, this only measures, asks and journals."""
+        config = self.config
+        window = config.context_window
+        if window is None:
+            return False
+        turns = self.compactable_turns()
+        sized = [Turn(key, estimate_tokens(len(text))) for key, text in turns]
+        prompt = estimate_tokens(_prompt_chars(request))
+        fixed = max(0, prompt - sum(turn.tokens for turn in sized))
+        max_output = self.meter.max_output or default_max_output(window)
+        decision = plan_compaction(
+            fixed, sized, window=window, max_output=max_output, target=config.compact_target
+        )
+        if isinstance(decision, Overflow):
+            raise ContextOverflow(decision.fixed, decision.max_output, window, self.log.messages)
+        if not isinstance(decision, Compact):
+            return False
+        recorded = self._recorded_compaction(iteration)
+        if recorded is not None:  # replay and fork show it again, never ask (§16)
+            self._append(recorded)
+            return True
+        covered = [(key, text) for key, text in turns if key in decision.covers]
+        summary = await self._summary(iteration, covered, decision.summary_tokens)
+        if summary is None:
+            return False  # the budget hook deferred: the request pauses too
+        _, before = latest_compaction(self.log)
+        self._append(
+            {
+                "type": "compaction",
+                "covers": merged_covers(
+                    before, decision.covers, given_covers(self.log.view(HISTORY_KIND))
+                ),
+                "summary": summary,
+                "iteration": iteration,
+            }
+        )
+        return True
+
+    def _recorded_compaction(self, iteration: int) -> dict[str, Any] | None:
+        replaying = self.config.replaying
+        if replaying is None:
+            return None
+        place = self.config.place
+        return replaying.recorded_compaction(
+            place.path if place is not None else RunPath.ROOT, iteration
+        )
+
+    async def _summary(
+        self, iteration: int, covered: list[tuple[str, str]], tokens: int
+    ) -> str | None:
+        """The summary of `covered`: the user's `compact=` function's, else a request to
+        the agent's model, reserved and counted like any request (PROTOCOL §12). Cut to
+        `tokens` (at four characters a token) so the compacted request fits; None when
+        the budget hook deferred the request (the run pauses)."""
+        chat = [{"role": "user", "content": text} for _, text in covered]
+        limit = tokens * 4
+        if self.config.compact is not None:
+            try:
+                written = self.config.compact([dict(message) for message in chat])
+            except Exception:  # the hook's mistake must not end the run: the model writes it
+                written = None
+            if isinstance(written, str):
+                return written[:limit]
+        request = self._summary_request(iteration, chat)
+        reservation = await self._reserve(request)
+        if reservation is None:
+            return None
+        cap = request.max_output_tokens
+        request.max_output_tokens = tokens if cap is None else min(cap, tokens)
+        before = Usage(self.usage.input_tokens, self.usage.output_tokens)
+        parts: list[str] = []
+        try:
+            await self._ask_for_text(request, parts)
+        except StreamBroken:
+            pass  # what arrived is the summary, cut off
+        except Exception as error:
+            self.meter.release(reservation)
+            raise self._request_failed(error) from error
+        text = "".join(parts)
+        self._metered(reservation, before, text, cut_off=False)
+        return text[:limit]
+
+    def _summary_request(
+        self, iteration: int, chat: list[dict[str, Any]]
+    ) -> SolutionRequest | TurnRequest:
+        """A compaction request: the guide, then the covered turns as they were shown."""
+        return SolutionRequest(
+            messages=[{"role": "system", "content": COMPACT_GUIDE}, *chat],
+            schema=None,
+            iteration=iteration,
+            path=self._path(),
+            schema_name="compaction",
+        )
+
+    async def _ask_for_text(self, request: Any, parts: list[str]) -> None:
+        """Ask for a plain-text answer, kept in `parts` (a restarted stream starts over);
+        the protocols that stream solutions ask by their `_request`."""
+
+        def on_item(item: Any) -> None:
+            if isinstance(item, Usage):
+                self._reported(item)
+            elif isinstance(item, TextDelta):
+                parts.append(item.text)
+            elif isinstance(item, StreamRestarted):
+                parts.clear()
+
+        await self._request(request, on_item)
+
+    async def _request(self, request: Any, on_item: Callable[[Any], None]) -> None:
+        raise NotImplementedError
+
     def _request_failed(self, error: Exception) -> ExecuteError:
         """The run's error for a model request that failed for good: it carries the log."""
         if isinstance(error, ModelError):
@@ -619,6 +763,16 @@ class OuterLoop:
         return ExecuteError(
             f"the model client raised {type(error).__name__}: {error}", self.log.messages
         )
+
+
+def _prompt_chars(request: SolutionRequest | TurnRequest) -> int:
+    """Characters of what a request sends: a solution request's messages and its schema,
+    or a turn request (its system, conversation and tools) as JSON."""
+    if isinstance(request, SolutionRequest):
+        text = sum(len(str(message.get("content", ""))) for message in request.messages)
+        schema = request.schema
+        return text + (len(json.dumps(schema, ensure_ascii=False)) if schema is not None else 0)
+    return len(json.dumps(request.to_dict(), ensure_ascii=False))
 
 
 def structural(message: str) -> dict[str, Any]:

@@ -16,11 +16,14 @@ from .._core._expressions import REF
 from .._core._log import ContextLog
 from .._core._media import MEDIA_KEY, media_refs
 from .._core._tools import Tool, ToolSet
+from ._compaction import HISTORY_KIND, history_turns
 
 __all__ = [
     "DEFAULT_CONTEXT_BUDGET",
     "PROTOCOL_GUIDE",
     "PromptRenderer",
+    "chat_key",
+    "conversation_summary",
     "cut_to_budget",
     "render_messages",
     "solution_schema",
@@ -86,6 +89,7 @@ class PromptRenderer:
 
     __slots__ = (
         "_chat",
+        "_compaction",
         "_descriptions",
         "_messages",
         "_plan",
@@ -102,7 +106,9 @@ class PromptRenderer:
         self._messages = messages
         self._seen = 0
         self._system: list[str] = []
-        self._chat: list[dict[str, Any]] = []
+        # The chat's text messages, each with the key a compaction covers it by (§16).
+        self._chat: list[tuple[str, dict[str, Any]]] = []
+        self._compaction: tuple[str, frozenset[str]] | None = None  # the newest one
         self._descriptions: dict[str, Any] = {}
         self._schemas: dict[str, Any] = {}
         self._plan: dict[str, Any] | None = None
@@ -120,7 +126,8 @@ class PromptRenderer:
                 if role == "system":
                     self._system.append(str(message.get("text", "")))
                 else:
-                    self._chat.append({"role": role, "content": str(message.get("text", ""))})
+                    content = {"role": role, "content": str(message.get("text", ""))}
+                    self._chat.append((chat_key(index), content))
             elif kind == "data":
                 data_kind = str(message.get("kind"))
                 if message.get("description"):
@@ -131,6 +138,8 @@ class PromptRenderer:
                 self._plan = message
             elif kind == "solution":
                 self._solution_at = index
+            elif kind == "compaction":
+                self._compaction = (str(message["summary"]), frozenset(message["covers"]))
         self._seen = len(messages)
 
     def render(
@@ -151,10 +160,60 @@ class PromptRenderer:
             + _json(output_schema if output_schema is not None else {})
         )
         system_parts.extend(self._system)
-        chat = [dict(message) for message in self._chat]  # the caller may change them
+        chat = self._shown_chat()
         context = self.context(log, context_budget)
         chat.append({"role": "user", "content": with_media_parts(context, log)})
         return [{"role": "system", "content": "\n\n".join(system_parts)}, *chat]
+
+    def _shown_chat(self) -> list[dict[str, Any]]:
+        """The chat as a request shows it: the newest compaction's summary in place of
+        the messages it covers (they are the oldest, §16), then the others."""
+        summary = self._compacted_chat()
+        covered = self._compaction[1] if self._compaction is not None else frozenset()
+        return [
+            *({"role": "user", "content": text} for _, text in summary),
+            # copies: the caller may change them
+            *(dict(message) for key, message in self._chat if key not in covered),
+        ]
+
+    def _compacted_history(self, history: Any) -> Any:
+        """A session run's history as the request shows it once a compaction covers its
+        oldest runs (PROTOCOL §16): the runs kept, after a note; `†history[i]` still
+        reads the whole history."""
+        assert self._compaction is not None
+        kept = [entry for _, entry in history_turns(history, self._compaction[1])]
+        if not isinstance(history, list) or len(kept) == len(history):
+            return history
+        gone = len(history) - len(kept)
+        note = f"<the {gone} earliest entries are in the summary of the earlier conversation>"
+        return [note, *kept]
+
+    def _compacted_chat(self) -> list[tuple[str, str]]:
+        """The summary of the newest compaction, as (key "compaction", text), if any."""
+        if self._compaction is None:
+            return []
+        return [("compaction", conversation_summary(self._compaction[0]))]
+
+    def compactable_turns(
+        self, log: ContextLog, budget: int | None = DEFAULT_CONTEXT_BUDGET
+    ) -> list[tuple[str, str]]:
+        """A plan request's compactable turns, oldest first, as (key, text): the newest
+        compaction's summary, then a session's earlier runs (its `history`) when the
+        request shows them whole, then the chat's text messages it does not cover but the
+        last (PROTOCOL §16). A history over the per-value `budget` is shown cut (§8), at
+        a size that no longer grows, so it is not a turn. The input, the state, the
+        previous plan and the last errors are never compacted."""
+        self._catch_up(log)
+        covered = self._compaction[1] if self._compaction is not None else frozenset()
+        history = history_turns(log.view(HISTORY_KIND), covered)
+        if budget is not None and len(_json([entry for _, entry in history])) > budget:
+            history = []
+        shown = [(key, message) for key, message in self._chat if key not in covered]
+        return [
+            *self._compacted_chat(),
+            *((key, _json(entry)) for key, entry in history),
+            *((key, str(message["content"])) for key, message in shown[:-1]),
+        ]
 
     def context(self, log: ContextLog, budget: int | None = DEFAULT_CONTEXT_BUDGET) -> str:
         """The data the model works from: every kind's view, the last plan, the last errors.
@@ -167,9 +226,12 @@ class PromptRenderer:
         if "state" not in kinds:  # every request shows the state (PROTOCOL §8), empty or not
             kinds.append("state")
         for kind in kinds:
+            view = log.view(kind)
+            if kind == HISTORY_KIND and self._compaction is not None:
+                view = self._compacted_history(view)
             sections.append(
                 _render_kind(
-                    log, kind, budget, self._descriptions.get(kind), self._schemas.get(kind)
+                    kind, view, budget, self._descriptions.get(kind), self._schemas.get(kind)
                 )
             )
         if self._plan is not None:
@@ -209,6 +271,17 @@ def with_media_parts(text: str, log: ContextLog) -> str | list[dict[str, Any]]:
     if not parts:
         return text
     return [{"type": "text", "text": text}, *parts]
+
+
+def chat_key(index: int) -> str:
+    """What a `compaction` message's `covers` names a text message of the log by: its
+    place in the log, which never changes (the log only grows, §1)."""
+    return f"message {index}"
+
+
+def conversation_summary(summary: str) -> str:
+    """How a request shows the summary of the earlier conversation it compacted."""
+    return "## Summary of the earlier conversation (compacted)\n" + summary
 
 
 def render_tool_menu(tools: ToolSet) -> str:
@@ -261,16 +334,13 @@ def last_tick_errors(log: ContextLog) -> list[dict[str, Any]]:
     return errors
 
 
-def _render_kind(
-    log: ContextLog, kind: str, budget: int | None, description: Any, schema: Any
-) -> str:
+def _render_kind(kind: str, view: Any, budget: int | None, description: Any, schema: Any) -> str:
     lines = [f"## {kind}"]
     if description:
         lines.append(str(description))
     if schema is not None:
         lines.append("Schema: " + _json(schema))
     lines.append(f"Read it with references like †{kind}.<key>.")
-    view = log.view(kind)
     view = {} if view is None and kind == "state" else view
     if budget is not None:
         view = cut_to_budget(view, kind, budget)

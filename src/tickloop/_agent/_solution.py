@@ -145,10 +145,9 @@ class _SolutionLoop(OuterLoop):
             self._menu_schema = (menu, schema)
         return self._menu_schema[1]
 
-    async def _iterate(self, iteration: int) -> tuple[bool, Any]:
+    def _solution_request(self, iteration: int, menu: ToolSet) -> SolutionRequest:
         config = self.config
-        menu = await self._menu()
-        request = SolutionRequest(
+        return SolutionRequest(
             messages=self._renderer.render(
                 self.log,
                 menu,
@@ -161,6 +160,18 @@ class _SolutionLoop(OuterLoop):
             path=self._path(),
             media=self.engine_media(),
         )
+
+    def compactable_turns(self) -> list[tuple[str, str]]:
+        """The chat's earlier text messages (PROTOCOL §16): a plan request shows no
+        earlier solution, only the previous plan, which is never compacted."""
+        return self._renderer.compactable_turns(self.log, self.config.context_budget)
+
+    async def _iterate(self, iteration: int) -> tuple[bool, Any]:
+        config = self.config
+        menu = await self._menu()
+        request = self._solution_request(iteration, menu)
+        if await self._fit_window(iteration, request):
+            request = self._solution_request(iteration, menu)
         opened = await self._open_request(request, iteration)
         if opened is None:
             return False, None  # the budget hook deferred: the run pauses before asking

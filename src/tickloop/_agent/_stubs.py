@@ -26,6 +26,7 @@ from typing import Any
 from .._core._log import ContextLog
 from .._core._tools import Tool, ToolSet
 from .._errors import ConfigurationError
+from ._compaction import history_turns, latest_compaction
 from ._prompt import visible_parameters, with_media_parts
 
 __all__ = [
@@ -412,30 +413,8 @@ def program_key(entry: dict[str, Any]) -> str:
     return f"iteration {entry.get('iteration')}"
 
 
-def latest_compaction(log: ContextLog) -> tuple[str | None, list[str]]:
-    """The newest compaction's summary and what it covers. A later compaction summarises
-    the earlier one with it, so it covers all the earlier one did: only the newest shows."""
-    for message in reversed(log.messages):
-        if message.get("type") == "compaction":
-            return str(message["summary"]), list(message["covers"])
-    return None, []
-
-
 def summary_section(summary: str) -> str:
     return "## Summary of your earlier programs (compacted)\n" + summary
-
-
-# The key a session run's given compaction (the first entry of its history) has as a
-# turn; a compaction that covers it covers the runs it covered (`given_covers`).
-GIVEN_SUMMARY = "session summary"
-
-
-def given_covers(log: ContextLog) -> list[str]:
-    """The runs the compaction a session run was given in its history covers."""
-    for entry in log.view("history") or ():
-        if isinstance(entry, dict) and "summary" in entry:
-            return [str(key) for key in entry.get("covers") or ()]
-    return []
 
 
 def code_turns(log: ContextLog, budget: int | None) -> list[tuple[str, str]]:
@@ -454,7 +433,7 @@ def code_turns(log: ContextLog, budget: int | None) -> list[tuple[str, str]]:
     }
     entries = [entry for entry in (log.view(PROGRAM_KIND) or ()) if isinstance(entry, dict)]
     turns = [("compaction", summary_section(summary))] if summary is not None else []
-    for key, entry in _history_entries(log.view("history"), covered):
+    for key, entry in history_turns(log.view("history"), covered):
         turns.append((key, _history_entry(entry, budget)))
     for entry in entries[:-1]:
         if program_key(entry) not in covered:
@@ -483,7 +462,7 @@ def _context(log: ContextLog, budget: int | None) -> str:
     sections = []
     if isinstance(history, list) and history:
         lines = ["## Earlier in this conversation"]
-        shown_history = _history_entries(history, covered)
+        shown_history = history_turns(history, covered)
         if summary is not None and len(shown_history) < len(history):
             lines.append(summary_section(summary))  # where the first run it covers was
             summary = None
@@ -515,23 +494,6 @@ def _context(log: ContextLog, budget: int | None) -> str:
     if defined:
         sections.append("## Your helpers\n" + "\n".join(dict.fromkeys(defined)))
     return "\n\n".join(sections)
-
-
-def _history_entries(history: Any, covered: set[str]) -> list[tuple[str, dict[str, Any]]]:
-    """A session run's history (PROTOCOL §16) as (key, entry), oldest first, without
-    what the newest compaction of the run covers."""
-    if not isinstance(history, list):
-        return []
-    kept: list[tuple[str, dict[str, Any]]] = []
-    for entry in history:
-        if not isinstance(entry, dict):
-            continue
-        if "summary" in entry:
-            if not set(map(str, entry.get("covers") or ())) <= covered:
-                kept.append((GIVEN_SUMMARY, entry))
-        elif str(entry.get("run_id")) not in covered:
-            kept.append((str(entry.get("run_id")), entry))
-    return kept
 
 
 def _history_entry(entry: dict[str, Any], budget: int | None) -> str:

@@ -61,8 +61,9 @@ from .._models._base import (
     Usage,
 )
 from .._observe._events import EventSink, RequestFinished, RunEvent
+from ._compaction import COMPACT_GUIDE, latest_compaction
 from ._loop import AgentConfig, LoopProtocol, OuterLoop, structural
-from ._prompt import visible_parameters
+from ._prompt import chat_key, conversation_summary, visible_parameters
 from ._retry import StreamBroken, stream_with_retries
 
 __all__ = ["TOOLS", "TURN_KIND", "ToolCallingProtocol", "check_turn_configuration", "turns_in"]
@@ -205,8 +206,8 @@ class _TurnLoop(OuterLoop):
             return
         self._append({"type": "text", "role": "user", "text": _as_text(value)})
 
-    async def _iterate(self, iteration: int) -> tuple[bool, Any]:
-        request = TurnRequest(
+    async def _turn_request(self, iteration: int) -> TurnRequest:
+        return TurnRequest(
             system=self._system(),
             conversation=self._conversation(),
             tools=await self.specs(),
@@ -214,6 +215,11 @@ class _TurnLoop(OuterLoop):
             path=self._path(),
             media=self.engine_media(),
         )
+
+    async def _iterate(self, iteration: int) -> tuple[bool, Any]:
+        request = await self._turn_request(iteration)
+        if await self._fit_window(iteration, request):
+            request = await self._turn_request(iteration)
         opened = await self._open_request(request, iteration)
         if opened is None:
             return False, None  # the budget hook deferred: the run pauses before asking
@@ -401,24 +407,105 @@ class _TurnLoop(OuterLoop):
         return "\n\n".join(parts) if parts else None
 
     def _conversation(self) -> list[dict[str, Any]]:
+        """The conversation the next request shows: the newest compaction's summary in
+        place of the turns it covers (PROTOCOL §16), in a user's message next to it, so
+        two user messages never follow each other and no tool call loses its result."""
+        summary, covers = latest_compaction(self.log)
+        covered = set(covers)
         conversation: list[dict[str, Any]] = []
-        for message in self.log.messages:
+        at: int | None = None  # where the summary is shown: the first turn it covers
+        for key, item in self._items():
+            if key not in covered:
+                conversation.append(item)
+            elif summary is not None and at is None:
+                at = len(conversation)
+                conversation.append({"role": "user", "text": conversation_summary(summary)})
+        if at is not None:
+            _merge_user_texts(conversation, at)  # with what follows it
+            _merge_user_texts(conversation, at - 1)  # with what precedes it
+        return conversation
+
+    def compactable_turns(self) -> list[tuple[str, str]]:
+        """The newest compaction's summary, then every earlier turn it does not cover but
+        the last (PROTOCOL §16): a text said before the first assistant turn (a
+        session's history) but the input, and each assistant turn with all its tool
+        results, reasoning and what was said after it, so a call never loses its result.
+        The input and the last turn (the last results and errors) are never compacted."""
+        summary, covers = latest_compaction(self.log)
+        covered = set(covers)
+        items = self._items()
+        last = items[-1][0] if items else None  # the last turn's, or the input's
+        turns: dict[str, list[str]] = {}
+        for key, item in items:
+            if key is not None and key not in covered and key != last:
+                turns.setdefault(key, []).append(json.dumps(item, ensure_ascii=False))
+        first = [("compaction", conversation_summary(summary))] if summary is not None else []
+        return [*first, *((key, "\n".join(parts)) for key, parts in turns.items())]
+
+    def _items(self) -> list[tuple[str | None, dict[str, Any]]]:
+        """The conversation's items, each with the turn it belongs to: "iteration N" (its
+        assistant turn's) from the first assistant turn on; before it, "message N" (its
+        place in the log) for each text but the last, the input, which has None."""
+        items: list[tuple[str | None, dict[str, Any]]] = []
+        key: str | None = None
+        opening: list[int] = []  # the texts before the first assistant turn
+        for index, message in enumerate(self.log.messages):
             kind = message.get("type")
             if kind == "text" and message.get("role") in ("user", "assistant"):
-                conversation.append({"role": message["role"], "text": str(message.get("text", ""))})
+                if key is None:
+                    opening.append(len(items))
+                text = str(message.get("text", ""))
+                items.append((key or chat_key(index), {"role": message["role"], "text": text}))
             elif kind == "data" and message.get("kind") == TURN_KIND:
                 entry = message.get("data")
-                if not isinstance(entry, dict) or entry.get("broken") or not entry.get("messages"):
+                if not isinstance(entry, dict):
+                    continue
+                if entry.get("role") == "assistant":
+                    key = f"iteration {entry.get('iteration')}"
+                if entry.get("broken") or not entry.get("messages"):
                     continue
                 keep = entry.get("role") == "tool" or bool(entry.get("tool_calls"))
-                conversation.append(
-                    {
-                        "format": entry.get("format", self.format),
-                        "messages": entry["messages"],
-                        "keep_reasoning": keep,
-                    }
-                )
-        return conversation
+                item = {
+                    "format": entry.get("format", self.format),
+                    "messages": entry["messages"],
+                    "keep_reasoning": keep,
+                }
+                items.append((key, item))
+        if opening:
+            items[opening[-1]] = (None, items[opening[-1]][1])  # the input
+        return items
+
+    def _summary_request(self, iteration: int, chat: list[dict[str, Any]]) -> TurnRequest:
+        """A compaction request in the model's own API: no tools, the turns as text."""
+        text = "\n\n".join(str(message["content"]) for message in chat)
+        return TurnRequest(
+            system=COMPACT_GUIDE,
+            conversation=[{"role": "user", "text": text}],
+            tools=[],
+            iteration=iteration,
+            path=self._path(),
+        )
+
+    async def _ask_for_text(self, request: Any, parts: list[str]) -> None:
+        """A plain-text answer (the response's text) to a request without tools."""
+
+        def on_item(item: Any) -> None:
+            if isinstance(item, Usage):
+                self._reported(item)
+            elif isinstance(item, TurnResponse):
+                parts[:] = [item.text]
+
+        driver = self.config.driver
+        if driver is not None:
+            await driver.request_turn(request, on_item)
+            return
+        await stream_with_retries(
+            lambda: self.model.stream_turn(request),
+            on_item,
+            attempts=self.config.max_llm_retries,
+            rng=self.config.rng,
+            on_retry=partial(self._on_retry, request.iteration),
+        )
 
     async def _ask(self, request: TurnRequest) -> TurnResponse:
         response: TurnResponse | None = None
@@ -627,6 +714,18 @@ class _TurnLoop(OuterLoop):
                 "data": storable({"format": self.format, **entry}),
             }
         )
+
+
+def _merge_user_texts(conversation: list[dict[str, Any]], at: int) -> None:
+    """Join the items at `at` and `at + 1` when both are a user's text (one is the
+    summary of a compaction), so two user messages never follow each other."""
+    if at < 0 or at + 1 >= len(conversation):
+        return
+    first, second = conversation[at], conversation[at + 1]
+    if all(item.get("role") == "user" and "text" in item for item in (first, second)):
+        conversation[at : at + 2] = [
+            {"role": "user", "text": f"{first['text']}\n\n{second['text']}"}
+        ]
 
 
 def _call_ids(iteration: int, response: TurnResponse) -> list[str]:
