@@ -63,3 +63,50 @@ def test_later_runs_of_a_session_reuse_its_compaction(tmp_path: Path) -> None:
     # twice, only the summary with the runs that came since.
     assert sum(made) <= len(made[first_made:]) // 2
     assert made[first_made + 1] == 0
+
+
+class TwoHundred:
+    """A code-plan model for a 200-turn session: turn 3 states a fact and its program
+    writes it to the state; every request is measured; a compaction request keeps the
+    lines that state a fact."""
+
+    def __init__(self) -> None:
+        self.largest = 0
+        self.compactions = 0
+        self.requests = 0
+
+    def __call__(self, request: dict[str, Any]) -> str:
+        text = "\n".join(str(m["content"]) for m in request["messages"])
+        if text.startswith("You compact"):
+            self.compactions += 1
+            return "\n".join(line for line in text.splitlines() if "FACT" in line)
+        self.requests += 1
+        self.largest = max(self.largest, -(-len(text) // 4))
+        said = int(re.findall(r"turn (\d+)", text.split("## task_input")[1])[0])
+        if said == 3:
+            return '```python\nname = "Ada"\nfinal_answer("noted")\n```'
+        if said == 200:
+            kept = "FACT: my name is Ada" in text and ("'Ada'" in text or '"Ada"' in text)
+            return f"```python\nfinal_answer({'you are ' + 'Ada' if kept else 'who?'!r})\n```"
+        return f'```python\nfinal_answer("reply {said} {PAD[:200]}")\n```'
+
+
+def test_a_200_turn_session_stays_in_its_window_and_keeps_turn_3s_fact(tmp_path: Path) -> None:
+    """Issue 42's measure: 200 runs of one session on a model that measures its own
+    prompt: no request over the window, the fact stated in turn 3 (and written to the
+    state by its program) reaches turn 200, and compaction requests count in RunUsage."""
+    model = TwoHundred()
+    agent = tl.Agent(
+        tl.FunctionModel(model), protocol="code", store=tmp_path / "runs.db", context_window=WINDOW
+    )
+    requests = 0
+    for n in range(1, 201):
+        task = f"turn {n} {PAD[:200]}" + (" FACT: my name is Ada" if n == 3 else "")
+        result = agent.run({"task": task}, session="long")
+        requests += result.usage.requests
+
+    assert result.output == "you are Ada"
+    assert model.largest + default_max_output(WINDOW) <= WINDOW
+    assert tl.SQLiteStore(tmp_path / "runs.db").session("long").state == {"name": "Ada"}
+    assert model.compactions > 0
+    assert requests == model.requests + model.compactions  # every compaction is counted
