@@ -77,11 +77,11 @@ class TwoHundred:
 
     def __call__(self, request: dict[str, Any]) -> str:
         text = "\n".join(str(m["content"]) for m in request["messages"])
+        self.largest = max(self.largest, -(-len(text) // 4))  # compaction requests too
         if text.startswith("You compact"):
             self.compactions += 1
             return "\n".join(line for line in text.splitlines() if "FACT" in line)
         self.requests += 1
-        self.largest = max(self.largest, -(-len(text) // 4))
         said = int(re.findall(r"turn (\d+)", text.split("## task_input")[1])[0])
         if said == 3:
             return '```python\nname = "Ada"\nfinal_answer("noted")\n```'
