@@ -22,6 +22,7 @@ from ag_ui.core import BaseEvent, RunAgentInput, TextPart, UserMessage
 from ag_ui.encoder import EventEncoder
 from anyio.streams.memory import MemoryObjectSendStream
 
+from .._agent._conversation import keeps_state
 from .._core._log import MAX_VALUE_DEPTH, shape_fault
 from .._engine._run import initial_log
 from .._observe._events import DataWritten, RunEvent, WriteListener
@@ -83,8 +84,7 @@ def thread_session(agent: Agent, given: RunAgentInput) -> str | None:
 def session_state(agent: Agent, session: str) -> dict[str, Any] | None:
     """The state a run of the session starts from: the session's, when the agent keeps
     state (`keep_state`), else none."""
-    keeps = agent.keep_state if agent.keep_state is not None else agent.protocol == "code"
-    if not keeps or agent.store is None:
+    if not keeps_state(None, agent.keep_state, agent.protocol) or agent.store is None:
         return None
     return agent.store.session(session).state
 
