@@ -1,6 +1,7 @@
-"""What a request compacts (PROTOCOL §16 "Compaction"): the decision, and nothing else.
+"""What a request compacts (PROTOCOL §16 "Compaction"): the decision, and what a log says
+of compactions (the newest one, what a new one covers, a session history's turns).
 
-A pure function over sizes: no I/O, no model, no clock. The agent layer measures a
+Pure functions: no I/O, no model, no clock. The loop base (`_loop.OuterLoop`) measures a
 request (its fixed part and its compactable turns, oldest first), asks `plan_compaction`
 what to do, and then does it: a summary request to the model (or the user's `compact=`
 function), journaled as a `compaction` message (§1) that the request shows in place of
