@@ -48,6 +48,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
         Trip,
     )
     from ._core._media import Audio, Image
+    from ._core._questions import Accept, Cancel, Decline, Question, Sampling
     from ._core._scheduler import CallRecord
     from ._core._tools import Branch, CallContext, Tool, tool
     from ._durable._store import CallInfo, PendingDecision, RunInfo, SQLiteStore
@@ -130,6 +131,11 @@ _WHERE: dict[str, str] = {
     "Decision": "._core._decisions",
     "Defer": "._core._decisions",
     "Deny": "._core._decisions",
+    "Accept": "._core._questions",
+    "Cancel": "._core._questions",
+    "Decline": "._core._questions",
+    "Question": "._core._questions",
+    "Sampling": "._core._questions",
     "GuardrailContext": "._core._guardrails",
     "InputGuardrail": "._core._guardrails",
     "OutputGuardrail": "._core._guardrails",
@@ -216,6 +222,7 @@ _WHERE: dict[str, str] = {
 }
 
 __all__ = [
+    "Accept",
     "Agent",
     "Anthropic",
     "Approve",
@@ -234,11 +241,13 @@ __all__ = [
     "CallReceived",
     "CallRecord",
     "CallStarted",
+    "Cancel",
     "CodeError",
     "ConfigurationError",
     "ConsoleApproval",
     "ContextOverflow",
     "Decision",
+    "Decline",
     "Defer",
     "Deny",
     "Edit",
@@ -265,6 +274,7 @@ __all__ = [
     "Plan",
     "Price",
     "ProgramPrinted",
+    "Question",
     "Redactor",
     "ReferenceSyntaxError",
     "Reject",
@@ -286,6 +296,7 @@ __all__ = [
     "RunStopped",
     "RunUsage",
     "SQLiteStore",
+    "Sampling",
     "ScriptedModel",
     "SolutionRequest",
     "StoreError",

@@ -45,9 +45,9 @@ from .._core._decisions import (
     Edit,
     Replace,
     Respond,
-    decision_to_dict,
 )
 from .._core._paths import RunPath
+from .._core._questions import Verdict, is_verdict, stored_to_dict
 from .._core._status import CallStatus
 from .._errors import ResumeError, StoreError
 from .._observe._records import CallInfo, RunInfo
@@ -441,8 +441,12 @@ class SQLiteStore:
 
     # -- decisions ---------------------------------------------------------------------
 
-    def decide(self, run_id: str, call_id: str, decision: Decision | bool) -> None:
+    def decide(self, run_id: str, call_id: str, decision: Decision | Verdict | bool) -> None:
         """Record a decision for a deferred call of a run; the next resume applies it.
+
+        A call parked on an MCP server's question takes a verdict (`tl.Accept(data)`,
+        `tl.Decline()`, `tl.Cancel()`): on resume it runs again, and the server's same
+        question is answered with it, the hook not asked.
 
         Refused with `ResumeError` (nothing recorded) for an unknown or finished run, a
         call that is not waiting for a decision, or a call already decided.
@@ -461,7 +465,7 @@ class SQLiteStore:
             self._insert_decisions(connection, run_id, checked)
 
     def _insert_decisions(
-        self, connection: sqlite3.Connection, run_id: str, decisions: dict[str, Decision]
+        self, connection: sqlite3.Connection, run_id: str, decisions: dict[str, Any]
     ) -> None:
         now = time.time()
         for call_id, decision in decisions.items():
@@ -491,7 +495,7 @@ class SQLiteStore:
                 )
             connection.execute(
                 "INSERT INTO decisions (run_id, call_id, decision, recorded) VALUES (?, ?, ?, ?)",
-                (run_id, call_id, json.dumps(decision_to_dict(decision)), now),
+                (run_id, call_id, json.dumps(stored_to_dict(decision)), now),
             )
 
     def add_budget(self, run_id: str, budget: Budget) -> None:
@@ -559,7 +563,7 @@ _MEDIA_TABLE = (
 )
 
 
-def _checked_decision(call_id: str, value: Any) -> Decision:
+def _checked_decision(call_id: str, value: Any) -> Any:
     try:  # one grammar of call ids for the CLI, the inbox and `resume(decisions=)`
         RunPath.parse(call_id)
     except ValueError as error:
@@ -570,10 +574,12 @@ def _checked_decision(call_id: str, value: Any) -> Decision:
         return Deny()
     if isinstance(value, Defer):
         raise ResumeError(f"the decision for {call_id!r} cannot be Defer: it is deferred already")
-    if not isinstance(value, Approve | Deny | Edit | Replace | Respond):
+    # A verdict (tl.Accept, tl.Decline, tl.Cancel) answers the MCP server's question a
+    # parked call waits on; the call runs again on resume and is given it.
+    if not isinstance(value, Approve | Deny | Edit | Replace | Respond) and not is_verdict(value):
         raise ResumeError(f"the decision for {call_id!r} is not a decision: {value!r}")
     try:
-        json.dumps(decision_to_dict(value))
+        json.dumps(stored_to_dict(value))
     except (TypeError, ValueError) as error:
         raise ResumeError(f"the decision for {call_id!r} cannot be stored: {error}") from error
     return value

@@ -25,6 +25,9 @@ from typing import Any
 import trio
 
 from .._core._tools import TOOL_NAME, ApprovalRule, CallContext, RawTool, Tool, ToolSource
+from .._core._questions import Sampling
+from .._engine._engine import PARKED
+from .._engine._questions import current_desk
 from .._engine._sources import OpenedSource
 from .._errors import ConfigurationError, unwrap_single
 from ._connection import (
@@ -78,6 +81,8 @@ class MCPServer(ToolSource):
         timeout: float | None = DEFAULT_CALL_TIMEOUT,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         defer_loading: bool = False,
+        sampling: Callable[[Sampling], Any] | None = None,
+        approve_sampling: bool = False,
     ) -> None:
         _require_mcp()
         self.label = label
@@ -108,6 +113,20 @@ class MCPServer(ToolSource):
             )
         # Its tools stay off an agent's menu until `search_tools` finds them (tool search).
         self.defer_loading = defer_loading
+        if sampling is not None and not callable(sampling):
+            raise ConfigurationError(
+                f"MCP server {label}: sampling must be a function of a tl.Sampling that "
+                f"returns text, not {sampling!r}"
+            )
+        # Answers the server's model requests instead of the run's model (sync or async).
+        self.sampling = sampling
+        if not isinstance(approve_sampling, bool):
+            raise ConfigurationError(
+                f"MCP server {label}: approve_sampling must be True or False, not "
+                f"{approve_sampling!r}"
+            )
+        # Each of the server's model requests goes to the run's questions= hook first.
+        self.approve_sampling = approve_sampling
         self._shared: Connection | None = None
         self._shared_tools: list[Tool] = []
         self._shared_instructions: str | None = None
@@ -288,7 +307,14 @@ class MCPServer(ToolSource):
             listed["tools"] = self._tools_of(tools, connection)
             listed["instructions"] = instructions
 
-        connection = Connection(self.label, self._transport, self.connect_timeout, on_listing)
+        connection = Connection(
+            self.label,
+            self._transport,
+            self.connect_timeout,
+            on_listing,
+            self.sampling,
+            self.approve_sampling,
+        )
         with unwrap_single():
             async with trio.open_nursery() as nursery:
                 connection.spawn(nursery)
@@ -403,6 +429,8 @@ class MCPTool(RawTool):
             idempotent=self.idempotent,
             headers=headers or None,
             meta=meta or None,
+            desk=current_desk(),
+            call_id=context.id,
         )
         if self._connection is None:  # a listing's stand-in (`tool_from_spec`)
             raise MCPConnectionError(f"{self.name!r} of {self.server.label} has no connection")
@@ -412,6 +440,9 @@ class MCPTool(RawTool):
         except BaseException:
             request.abandon()  # a timeout or cancellation: the server is told to stop
             raise
+        if request.parked:  # a question was deferred: stop the server's work, wait parked
+            request.abandon()
+            return PARKED
         if request.error is not None:
             raise request.error
         return convert_result(request.result)
