@@ -31,10 +31,12 @@ from .._core._guardrails import (
 )
 from .._core._media import MemoryMedia
 from .._core._paths import RunPath
+from .._core._questions import QuestionHook
 from .._core._tools import MakesTool, Tool, ToolSet, ToolSource, split_tools
 from .._durable._store import SQLiteStore, as_store
 from .._engine._engine import check_configuration
 from .._engine._event_loops import refuse_inside_trio, require_trio
+from .._engine._questions import check_questions
 from .._engine._sources import OpenedTools, check_sources, open_tools
 from .._errors import ConfigurationError
 from .._models._base import ModelClient, TurnClient
@@ -115,6 +117,7 @@ class Agent(MakesTool, Generic[OutputT]):
         context_window: int | None = None,
         compact: Callable[[list[dict[str, Any]]], str] | None = None,
         compact_target: float = 0.6,
+        questions: QuestionHook | None = None,
     ) -> None:
         if name is not None and (not isinstance(name, str) or not _NAME.fullmatch(name)):
             raise ConfigurationError(
@@ -203,6 +206,10 @@ class Agent(MakesTool, Generic[OutputT]):
         if on_budget is not None and not callable(on_budget):
             raise ConfigurationError(f"on_budget must be callable, not {on_budget!r}")
         self.on_budget = on_budget
+        # Answers what its MCP servers ask a person (`tl.Question`, docs/mcp.md); a
+        # child run without its own asks its parent's. None: every question declined.
+        check_questions(questions)
+        self.questions = questions
 
     # -- running -----------------------------------------------------------------------------
 
@@ -269,6 +276,7 @@ class Agent(MakesTool, Generic[OutputT]):
             context_window=self.context_window,
             compact=self.compact,
             compact_target=self.compact_target,
+            questions=self.questions,
         )
 
     def _set_compaction(

@@ -326,9 +326,7 @@ def claim_run(
         store.release(connection)
         raise
     try:
-        recorded = {
-            call_id: stored_from_dict(_loads(body, store.path)) for call_id, body in stored
-        }
+        recorded = {call_id: stored_from_dict(_loads(body, store.path)) for call_id, body in stored}
     except (ValueError, TypeError, KeyError, AttributeError) as error:
         store.release(connection)
         raise StoreError(

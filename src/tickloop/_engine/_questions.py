@@ -249,7 +249,9 @@ class QuestionDesk:
                 "this client has no model to answer with (a run of calls without an "
                 "agent: give the server sampling=fn)"
             )
-        self._journal(key, sampling.call_id, SAMPLED_NOTE, {}, request=request, text=text, model=model)
+        self._journal(
+            key, sampling.call_id, SAMPLED_NOTE, {}, request=request, text=text, model=model
+        )
         return text, model
 
     async def _answer_with(self, answer: Callable[[Sampling], Any], sampling: Sampling) -> str:
@@ -283,4 +285,3 @@ class QuestionDesk:
 
 def _same(earlier: Mapping[str, Any], shown: Mapping[str, Any]) -> bool:
     return all(earlier.get(name) == value for name, value in shown.items())
-

@@ -58,8 +58,7 @@ class Asking:
         desk, request = self._whose()
         if desk is None:
             _log.warning(
-                "MCP server %s asked a question while no single run's call was in flight; "
-                "declined",
+                "MCP server %s asked a question while no single run's call was in flight; declined",
                 self.label,
             )
             return mcp_types.ElicitResult(action="decline")
@@ -118,4 +117,3 @@ def _message(message: Any) -> dict[str, Any]:
         text = getattr(block, "text", None)
         parts.append(text if isinstance(text, str) else f"[{getattr(block, 'type', 'content')}]")
     return {"role": message.role, "content": "\n".join(parts)}
-
