@@ -123,7 +123,7 @@ def normalize_verdict(answer: Any) -> Verdict | None:
     says so and declines). The classes themselves count as their instances
     (`return tl.Decline`)."""
     if isinstance(answer, type) and answer in (Decline, Cancel, Defer):
-        return answer()  # type: ignore[no-any-return]
+        return answer()
     if isinstance(answer, Accept | Decline | Cancel | Defer):
         return answer
     return None

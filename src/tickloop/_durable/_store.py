@@ -46,8 +46,8 @@ from .._core._decisions import (
     Replace,
     Respond,
 )
-from .._core._paths import RunPath
-from .._core._questions import Verdict, is_verdict, stored_to_dict
+from .._core._paths import RunPath, untag_kind
+from .._core._questions import Question, Verdict, is_verdict, stored_to_dict
 from .._core._status import CallStatus
 from .._errors import ResumeError, StoreError
 from .._observe._records import CallInfo, RunInfo
@@ -483,6 +483,12 @@ class SQLiteStore:
                     f"call {call_id!r} of run {run_id!r} is not waiting for a decision "
                     f"(it is {row[0]})"
                 )
+            if is_verdict(decision) and self._question_of(connection, run_id, call_id) is None:
+                raise ResumeError(
+                    f"call {call_id!r} of run {run_id!r} waits on no MCP server's question; "
+                    "a verdict (tl.Accept, tl.Decline, tl.Cancel) answers only such a call: "
+                    "give it a decision (tl.Approve(), tl.Deny(reason), ...)"
+                )
             earlier = connection.execute(
                 "SELECT decision FROM decisions WHERE run_id = ? AND call_id = ?",
                 (run_id, call_id),
@@ -497,6 +503,34 @@ class SQLiteStore:
                 "INSERT INTO decisions (run_id, call_id, decision, recorded) VALUES (?, ?, ?, ?)",
                 (run_id, call_id, json.dumps(stored_to_dict(decision)), now),
             )
+
+    def question(self, run_id: str, call_id: str) -> Question | None:
+        """The MCP server's question a paused run's call was parked on (`tl.Defer()`):
+        decide it with a verdict (`tl.Accept(data)`, `tl.Decline()`, `tl.Cancel()`).
+        None when the call waits on no question."""
+        with self.connect() as connection:
+            self._run(connection, run_id)
+            return self._question_of(connection, run_id, call_id)
+
+    def _question_of(
+        self, connection: sqlite3.Connection, run_id: str, call_id: str
+    ) -> Question | None:
+        found: Question | None = None
+        for _, _, kind, body in self._journal(connection, run_id):
+            if untag_kind(kind)[0] != "note" or not isinstance(body, dict):
+                continue
+            if body.get("note") == "question" and body.get("call_id") == call_id:
+                found = None
+                if body.get("deferred"):
+                    schema = body.get("schema")
+                    found = Question(
+                        str(body.get("message", "")),
+                        schema if isinstance(schema, dict) else None,
+                        str(body.get("server", "")),
+                        call_id,
+                        run_id,
+                    )
+        return found
 
     def add_budget(self, run_id: str, budget: Budget) -> None:
         """Give a stopped or paused run more room (PROTOCOL §12), added to what it has

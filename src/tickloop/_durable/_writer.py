@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._core._decisions import Decision
-from .._core._questions import stored_from_dict
 from .._core._paths import SEPARATOR
+from .._core._questions import stored_from_dict
 from .._errors import ResumeError, StoreError
 from ._schema import (
     _INSERT_ENTRIES,

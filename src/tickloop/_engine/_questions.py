@@ -152,14 +152,23 @@ class QuestionDesk:
         shown = {"message": message, "schema": schema, "server": server}
         earlier = self.recorded.get(key) if key is not None else None
         if earlier is not None and _same(earlier, shown):
-            verdict = verdict_from_dict(earlier.get("verdict") or {})
-            if verdict is not None:
-                return verdict
-            if call_id is not None and call_id in self.parked_verdicts:
-                given = self.parked_verdicts.pop(call_id)
+            journaled = verdict_from_dict(earlier.get("verdict") or {})
+            if journaled is not None:
+                return journaled
+        question = Question(message, schema, server, call_id, self.run_id)
+        if earlier is not None and _same(earlier, shown) and call_id in self.parked_verdicts:
+            given = self.parked_verdicts.pop(str(call_id))
+            problem = check_answer(question, given.data) if isinstance(given, Accept) else None
+            if problem is None:
                 self._journal(key, call_id, QUESTION_NOTE, shown, verdict=verdict_to_dict(given))
                 return given  # type: ignore[no-any-return]
-        question = Question(message, schema, server, call_id, self.run_id)
+            _log.warning(
+                "the verdict recorded for call %s does not match its question's schema (%s); "
+                "the question is asked again",
+                call_id,
+                problem,
+            )
+            question = dataclasses.replace(question, problem=problem)
         verdict = await self._ask(question)
         if isinstance(verdict, Defer):
             self._journal(key, call_id, QUESTION_NOTE, shown, deferred=True)

@@ -18,10 +18,10 @@ from .._core._driver import check_schedule
 from .._core._jsonable import run_value_to_json
 from .._core._log import ContextLog
 from .._core._media import MEDIA_KEY, Media, MediaKeeper, media_of
+from .._core._questions import QuestionHook
 from .._core._scheduler import CallRecord
 from .._core._tools import MakesTool, Tool, ToolSource, missing_bindings, split_tools
 from .._errors import ConfigurationError
-from .._core._questions import QuestionHook
 from ._budgeting import BudgetHook
 from ._engine import Engine
 from ._event_loops import refuse_inside_trio, require_trio

@@ -24,8 +24,8 @@ from typing import Any
 
 import trio
 
-from .._core._tools import TOOL_NAME, ApprovalRule, CallContext, RawTool, Tool, ToolSource
 from .._core._questions import Sampling
+from .._core._tools import TOOL_NAME, ApprovalRule, CallContext, RawTool, Tool, ToolSource
 from .._engine._engine import PARKED
 from .._engine._questions import current_desk
 from .._engine._sources import OpenedSource
