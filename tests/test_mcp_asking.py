@@ -259,3 +259,30 @@ def test_a_deferred_question_without_a_store_pauses_the_run() -> None:
     result = agent.run("Ship a cat.")
     assert result.status == "paused"
     assert [call.id for call in result.pending] == ["c1.0"]
+
+
+def test_the_console_asks_each_field_and_checks_the_answer() -> None:
+    import io
+
+    typed = io.StringIO("a\nOslo\n99\na\nOslo\n3\n")
+    shown = io.StringIO()
+    console = tl.ConsoleApproval(input=typed, output=shown)
+    result = tl.run_calls(ship(), tools=[asking()], questions=console)
+    assert shipped(result) == "shipping 3 x book to Oslo"
+    text = shown.getvalue()
+    assert "Where should book go?" in text
+    assert "copies (integer): How many" in text
+    assert "not accepted" in text and "copies" in text
+
+
+def test_the_console_declines_and_an_ended_input_cancels() -> None:
+    import io
+
+    console = tl.ConsoleApproval(input=io.StringIO("d\n"), output=io.StringIO())
+    assert shipped(tl.run_calls(ship(), tools=[asking()], questions=console)) == (
+        "not shipped: decline"
+    )
+    console = tl.ConsoleApproval(input=io.StringIO(""), output=io.StringIO())
+    assert shipped(tl.run_calls(ship(), tools=[asking()], questions=console)) == (
+        "not shipped: cancel"
+    )
