@@ -24,6 +24,10 @@ FIELD = "answer."  # the prefix of a question's fields in a posted form
 _FORMATS = {"email": "email", "uri": "url", "date": "date", "date-time": "datetime-local"}
 
 
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _choices(spec: dict[str, Any]) -> list[tuple[str, str]]:
     """(value, label) of a choice property, or [] when it is not one."""
     if isinstance(spec.get("enum"), list):
@@ -48,7 +52,7 @@ def _field(name: str, spec: dict[str, Any], required: bool) -> str:
     kind = spec.get("type")
     choices = _choices(spec)
     if kind == "array":
-        items = spec.get("items") if isinstance(spec.get("items"), dict) else {}
+        items = _object(spec.get("items"))
         chosen = {str(v) for v in default} if isinstance(default, list) else set()
         options = "".join(
             f'<option value="{escape(value)}"{" selected" if value in chosen else ""}>'
@@ -87,7 +91,7 @@ def question_form(question: Question, hidden: str) -> str:
     """The question's message and a form of its fields, with Accept, Decline and Cancel;
     `hidden` are the form's hidden inputs (token, run, call)."""
     schema = question.schema if isinstance(question.schema, dict) else {}
-    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    properties = _object(schema.get("properties"))
     required = set(schema.get("required") or [])
     fields = "".join(
         _field(str(name), spec if isinstance(spec, dict) else {}, name in required)
@@ -128,7 +132,7 @@ def _typed(name: str, spec: dict[str, Any], given: list[str]) -> Any:
 def answer_from_fields(question: Question, fields: dict[str, list[str]]) -> dict[str, Any]:
     """The typed answer a form's fields hold, checked against the question's schema."""
     schema = question.schema if isinstance(question.schema, dict) else {}
-    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    properties = _object(schema.get("properties"))
     answer: dict[str, Any] = {}
     for name, spec in properties.items():
         spec = spec if isinstance(spec, dict) else {}
