@@ -286,3 +286,45 @@ def test_the_console_declines_and_an_ended_input_cancels() -> None:
     assert shipped(tl.run_calls(ship(), tools=[asking()], questions=console)) == (
         "not shipped: cancel"
     )
+
+
+def test_the_browser_page_shows_a_form_and_takes_the_answer() -> None:
+    import io
+    import threading
+    import time
+
+    import httpx
+
+    with tl.BrowserApproval(output=io.StringIO()) as page:
+        box: dict[str, Any] = {}
+        thread = threading.Thread(
+            target=lambda: box.update(
+                result=tl.run_calls(ship(), tools=[asking()], questions=page)
+            ),
+            daemon=True,
+        )
+        thread.start()
+        deadline = time.monotonic() + 20
+        while not page.snapshot()[1]:
+            assert time.monotonic() < deadline, "the question never reached the page"
+            time.sleep(0.02)
+        [view] = page.snapshot()[1]
+        base, token = page.url.split("/?token=")
+        shown = httpx.get(base + "/", params={"token": token}).text
+        assert "Where should book go?" in shown
+        assert 'type="number" step="1" min="1" max="10" name="answer.copies"' in shown
+        form = {"token": token, "call": view.id, "slot": str(view.slot), "action": "accept"}
+        refused = httpx.post(
+            base + "/decide",
+            data={**form, "answer.city": "Oslo", "answer.copies": "11"},
+            headers={"accept": "application/json"},
+        )
+        assert refused.status_code == 409 and "copies" in refused.json()["error"]
+        answered = httpx.post(
+            base + "/decide",
+            data={**form, "answer.city": "Oslo", "answer.copies": "4"},
+            headers={"accept": "application/json"},
+        )
+        assert answered.status_code == 200, answered.text
+        thread.join(20)
+    assert shipped(box["result"]) == "shipping 4 x book to Oslo"
