@@ -328,3 +328,45 @@ def test_the_browser_page_shows_a_form_and_takes_the_answer() -> None:
         assert answered.status_code == 200, answered.text
         thread.join(20)
     assert shipped(box["result"]) == "shipping 4 x book to Oslo"
+
+
+def test_agui_shows_the_question_and_its_verdict_as_custom_events() -> None:
+    import json
+
+    import httpx
+
+    from tickloop import agui
+
+    agent = tl.Agent(
+        tl.FunctionModel(
+            lambda request: (
+                {"calls": [{"_tool": "ship", "item": "map", "_outputPath": "†state.r"}]}
+                if request["iteration"] == 1
+                else {"output": "done"}
+            )
+        ),
+        tools=[asking()],
+        questions=lambda question: tl.Accept({"city": "Oslo", "copies": 1}),
+    )
+    body = {"threadId": "t", "runId": "r", "messages": [], "forwardedProps": {"input": {}}}
+
+    async def post() -> list[dict[str, Any]]:
+        transport = httpx.ASGITransport(app=agui.app(agent))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            answer = await client.post("/", json=body, timeout=60)
+        return [json.loads(line[6:]) for line in answer.text.splitlines() if line]
+
+    events = trio.run(post)
+    custom = [e for e in events if e["type"] == "CUSTOM" and e["name"].startswith("tickloop.q")]
+    asked, answered = custom
+    assert asked["name"] == "tickloop.question"
+    assert asked["value"]["callId"] == "c1.0"
+    assert asked["value"]["message"] == "Where should map go?"
+    assert asked["value"]["schema"]["required"] == ["city", "copies"]
+    assert answered["name"] == "tickloop.question_answered"
+    assert answered["value"] == {
+        "callId": "c1.0",
+        "server": asked["value"]["server"],
+        "verdict": "accept",
+    }
+    assert "Oslo" not in json.dumps(custom)  # the answer itself is never shown

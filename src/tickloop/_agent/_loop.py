@@ -37,7 +37,7 @@ from .._core._guardrails import (
 from .._core._log import ContextLog
 from .._core._media import MediaKeeper
 from .._core._paths import RunPath
-from .._core._questions import QuestionHook
+from .._core._questions import Question, QuestionHook
 from .._core._scheduler import CallRecord
 from .._core._status import FINAL_STATUSES
 from .._core._tools import ToolSet
@@ -67,6 +67,8 @@ from .._models._base import (
 from .._observe._events import (
     EventSink,
     GuardrailChecked,
+    QuestionAnswered,
+    QuestionAsked,
     Redactor,
     RequestRetried,
     RequestStarted,
@@ -440,9 +442,27 @@ class OuterLoop:
             recorded=durable.answers if durable is not None else None,
             parked_verdicts=durable.question_verdicts if durable is not None else None,
             run_id=self.events.run_id or None,
+            on_question=self._on_question if self.events.listeners else None,
         )
         with answering_with(desk):
             yield
+
+    def _on_question(self, question: Question, verdict: Any) -> None:
+        """A server's question put to the hook (verdict None), then its verdict, as events."""
+        if verdict is None:
+            self._emit(
+                QuestionAsked,
+                call_id=question.call_id,
+                server=question.server,
+                message=question.message,
+                schema=question.schema,
+                sampling=None if question.sampling is None else question.sampling.to_dict(),
+            )
+        else:
+            name = type(verdict).__name__.lower()
+            self._emit(
+                QuestionAnswered, call_id=question.call_id, server=question.server, verdict=name
+            )
 
     def _pending(self) -> list[PendingCall]:
         """The calls a paused run waits on a person for: not those parked for budget

@@ -118,8 +118,12 @@ class QuestionDesk:
         recorded: Mapping[str, Mapping[str, Any]] | None = None,
         parked_verdicts: dict[str, Any] | None = None,
         run_id: str | None = None,
+        on_question: Callable[[Question, Verdict | None], None] | None = None,
     ) -> None:
         self.hook = hook
+        # Told of each question put to the hook (verdict None) and of its verdict: the
+        # run's events (`question.asked`, `question.answered`), for pages and AG-UI.
+        self.on_question = on_question
         self.sampler = sampler
         self.journal = journal
         # Answers journaled by earlier processes of the run, by key (`c1.0#0`).
@@ -179,6 +183,21 @@ class QuestionDesk:
     async def _ask(self, question: Question) -> Verdict:
         if self.hook is None:
             return Decline()  # nobody to ask (API.md: without a hook, declined)
+        self._tell(question, None)
+        verdict = await self._ask_hook(question)
+        self._tell(question, verdict)
+        return verdict
+
+    def _tell(self, question: Question, verdict: Verdict | None) -> None:
+        if self.on_question is None:
+            return
+        try:
+            self.on_question(question, verdict)
+        except Exception:  # a listener's bug never stops the question
+            _log.exception("telling the run's events of a question failed")
+
+    async def _ask_hook(self, question: Question) -> Verdict:
+        assert self.hook is not None  # `_ask` answers without one
         async with self._asking:
             for _ in range(ASKS_PER_QUESTION):
                 try:
