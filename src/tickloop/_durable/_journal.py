@@ -432,8 +432,8 @@ class JournalWriter:
             row = self.rows.get(event.call_id)
             if row is not None and self.path.full(event.call_id) in self.deferred_questions:
                 row.status = CallStatus.DEFERRED  # parked on a question: a person decides
-                self._dirty[event.call_id] = row
-                self._checkpoint = True
+                self.changes.changed(row, False)
+                self.changes.at_checkpoint()
         elif type(event) is Decide:
             self.parked.discard(event.call_id)  # started again
         # One lookup per action instead of a chain of isinstance tests: this runs for
