@@ -370,3 +370,44 @@ def test_agui_shows_the_question_and_its_verdict_as_custom_events() -> None:
         "verdict": "accept",
     }
     assert "Oslo" not in json.dumps(custom)  # the answer itself is never shown
+
+
+def test_a_sub_agents_server_asks_the_roots_hook_and_its_model_samples(tmp_path: Path) -> None:
+    """A child run without a hook of its own asks its root's; the child's own model
+    answers its server's model request, counted in the tree's usage."""
+    questions: list[tl.Question] = []
+    child_sampled: list[Any] = []
+
+    def child_model(request: dict[str, Any]) -> Any:
+        if request["schema"] is None:
+            child_sampled.append(request)
+            return "Felix"
+        if request["iteration"] == 1:
+            return {
+                "calls": [{"_tool": "name_then_ship", "thing": "cat", "_outputPath": "†state.r"}]
+            }
+        return {"output": "child done"}
+
+    def root_model(request: dict[str, Any]) -> Any:
+        if request["iteration"] == 1:
+            return {
+                "calls": [{"_tool": "shipper", "task": "ship a cat", "_outputPath": "†state.c"}]
+            }
+        return {"output": "root done"}
+
+    child = tl.Agent(tl.FunctionModel(child_model), tools=[asking()], name="shipper")
+
+    def answer(question: tl.Question) -> tl.Accept:
+        questions.append(question)
+        return tl.Accept({"city": "Lima", "copies": 5})
+
+    root = tl.Agent(
+        tl.FunctionModel(root_model), tools=[child], questions=answer, store=tmp_path / "r.db"
+    )
+    result = root.run("Go.", run_id="tree")
+    assert result.output == "root done"
+    [question] = questions
+    assert question.call_id == "c1.0/c1.0"  # the child's call, by its full path
+    assert question.message == "Where should Felix go?"
+    assert len(child_sampled) == 1
+    assert result.usage.requests == 5  # two of the root, two of the child, one sampled
