@@ -66,6 +66,7 @@ class Request:
 
     __slots__ = (
         "abandoned",
+        "answered",
         "arguments",
         "call_id",
         "desk",
@@ -108,6 +109,7 @@ class Request:
         self.desk = desk
         self.call_id = call_id
         self.parked = False  # a question on it was deferred: it stops and waits, parked
+        self.answered = trio.Event()  # the server's answer to the call came (or it ended)
 
     def park(self) -> None:
         """A question asked during the call was deferred: the caller stops waiting (and
@@ -388,6 +390,7 @@ class Connection:
         except Exception as error:
             request.fail(error)
         finally:
+            request.answered.set()
             HTTP_ERROR.reset(error_token)
             CALL_HEADERS.reset(token)
 

@@ -46,6 +46,9 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 #: Seconds an MCP call may take unless `timeout=` says otherwise (None: no limit). A
 #: server that never answers (or whose answer was lost) must not hold a run for ever.
 DEFAULT_CALL_TIMEOUT = 300.0
+#: Seconds a call parked by a deferred question waits for the server to end it, before it
+#: is cancelled at the server.
+PARK_GRACE = 2.0
 
 _EXTRA_HINT = "MCP servers need the `mcp` package: pip install 'tickloop[mcp]'"
 
@@ -441,6 +444,11 @@ class MCPTool(RawTool):
             request.abandon()  # a timeout or cancellation: the server is told to stop
             raise
         if request.parked:  # a question was deferred: stop the server's work, wait parked
+            # The server was told the question was cancelled and usually ends the call at
+            # once; a moment for that answer, then the call is cancelled at the server (a
+            # stream cut under an answer on its way makes the client log an error).
+            with trio.move_on_after(PARK_GRACE):
+                await request.answered.wait()
             request.abandon()
             return PARKED
         if request.error is not None:
