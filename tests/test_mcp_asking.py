@@ -411,3 +411,20 @@ def test_a_sub_agents_server_asks_the_roots_hook_and_its_model_samples(tmp_path:
     assert question.message == "Where should Felix go?"
     assert len(child_sampled) == 1
     assert result.usage.requests == 5  # two of the root, two of the child, one sampled
+
+
+def test_a_verdict_is_refused_for_a_call_that_waits_on_no_question(tmp_path: Path) -> None:
+    @tl.tool(requires_approval=True)
+    def pay(cents: int) -> str:
+        return "paid"
+
+    model = tl.ScriptedModel(
+        [{"calls": [{"_tool": "pay", "cents": 5, "_outputPath": "†state.p"}]}, {"output": "ok"}]
+    )
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    agent = tl.Agent(model, tools=[pay], approve=lambda call: tl.Defer(), store=store)
+    assert agent.run("Pay.", run_id="p").status == "paused"
+    assert store.question("p", "c1.0") is None
+    with pytest.raises(tl.ResumeError, match="waits on no MCP server's question"):
+        store.decide("p", "c1.0", tl.Accept({"x": 1}))
+    store.decide("p", "c1.0", tl.Approve())  # a decision still answers it
