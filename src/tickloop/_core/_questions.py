@@ -152,7 +152,7 @@ def check_answer(question: Question, data: Any) -> str | None:
     if not errors:
         return None
     first = errors[0]
-    where = "/".join(str(part) for part in first.absolute_path)
+    where = ".".join(str(part) for part in first.absolute_path)
     return f"{where + ': ' if where else ''}{first.message}"
 
 
