@@ -329,6 +329,7 @@ def test_run_calls_and_execute_signatures() -> None:
         ("budget", K, None),  # PROTOCOL §12
         ("on_budget", K, None),
         ("schedule", K, "critical_path"),
+        ("questions", K, None),  # an MCP server's questions (API.md "MCP servers")
     ]
     assert signature_of(tl.run_calls) == expected
     assert signature_of(tl.execute) == expected

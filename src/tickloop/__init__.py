@@ -48,6 +48,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
         Trip,
     )
     from ._core._media import Audio, Image
+    from ._core._questions import Accept, Cancel, Decline, Question, Sampling
     from ._core._scheduler import CallRecord
     from ._core._tools import Branch, CallContext, Tool, tool
     from ._durable._sessions import Session
@@ -104,6 +105,8 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see: the same names,
         EventStream,
         GuardrailChecked,
         ProgramPrinted,
+        QuestionAnswered,
+        QuestionAsked,
         Redactor,
         RequestFinished,
         RequestRetried,
@@ -133,6 +136,11 @@ _WHERE: dict[str, str] = {
     "Decision": "._core._decisions",
     "Defer": "._core._decisions",
     "Deny": "._core._decisions",
+    "Accept": "._core._questions",
+    "Cancel": "._core._questions",
+    "Decline": "._core._questions",
+    "Question": "._core._questions",
+    "Sampling": "._core._questions",
     "GuardrailContext": "._core._guardrails",
     "InputGuardrail": "._core._guardrails",
     "OutputGuardrail": "._core._guardrails",
@@ -210,6 +218,8 @@ _WHERE: dict[str, str] = {
     "CallReceived": "._observe._events",
     "CallStarted": "._observe._events",
     "EventStream": "._observe._events",
+    "QuestionAnswered": "._observe._events",
+    "QuestionAsked": "._observe._events",
     "ProgramPrinted": "._observe._events",
     "Redactor": "._observe._events",
     "RequestFinished": "._observe._events",
@@ -223,6 +233,7 @@ _WHERE: dict[str, str] = {
 }
 
 __all__ = [
+    "Accept",
     "Agent",
     "Anthropic",
     "Approve",
@@ -241,11 +252,13 @@ __all__ = [
     "CallReceived",
     "CallRecord",
     "CallStarted",
+    "Cancel",
     "CodeError",
     "ConfigurationError",
     "ConsoleApproval",
     "ContextOverflow",
     "Decision",
+    "Decline",
     "Defer",
     "Deny",
     "Edit",
@@ -274,6 +287,9 @@ __all__ = [
     "Plan",
     "Price",
     "ProgramPrinted",
+    "Question",
+    "QuestionAnswered",
+    "QuestionAsked",
     "Redactor",
     "ReferenceSyntaxError",
     "Reject",
@@ -295,6 +311,7 @@ __all__ = [
     "RunStopped",
     "RunUsage",
     "SQLiteStore",
+    "Sampling",
     "ScriptedModel",
     "Session",
     "SessionBusy",

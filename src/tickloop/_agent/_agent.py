@@ -31,11 +31,13 @@ from .._core._guardrails import (
 )
 from .._core._media import MemoryMedia
 from .._core._paths import RunPath
+from .._core._questions import QuestionHook
 from .._core._tools import MakesTool, Tool, ToolSet, ToolSource, split_tools
 from .._durable._sessions import session_of
 from .._durable._store import SQLiteStore, as_store
 from .._engine._engine import check_configuration
 from .._engine._event_loops import refuse_inside_trio, require_trio
+from .._engine._questions import check_questions
 from .._engine._sources import OpenedTools, check_sources, open_tools
 from .._errors import ConfigurationError
 from .._mcp._server import MCPPrompt
@@ -119,6 +121,7 @@ class Agent(MakesTool, Generic[OutputT]):
         compact: Callable[[list[dict[str, Any]]], str] | None = None,
         compact_target: float = 0.6,
         keep_state: bool | None = None,
+        questions: QuestionHook | None = None,
     ) -> None:
         if name is not None and (not isinstance(name, str) or not _NAME.fullmatch(name)):
             raise ConfigurationError(
@@ -209,6 +212,10 @@ class Agent(MakesTool, Generic[OutputT]):
         # the default, true for code plans. A run's own `keep_state=` wins.
         check_session_options(None, None, keep_state, "wait", 0)
         self.keep_state = keep_state
+        # Answers what its MCP servers ask a person (`tl.Question`, docs/mcp.md); a
+        # child run without its own asks its parent's. None: every question declined.
+        check_questions(questions)
+        self.questions = questions
 
     # -- running -----------------------------------------------------------------------------
 
@@ -284,6 +291,7 @@ class Agent(MakesTool, Generic[OutputT]):
             compact=self.compact,
             compact_target=self.compact_target,
             keep_state=self.keep_state,
+            questions=self.questions,
         )
 
     def _set_compaction(

@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol
 
@@ -37,6 +38,7 @@ from .._core._guardrails import (
 from .._core._log import ContextLog
 from .._core._media import MediaKeeper
 from .._core._paths import RunPath
+from .._core._questions import Question, QuestionHook
 from .._core._scheduler import CallRecord
 from .._core._status import FINAL_STATUSES
 from .._core._tools import ToolSet
@@ -44,6 +46,7 @@ from .._durable._resume import DurableRun
 from .._durable._store import SQLiteStore
 from .._engine._engine import Engine, Outcome
 from .._engine._guarding import check
+from .._engine._questions import QuestionDesk, answering_with, current_desk
 from .._engine._run import ExecutionResult
 from .._errors import (
     BudgetExceeded,
@@ -68,6 +71,8 @@ from .._models._base import (
 from .._observe._events import (
     EventSink,
     GuardrailChecked,
+    QuestionAnswered,
+    QuestionAsked,
     Redactor,
     RequestRetried,
     RequestStarted,
@@ -89,6 +94,7 @@ from ._compaction import (
 )
 from ._output import OutputSpec
 from ._retry import StreamBroken, attempts_made
+from ._sampling import ModelSampler
 from ._stubs import printed_of
 from ._tool_search import SEARCH_TOOL, found_tools, menu_of
 from ._tree import ReplayingTree, RunPlace
@@ -258,6 +264,9 @@ class AgentConfig:
     # Sessions (PROTOCOL §16): whether a session run starts from the state its session
     # left (None: the default, true for code plans); a run's own `keep_state=` wins.
     keep_state: bool | None = None
+    # The hook an MCP server's questions go to (`tl.Question`); None: the parent run's,
+    # else declined.
+    questions: QuestionHook | None = None
 
 
 class LoopProtocol(ABC):
@@ -391,21 +400,22 @@ class OuterLoop:
         # The wall_time budget, on the run's clock (§12): running calls end at it.
         clock = WallClock(self.ledger, self.engine)
         try:
-            async with self.engine.session():
-                if self.config.carried_usage is not None:
-                    self.meter.carry(self.config.carried_usage)
-                try:
-                    with clock.scope() as wall:
-                        await self._guard_input()
-                        output = await self._iterate_until_done()
-                    if wall is not None and wall.cancelled_caught:
-                        raise self.meter.out_of_time()
-                except RunStopped as error:
-                    # The run stops on its own (iteration limit, model unreachable), not on
-                    # the caller's cancel: the session still ends normally, so fire-and-forget
-                    # calls finish and their late errors are flushed into the log (§4).
-                    stopped = error
-                clock.spent(self.meter)
+            with self._answering():
+                async with self.engine.session():
+                    if self.config.carried_usage is not None:
+                        self.meter.carry(self.config.carried_usage)
+                    try:
+                        with clock.scope() as wall:
+                            await self._guard_input()
+                            output = await self._iterate_until_done()
+                        if wall is not None and wall.cancelled_caught:
+                            raise self.meter.out_of_time()
+                    except RunStopped as error:
+                        # The run stops on its own (iteration limit, model unreachable), not on
+                        # the caller's cancel: the session still ends normally, so fire-and-forget
+                        # calls finish and their late errors are flushed into the log (§4).
+                        stopped = error
+                    clock.spent(self.meter)
         except GuardrailTripped as tripped:  # stopped at once: calls in flight cancelled
             stopped = tripped
         if stopped is not None:
@@ -425,6 +435,53 @@ class OuterLoop:
         )
         result.keeper = self.config.media
         return result
+
+    @contextmanager
+    def _answering(self) -> Iterator[None]:
+        """The run's question desk in the context of every task it starts: its MCP
+        servers' questions go to its `questions=` hook (a child run's without one, to its
+        parent's), their model requests to its model, metered in its budget. A workflow's
+        calls run in other processes, which answer nothing here."""
+        if self.config.driver is not None:
+            yield
+            return
+        parent = current_desk()
+        hook = self.config.questions if parent is None else parent.inherit(self.config.questions)
+        durable = self.durable
+        place = self.config.place
+        desk = QuestionDesk(
+            hook,
+            sampler=ModelSampler(
+                self.config.model,
+                self.meter,
+                place.path.parts if place is not None else (),
+                self._iterations_done,
+            ),
+            journal=durable,
+            recorded=durable.answers if durable is not None else None,
+            parked_verdicts=durable.question_verdicts if durable is not None else None,
+            run_id=self.events.run_id or None,
+            on_question=self._on_question if self.events.listeners else None,
+        )
+        with answering_with(desk):
+            yield
+
+    def _on_question(self, question: Question, verdict: Any) -> None:
+        """A server's question put to the hook (verdict None), then its verdict, as events."""
+        if verdict is None:
+            self._emit(
+                QuestionAsked,
+                call_id=question.call_id,
+                server=question.server,
+                message=question.message,
+                schema=question.schema,
+                sampling=None if question.sampling is None else question.sampling.to_dict(),
+            )
+        else:
+            name = type(verdict).__name__.lower()
+            self._emit(
+                QuestionAnswered, call_id=question.call_id, server=question.server, verdict=name
+            )
 
     def _pending(self) -> list[PendingCall]:
         """The calls a paused run waits on a person for: not those parked for budget

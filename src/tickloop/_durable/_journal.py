@@ -124,6 +124,15 @@ class JournalWriter:
         self.unresolved: set[int] = set()  # iterations whose output awaits its tick (§8)
         self.decisions: dict[str, Decision] = {}
         self.parked: set[str] = set()  # sub-agent calls parked while their child paused
+        # What MCP servers were answered (questions, model requests), journaled by the
+        # question desk: note bodies by key ("c1.0#0"), read back by a resume's replay.
+        self.answers: dict[str, dict[str, Any]] = {}
+        # Verdicts recorded in the store for calls parked on a deferred question, by call
+        # id: a resume hands each to the desk, which answers that question with it.
+        self.question_verdicts: dict[str, Any] = {}
+        # Calls (full ids) whose server's question was deferred: their park is a deferral
+        # a person decides (their row says `deferred`), not a sub-agent's.
+        self.deferred_questions: set[str] = set()
         self.resumed = False
         self._pending: list[tuple[float, str, str]] = []
         # Events recorded that `_track` has not followed yet (see `record`): (event,
@@ -242,8 +251,14 @@ class JournalWriter:
                 self._add_text(at, "message", text)
 
     def note(self, name: str, **data: Any) -> None:
-        """Something replay does not need but the timeline does (retries, restarts...)."""
+        """Something replay does not need but the timeline does (retries, restarts...),
+        or an answer to an MCP server, which a resume reads back (`QuestionDesk`)."""
+        self._follow_note({"note": name, **data})
         self._add(self.now(), "note", {"note": name, **data})
+
+    def _follow_note(self, body: dict[str, Any]) -> None:
+        if body.get("note") == "question" and body.get("deferred"):
+            self.deferred_questions.add(str(body.get("call_id")))
 
     def _add(self, at: float, kind: str, body: Any) -> None:
         self._add_text(at, kind, dumps_entry(body))
@@ -414,6 +429,11 @@ class JournalWriter:
             if not mark:
                 self.running.pop(event.call_id, None)
             self.parked.add(event.call_id)
+            row = self.rows.get(event.call_id)
+            if row is not None and self.path.full(event.call_id) in self.deferred_questions:
+                row.status = CallStatus.DEFERRED  # parked on a question: a person decides
+                self.changes.changed(row, False)
+                self.changes.at_checkpoint()
         elif type(event) is Decide:
             self.parked.discard(event.call_id)  # started again
         # One lookup per action instead of a chain of isinstance tests: this runs for

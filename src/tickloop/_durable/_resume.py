@@ -35,11 +35,13 @@ from .._core._decisions import (
 )
 from .._core._log import ContextLog
 from .._core._paths import RunPath, untag_kind
+from .._core._questions import is_verdict
 from .._core._scheduler_io import (
     FinishCall,
 )
 from .._core._status import CallStatus
 from .._engine._engine import Engine, utc_now
+from .._engine._questions import QUESTION_NOTE, SAMPLED_NOTE
 from .._errors import ResumeError
 from ._codec import damaged_entry, event_from_dict
 from ._journal import JournalWriter
@@ -156,6 +158,9 @@ class DurableRun(JournalWriter):
                 self.unresolved.discard(body["iteration"])
         elif body.get("note") == "statement":
             self.programs[body["iteration"]] = body["program"]
+        elif body.get("note") in (QUESTION_NOTE, SAMPLED_NOTE) and "key" in body:
+            self.answers[str(body["key"])] = body
+            self._follow_note(body)
         elif body.get("note") == "restart" and body.get("call_id") in self.rows:
             row = self.rows[body["call_id"]]
             if row.started is None or not self._resumes(row.tool or ""):
@@ -196,6 +201,12 @@ class DurableRun(JournalWriter):
         life = engine.budget.life if engine.budget is not None else None
         for pending in scheduler.deferred:
             decision = self.decisions.get(pending.id)
+            if is_verdict(decision):
+                if pending.id not in self.parked:  # not a call a question parked
+                    continue
+                # The answer to the question the call was parked on: it runs again, and
+                # the server's same question is answered with it (`QuestionDesk`).
+                self.question_verdicts[pending.id] = decision
             if life is not None and life.is_parked(pending.id):
                 decision = Approve()  # parked for budget room (§12): it reserves again
             if pending.id in self.parked:

@@ -44,9 +44,9 @@ from .._core._decisions import (
     Edit,
     Replace,
     Respond,
-    decision_to_dict,
 )
-from .._core._paths import RunPath
+from .._core._paths import RunPath, untag_kind
+from .._core._questions import Question, Verdict, is_verdict, stored_to_dict
 from .._core._status import CallStatus
 from .._errors import ResumeError, StoreError
 from .._observe._records import CallInfo, RunInfo
@@ -436,8 +436,12 @@ class SQLiteStore:
 
     # -- decisions ---------------------------------------------------------------------
 
-    def decide(self, run_id: str, call_id: str, decision: Decision | bool) -> None:
+    def decide(self, run_id: str, call_id: str, decision: Decision | Verdict | bool) -> None:
         """Record a decision for a deferred call of a run; the next resume applies it.
+
+        A call parked on an MCP server's question takes a verdict (`tl.Accept(data)`,
+        `tl.Decline()`, `tl.Cancel()`): on resume it runs again, and the server's same
+        question is answered with it, the hook not asked.
 
         Refused with `ResumeError` (nothing recorded) for an unknown or finished run, a
         call that is not waiting for a decision, or a call already decided.
@@ -456,7 +460,7 @@ class SQLiteStore:
             self._insert_decisions(connection, run_id, checked)
 
     def _insert_decisions(
-        self, connection: sqlite3.Connection, run_id: str, decisions: dict[str, Decision]
+        self, connection: sqlite3.Connection, run_id: str, decisions: dict[str, Any]
     ) -> None:
         now = time.time()
         for call_id, decision in decisions.items():
@@ -474,6 +478,12 @@ class SQLiteStore:
                     f"call {call_id!r} of run {run_id!r} is not waiting for a decision "
                     f"(it is {row[0]})"
                 )
+            if is_verdict(decision) and self._question_of(connection, run_id, call_id) is None:
+                raise ResumeError(
+                    f"call {call_id!r} of run {run_id!r} waits on no MCP server's question; "
+                    "a verdict (tl.Accept, tl.Decline, tl.Cancel) answers only such a call: "
+                    "give it a decision (tl.Approve(), tl.Deny(reason), ...)"
+                )
             earlier = connection.execute(
                 "SELECT decision FROM decisions WHERE run_id = ? AND call_id = ?",
                 (run_id, call_id),
@@ -486,8 +496,36 @@ class SQLiteStore:
                 )
             connection.execute(
                 "INSERT INTO decisions (run_id, call_id, decision, recorded) VALUES (?, ?, ?, ?)",
-                (run_id, call_id, json.dumps(decision_to_dict(decision)), now),
+                (run_id, call_id, json.dumps(stored_to_dict(decision)), now),
             )
+
+    def question(self, run_id: str, call_id: str) -> Question | None:
+        """The MCP server's question a paused run's call was parked on (`tl.Defer()`):
+        decide it with a verdict (`tl.Accept(data)`, `tl.Decline()`, `tl.Cancel()`).
+        None when the call waits on no question."""
+        with self.connect() as connection:
+            self._run(connection, run_id)
+            return self._question_of(connection, run_id, call_id)
+
+    def _question_of(
+        self, connection: sqlite3.Connection, run_id: str, call_id: str
+    ) -> Question | None:
+        found: Question | None = None
+        for _, _, kind, body in self._journal(connection, run_id):
+            if untag_kind(kind)[0] != "note" or not isinstance(body, dict):
+                continue
+            if body.get("note") == "question" and body.get("call_id") == call_id:
+                found = None
+                if body.get("deferred"):
+                    schema = body.get("schema")
+                    found = Question(
+                        str(body.get("message", "")),
+                        schema if isinstance(schema, dict) else None,
+                        str(body.get("server", "")),
+                        call_id,
+                        run_id,
+                    )
+        return found
 
     def add_budget(self, run_id: str, budget: Budget) -> None:
         """Give a stopped or paused run more room (PROTOCOL §12), added to what it has
@@ -554,7 +592,7 @@ _MEDIA_TABLE = (
 )
 
 
-def _checked_decision(call_id: str, value: Any) -> Decision:
+def _checked_decision(call_id: str, value: Any) -> Any:
     try:  # one grammar of call ids for the CLI, the inbox and `resume(decisions=)`
         RunPath.parse(call_id)
     except ValueError as error:
@@ -565,10 +603,12 @@ def _checked_decision(call_id: str, value: Any) -> Decision:
         return Deny()
     if isinstance(value, Defer):
         raise ResumeError(f"the decision for {call_id!r} cannot be Defer: it is deferred already")
-    if not isinstance(value, Approve | Deny | Edit | Replace | Respond):
+    # A verdict (tl.Accept, tl.Decline, tl.Cancel) answers the MCP server's question a
+    # parked call waits on; the call runs again on resume and is given it.
+    if not isinstance(value, Approve | Deny | Edit | Replace | Respond) and not is_verdict(value):
         raise ResumeError(f"the decision for {call_id!r} is not a decision: {value!r}")
     try:
-        json.dumps(decision_to_dict(value))
+        json.dumps(stored_to_dict(value))
     except (TypeError, ValueError) as error:
         raise ResumeError(f"the decision for {call_id!r} cannot be stored: {error}") from error
     return value

@@ -12,11 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._core._decisions import (
-    Decision,
-    decision_from_dict,
-)
+from .._core._decisions import Decision
 from .._core._paths import SEPARATOR
+from .._core._questions import stored_from_dict
 from .._errors import ResumeError, StoreError
 from ._schema import (
     _INSERT_ENTRIES,
@@ -338,9 +336,7 @@ def claim_run(
         store.release(connection)
         raise
     try:
-        recorded = {
-            call_id: decision_from_dict(_loads(body, store.path)) for call_id, body in stored
-        }
+        recorded = {call_id: stored_from_dict(_loads(body, store.path)) for call_id, body in stored}
     except (ValueError, TypeError, KeyError, AttributeError) as error:
         store.release(connection)
         raise StoreError(

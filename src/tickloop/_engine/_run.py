@@ -18,12 +18,14 @@ from .._core._driver import check_schedule
 from .._core._jsonable import run_value_to_json
 from .._core._log import ContextLog
 from .._core._media import MEDIA_KEY, Media, MediaKeeper, media_of
+from .._core._questions import QuestionHook
 from .._core._scheduler import CallRecord
 from .._core._tools import MakesTool, Tool, ToolSource, missing_bindings, split_tools
 from .._errors import ConfigurationError
 from ._budgeting import BudgetHook
 from ._engine import Engine
 from ._event_loops import refuse_inside_trio, require_trio
+from ._questions import QuestionDesk, answering_with, check_questions
 from ._sources import check_sources, open_tools
 
 __all__ = ["ExecutionResult", "execute", "run_calls"]
@@ -108,12 +110,15 @@ async def execute(
     budget: Budget | None = None,
     on_budget: BudgetHook | None = None,
     schedule: str = "critical_path",
+    questions: QuestionHook | None = None,
 ) -> ExecutionResult:
     """Run one tick over `calls` inside trio; returns once every call has finished.
 
     Tool sources in `tools` (MCP servers) are opened first and closed after the tick.
     `budget` limits the tool calls that start (PROTOCOL §12); `on_budget` may grant more.
     `schedule`: which held-back call starts first under a limit (PROTOCOL §13).
+    `questions`: answers the `tl.Question`s MCP servers ask during their calls (without
+    it they are declined); a server's model requests need its own `sampling=` here.
     """
     require_trio(
         "tl.execute",
@@ -123,19 +128,21 @@ async def execute(
     calls = _check_calls(calls)
     _check_state(state)
     _check_budget(budget, on_budget)
+    check_questions(questions)
     log = initial_log(input, state)  # a value with no JSON form is refused before connecting
     check_sources(split_tools(tools)[1], approve)
     async with open_tools(tools) as opened:
-        return await _execute(
-            calls,
-            opened.tools,
-            log,
-            approve,
-            max_concurrency,
-            Ledger(budget),
-            on_budget,
-            schedule,
-        )
+        with answering_with(QuestionDesk(questions)):
+            return await _execute(
+                calls,
+                opened.tools,
+                log,
+                approve,
+                max_concurrency,
+                Ledger(budget),
+                on_budget,
+                schedule,
+            )
 
 
 async def _execute(
@@ -221,6 +228,7 @@ def run_calls(
     budget: Budget | None = None,
     on_budget: BudgetHook | None = None,
     schedule: str = "critical_path",
+    questions: QuestionHook | None = None,
 ) -> ExecutionResult:
     """`execute` for synchronous code: starts its own trio run."""
     refuse_inside_trio("tl.run_calls", "await tl.execute(...)")
@@ -236,5 +244,6 @@ def run_calls(
             budget=budget,
             on_budget=on_budget,
             schedule=schedule,
+            questions=questions,
         )
     )

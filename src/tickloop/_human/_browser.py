@@ -23,27 +23,49 @@ from typing import Any, TextIO
 
 import trio
 
-from .._core._decisions import Decision, Deny, PendingCall, decision_to_dict
+from .._core._decisions import Deny, PendingCall, decision_to_dict
+from .._core._questions import Cancel, Question, verdict_to_dict
 from .._core._status import CallStatus
 from .._observe import _events as ev
 from .._observe._events import Redactor
 from ._common import CallView, Refused, decision_from_answer, make_redactor, view_of
 from ._page import CallRow, RunView
+from ._question_form import verdict_from_form
 from ._web import Changes, WebApp, require_web, serve
 
 __all__ = ["BrowserApproval"]
 
 _CLOSED = "denied: the approval page was closed before a person decided"
 _KEPT_RUNS = 50  # the page of a long-lived process shows its most recent runs
-_VERBS = {"approve": "approved", "deny": "denied", "edit": "edited", "respond": "answered"}
+_VERBS = {
+    "approve": "approved",
+    "deny": "denied",
+    "edit": "edited",
+    "respond": "answered",
+    "accept": "answered",
+    "decline": "declined",
+    "cancel": "cancelled",
+}
+
+
+def _question_view(question: Question) -> CallView:
+    """An MCP server's question as the page shows it: under the call it was asked
+    during, its form built from the question's schema."""
+    return CallView(
+        run_id=question.run_id,
+        id=question.call_id or "question",
+        tool=f"question from {question.server}",
+        params=question.sampling.to_dict() if question.sampling is not None else {},
+        question=question,
+    )
 
 
 @dataclass(slots=True)
 class _Waiting:
-    call: PendingCall
+    call: PendingCall | None  # None for an MCP server's question (`view.question`)
     view: CallView
     answered: threading.Event = field(default_factory=threading.Event)
-    decision: Decision | None = None
+    decision: Any = None  # a Decision, or a verdict for a question
 
 
 @dataclass(slots=True)
@@ -152,7 +174,7 @@ class BrowserApproval:
             self._started.set()
             with self._lock:
                 for waiting in self._waiting.values():
-                    waiting.decision = Deny(_CLOSED)
+                    waiting.decision = Deny(_CLOSED) if waiting.call is not None else Cancel()
                     waiting.answered.set()
 
     def _changed(self) -> None:
@@ -182,13 +204,19 @@ class BrowserApproval:
 
     # -- the hook ------------------------------------------------------------------------
 
-    def __call__(self, call: PendingCall) -> Decision:
-        """Wait (in the engine's worker thread) for a person's answer on the page."""
-        view = view_of(call, self._redactor)
+    def __call__(self, call: PendingCall | Question) -> Any:
+        """Wait (in the engine's worker thread) for a person's answer on the page: a
+        decision about a call, or (as a `questions=` hook) a verdict on an MCP server's
+        question, answered in a form built from its schema."""
+        if isinstance(call, Question):
+            return self._wait(None, _question_view(call), closed=Cancel())
+        return self._wait(call, view_of(call, self._redactor), closed=Deny(_CLOSED))
+
+    def _wait(self, call: PendingCall | None, view: CallView, *, closed: Any) -> Any:
         waiting = _Waiting(call, view)
         with self._lock:
             if not self._thread.is_alive():
-                return Deny(_CLOSED)
+                return closed
             if view.run_id is None:
                 view.slot = next(self._slots)
             self._waiting[view.key] = waiting
@@ -200,6 +228,8 @@ class BrowserApproval:
                 del self._waiting[view.key]
         self._changed()
         if not answered or waiting.decision is None:
+            if call is None:
+                return Cancel()  # a question nobody answered in time is dismissed
             return Deny(f"denied: nobody answered within {self._timeout} seconds")
         return waiting.decision
 
@@ -368,15 +398,21 @@ class BrowserApproval:
                         f"{call_id} is already decided ({earlier}); a call is decided once"
                     )
                 raise Refused(f"no call {call_id} is waiting for a decision here")
-            decision = decision_from_answer(
-                waiting.view,
-                action,
-                reason=reason,
-                text=text,
-                real_params=waiting.call.params,
-                redactor=self._redactor,
-            )
-            name = decision_to_dict(decision)["decision"]
+            decision: Any
+            if waiting.call is None:  # an MCP server's question
+                assert waiting.view.question is not None
+                decision = verdict_from_form(waiting.view.question, action, text)
+                name = verdict_to_dict(decision)["decision"]
+            else:
+                decision = decision_from_answer(
+                    waiting.view,
+                    action,
+                    reason=reason,
+                    text=text,
+                    real_params=waiting.call.params,
+                    redactor=self._redactor,
+                )
+                name = decision_to_dict(decision)["decision"]
             self._decided[key] = name
             del self._waiting[key]
             waiting.decision = decision

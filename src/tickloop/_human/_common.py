@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._core._decisions import Approve, Decision, Deny, Edit, PendingCall, Respond
+from .._core._questions import Question
 from .._core._validation import full_validator
 from .._observe._events import DEFAULT_REDACT, REDACTED, Redactor
 
@@ -59,6 +60,9 @@ class CallView:
     # Not a call: a stored run's budget question deferred on this limit (PROTOCOL §12),
     # answered with more room (`_budget.py`).
     budget: str | None = None
+    # A call parked on an MCP server's question (`tl.Defer()`): answered with a verdict
+    # from a form built from the question's schema, not approved or denied.
+    question: Question | None = None
 
     @property
     def key(self) -> str:

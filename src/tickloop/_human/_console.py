@@ -13,9 +13,11 @@ from collections.abc import Iterable
 from typing import Any, TextIO
 
 from .._core._decisions import Decision, Deny, PendingCall
+from .._core._questions import Accept, Cancel, Decline, Question
 from .._observe._events import Redactor
 from .._terminal import shown
 from ._common import Refused, decision_from_answer, describe_links, make_redactor, pretty, view_of
+from ._question_form import answer_from_fields
 
 __all__ = ["ConsoleApproval"]
 
@@ -33,6 +35,7 @@ _CHOICES = {
     "r": "respond",
     "respond": "respond",
 }
+_BOOLEAN = {"y": "true", "yes": "true", "n": "false", "no": "false"}
 _NO_INPUT = "denied: the console's input ended before a decision was typed"
 
 
@@ -49,6 +52,10 @@ class ConsoleApproval:
     again until they match the tool's schema) or `r` (respond: the result as JSON). JSON
     may span lines; an empty line gives up on it. When the input ends (a closed pipe),
     the call is denied: a hook that cannot get an answer fails closed.
+
+    It is a `questions=` hook too: an MCP server's question prints its message and reads
+    `a` (answer: each field of its schema in turn, a list as comma-separated values),
+    `d` (decline) or `c` (cancel); an input that ends cancels.
 
     `input` and `output` default to `sys.stdin` and `sys.stderr` (prompts on stderr keep
     stdout for the script's own output). `redact` takes the patterns of
@@ -67,9 +74,63 @@ class ConsoleApproval:
         self._redactor = make_redactor(redact)
         self._lock = threading.Lock()  # one question on the terminal at a time
 
-    def __call__(self, call: PendingCall) -> Decision:
+    def __call__(self, call: PendingCall | Question) -> Any:
+        """An approval hook and a `questions=` hook at once: a call gets a decision, an
+        MCP server's question a verdict."""
         with self._lock:
+            if isinstance(call, Question):
+                return self._ask_question(call)
             return self._ask(call)
+
+    # -- an MCP server's question ------------------------------------------------------
+
+    def _ask_question(self, question: Question) -> Any:
+        """The message, then each field of its schema in turn (an empty line leaves an
+        optional one out), checked against the schema; or decline or cancel."""
+        self._say(f"\n── question from MCP server {question.server}")
+        self._say(question.message)
+        if question.sampling is not None:
+            for message in question.sampling.messages:
+                self._say(_indent(f"{message['role']}: {message['content']}"))
+        while True:
+            answer = self._read("[a]nswer, [d]ecline, [c]ancel? ")
+            if answer is None:
+                return Cancel()
+            choice = answer.strip().lower()
+            if choice in ("d", "decline", "n", "no"):
+                return Decline()
+            if choice in ("c", "cancel"):
+                return Cancel()
+            if choice not in ("a", "answer", "y", "yes"):
+                self._say("please type a, d or c")
+                continue
+            if question.sampling is not None or question.schema is None:
+                return Accept()
+            fields = self._read_fields(question)
+            if fields is None:
+                return Cancel()
+            try:
+                return Accept(answer_from_fields(question, fields))
+            except Refused as refusal:
+                self._say(f"not accepted: {refusal}")
+
+    def _read_fields(self, question: Question) -> dict[str, list[str]] | None:
+        schema = question.schema or {}
+        required = set(schema.get("required") or [])
+        fields: dict[str, list[str]] = {}
+        for name, spec in (schema.get("properties") or {}).items():
+            spec = spec if isinstance(spec, dict) else {}
+            about = spec.get("description") or spec.get("title") or ""
+            kind = spec.get("type") or "string"
+            need = "" if name in required else ", optional"
+            line = self._read(f"{name} ({kind}{need}){': ' + str(about) if about else ''}: ")
+            if line is None:
+                return None
+            if kind == "array":
+                fields[name] = [part.strip() for part in line.split(",") if part.strip()]
+            elif line.strip() or kind == "boolean":
+                fields[name] = [_BOOLEAN.get(line.strip().lower(), line.strip())]
+        return fields
 
     # -- the conversation --------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from .._terminal import one_line
 from ._budget import BUDGET_PREFIX, budget_views, grant_for, open_budget_questions
 from ._common import CallView, Refused, decision_from_answer
 from ._page import CallRow, RunView
+from ._question_form import verdict_from_form
 from ._web import Changes
 
 __all__ = ["StoreInbox"]
@@ -84,6 +85,7 @@ class StoreInbox:
                     output_schema=None if tool is None else tool.output,
                     known_tool=tool is not None,
                     decided=None if decision is None else str(decision.get("decision")),
+                    question=self.store.question(run_id, call.id),
                 )
             )
         return views
@@ -134,7 +136,13 @@ class StoreInbox:
         )
         self.changes.bump()
         self._resume_if_ready(run_id)
-        verb = {"approve": "approved", "deny": "denied", "edit": "edited"}.get(decision, "answered")
+        verb = {
+            "approve": "approved",
+            "deny": "denied",
+            "edit": "edited",
+            "decline": "declined",
+            "cancel": "cancelled",
+        }.get(decision, "answered")
         then = (
             "; the run resumes once every call it waits on is decided"
             if self.agent is not None
@@ -183,9 +191,13 @@ class StoreInbox:
                 f"{call_id} of run {run_id} is already decided ({view.decided}); "
                 "a call is decided once"
             )
-        decision = decision_from_answer(
-            view, action, reason=reason, text=text, redactor=self._redactor
-        )
+        decision: Any
+        if view.question is not None:  # parked on an MCP server's question: a verdict
+            decision = verdict_from_form(view.question, action, text)
+        else:
+            decision = decision_from_answer(
+                view, action, reason=reason, text=text, redactor=self._redactor
+            )
         try:
             self.store.decide(run_id, call_id, decision)
         except (ResumeError, StoreError) as error:

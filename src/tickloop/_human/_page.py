@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ._common import CallView, pretty
+from ._question_form import question_form
 
 __all__ = ["CallRow", "RunView", "render_index", "render_run"]
 
@@ -103,7 +104,12 @@ def _call_card(view: CallView, token: str) -> str:
         hidden += f'<input type="hidden" name="slot" value="{view.slot}">'
 
     params_text = escape(pretty(view.params))
-    if view.decided is not None:
+    if view.question is not None and view.decided is None:
+        actions = (
+            question_form(view.question, hidden)
+            + '<div class="problem outcome" role="alert"></div>'
+        )
+    elif view.decided is not None:
         actions = (
             f'<p class="decided">decided: <b>{escape(view.decided)}</b>; '
             "the run continues when it is resumed</p>"

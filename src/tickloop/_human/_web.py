@@ -25,6 +25,7 @@ import trio
 from .._errors import ConfigurationError
 from ._common import CallView, Refused
 from ._page import CallRow, RunView, render_index, render_run
+from ._question_form import FIELD
 
 __all__ = ["Backend", "Changes", "WebApp", "require_web", "serve"]
 
@@ -266,6 +267,14 @@ class WebApp:
             action = str(form.get("action") or "")
             reason = str(form.get("reason") or "")
             text = str(form.get("params") or form.get("value") or "")
+            if action == "accept":  # an MCP server's question: its fields, as JSON
+                text = json.dumps(
+                    {
+                        key[len(FIELD) :]: [str(value) for value in form.getlist(key)]
+                        for key in form.keys()  # a multidict: keys once
+                        if key.startswith(FIELD)
+                    }
+                )
             slot = str(form.get("slot") or "")
             try:
                 message = await backend.decide(run_id, call_id, action, reason, text, slot)

@@ -28,6 +28,7 @@ from typing import Any
 import trio
 
 from .._errors import ConfigurationError, describe_error
+from ._asking import Asking
 
 __all__ = ["Connection", "MCPConnectionError", "Request"]
 
@@ -89,13 +90,17 @@ class Request:
 
     __slots__ = (
         "abandoned",
+        "answered",
         "arguments",
+        "call_id",
+        "desk",
         "done",
         "error",
         "headers",
         "idempotent",
         "meta",
         "operation",
+        "parked",
         "replays",
         "result",
         "scope",
@@ -111,6 +116,8 @@ class Request:
         headers: Mapping[str, str] | None = None,
         meta: Mapping[str, Any] | None = None,
         operation: Callable[[Any], Awaitable[Any]] | None = None,
+        desk: Any = None,
+        call_id: str | None = None,
     ) -> None:
         self.tool = tool
         # What to send on the session instead of tools/call (resources/read, prompts/get):
@@ -126,6 +133,19 @@ class Request:
         self.scope: trio.CancelScope | None = None
         self.abandoned = False
         self.replays = 0
+        # The question desk of the run that made the call (None outside a run that
+        # answers) and the call's full id: whom the server's questions during it go to.
+        self.desk = desk
+        self.call_id = call_id
+        self.parked = False  # a question on it was deferred: it stops and waits, parked
+        self.answered = trio.Event()  # the server's answer to the call came (or it ended)
+
+    def park(self) -> None:
+        """A question asked during the call was deferred: the caller stops waiting (and
+        the server is told to stop); the call waits, parked, for a recorded verdict."""
+        if not self.done.is_set():
+            self.parked = True
+            self.done.set()
 
     def succeed(self, result: Any) -> None:
         if not self.done.is_set():
@@ -157,6 +177,8 @@ class Connection:
         transport: Transport,
         connect_timeout: float | None,
         on_listing: Callable[[list[Any], str | None], None],
+        sampling: Callable[..., Any] | None = None,
+        approve_sampling: bool = False,
     ) -> None:
         self.label = label
         self._transport = transport
@@ -173,6 +195,8 @@ class Connection:
         self.broken: str | None = None  # it came up, then could not be restored
         self.pages = 0  # tools/list pages read (the listing follows every cursor)
         self._in_flight: set[Request] = set()  # sent on the wire, not answered yet
+        # The server's questions and model requests, to the desk of the call's run.
+        self._asking = Asking(label, self._in_flight, sampling, approve_sampling)
         self.trio_token = trio.lowlevel.current_trio_token()
 
     # -- the caller's side ------------------------------------------------------------------
@@ -248,7 +272,11 @@ class Connection:
                 CONNECTING.set(connecting)
                 async with self._transport() as (read, write):
                     async with ClientSession(
-                        read, write, message_handler=self._on_message
+                        read,
+                        write,
+                        message_handler=self._on_message,
+                        elicitation_callback=self._asking.elicit,
+                        sampling_callback=self._asking.sample,
                     ) as session:
                         initialized = await session.initialize()
                         # Listed on a new session too: the client checks results against
@@ -395,6 +423,7 @@ class Connection:
         except Exception as error:
             request.fail(error)
         finally:
+            request.answered.set()
             HTTP_ERROR.reset(error_token)
             CALL_HEADERS.reset(token)
 

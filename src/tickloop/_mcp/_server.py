@@ -26,7 +26,10 @@ from typing import Any
 
 import trio
 
+from .._core._questions import Sampling
 from .._core._tools import TOOL_NAME, ApprovalRule, CallContext, RawTool, Tool, ToolSource
+from .._engine._engine import PARKED
+from .._engine._questions import current_desk
 from .._engine._sources import OpenedSource
 from .._errors import ConfigurationError, unwrap_single
 from ._connection import (
@@ -49,6 +52,9 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 #: Seconds an MCP call may take unless `timeout=` says otherwise (None: no limit). A
 #: server that never answers (or whose answer was lost) must not hold a run for ever.
 DEFAULT_CALL_TIMEOUT = 300.0
+#: Seconds a call parked by a deferred question waits for the server to end it, before it
+#: is cancelled at the server.
+PARK_GRACE = 2.0
 
 _EXTRA_HINT = "MCP servers need the `mcp` package: pip install 'tickloop[mcp]'"
 
@@ -85,6 +91,8 @@ class MCPServer(ToolSource):
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         defer_loading: bool = False,
         resources: bool = False,
+        sampling: Callable[[Sampling], Any] | None = None,
+        approve_sampling: bool = False,
     ) -> None:
         _require_mcp()
         self.label = label
@@ -121,6 +129,20 @@ class MCPServer(ToolSource):
             )
         # Two tools more, list_resources and read_resource (`_resources`).
         self.resources = resources
+        if sampling is not None and not callable(sampling):
+            raise ConfigurationError(
+                f"MCP server {label}: sampling must be a function of a tl.Sampling that "
+                f"returns text, not {sampling!r}"
+            )
+        # Answers the server's model requests instead of the run's model (sync or async).
+        self.sampling = sampling
+        if not isinstance(approve_sampling, bool):
+            raise ConfigurationError(
+                f"MCP server {label}: approve_sampling must be True or False, not "
+                f"{approve_sampling!r}"
+            )
+        # Each of the server's model requests goes to the run's questions= hook first.
+        self.approve_sampling = approve_sampling
         self._shared: Connection | None = None
         self._shared_tools: list[Tool] = []
         self._shared_instructions: str | None = None
@@ -340,7 +362,14 @@ class MCPServer(ToolSource):
             listed["tools"] = self._tools_of(tools, connection)
             listed["instructions"] = instructions
 
-        connection = Connection(self.label, self._transport, self.connect_timeout, on_listing)
+        connection = Connection(
+            self.label,
+            self._transport,
+            self.connect_timeout,
+            on_listing,
+            self.sampling,
+            self.approve_sampling,
+        )
         if keep is not None:
             keep["connection"] = connection
         with unwrap_single():
@@ -487,6 +516,8 @@ class MCPTool(RawTool):
             headers=headers or None,
             meta=meta or None,
             operation=operation_for(self.method, params) if resource else None,
+            desk=current_desk(),
+            call_id=context.id,
         )
         if self._connection is None:  # a listing's stand-in (`tool_from_spec`)
             raise MCPConnectionError(f"{self.name!r} of {self.server.label} has no connection")
@@ -496,6 +527,14 @@ class MCPTool(RawTool):
         except BaseException:
             request.abandon()  # a timeout or cancellation: the server is told to stop
             raise
+        if request.parked:  # a question was deferred: stop the server's work, wait parked
+            # The server was told the question was cancelled and usually ends the call at
+            # once; a moment for that answer, then the call is cancelled at the server (a
+            # stream cut under an answer on its way makes the client log an error).
+            with trio.move_on_after(PARK_GRACE):
+                await request.answered.wait()
+            request.abandon()
+            return PARKED
         if request.error is not None:
             raise request.error
         return request.result if resource else convert_result(request.result)

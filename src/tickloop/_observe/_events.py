@@ -42,6 +42,8 @@ __all__ = [
     "DataWritten",
     "EventSink",
     "EventStream",
+    "QuestionAnswered",
+    "QuestionAsked",
     "Redactor",
     "RequestFinished",
     "RequestRetried",
@@ -259,6 +261,29 @@ class GuardrailChecked(RunEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class QuestionAsked(RunEvent):
+    """An MCP server asked a person something during the call (`tl.Question`): its
+    `server`, `message` and the JSON Schema of the answer (`schema`); `sampling` when it
+    asks whether to let a request to the model through (`approve_sampling=True`)."""
+
+    kind: ClassVar[str] = "question.asked"
+    server: str
+    message: str
+    schema: Any = None
+    sampling: Any = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuestionAnswered(RunEvent):
+    """The verdict on a server's question: "accept", "decline", "cancel" or "defer" (the
+    answer itself is never shown: a person may have typed a secret)."""
+
+    kind: ClassVar[str] = "question.answered"
+    server: str
+    verdict: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CallStarted(RunEvent):
     """The handler starts; `restarted` when an idempotent call re-runs after a crash."""
 
@@ -322,6 +347,8 @@ _KINDS: dict[str, type[RunEvent]] = {
     for kind in (
         RunStarted,
         RunEnded,
+        QuestionAsked,
+        QuestionAnswered,
         RequestStarted,
         RequestRetried,
         RequestFinished,

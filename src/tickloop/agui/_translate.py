@@ -57,6 +57,8 @@ from .._observe._events import (
     CallStarted,
     DataWritten,
     GuardrailChecked,
+    QuestionAnswered,
+    QuestionAsked,
     RunEvent,
 )
 
@@ -65,6 +67,8 @@ __all__ = [
     "APPROVAL_REQUESTED",
     "CODE_CALL",
     "GUARDRAIL",
+    "QUESTION",
+    "QUESTION_ANSWERED",
     "Translation",
     "json_patch",
 ]
@@ -72,6 +76,8 @@ __all__ = [
 APPROVAL_REQUESTED = "tickloop.approval_requested"
 APPROVAL_DECIDED = "tickloop.approval_decided"
 GUARDRAIL = "tickloop.guardrail"  # every guardrail verdict (PROTOCOL §15)
+QUESTION = "tickloop.question"  # an MCP server's question put to a person
+QUESTION_ANSWERED = "tickloop.question_answered"  # its verdict (never the answer itself)
 CODE_CALL = "tickloop.code_call"  # a code plan's call: its program line (PROTOCOL §14)
 
 
@@ -149,6 +155,19 @@ class Translation:
         elif isinstance(event, CallDecided):
             value = {"callId": call_id, "decision": event.decision, **event.detail}
             out.append(CustomEvent(name=APPROVAL_DECIDED, value=value, subagent_run_id=subagent))
+        elif isinstance(event, QuestionAsked):
+            value = {
+                "callId": call_id,
+                "server": event.server,
+                "message": event.message,
+                "schema": event.schema,
+            }
+            if event.sampling is not None:
+                value["sampling"] = event.sampling
+            out.append(CustomEvent(name=QUESTION, value=value, subagent_run_id=subagent))
+        elif isinstance(event, QuestionAnswered):
+            value = {"callId": call_id, "server": event.server, "verdict": event.verdict}
+            out.append(CustomEvent(name=QUESTION_ANSWERED, value=value, subagent_run_id=subagent))
         elif isinstance(event, GuardrailChecked):
             value = {
                 "callId": call_id,
