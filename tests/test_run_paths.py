@@ -208,6 +208,8 @@ NOT_A_RUN_PATH = {
     ),
     ("_human/_common.py", 'return f"#{self.slot}/{self.id}"'),
     ("_human/_common.py", "return f\"{self.run_id or ''}/{self.id}\""),
+    # a MIME type's top-level kind ("image/png" -> "image")
+    ("_mcp/_resources.py", 'kind = mime.split("/", 1)[0]'),
 }
 
 
