@@ -118,8 +118,9 @@ def _content(content: Any) -> Any:
         return text
     blob = getattr(content, "blob", None)
     mime = getattr(content, "mime_type", None) or "application/octet-stream"
-    if blob is not None and mime.startswith(("image/", "audio/")):
-        media = Image if mime.startswith("image/") else Audio
+    kind = mime.split("/", 1)[0]
+    if blob is not None and kind in ("image", "audio"):
+        media = Image if kind == "image" else Audio
         try:
             return media(blob, mime)
         except ValueError:  # not base64, or a type the media value does not take
