@@ -590,3 +590,162 @@ def test_a_sigkill_then_resume_asks_no_guardrail_twice(
     assert replayed.state == result.state
     assert replayed.records["c1.1"].status == "denied"
     assert _counts(tmp_path) == before
+
+
+# -- input and output verdicts are journaled like decisions ------------------------------------
+
+GATED_CHILD = r'''
+"""An agent killed while one of its two input guardrails is pending."""
+import os
+import sys
+
+import trio
+
+import tickloop as tl
+
+
+def count(name):
+    fd = os.open(os.path.join(os.environ["GUARD_DIR"], "counts"),
+                 os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, (name + "\n").encode())
+    os.close(fd)
+
+
+@tl.tool(read_only=True)
+async def lookup(q: str) -> str:
+    """Look a thing up."""
+    count(f"lookup:{q}")
+    return q
+
+
+@tl.tool
+async def charge(cents: int) -> str:
+    """Charge a card."""
+    count(f"charge:{cents}")
+    return f"charged {cents}"
+
+
+async def quick(value, ctx):
+    count("quick")
+    return tl.Pass()
+
+
+async def slow(value, ctx):
+    count("slow")
+    if os.environ.get("SLOW") == "forever":
+        await trio.sleep_forever()
+    return tl.Trip("takeover") if os.environ.get("SLOW") == "trip" else tl.Pass()
+
+
+async def on_brand(output, ctx):
+    count("output")
+    return tl.Pass()
+
+
+PLAN = [
+    {"_tool": "lookup", "q": "a", "_outputPath": "†state.a"},
+    {"_tool": "charge", "cents": 100, "_outputPath": "†state.c"},
+]
+
+
+def make_agent(store):
+    model = tl.ScriptedModel([{"calls": PLAN}, {"calls": [], "output": "ok"}])
+    return tl.Agent(model, tools=[lookup, charge], store=store, guardrails=[
+        tl.InputGuardrail(quick), tl.InputGuardrail(slow), tl.OutputGuardrail(on_brand),
+    ])
+
+
+if __name__ == "__main__":
+    make_agent(sys.argv[1]).run({"task": "pay"}, run_id="gated")
+'''
+
+
+def _journaled_verdicts(db: Path, run_id: str) -> list[tuple[str, str]]:
+    return [
+        (body["guardrail"], body["verdict"])
+        for _, _, kind, body in tl.SQLiteStore(db).journal(run_id)
+        if kind == "note" and body.get("note") == "guardrail"
+    ]
+
+
+def _crash_at_the_gate(tmp_path: Path) -> Path:
+    (tmp_path / "gatedchild.py").write_text(GATED_CHILD, encoding="utf-8")
+    db = tmp_path / "runs.db"
+    env = {**os.environ, "GUARD_DIR": str(tmp_path), "SLOW": "forever"}
+    child = subprocess.Popen(
+        [sys.executable, str(tmp_path / "gatedchild.py"), str(db)], env=env, cwd=tmp_path
+    )
+    try:
+        deadline = time.monotonic() + 60
+        statuses: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            if db.exists():
+                try:
+                    statuses = {c.id: c.status for c in tl.SQLiteStore(db).calls("gated")}
+                    verdicts = _journaled_verdicts(db, "gated")
+                except (tl.ResumeError, tl.StoreError, sqlite3.Error):
+                    verdicts = []
+                if statuses == {"c1.0": "done", "c1.1": "queued"} and verdicts:
+                    break
+            assert child.poll() is None, "the child exited early"
+            time.sleep(0.02)
+        else:
+            raise AssertionError(f"the child never got to the gate: {statuses}")
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+    return db
+
+
+def test_a_sigkill_while_an_input_guardrail_is_pending_resumes_with_the_gate_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = _crash_at_the_gate(tmp_path)
+    # The read-only call ran; the charge waits at the gate for `slow`, which never answered.
+    assert _counts(tmp_path) == {"quick": 1, "slow": 1, "lookup:a": 1}
+    assert _journaled_verdicts(db, "gated") == [("quick", "pass")]
+    monkeypatch.setenv("GUARD_DIR", str(tmp_path))
+    monkeypatch.setenv("SLOW", "trip")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import gatedchild  # type: ignore[import-not-found]
+
+    # `quick` answered before the crash and is not asked again; `slow` never answered,
+    # so it is asked now, and the charge still waits for it: it trips, nothing is charged.
+    with pytest.raises(tl.GuardrailTripped) as caught:
+        gatedchild.make_agent(db).resume("gated")
+    assert caught.value.guardrail == "slow"
+    assert _counts(tmp_path) == {"quick": 1, "slow": 2, "lookup:a": 1}
+    assert tl.SQLiteStore(db).run("gated").status == "tripped"
+
+    # A replay reproduces the trip where it was, and asks no guardrail at all.
+    with pytest.raises(tl.GuardrailTripped) as replayed:
+        gatedchild.make_agent(None).replay("gated", store=db)
+    assert replayed.value.guardrail == "slow"
+    assert _counts(tmp_path) == {"quick": 1, "slow": 2, "lookup:a": 1}
+
+
+def test_a_resume_after_the_gate_passed_asks_no_input_or_output_guardrail_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = _crash_at_the_gate(tmp_path)
+    monkeypatch.setenv("GUARD_DIR", str(tmp_path))
+    monkeypatch.setenv("SLOW", "pass")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import gatedchild
+
+    result = gatedchild.make_agent(db).resume("gated")
+    assert result.output == "ok"
+    assert result.state == {"a": "a", "c": "charged 100"}
+    counts = {"quick": 1, "slow": 2, "lookup:a": 1, "charge:100": 1, "output": 1}
+    assert _counts(tmp_path) == counts
+    assert _journaled_verdicts(db, "gated") == [
+        ("quick", "pass"),
+        ("slow", "pass"),
+        ("on_brand", "pass"),
+    ]
+    # Resumed again (a finished run resumes to its result) and replayed: nothing asked.
+    replayed = gatedchild.make_agent(None).replay("gated", store=db)
+    assert replayed.output == "ok"
+    assert _counts(tmp_path) == counts

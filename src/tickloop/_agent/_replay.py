@@ -353,6 +353,16 @@ class Replaying:
 
         return screened
 
+    def verdicts_under(self, path: RunPath) -> tuple[dict[str, Any], ...]:
+        """The recorded input and output verdicts the run at `path` reuses (PROTOCOL §15):
+        a replay every one (it asks no guardrail, and trips where the record did); a fork
+        only the passes of input guardrails, its input being the record's: it asks the
+        one that tripped again, and every output guardrail (docs/decisions.md)."""
+        verdicts = self.recording.run(path).guardrails
+        if not self.fork:
+            return tuple(v for v in verdicts if v.get("kind") in ("input", "output"))
+        return tuple(v for v in verdicts if v.get("kind") == "input" and v["verdict"] == "pass")
+
     def room_under(self, path: RunPath) -> RecordedRoom:
         """The budget decisions the record made for the run at `path` (PROTOCOL §12): a
         reused call the budget refused is refused again, one that started is counted and

@@ -257,6 +257,11 @@ class Scheduler:
         return self._stream_open
 
     @property
+    def gate_closed(self) -> bool:
+        """Calls with effects wait for the input guardrails (PROTOCOL §15)."""
+        return self._screening.gate_closed
+
+    @property
     def deferred(self) -> list[PendingCall]:
         return [self._pending(call) for call in self._deferred.values()]
 

@@ -160,6 +160,8 @@ class DurableRun(JournalWriter):
                 self.unresolved.add(body["iteration"])
             else:
                 self.unresolved.discard(body["iteration"])
+        elif body.get("note") == "guardrail":
+            self.guardrails.append({k: v for k, v in body.items() if k != "note"})
         elif body.get("note") == "statement":
             self.programs[body["iteration"]] = body["program"]
         elif body.get("note") == "restart" and body.get("call_id") in self.rows:

@@ -254,9 +254,9 @@ class Engine(SchedulerDriver):
         """Until `condition()` holds, checked as calls end (fire-and-forget ones too);
         what `LoopDriver.wait_until` is for a workflow."""
         while not condition():
-            self._call_ended = trio.Event()
+            if self._call_ended is None:  # one event for every waiter
+                self._call_ended = trio.Event()
             await self._call_ended.wait()
-        self._call_ended = None
 
     async def wait_tick(self) -> NoteTickEnded:
         assert self._tick_done is not None, "open_tick first"
@@ -294,14 +294,20 @@ class Engine(SchedulerDriver):
         """Ask the review again about a plan whose review a crash left unanswered."""
         self._spawn(self._review, plan)
 
-    def check_input(self, guardrails: tuple[InputGuardrail, ...], value: Any) -> trio.Event:
+    def check_input(
+        self, guardrails: tuple[InputGuardrail, ...], value: Any, *, close: bool = True
+    ) -> trio.Event:
         """Ask the input guardrails about the run's input, concurrently (PROTOCOL §15).
 
-        The gate closes now and opens when every one has passed; the event returned is set
-        when the blocking ones have, which the first request waits for. One that raises
-        trips (fail closed); a trip stops the run.
+        The gate closes now (`close=False`: a resumed run's is closed already) and opens
+        when every one has passed; the event returned is set when the blocking ones have,
+        which the first request waits for. One that raises trips (fail closed); a trip
+        stops the run.
         """
-        self.close_gate()
+        if close:
+            self.close_gate()
+        if not guardrails:
+            self.open_gate()
         blocking_passed = trio.Event()
         left = [len(guardrails), sum(1 for g in guardrails if g.blocking)]
         if not left[1]:
@@ -327,6 +333,39 @@ class Engine(SchedulerDriver):
         for guardrail in guardrails:
             self._spawn(one, guardrail)
         return blocking_passed
+
+    def trip_again(self, name: str, reason: str, after: frozenset[str]) -> None:
+        """A replayed run's recorded input trip (PROTOCOL §15), asking no guardrail: the
+        gate closes now, and the trip stops the run once the calls that had finished
+        before it in the record (`after`) have finished here."""
+        self.close_gate()
+        records = self.scheduler.records
+
+        def caught_up() -> bool:
+            if all(
+                call_id in records and records[call_id].status in FINAL_STATUSES
+                for call_id in after
+            ):
+                return True
+            # A replay that went another way: nothing more will finish before the gate.
+            scheduler = self.scheduler
+            return not scheduler.stream_open and not any(
+                record.status == CallStatus.RUNNING for record in records.values()
+            )
+
+        async def when_caught_up() -> None:
+            while not caught_up():  # looked at again as calls end, and now and then
+                with trio.move_on_after(0.05):  # (a stream closing ends no call)
+                    await self.wait_until(caught_up)
+            self.trip(name, Trip(reason))
+
+        self._spawn(when_caught_up)
+
+    @property
+    def gate_closed(self) -> bool:
+        """Whether calls with effects wait for the input guardrails (a resumed run's
+        journal may have left the gate closed)."""
+        return self.scheduler.gate_closed
 
     def _screens(self, tool: str) -> bool:
         return any(guardrail.applies_to(tool) for guardrail in self._tool_guardrails)
@@ -524,7 +563,8 @@ class Engine(SchedulerDriver):
             self._durations.add(action.tool, finished - record.started)
         self.feed(FinishCall(action.id, value, branch, error, self._date()))
         if self._call_ended is not None:
-            self._call_ended.set()
+            ended, self._call_ended = self._call_ended, None
+            ended.set()
         if self.wall_clock is not None:
             self._people_or_not()  # the last call ended while a question is open
 
