@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -749,3 +750,60 @@ def test_a_resume_after_the_gate_passed_asks_no_input_or_output_guardrail_twice(
     replayed = gatedchild.make_agent(None).replay("gated", store=db)
     assert replayed.output == "ok"
     assert _counts(tmp_path) == counts
+
+
+def test_a_replay_of_a_tripped_run_trips_again_and_a_fork_asks_the_tripped_guardrail_again(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    asked: list[str] = []
+    answer: dict[str, Any] = {"policy": tl.Trip("account takeover")}
+
+    async def fine(value: Any, ctx: tl.GuardrailContext) -> Any:
+        asked.append("fine")
+        return tl.Pass()
+
+    async def policy(value: Any, ctx: tl.GuardrailContext) -> Any:
+        asked.append("policy")
+        await trio.sleep(2)
+        return answer["policy"]
+
+    def agent(model: Any, store: Path | None) -> tl.Agent[Any]:
+        guardrails = [tl.InputGuardrail(fine), tl.InputGuardrail(policy)]
+        return tl.Agent(model, tools=[lookup, charge], store=store, guardrails=guardrails)
+
+    model = tl.ScriptedModel(
+        [{"calls": FIVE}, {"calls": [], "output": "done"}], chunk_chars=40, chunk_delay=0.05
+    )
+    started.clear()
+    with pytest.raises(tl.GuardrailTripped):
+        trio.run(
+            partial(agent(model, db).run_async, {"task": "pay"}, run_id="tripped"),
+            clock=MockClock(autojump_threshold=0),
+        )
+    assert sorted(asked) == ["fine", "policy"]  # asked concurrently
+    assert sorted(started) == ["lookup:a", "lookup:b", "lookup:c"]
+
+    # A replay reproduces the trip after the read-only calls, asking no guardrail.
+    started.clear()
+    with pytest.raises(tl.GuardrailTripped) as replayed:
+        agent(tl.ScriptedModel([]), None).replay("tripped", store=db)
+    assert replayed.value.guardrail == "policy"
+    assert sorted(asked) == ["fine", "policy"]
+    assert started == []
+
+    # A fork (the policy fixed since) reuses the pass of `fine` and asks `policy` again:
+    # it passes now, so the charges the trip held back run, and the run goes on.
+    answer["policy"] = tl.Pass()
+    live = tl.ScriptedModel([{"calls": FIVE}, {"calls": [], "output": "paid"}])  # asked for 2
+    forked = trio.run(
+        partial(
+            agent(tl.ScriptedModel([]), db).fork_async, "tripped", "forked", store=db, model=live
+        ),
+        clock=MockClock(autojump_threshold=0),
+    )
+    assert sorted(asked) == ["fine", "policy", "policy"]
+    assert sorted(started) == ["charge:100", "charge:200"]  # the lookups were reused
+    assert forked.output == "paid"
+    assert forked.state["c2"] == "charged 200"
+    assert tl.SQLiteStore(db).run("forked").status == "done"

@@ -37,7 +37,7 @@ from .._core._log import ContextLog
 from .._core._media import MediaKeeper
 from .._core._paths import RunPath
 from .._core._scheduler import CallRecord
-from .._core._status import FINAL_STATUSES
+from .._core._status import FINAL_STATUSES, CallStatus
 from .._core._tools import ToolSet
 from .._durable._resume import DurableRun
 from .._durable._store import SQLiteStore
@@ -579,9 +579,13 @@ class OuterLoop:
                 note["call_id"] = call_id
             if kind == "output":
                 note["iteration"] = self._iterations_done()
-            if kind == "input" and entry["verdict"] == "trip":
+            if entry["verdict"] == "trip":
                 records = self.engine.records
+                # What a replay waits for before it trips again, and what a fork runs again.
                 note["after"] = sorted(i for i, r in records.items() if r.status in FINAL_STATUSES)
+                note["cancelled"] = sorted(
+                    i for i, r in records.items() if r.status == CallStatus.RUNNING
+                )
             self.durable.guardrail(note)
         self._emit(
             GuardrailChecked,

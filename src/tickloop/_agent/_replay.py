@@ -498,6 +498,11 @@ def stale_calls(
             )
     named = set(rerun_tools)
     roots = set(rerun) | {c.id for c in recording.calls.values() if c.tool in named}
+    # A guardrail's trip cut the calls then running short (PROTOCOL §15): a fork, which
+    # asks the guardrail that tripped again, runs them again (docs/decisions.md).
+    for path, run in recording.runs.items():
+        for verdict in run.guardrails:
+            roots.update(str(path / call_id) for call_id in verdict.get("cancelled") or ())
     return recording.downstream_of(roots | recording.below(roots))
 
 
