@@ -308,6 +308,38 @@ def test_a_tool_guardrail_comes_before_the_approval_hook() -> None:
     assert result.state["b"] == "refunded 5"
 
 
+def test_an_edit_by_the_hook_is_checked_by_the_tool_guardrails_with_the_edited_params() -> None:
+    asked: list[str] = []
+    seen: list[int] = []
+
+    @tl.tool(requires_approval=True)
+    def refund(cents: int) -> str:
+        return f"refunded {cents}"
+
+    def hook(call: tl.PendingCall) -> tl.Decision:
+        asked.append(call.id)
+        return tl.Edit({"cents": call.params["cents"] * 100})  # a slip of the person's
+
+    def policy(call: tl.PendingCall, ctx: tl.GuardrailContext) -> Any:
+        seen.append(call.params["cents"])
+        return tl.Deny("over 1000") if call.params["cents"] > 1000 else tl.Pass()
+
+    plan = [
+        {"_tool": "refund", "cents": 50, "_outputPath": "†state.a"},
+        {"_tool": "refund", "cents": 5, "_outputPath": "†state.b"},
+    ]
+    model = tl.ScriptedModel([{"calls": plan}, {"calls": [], "output": "done"}])
+    agent = tl.Agent(model, tools=[refund], approve=hook, guardrails=[tl.ToolGuardrail(policy)])
+    result = agent.run({"task": "refund"})
+    # Each call: its own parameters, then the edited ones; the hook is asked once each.
+    assert sorted(seen) == [5, 50, 500, 5000]
+    assert sorted(asked) == ["c1.0", "c1.1"]
+    assert result.records["c1.0"].status == "denied"
+    assert result.records["c1.0"].error == {"type": "denied", "message": "policy: over 1000"}
+    assert result.state["b"] == "refunded 500"
+    assert [g["verdict"] for g in result.records["c1.0"].guardrails] == ["pass", "deny"]
+
+
 def test_a_tool_guardrail_on_the_tools_protocol() -> None:
     paid.clear()
     model = tl.ScriptedModel(

@@ -663,6 +663,12 @@ class Scheduler:
             self._settle(call, S.INVALID, hook_fault(call, True, fault))
             return
         call.record.params = copy_json(params)
+        if self._screening.screened(call):
+            # The edited parameters pass the tool guardrails too (PROTOCOL §15: a guardrail
+            # sees what will run); the hook that edited them is not asked again (§6).
+            call.preapproved = True
+            self._past_gate(call)
+            return
         self._enqueue(call)
 
     def _apply_replacement(self, call: Call, replacement: Any) -> None:
