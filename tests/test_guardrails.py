@@ -839,3 +839,52 @@ def test_a_replay_of_a_tripped_run_trips_again_and_a_fork_asks_the_tripped_guard
     assert forked.output == "paid"
     assert forked.state["c2"] == "charged 200"
     assert tl.SQLiteStore(db).run("forked").status == "done"
+
+
+def test_verdicts_show_in_tickloop_trace_and_in_the_timeline(tmp_path: Path) -> None:
+    import contextlib
+    import io
+
+    from tickloop._cli._main import main
+
+    db = tmp_path / "runs.db"
+
+    def calm(value: Any, ctx: tl.GuardrailContext) -> Any:
+        return tl.Pass()
+
+    def no_big_spend(call: tl.PendingCall, ctx: tl.GuardrailContext) -> Any:
+        return tl.Deny("<b>over</b> the limit") if call.params["cents"] > 100 else tl.Pass()
+
+    plan = [
+        {"_tool": "pay", "cents": 5, "_outputPath": "†state.a"},
+        {"_tool": "pay", "cents": 500, "_outputPath": "†state.b"},
+    ]
+    model = tl.ScriptedModel([{"calls": plan}, {"calls": [], "output": "done"}])
+    agent = tl.Agent(
+        model,
+        tools=[pay],
+        store=db,
+        guardrails=[
+            tl.InputGuardrail(calm),
+            tl.ToolGuardrail(no_big_spend),
+            tl.OutputGuardrail(calm),
+        ],
+    )
+    agent.run({"task": "pay"}, run_id="seen")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["trace", "seen", "--store", str(db)]) == 0
+    lines = [line.split() for line in out.getvalue().splitlines()]
+    listed = [line[:4] for line in lines if line and line[0] in ("calm", "no_big_spend")]
+    assert listed[0] == ["calm", "input", "run", "pass"]
+    assert sorted(listed[1:3]) == [  # screened concurrently
+        ["no_big_spend", "tool", "c1.0", "pass"],
+        ["no_big_spend", "tool", "c1.1", "deny"],
+    ]
+    assert listed[3:] == [["calm", "output", "run", "pass"]]
+    assert "<b>over</b> the limit" in out.getvalue()
+
+    page = tl.timeline_html(db, "seen")
+    assert page.count('class="verdict ') == 2 * 4  # a mark and a table row each
+    assert '<g class="verdict deny" data-guardrail="no_big_spend">' in page
+    assert "&lt;b&gt;over&lt;/b&gt; the limit" in page and "<b>over</b>" not in page
