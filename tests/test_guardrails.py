@@ -888,3 +888,39 @@ def test_verdicts_show_in_tickloop_trace_and_in_the_timeline(tmp_path: Path) -> 
     assert page.count('class="verdict ') == 2 * 4  # a mark and a table row each
     assert '<g class="verdict deny" data-guardrail="no_big_spend">' in page
     assert "&lt;b&gt;over&lt;/b&gt; the limit" in page and "<b>over</b>" not in page
+
+
+def test_an_async_guardrail_asks_the_run_s_model_and_the_request_counts_in_its_budget() -> None:
+    prompts: list[str] = []
+
+    def answer(request: dict[str, Any]) -> Any:
+        if request["schema"] is None:  # the guardrail's one-shot request: plain text
+            prompts.append(request["messages"][-1]["content"])
+            return "SAFE"
+        if "summary" in json.dumps(request["messages"]):
+            return {"calls": [], "output": "done"}
+        return {"calls": [{"_tool": "summarize", "text": "hi", "_outputPath": "†state.s"}]}
+
+    async def judged(value: Any, ctx: tl.GuardrailContext) -> Any:
+        verdict = await ctx.ask_model(f"Is this request safe? {value['task']}")
+        return tl.Pass() if verdict.strip() == "SAFE" else tl.Trip(verdict)
+
+    def agent(budget: tl.Budget | None) -> tl.Agent[Any]:
+        return tl.Agent(
+            tl.FunctionModel(answer),
+            tools=[summarize],
+            guardrails=[tl.InputGuardrail(judged, blocking=True)],
+            budget=budget,
+        )
+
+    result = agent(None).run({"task": "sum up"})
+    assert result.output == "done"
+    assert prompts == ["Is this request safe? sum up"]
+    assert result.usage.requests == 3  # the run's two requests and the guardrail's
+    assert result.usage.output_tokens > 0
+
+    # Its request is reserved from the run's budget: with room for two, the run's second
+    # request is the one refused.
+    with pytest.raises(tl.BudgetExceeded):
+        agent(tl.Budget(requests=2)).run({"task": "sum up"})
+    assert len(prompts) == 2

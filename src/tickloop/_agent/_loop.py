@@ -71,6 +71,7 @@ from .._observe._events import (
 )
 from .._observe._trace import RunTracer
 from ._budgeting import RequestMeter, Reservation, WallClock, run_ledger
+from ._latent import stream_answer
 from ._output import OutputSpec
 from ._retry import attempts_made
 from ._stubs import printed_of
@@ -161,6 +162,11 @@ class LoopDriver(Protocol):
 
     async def wait_until(self, condition: Callable[[], bool]) -> None:
         """Until `condition()` holds (checked as the engine's calls end)."""
+
+
+# What a guardrail's one-shot request is called (`SolutionRequest.schema_name`): a client
+# or a test model can tell it from the run's own requests.
+GUARDRAIL_SCHEMA_NAME = "guardrail"
 
 
 @dataclass(frozen=True, eq=False)
@@ -320,6 +326,41 @@ class OuterLoop:
             run_id=self.events.run_id or None,
             schema=config.schema,
         )
+        if isinstance(self.engine, Engine) and hasattr(config.model, "stream_solution"):
+            self.engine.ask_model = self._ask_for_a_guardrail
+
+    async def _ask_for_a_guardrail(self, prompt: str) -> str:
+        """A guardrail's one-shot request to the run's model (PROTOCOL §15): plain text,
+        reserved and counted like any request by a meter of its own (the run's own request
+        may be streaming meanwhile), as a latent tool's is (`_latent`)."""
+        config = self.config
+        request = SolutionRequest(
+            messages=[{"role": "user", "content": prompt}],
+            schema=None,
+            iteration=self._iterations_done() or 1,
+            schema_name=GUARDRAIL_SCHEMA_NAME,
+            metadata={"guardrail": True},
+            path=self._path(),
+        )
+        meter = RequestMeter(
+            self.ledger,
+            self.engine,
+            config.model,
+            config.on_budget,
+            durable=self.durable is not None,
+            run_id=self.events.run_id or None,
+        )
+        reservation = await meter.reserve(request, lambda: request.messages)
+        if reservation is None:
+            raise RuntimeError("budget: the budget hook deferred a guardrail's request")
+        try:
+            text, usage = await stream_answer(config.model, request)
+        except BaseException:
+            meter.settle(reservation, None, "", cut_off=True)
+            raise
+        reported = None if usage is None else checked_usage(usage, config.model)
+        meter.settle(reservation, reported, text, cut_off=False)
+        return text
 
     def _make_engine(
         self, on_action: Callable[[Any], None] | None, durable: DurableRun | None

@@ -14,7 +14,7 @@ import re
 import sys
 import time
 import types
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Protocol
 
@@ -171,6 +171,9 @@ class Engine(SchedulerDriver):
         self._on_verdict = on_verdict
         # The trip that stopped the run (PROTOCOL §15), raised when the session ends.
         self.tripped: GuardrailTripped | None = None
+        # A guardrail's metered one-shot request to the run's model (`GuardrailContext.
+        # ask_model`): the loop's, which owns the model and the budget; None: none.
+        self.ask_model: Callable[[str], Awaitable[str]] | None = None
         # Handed to every call's `CallContext.scope`: what a sub-agent's call needs of
         # the run it belongs to (`_agent._tree.RunPlace`); opaque to the engine.
         self.scope = scope
@@ -610,7 +613,7 @@ class Engine(SchedulerDriver):
         """What a guardrail may read of this run (a copy of its state)."""
         usage = self.budget.usage if self.budget is not None else None
         state = copy_json(self.log.view("state") or {})
-        return GuardrailContext(self.run_id, str(self.path), usage, state)
+        return GuardrailContext(self.run_id, str(self.path), usage, state, self.ask_model)
 
     def _tell_verdict(self, call_id: str | None, name: str, kind: str, verdict: Any) -> None:
         record = self.scheduler.records.get(call_id) if call_id is not None else None
