@@ -35,7 +35,13 @@ __all__ = ["BrowserApproval"]
 
 _CLOSED = "denied: the approval page was closed before a person decided"
 _KEPT_RUNS = 50  # the page of a long-lived process shows its most recent runs
-_VERBS = {"approve": "approved", "deny": "denied", "edit": "edited", "respond": "answered"}
+_VERBS = {
+    "approve": "approved",
+    "approve_all": "approved with the calls that read it",
+    "deny": "denied",
+    "edit": "edited",
+    "respond": "answered",
+}
 
 
 @dataclass(slots=True)
@@ -378,6 +384,8 @@ class BrowserApproval:
             )
             name = decision_to_dict(decision)["decision"]
             self._decided[key] = name
+            if action == "approve_all":
+                name = action  # said as such: the calls that read it were approved too
             del self._waiting[key]
             waiting.decision = decision
             waiting.answered.set()
