@@ -924,3 +924,39 @@ def test_an_async_guardrail_asks_the_run_s_model_and_the_request_counts_in_its_b
     with pytest.raises(tl.BudgetExceeded):
         agent(tl.Budget(requests=2)).run({"task": "sum up"})
     assert len(prompts) == 2
+
+
+@pytest.mark.parametrize("kind", ["tool", "result"])
+def test_a_replay_trips_again_on_the_call_whose_guardrail_tripped(
+    kind: str, tmp_path: Path
+) -> None:
+    db = tmp_path / "runs.db"
+    asked: list[str] = []
+
+    def tool_check(call: tl.PendingCall, ctx: tl.GuardrailContext) -> Any:
+        asked.append(call.id)
+        return tl.Trip("card theft") if call.params["cents"] > 100 else tl.Pass()
+
+    def result_check(call: tl.PendingCall, result: Any, ctx: tl.GuardrailContext) -> Any:
+        asked.append(call.id)
+        return tl.Trip("card theft") if "500" in str(result) else tl.Pass()
+
+    guardrail = tl.ToolGuardrail(tool_check) if kind == "tool" else tl.ResultGuardrail(result_check)
+    plan = [
+        {"_tool": "pay", "cents": 5, "_outputPath": "†state.a"},
+        {"_tool": "pay", "cents": "†state.a", "_outputPath": "†state.x"},
+        {"_tool": "pay", "cents": 500, "_outputPath": "†state.b"},
+    ]
+
+    def agent(store: Path | None) -> tl.Agent[Any]:
+        model = tl.ScriptedModel([{"calls": plan}, {"calls": [], "output": "done"}])
+        return tl.Agent(model, tools=[pay], store=store, guardrails=[guardrail])
+
+    with pytest.raises(tl.GuardrailTripped):
+        agent(db).run({"task": "pay"}, run_id="stopped")
+    before = list(asked)
+    with pytest.raises(tl.GuardrailTripped) as replayed:
+        agent(None).replay("stopped", store=db)
+    name = "tool_check" if kind == "tool" else "result_check"
+    assert (replayed.value.guardrail, replayed.value.reason) == (name, "card theft")
+    assert asked == before  # no guardrail was asked

@@ -328,6 +328,12 @@ class OuterLoop:
         )
         if isinstance(self.engine, Engine) and hasattr(config.model, "stream_solution"):
             self.engine.ask_model = self._ask_for_a_guardrail
+        if isinstance(self.engine, Engine) and config.replay_only:
+            self.engine.replayed_trips = {
+                v["call_id"]: (v["guardrail"], v.get("reason", ""))
+                for v in config.recorded_verdicts or ()
+                if v.get("call_id") is not None and v["verdict"] == "trip"
+            }
 
     async def _ask_for_a_guardrail(self, prompt: str) -> str:
         """A guardrail's one-shot request to the run's model (PROTOCOL §15): plain text,

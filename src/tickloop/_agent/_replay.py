@@ -359,8 +359,12 @@ class Replaying:
         only the passes of input guardrails, its input being the record's: it asks the
         one that tripped again, and every output guardrail (docs/decisions.md)."""
         verdicts = self.recording.run(path).guardrails
-        if not self.fork:
-            return tuple(v for v in verdicts if v.get("kind") in ("input", "output"))
+        if not self.fork:  # and the trips of tool and result guardrails, by call
+            return tuple(
+                v
+                for v in verdicts
+                if v.get("kind") in ("input", "output") or v["verdict"] == "trip"
+            )
         return tuple(v for v in verdicts if v.get("kind") == "input" and v["verdict"] == "pass")
 
     def room_under(self, path: RunPath) -> RecordedRoom:

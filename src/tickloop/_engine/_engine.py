@@ -174,6 +174,9 @@ class Engine(SchedulerDriver):
         # A guardrail's metered one-shot request to the run's model (`GuardrailContext.
         # ask_model`): the loop's, which owns the model and the budget; None: none.
         self.ask_model: Callable[[str], Awaitable[str]] | None = None
+        # A replay's recorded trips of tool and result guardrails, by call id: (guardrail,
+        # reason). The call trips the run again where it did, asking no guardrail.
+        self.replayed_trips: dict[str, tuple[str, str]] = {}
         # Handed to every call's `CallContext.scope`: what a sub-agent's call needs of
         # the run it belongs to (`_agent._tree.RunPlace`); opaque to the engine.
         self.scope = scope
@@ -383,6 +386,9 @@ class Engine(SchedulerDriver):
     async def _screen(self, pending: PendingCall) -> None:
         """A ready call through its tool guardrails, in order (PROTOCOL §15); calls are
         screened concurrently. The verdict is journaled (`Screened`) before it is acted on."""
+        if pending.id in self.replayed_trips:
+            self._trip_again(pending.id)
+            return
         recorded = self._recorded_screens(pending.id) if self._recorded_screens else None
         if recorded is not None:
             self.screened(pending.id, recorded if isinstance(recorded, Deny) else None)
@@ -551,6 +557,9 @@ class Engine(SchedulerDriver):
                 if wall.cancelled_caught:
                     value, branch, error = None, None, dict(WALL_TIME_OUT)
         assert self._clock is not None  # set with the nursery this task runs in
+        if action.id in self.replayed_trips:
+            self._trip_again(action.id)  # its result guardrail tripped here (a replay)
+            return
         if value is PARKED and error is None:  # a sub-agent's child run paused
             self.feed(ParkCall(action.id, self._date()))
             return
@@ -560,6 +569,8 @@ class Engine(SchedulerDriver):
             value, error = await self._screen_result(action, value)
             if self.tripped is not None:
                 return
+        if self._abandoned:
+            return  # ended already (`abandon`), by a trip this task did not wait to see
         record = self.scheduler.records[action.id]
         record.finished = finished = self._clock.current_time()
         if record.started is not None:
@@ -622,6 +633,10 @@ class Engine(SchedulerDriver):
             record.guardrails.append(entry)
         if self._on_verdict is not None:
             self._on_verdict(call_id, name, kind, entry)
+
+    def _trip_again(self, call_id: str) -> None:
+        name, reason = self.replayed_trips[call_id]
+        self.trip(name, Trip(reason))
 
     def trip(self, name: str, verdict: Trip) -> None:
         """Stop the run at once (PROTOCOL §15): calls in flight end `failed`, nothing
