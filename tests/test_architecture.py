@@ -275,3 +275,46 @@ def test_the_seam_check_finds_a_reach(tmp_path: Path) -> None:
         "w.py:1 from _agent._solution import ['_SolutionLoop']",
         "w.py:3 config = agent._config()",
     ]
+
+
+def durable_reads_of_call_fields(root: Path) -> list[str]:
+    """Lines of the durable layer, outside its codec (which spells a call's text), that
+    read a call's own fields: whom a call waited on and which call an entry was are the
+    scheduler's to say (`NoteReady.waits_on`, `NoteSettled.waited_on`, its actions' ids)."""
+    found = []
+    for path in sorted((root / "_durable").glob("*.py")):
+        if path.name == "_codec.py":
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(r"""["'](_outputPath|_id)["']""", line.split("#", 1)[0]):
+                found.append(f"{path.name}:{number} {line.strip()}")
+    return found
+
+
+def test_the_durable_layer_is_told_the_arrows_and_ids_not_reading_calls() -> None:
+    assert durable_reads_of_call_fields(SOURCE) == []
+
+
+def test_the_call_field_check_finds_a_read(tmp_path: Path) -> None:
+    (tmp_path / "_durable").mkdir()
+    (tmp_path / "_durable" / "_rows.py").write_text('path = call.get("_outputPath")\n')
+    assert durable_reads_of_call_fields(tmp_path) == ['_rows.py:1 path = call.get("_outputPath")']
+
+
+ROW_CHANGE_FIELDS = re.compile(
+    r"\.changes\.(dirty|settled|since|checkpoint|rewrite)\s*(\[.*\])?\s*=[^=]"
+)
+
+
+def test_only_the_row_changes_change_their_fields() -> None:
+    """The rows waiting to be written have one owner (`_rows.RowChanges`): the
+    journal and a resume call its methods, and write none of its fields."""
+    found = [
+        f"{path.relative_to(SOURCE)}:{number}"
+        for path in sorted(SOURCE.rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if ROW_CHANGE_FIELDS.search(line)
+    ]
+    assert found == []
+    assert ROW_CHANGE_FIELDS.search("self.changes.dirty = dict(rows)")
+    assert ROW_CHANGE_FIELDS.search("self.changes.dirty[call_id] = row")

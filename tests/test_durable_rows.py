@@ -21,8 +21,8 @@ import trio.testing
 import tickloop as tl
 from tickloop._cli._main import main
 from tickloop._durable._codec import dumps_entry
-from tickloop._durable._journal import ROW_LAG
 from tickloop._durable._resume import DurableRun
+from tickloop._durable._rows import ROW_LAG
 from tickloop._durable._schema import CALL_COLUMNS
 from tickloop._durable._writer import RunWriter
 
@@ -106,12 +106,12 @@ def test_rows_are_exact_at_every_checkpoint_and_never_say_what_the_journal_does_
 
     def checked_commit(self: DurableRun, call_id: str | None = None, *, rows: bool = False) -> None:
         self._follow_recorded()  # the events recorded since, as the commit follows them first
-        checkpoint = rows or self._checkpoint
+        checkpoint = rows or self.changes.checkpoint
         commit(self, call_id, rows=rows)
         if self._pending:
             return  # nothing committed (its entry was, earlier)
         stored, journal = _stored(store, self.writer.run_id), _in_memory(self)
-        waiting = self._dirty.keys() | self._settled.keys()
+        waiting = self.changes.dirty.keys() | self.changes.settled.keys()
         # A row not waiting to be written is exactly the journal's, waiting or not.
         assert {k: v for k, v in stored.items() if k not in waiting} == {
             k: v for k, v in journal.items() if k not in waiting

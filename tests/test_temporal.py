@@ -922,3 +922,62 @@ def test_a_code_plan_on_temporal_ends_as_the_same_local_run(temporal_address: st
         r.id: r.line for r in local.records.values()
     }
     assert all(r.worker for r in result.records.values())
+
+
+# -- images from tools reach the model on Temporal (issue 43) --------------------------------
+
+
+def _image_parts(body: dict[str, Any]) -> list[Any]:
+    return [
+        part
+        for message in body["messages"]
+        if isinstance(message.get("content"), list)
+        for part in message["content"]
+        if part.get("type") == "image_url"
+    ]
+
+
+@pytest.mark.parametrize("protocol", ["solution", "tools"])
+def test_a_tools_image_reaches_the_next_request_on_temporal(
+    temporal_address: str, protocol: str
+) -> None:
+    """The tool runs in a worker's activity, the next request in another: the image's
+    bytes travel with the call's result and with the request that shows them."""
+    import base64
+
+    import httpx
+
+    from test_media import PNG, snapshot
+    from test_models_openai import ok
+    from test_tool_calling import OpenAIChatProvider, Server
+
+    provider = OpenAIChatProvider()
+    if protocol == "tools":
+        server = Server(
+            provider.tool_turn([("call_a", "snapshot", '{"page": "home"}')]),
+            provider.text_turn("Seen."),
+        )
+    else:
+        shot = {"_tool": "snapshot", "page": "home", "_outputPath": "†state.shot"}
+        server = Server(
+            ok([json.dumps({"calls": [shot], "output": None})]),
+            ok([json.dumps({"calls": [], "output": "Seen."})]),
+        )
+    client = httpx.AsyncClient(transport=httpx.MockTransport(server))
+    agent = tl.Agent(
+        provider.model(client), tools=[snapshot], protocol=protocol, name=f"eyes-{protocol}"
+    )
+    queue = _queue()
+
+    async def on_temporal(client: Client) -> tl.RunResult:
+        async with tlt.worker(client, [agent], task_queue=queue):
+            handle = await tlt.start(client, agent, "Look at the home page.", task_queue=queue)
+            return await handle.result()
+
+    result = _run(on_temporal, temporal_address)
+    assert result.output == "Seen."
+    encoded = base64.b64encode(PNG).decode()
+    assert _image_parts(server.bodies[0]) == []
+    assert {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{encoded}"}} in (
+        _image_parts(server.bodies[1])
+    )

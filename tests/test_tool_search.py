@@ -48,7 +48,12 @@ def python_tools(domain: str, *, defer: bool = False) -> list[tl.Tool]:
 def catalog(*, defer: bool) -> list[Any]:
     servers = [
         tl.MCPServer.stdio(
-            sys.executable, [str(HERE / "mcp_catalog_server.py"), domain], defer_loading=defer
+            sys.executable,
+            [str(HERE / "mcp_catalog_server.py"), domain],
+            defer_loading=defer,
+            # Several servers start at once, each importing the `mcp` package: on a
+            # loaded machine that takes longer than the default allows.
+            connect_timeout=120,
         )
         for domain in SERVERS
     ]

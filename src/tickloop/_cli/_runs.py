@@ -21,7 +21,7 @@ from typing import Any, TextIO
 from .._core._budget import LIMIT_NAMES, Budget
 from .._core._decisions import Approve, Deny
 from .._core._suggest import did_you_mean
-from .._durable._journal import ROW_LAG
+from .._durable._rows import ROW_LAG
 from .._durable._store import SQLiteStore
 from .._errors import ConfigurationError, ResumeError, StoreError, TickloopError
 from .._human._budget import open_budget_questions

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -174,6 +174,9 @@ class Scheduler:
         self.max_concurrency = max_concurrency
         self.run_id = run_id  # only shown to the hook (PendingCall.run_id)
         self._written = PathIndex(deferred=True)  # who wrote each path: PendingCall.waits_on
+        # Who said it would write each path (as its call is now: a replacement's paths, not
+        # the ones it replaced), kept for `NoteSettled.waited_on` when arrows are drawn.
+        self._declared: PathIndex | None = PathIndex(deferred=True) if arrows else None
         self.records: dict[str, CallRecord] = {}
         self._calls: dict[str, Call] = {}  # accepted, not ended (then: its record, its seq)
         self._seqs: dict[str, int] = {}  # every call's arrival order
@@ -403,6 +406,9 @@ class Scheduler:
             for term in call.writes:
                 self._plan.add_writer(term, call.id, call.seq)
             self._plan.plan(call.id, call.writes, call.wire.get("_outputPath"))
+            if self._declared is not None:
+                for term in call.writes:
+                    self._declared.add(term, call.id)
         if tool.dependency_tools:
             self._wait_for_earlier_tools(call)
         earlier = self._request_by_tool.get(tool.name)
@@ -700,6 +706,11 @@ class Scheduler:
         call.record.tool = call.tool.name
         for term in call.writes:
             self._plan.add_writer(term, call.id, call.seq)
+        if self._declared is not None:
+            for term in old_writes:
+                self._declared.remove(term, call.id)
+            for term in call.writes:
+                self._declared.add(term, call.id)
         # The replacement keeps the call's place in the plan (PROTOCOL §3): later readers
         # of what it wrote, or now writes, look again at which earlier calls they wait on.
         self._dirty.update(
@@ -785,13 +796,17 @@ class Scheduler:
         """Give a call its final status and wake everything its end can affect."""
         if call.id in self._waiting:
             self._stop_waiting(call)
+        never_ready = call.status == S.WAITING
         move(call, status, self._event)
         call.record.error = error
         if error is not None:
             self._errors.append(error_message(call.wire, error))
         if self.notes:
             output = None if call.writes else call.record.output  # set only when done
-            self._emit(NoteSettled(call.id, status, error, output))
+            waited: Sequence[str] = ()
+            if never_ready and self._declared is not None:
+                waited = waited_on(call, self._declared, self._request_by_tool, self._seq_of)
+            self._emit(NoteSettled(call.id, status, error, output, waited))
         if call.writes:
             if status in ERROR_STATUSES:
                 self._lost_writers.lose(call, status)

@@ -286,6 +286,11 @@ class NoteSettled:
     # The value of a done call that wrote nothing (a code plan's call, a fire-and-forget
     # one), which no `NoteMessage` carries; None otherwise.
     output: Any = None
+    # A call that settles without ever being ready (its writer was denied, failed...):
+    # the calls that said they would write what it reads, and for a tool's `depends_on`
+    # the earlier calls of that tool, in arrival order, from a scheduler made with
+    # `arrows=True` (empty otherwise, and for a call that was ready: `NoteReady.waits_on`).
+    waited_on: Sequence[str] = ()
 
 
 @dataclass(slots=True)

@@ -60,15 +60,8 @@ from ._codec import (
     received_text,
     shared_text,
 )
-from ._rows import Row, UnreadyArrows
+from ._rows import ROW_LAG, Row, RowChanges
 from ._writer import RunWriter
-
-# How long (seconds of trio time) a change to a call's row may wait before it is written
-# when no checkpoint comes first. The journal is the record and is never late; the rows
-# are what `tickloop runs|trace` and the timeline show of a live or crashed run, so they
-# may be this much behind it, and are exact at every checkpoint (JournalWriter.commit).
-ROW_LAG = 0.25
-
 
 # --------------------------------------------------------------------------------------
 # The binding between a running loop and the store
@@ -114,7 +107,6 @@ class JournalWriter:
         self._arrived: tuple[list[int], list[Any]] = ([], [])
         self._numbered = writer.seq  # entries in the journal before this process's first
         self.ready_params: dict[str, Any] = {}  # so a start need not serialise them again
-        self.unready = UnreadyArrows(tools)  # the arrows of a call never ready
         # Followed on replay only, and read right after it (`reopen`, a tools run's
         # recovery): the calls started and not finished; the `_id`s (None for a fault of
         # the iteration itself) of the calls handed to the current tick, what a tools
@@ -141,18 +133,6 @@ class JournalWriter:
         # actions, time, mark, the place in `_pending` of an entry whose text is made
         # when it is followed, or -1 for an entry made when recorded).
         self._recorded: list[tuple[Event, list[Action], float, int, int]] = []
-        # Rows changed since they were last written, one entry per call however often it
-        # changed: most calls arrive, start and end between two row writes.
-        self._dirty: dict[str, Row] = {}
-        # Stored rows whose only change since their last write is settling, which then
-        # rewrites four columns instead of all of them.
-        self._settled: dict[str, Row] = {}
-        # Trio time of the oldest row change not written yet (None: the rows are current
-        # up to the journal's last commit), and whether an entry a reader of rows depends
-        # on is waiting: either makes a commit write the rows.
-        self._dirty_since: float | None = None
-        self._checkpoint = False
-        self._rewrite = False  # a resume's first row write replaces all the run's rows
         self._wakeup: trio.Event | None = None
         self._added = self._committed = 0  # entries recorded / committed by this process
         # Call id -> the entry that must be committed before it acts; `_mark` is the
@@ -162,6 +142,7 @@ class JournalWriter:
         self.wall0 = time.time()
         self.trio0 = trio.current_time()
         self._clock = trio.lowlevel.current_clock()  # read per event: no lookup of the run
+        self.changes = RowChanges(self._clock)  # the rows waiting to be written
 
     def now(self) -> float:
         """The run clock: trio time, placed on the wall clock when this process began.
@@ -291,7 +272,7 @@ class JournalWriter:
         event keeps durability cheap.
 
         The rows changed since their last write go in the same transaction when a reader
-        of rows depends on it (`_checkpoint`: a decision or deferral, a tick's end, a
+        of rows depends on it (`RowChanges.checkpoint`: a decision or deferral, a tick's end, a
         resume), when `rows` is true (the run's end), or when the oldest change is
         `ROW_LAG` old; otherwise they wait, coalesced per call. A crash may so leave the
         rows up to `ROW_LAG` behind the journal; a resume rewrites them from it.
@@ -306,10 +287,8 @@ class JournalWriter:
             self._follow_recorded()  # before the rows are read
             if call_id is not None:
                 self._marks.pop(call_id, None)  # set by following, and committed below
-        since = self._dirty_since
-        due = since is not None and (
-            rows or self._checkpoint or self._clock.current_time() >= since + ROW_LAG
-        )
+        changes = self.changes
+        due = changes.due(rows)
         if not self._pending and not due:
             return
         self._committed = self._added
@@ -320,9 +299,8 @@ class JournalWriter:
         dirty: dict[str, Row] = {}
         settled: dict[str, Row] = {}
         if due:
-            dirty, self._dirty = self._dirty, {}
-            settled, self._settled = self._settled, {}
-        current = since is None or due  # no row change waits after this commit
+            dirty, settled = changes.take()
+        current = changes.since is None or due  # no row change waits after this commit
         run_id = self.writer.run_id
         new = [row.lean_values(run_id) for row in dirty.values() if not row.stored]
         changed = [row.changes(run_id) for row in dirty.values() if row.stored]
@@ -333,20 +311,18 @@ class JournalWriter:
                 changed,
                 [row.settled(run_id) for row in settled.values()],
                 rows_current=current,
-                rewrite=due and self._rewrite,
+                rewrite=due and changes.rewrite,
             )
         except BaseException:
             # Kept, so no later commit can store what followed them without them: the
             # journal stays a prefix of what happened, as after a crash at this moment.
             self._pending = entries + self._pending
-            self._dirty = {**dirty, **self._dirty}
-            self._settled = {**settled, **self._settled}
+            changes.put_back(dirty, settled)
             raise
         for row in dirty.values():
             row.stored = True
         if due:
-            self._dirty_since = None
-            self._checkpoint = self._rewrite = False
+            changes.written()
 
     @asynccontextmanager
     async def flushing(self) -> AsyncIterator[None]:
@@ -370,7 +346,7 @@ class JournalWriter:
             self._wakeup = trio.Event()
             if self._pending:
                 self._wakeup.set()
-            since = self._dirty_since
+            since = self.changes.since
             with trio.move_on_at(math.inf if since is None else since + ROW_LAG):
                 await self._wakeup.wait()
             self.commit()
@@ -425,11 +401,15 @@ class JournalWriter:
             # journaled result is replayed and applied in plan order, never run again.
             if not mark:
                 self.running.pop(event.call_id, None)
-        elif type(event) is ReceiveCall or type(event) is ReportFault:
-            if not mark:  # `handed` is replay's
-                call = event.call
-                handed = call.get("_id") if isinstance(call, dict) else None
-                self.handed.add(handed if isinstance(handed, str) else None)
+        elif type(event) is ReceiveCall:
+            if not mark:  # `handed` is replay's: the call's id, as the scheduler gave it
+                for action in actions:
+                    if isinstance(action, NoteAccepted | NoteSettled):  # before others'
+                        self.handed.add(action.id)
+                        break
+        elif type(event) is ReportFault:
+            if not mark:
+                self.handed.add(None)
         elif isinstance(event, OpenTick):
             self.iteration = event.iteration
             self.plan_due = False
@@ -449,28 +429,18 @@ class JournalWriter:
         # One lookup per action instead of a chain of isinstance tests: this runs for
         # every action of every event, several per call.
         handlers = _HANDLERS
-        dirty, settled = self._dirty, self._settled
+        changed = self.changes.changed
         for action in actions:
             kind = type(action)
             handler = handlers[kind] if kind in handlers else _handler(kind)
             if handler is None:
                 continue
             row = handler(self, action, event, at)
-            if row is None:
-                continue
-            call_id = row.call_id
-            if row.stored and handler is _ON_SETTLED and call_id not in dirty:
-                settled[call_id] = row
-            else:
-                dirty[call_id] = row
-                if settled:
-                    settled.pop(call_id, None)
-        # None exactly while no row change waits (`commit` clears both together).
-        if self._dirty_since is None and (dirty or settled):
-            self._dirty_since = self._clock.current_time()
+            if row is not None:
+                changed(row, handler is _ON_SETTLED)
 
     def _on_tick_ended(self, action: NoteTickEnded, event: Event, at: float) -> None:
-        self._checkpoint = True  # a pause, or what the next request is made from
+        self.changes.at_checkpoint()  # a pause, or what the next request is made from
 
     def _on_ask(self, action: AskApproval, event: Event, at: float) -> Row:
         if self._mark:
@@ -491,12 +461,10 @@ class JournalWriter:
             self._clean[action.id] = (call, self._received_number)
         else:
             row.call = dumps_call(shared)
-        self.unready.accept(action.id, call)
         return row
 
     def _on_settled(self, action: NoteSettled, event: Event, at: float) -> Row:
         row = self.rows.get(action.id)
-        accepted = row is not None
         if row is None:  # failed its arrival checks, so it was never accepted
             call = event.call if isinstance(event, ReceiveCall) else None
             tool = call.get("_tool") if isinstance(call, dict) else None
@@ -504,14 +472,12 @@ class JournalWriter:
             row.call = dumps_call(self.redact.shared(call))
         row.status, row.finished = action.status, at
         row.error = None if action.error is None else dumps_entry(self.redact.shared(action.error))
-        if row.deps is None and action.status in ("invalid", "skipped"):
+        waited = action.waited_on
+        if waited:
             # Settled without ever being ready (its writer was denied, failed...): the
-            # timeline still draws what it waited on.
-            found = self.unready.waited_on(action.id, row, accepted, self.rows)
-            if found and self.path:
-                found = [self.path.full(other) for other in found]
-            if found:
-                row.deps = dumps_entry(found)
+            # timeline still draws what it waited on, as the scheduler says.
+            full = self.path.full
+            row.deps = deps_text([full(other) for other in waited] if self.path else waited)
         if not self._mark:
             self.running.pop(action.id, None)
         self.ready_params.pop(action.id, None)
@@ -534,7 +500,7 @@ class JournalWriter:
         row = self.rows.get(action.id)
         if row is None:
             return None
-        self._checkpoint = True  # `decide` and the inbox read a deferral from its row
+        self.changes.at_checkpoint()  # `decide` and the inbox read a deferral from its row
         row.decided = at
         row.decision = dumps_entry(self.redact.shared(decision_to_dict(action.decision)))
         if self.asking is not None and self.asking.id == action.id:
@@ -545,7 +511,6 @@ class JournalWriter:
             row.status = CallStatus.QUEUED
             if isinstance(action.decision, Replace):
                 wire = action.decision.call
-                self.unready.replace(action.id, wire)
                 shared = self.redact.shared(wire)
                 row.call = dumps_call(shared)
                 if shared is wire:

@@ -105,8 +105,7 @@ class DurableRun(JournalWriter):
     def forget_replay(self) -> None:
         """A replay that failed: rows of a journal prefix must never be written as the
         run's (the run's end commits whatever rows wait), so the stored ones stay."""
-        self._dirty, self._settled = {}, {}
-        self._dirty_since, self._checkpoint = None, False
+        self.changes.forget()
 
     def end_replay(self, loop: DurableLoop) -> None:
         """The journal is replayed: place the calls' times on this process's clock and
@@ -120,14 +119,9 @@ class DurableRun(JournalWriter):
                 if row.finished is not None and call_id not in self.running:
                     record.finished = row.finished - self.wall0 + self.trio0
         # The stored rows may trail the journal (a crash within ROW_LAG of a change):
-        # the resume's first commit replaces them all with the replay's.
-        self._dirty = dict(self.rows)
-        self._settled.clear()
-        self._dirty_since = self._clock.current_time()
-        self._checkpoint = True
-        # A root's rows are rewritten whole (its children's are left to them); a child's
-        # are replaced one by one, every one of them being dirty.
-        self._rewrite = not self.path
+        # the resume's first commit replaces them all with the replay's. A root's rows
+        # are rewritten whole (its children's are left to them); a child's one by one.
+        self.changes.rewrite_all(self.rows, whole=not self.path)
         self.sink.remember(scheduler.records)
         self.resumed = True
 
@@ -186,9 +180,10 @@ class DurableRun(JournalWriter):
             tool = self.tools.get(action.tool)
             if tool is not None and tool.idempotent:
                 self.note("restart", call_id=call_id)
-                row = self._dirty[call_id] = self.rows[call_id]
+                row = self.rows[call_id]
                 if not tool.resumes:  # one that resumes keeps its first start
                     row.started = self.now()
+                self.changes.changed(row, settling=False)
                 self.sink.restarted(action)
                 engine.restart(action)
             else:

@@ -1,4 +1,4 @@
-"""The `calls` rows of a run as kept in memory, and the arrows of calls never ready.
+"""The `calls` rows of a run as kept in memory, and which of them wait to be written.
 
 A row is a view of the journal (see `_journal.JournalWriter.commit`): `Row` holds one
 call's columns and gives them in the orders the store's statements take.
@@ -9,15 +9,9 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from .._core._expressions import (
-    Term,
-    find_references,
-    is_reference,
-    parse_expression,
-)
-from .._core._path_index import PathIndex as _PathIndex
+import trio
+
 from .._core._status import CallStatus
-from .._core._tools import ToolSet
 from ._schema import CALL_COLUMNS, LEAN_COLUMNS
 
 # --------------------------------------------------------------------------------------
@@ -99,95 +93,91 @@ _LEAN = operator.itemgetter(0, *(1 + CALL_COLUMNS.index(name) for name in LEAN_C
 _text = str.__str__
 
 
-class UnreadyArrows:
-    """What a call that settles without ever being ready (its writer was denied, failed...)
-    waited on, which the timeline still draws: the calls that said they would write what
-    it reads (those that wrote it, and those that ended without writing; every write is at
-    a path its call declared, so no index of writes is kept), and, for a tool's
-    `depends_on`, the earlier calls of that tool. A ready call's arrows come from the
-    scheduler (`NoteReady.waits_on`), so the indexes here are built only for such a call,
-    from the calls accepted since the last one."""
+# --------------------------------------------------------------------------------------
+# The rows waiting to be written
 
-    def __init__(self, tools: ToolSet) -> None:
-        self.tools = tools
-        # Every call's wire as accepted (a replacement's, once decided), in event order:
-        # as it was at the event the arrows are drawn at, which the scheduler's records,
-        # followed later (`JournalWriter.record`), may no longer say.
-        self.wires: dict[str, Any] = {}
-        self.declared = _PathIndex()
-        # The calls accepted, in order, and how many `declared` and `by_tool` have filed.
-        self.accepted: list[str] = []
-        self.declared_upto = self.by_tool_upto = 0
-        self.by_tool: dict[tuple[int, str], list[str]] = {}
+# How long (seconds of trio time) a change to a call's row may wait before it is written
+# when no checkpoint comes first. The journal is the record and is never late; the rows
+# are what `tickloop runs|trace` and the timeline show of a live or crashed run, so they
+# may be this much behind it, and are exact at every checkpoint (JournalWriter.commit).
+ROW_LAG = 0.25
 
-    def accept(self, call_id: str, wire: Any) -> None:
-        self.wires[call_id] = wire
-        self.accepted.append(call_id)  # filed only if `_declared` or `_by_tool` is asked
 
-    def replace(self, call_id: str, wire: Any) -> None:
-        self.wires[call_id] = wire  # a reviewer's replacement, from its decision on
+class RowChanges:
+    """The call rows changed since they were last written, and when they are due.
 
-    def _declared(self) -> _PathIndex:
-        """Which call said it would write which path, every call accepted so far (as its
-        wire is now: a replacement's path, not the one it replaced)."""
-        accepted, wires = self.accepted, self.wires
-        for call_id in accepted[self.declared_upto :]:
-            call = wires.get(call_id)
-            path = call.get("_outputPath") if isinstance(call, dict) else None
-            if not isinstance(path, str):
-                continue
-            try:
-                for term in parse_expression(path).terms:
-                    self.declared.add(term, call_id)
-            except ValueError:
-                pass
-        self.declared_upto = len(accepted)
-        return self.declared
+    Owned by one `JournalWriter`; only these methods change the fields below, whether a
+    live run changes a row or a resume makes every row its own (`rewrite_all`).
+    """
 
-    def _by_tool(self, rows: dict[str, Row]) -> dict[tuple[int, str], list[str]]:
-        """The calls accepted so far by (iteration, tool), in arrival order."""
-        accepted = self.accepted
-        for call_id in accepted[self.by_tool_upto :]:
-            row = rows[call_id]
-            if row.tool is not None:
-                self.by_tool.setdefault((row.iteration, row.tool), []).append(call_id)
-        self.by_tool_upto = len(accepted)
-        return self.by_tool
+    __slots__ = ("_clock", "checkpoint", "dirty", "rewrite", "settled", "since")
 
-    def waited_on(self, call_id: str, row: Row, accepted: bool, rows: dict[str, Row]) -> list[str]:
-        """The arrows of `call_id`, settled now without being ready, in arrival order. A
-        call refused on arrival (not `accepted`) waited on nothing."""
-        found: set[str] = set()
-        wire = self.wires.get(call_id) if accepted else None
-        terms: list[Term] = []
-        if isinstance(wire, dict):
-            try:
-                for key, value in wire.items():  # its parameters: the keys without "_"
-                    if key.startswith("_"):
-                        continue
-                    if isinstance(value, str):  # most are flat: no walk of their own
-                        if is_reference(value):
-                            terms.extend(parse_expression(value).terms)
-                    elif isinstance(value, dict | list):
-                        for ref in find_references(value):
-                            terms.extend(ref.expression.terms)
-            except ValueError:
-                terms = []  # a broken reference: the call failed its checks
-        tool = self.tools.get(row.tool) if row.tool is not None else None
-        if tool is not None:
-            terms += [
-                term for expression in tool.dependency_references for term in expression.terms
-            ]
-            by_tool = self._by_tool(rows) if tool.dependency_tools else {}
-            for name in tool.dependency_tools:
-                for earlier in by_tool.get((row.iteration, name), ()):
-                    if rows[earlier].seq < row.seq:
-                        found.add(earlier)
-        if terms:
-            declared = self._declared()
-            for term in terms:
-                found.update(declared.ids_overlapping(term))
-        found.discard(call_id)
-        if len(found) < 2:
-            return list(found)
-        return sorted(found, key=lambda other: rows[other].seq if other in rows else 0)
+    def __init__(self, clock: trio.abc.Clock) -> None:
+        self._clock = clock
+        # Rows changed since they were last written, one entry per call however often it
+        # changed: most calls arrive, start and end between two row writes.
+        self.dirty: dict[str, Row] = {}
+        # Stored rows whose only change since their last write is settling, which then
+        # rewrites four columns instead of all of them. Never a key of `dirty` as well.
+        self.settled: dict[str, Row] = {}
+        # Trio time of the oldest change not written yet: None exactly while `dirty` and
+        # `settled` are empty.
+        self.since: float | None = None
+        # Whether a change a reader of rows depends on waits (a decision or deferral, a
+        # tick's end, a resume): the next commit writes the rows whatever `since` says.
+        self.checkpoint = False
+        self.rewrite = False  # the next row write replaces all the run's rows (a resume's)
+
+    def changed(self, row: Row, settling: bool) -> None:
+        """`row` changed; `settling`: the change is its call's settling."""
+        call_id = row.call_id
+        if settling and row.stored and call_id not in self.dirty:
+            self.settled[call_id] = row
+        else:
+            self.dirty[call_id] = row
+            if self.settled:
+                self.settled.pop(call_id, None)
+        if self.since is None:
+            self.since = self._clock.current_time()
+
+    def at_checkpoint(self) -> None:
+        """A reader of rows depends on what was just recorded: the next commit writes."""
+        self.checkpoint = True
+
+    def due(self, force: bool) -> bool:
+        """Whether the rows go with the next commit: a change waits, and the run ends
+        (`force`), a checkpoint waits, or the oldest change is `ROW_LAG` old."""
+        since = self.since
+        return since is not None and (
+            force or self.checkpoint or self._clock.current_time() >= since + ROW_LAG
+        )
+
+    def take(self) -> tuple[dict[str, Row], dict[str, Row]]:
+        """The changed and the settled rows, for one write; `written` or `put_back` next."""
+        taken = self.dirty, self.settled
+        self.dirty, self.settled = {}, {}
+        return taken
+
+    def put_back(self, dirty: dict[str, Row], settled: dict[str, Row]) -> None:
+        """A write that failed: its rows wait again, under any change made since."""
+        self.dirty = {**dirty, **self.dirty}
+        self.settled = {**settled, **self.settled}
+
+    def written(self) -> None:
+        """The rows taken are stored, and nothing changed since: none is due."""
+        self.since = None
+        self.checkpoint = self.rewrite = False
+
+    def forget(self) -> None:
+        """A replay that failed: its rows, a journal prefix's, must never be written."""
+        self.dirty, self.settled = {}, {}
+        self.since, self.checkpoint = None, False
+
+    def rewrite_all(self, rows: dict[str, Row], *, whole: bool) -> None:
+        """A resume: every row is the replay's, written at the next commit; `whole`
+        replaces all the run's stored rows (a root's), else each row one by one."""
+        self.dirty = dict(rows)
+        self.settled = {}
+        self.since = self._clock.current_time()
+        self.checkpoint = True
+        self.rewrite = whole

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -504,6 +504,19 @@ def _solution_part(part: dict[str, Any], wire: str) -> dict[str, Any]:
     if wire == "openai-responses":
         return dict(_responses_output(ToolResult("", media=(part,)))[1])
     return _chat_media_part(part)
+
+
+def marked_media(value: Any) -> Iterator[str]:
+    """The ids of the media `value` (messages in a wire format) marks, in order."""
+    if isinstance(value, str):
+        if value.startswith(MEDIA_MARK):
+            yield value[len(MEDIA_MARK) :]
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from marked_media(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from marked_media(item)
 
 
 def holds_media_mark(value: Any) -> bool:

@@ -31,6 +31,7 @@ from temporalio.exceptions import ApplicationError
 from .._agent.seam import MAX_BACKOFF, visible_parameters
 from .._code import ProgramStream
 from .._core._decisions import PendingCall, decision_to_dict
+from .._core._media import MediaKeeper, MemoryMedia, media_refs
 from .._core._tools import CallContext
 from .._durable._resume import INTERRUPTED
 from .._engine._asking import ask
@@ -50,6 +51,7 @@ from .._models._base import (
 )
 from ._kept import KEPT, call_key
 from ._mcp_host import HOST
+from ._media import ids_of, media_lookup, media_payload
 
 if TYPE_CHECKING:
     from .._agent.seam import Agent
@@ -264,14 +266,16 @@ def make_activities(
                     path=tuple(data.get("path") or ()),
                 )
 
+                media = MemoryMedia()  # the bytes of what it returns, sent to the workflow
+
                 async def run() -> tuple[Any, str | None, dict[str, Any] | None]:
                     return await run_handler(
-                        tool, data["params"], context, trio.CapacityLimiter(math.inf)
+                        tool, data["params"], context, trio.CapacityLimiter(math.inf), media
                     )
 
                 async def work() -> dict[str, Any]:
                     value, branch, error = await in_thread(run)
-                    return _call_result(value, branch, error, tool.name, identity)
+                    return _call_result(value, branch, error, tool.name, identity, media)
 
                 async with _Heartbeat(_period()):
                     return await _once(tool.idempotent, work)
@@ -342,9 +346,13 @@ def mcp_call_activity(agents: Sequence[Agent], identity: str) -> Callable[..., A
             path=tuple(data.get("path") or ()),
         )
 
+        media = MemoryMedia()  # the bytes of the images and audio it returns
+
         async def work() -> dict[str, Any]:
-            value, branch, error = await HOST.run(HOST.call, server, tool, data["params"], context)
-            return _call_result(value, branch, error, tool, identity)
+            value, branch, error = await HOST.run(
+                HOST.call, server, tool, data["params"], context, media
+            )
+            return _call_result(value, branch, error, tool, identity, media)
 
         async with _Heartbeat(_period()):
             return await _once(bool(data.get("idempotent")), work)
@@ -353,14 +361,28 @@ def mcp_call_activity(agents: Sequence[Agent], identity: str) -> Callable[..., A
 
 
 def _call_result(
-    value: Any, branch: str | None, error: dict[str, Any] | None, tool: str, identity: str
+    value: Any,
+    branch: str | None,
+    error: dict[str, Any] | None,
+    tool: str,
+    identity: str,
+    media: MediaKeeper | None = None,
 ) -> dict[str, Any]:
-    """A tool call's activity result: what the handler returned, unless it cannot travel."""
+    """A tool call's activity result: what the handler returned, unless it cannot travel.
+
+    The bytes of the images and audio it refers to (`$media`) travel with it, as
+    `media_payload` makes them: the workflow keeps them for the requests that show them.
+    """
+    result: dict[str, Any] = {"value": value, "branch": branch, "error": error}
     if error is None:
-        problem = too_big(value, f"the result of {tool!r}")
+        if media is not None:
+            result["media"] = media_payload(ids_of(media_refs(value)), media.get_media)
+        problem = too_big(result, f"the result of {tool!r}")
         if problem is not None:
-            value, branch, error = None, None, {"type": "runtime", "message": problem}
-    return {"value": value, "branch": branch, "error": error, "worker": identity}
+            error = {"type": "runtime", "message": problem}
+            result = {"value": None, "branch": None, "error": error}
+    result["worker"] = identity
+    return result
 
 
 async def _once(idempotent: bool, work: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
@@ -393,6 +415,7 @@ async def _stream_solution(
         schema=None if code else data.get("schema") or agent.schema,  # with its MCP tools
         iteration=data["iteration"],
         schema_name="program" if code else "solution",
+        media=media_lookup(data.get("media")),
     )
     # The text is handed over each time a call's object closes, or a program's statement
     # is complete: the workflow may start its calls now.
@@ -439,6 +462,7 @@ async def _ask_turn(agent: Agent, data: dict[str, Any], identity: str) -> dict[s
             for tool in agent.tools.values()
         ],
         iteration=data["iteration"],
+        media=media_lookup(data.get("media")),
     )
     response: TurnResponse | None = None
     usage = Usage()

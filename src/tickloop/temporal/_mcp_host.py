@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from .._core._media import MediaKeeper
 from .._core._tools import CallContext, Tool
 from .._engine._engine import run_handler
 from .._mcp._server import MCPServer
@@ -176,7 +177,12 @@ class MCPHost:
             kept.closed.set()
 
     async def call(
-        self, server: MCPServer, name: str, params: dict[str, Any], context: CallContext
+        self,
+        server: MCPServer,
+        name: str,
+        params: dict[str, Any],
+        context: CallContext,
+        media: MediaKeeper | None = None,
     ) -> tuple[Any, str | None, dict[str, Any] | None]:
         """Run the call of `server`'s tool `name` as a local run would: (value, branch, error)."""
         try:
@@ -194,7 +200,7 @@ class MCPHost:
                     f"worker (it lists: {', '.join(t.name for t in tools) or 'none'})",
                 },
             )
-        return await run_handler(tool, params, context, trio.CapacityLimiter(math.inf))
+        return await run_handler(tool, params, context, trio.CapacityLimiter(math.inf), media)
 
 
 #: The MCP connections of this process, shared by every worker in it.

@@ -64,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from .._core._driver import SchedulerDriver
     from .._core._log import ContextLog, copy_json
+    from .._core._media import media_refs
     from .._core._paths import RunPath
     from .._core._scheduler_io import Decide, FinishCall, Flush, NoteTickEnded, StartCall
     from .._core._status import CallStatus
@@ -87,6 +88,7 @@ with workflow.unsafe.imports_passed_through():
         TurnResponse,
         TurnToolCall,
         Usage,
+        marked_media,
     )
     from .._observe._events import (
         CallDecided,
@@ -98,6 +100,7 @@ with workflow.unsafe.imports_passed_through():
         RunStarted,
     )
     from ._activities import DELTA_SIGNAL, activity_names, too_big, unknown_routes
+    from ._media import ids_of, keep_payload, media_payload
 
 __all__ = [
     "AGENTS",
@@ -359,6 +362,8 @@ class WorkflowEngine(SchedulerDriver):
             else:
                 value, branch, error = result["value"], result["branch"], result["error"]
                 self.records[action.id].worker = result.get("worker")
+                if result.get("media") and self.host.config.media is not None:
+                    keep_payload(self.host.config.media, result["media"])
         self.records[action.id].finished = workflow.time()
         self.feed(FinishCall(action.id, value, branch, error, self._date()))
 
@@ -403,6 +408,9 @@ class _WorkflowDriver:
         # and they are the run's, fixed once listed.
         if host.sources:
             data["tools"] = [asdict(spec) for spec in request.tools]
+        shown = media_payload(marked_media(request.conversation), request.media)
+        if shown:  # the bytes of the images its turns show, kept by this workflow
+            data["media"] = shown
         problem = too_big(data, f"the request of iteration {request.iteration}")
         if problem is not None:  # the run ends with its log, never a stuck workflow
             raise ExecuteError(problem, self.log.messages)
@@ -860,6 +868,9 @@ async def _solution_request(
         data["path"] = str(key)
     if host.sources and request.schema is not None:  # the worker's agent lacks MCP tools
         data["schema"] = host.config.schema
+    shown = media_payload(ids_of(media_refs(request.messages)), request.media)
+    if shown:  # the bytes of the images its messages show, kept by this workflow
+        data["media"] = shown
     problem = too_big(data, f"the request of iteration {iteration}")
     if problem is not None:  # the run ends with its log, never a stuck workflow
         raise ModelError(problem, status=413)
