@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -307,6 +308,38 @@ def test_a_tool_guardrail_comes_before_the_approval_hook() -> None:
     assert result.state["b"] == "refunded 5"
 
 
+def test_an_edit_by_the_hook_is_checked_by_the_tool_guardrails_with_the_edited_params() -> None:
+    asked: list[str] = []
+    seen: list[int] = []
+
+    @tl.tool(requires_approval=True)
+    def refund(cents: int) -> str:
+        return f"refunded {cents}"
+
+    def hook(call: tl.PendingCall) -> tl.Decision:
+        asked.append(call.id)
+        return tl.Edit({"cents": call.params["cents"] * 100})  # a slip of the person's
+
+    def policy(call: tl.PendingCall, ctx: tl.GuardrailContext) -> Any:
+        seen.append(call.params["cents"])
+        return tl.Deny("over 1000") if call.params["cents"] > 1000 else tl.Pass()
+
+    plan = [
+        {"_tool": "refund", "cents": 50, "_outputPath": "†state.a"},
+        {"_tool": "refund", "cents": 5, "_outputPath": "†state.b"},
+    ]
+    model = tl.ScriptedModel([{"calls": plan}, {"calls": [], "output": "done"}])
+    agent = tl.Agent(model, tools=[refund], approve=hook, guardrails=[tl.ToolGuardrail(policy)])
+    result = agent.run({"task": "refund"})
+    # Each call: its own parameters, then the edited ones; the hook is asked once each.
+    assert sorted(seen) == [5, 50, 500, 5000]
+    assert sorted(asked) == ["c1.0", "c1.1"]
+    assert result.records["c1.0"].status == "denied"
+    assert result.records["c1.0"].error == {"type": "denied", "message": "policy: over 1000"}
+    assert result.state["b"] == "refunded 500"
+    assert [g["verdict"] for g in result.records["c1.0"].guardrails] == ["pass", "deny"]
+
+
 def test_a_tool_guardrail_on_the_tools_protocol() -> None:
     paid.clear()
     model = tl.ScriptedModel(
@@ -590,3 +623,340 @@ def test_a_sigkill_then_resume_asks_no_guardrail_twice(
     assert replayed.state == result.state
     assert replayed.records["c1.1"].status == "denied"
     assert _counts(tmp_path) == before
+
+
+# -- input and output verdicts are journaled like decisions ------------------------------------
+
+GATED_CHILD = r'''
+"""An agent killed while one of its two input guardrails is pending."""
+import os
+import sys
+
+import trio
+
+import tickloop as tl
+
+
+def count(name):
+    fd = os.open(os.path.join(os.environ["GUARD_DIR"], "counts"),
+                 os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, (name + "\n").encode())
+    os.close(fd)
+
+
+@tl.tool(read_only=True)
+async def lookup(q: str) -> str:
+    """Look a thing up."""
+    count(f"lookup:{q}")
+    return q
+
+
+@tl.tool
+async def charge(cents: int) -> str:
+    """Charge a card."""
+    count(f"charge:{cents}")
+    return f"charged {cents}"
+
+
+async def quick(value, ctx):
+    count("quick")
+    return tl.Pass()
+
+
+async def slow(value, ctx):
+    count("slow")
+    if os.environ.get("SLOW") == "forever":
+        await trio.sleep_forever()
+    return tl.Trip("takeover") if os.environ.get("SLOW") == "trip" else tl.Pass()
+
+
+async def on_brand(output, ctx):
+    count("output")
+    return tl.Pass()
+
+
+PLAN = [
+    {"_tool": "lookup", "q": "a", "_outputPath": "†state.a"},
+    {"_tool": "charge", "cents": 100, "_outputPath": "†state.c"},
+]
+
+
+def make_agent(store):
+    model = tl.ScriptedModel([{"calls": PLAN}, {"calls": [], "output": "ok"}])
+    return tl.Agent(model, tools=[lookup, charge], store=store, guardrails=[
+        tl.InputGuardrail(quick), tl.InputGuardrail(slow), tl.OutputGuardrail(on_brand),
+    ])
+
+
+if __name__ == "__main__":
+    make_agent(sys.argv[1]).run({"task": "pay"}, run_id="gated")
+'''
+
+
+def _journaled_verdicts(db: Path, run_id: str) -> list[tuple[str, str]]:
+    return [
+        (body["guardrail"], body["verdict"])
+        for _, _, kind, body in tl.SQLiteStore(db).journal(run_id)
+        if kind == "note" and body.get("note") == "guardrail"
+    ]
+
+
+def _crash_at_the_gate(tmp_path: Path) -> Path:
+    (tmp_path / "gatedchild.py").write_text(GATED_CHILD, encoding="utf-8")
+    db = tmp_path / "runs.db"
+    env = {**os.environ, "GUARD_DIR": str(tmp_path), "SLOW": "forever"}
+    child = subprocess.Popen(
+        [sys.executable, str(tmp_path / "gatedchild.py"), str(db)], env=env, cwd=tmp_path
+    )
+    try:
+        deadline = time.monotonic() + 60
+        statuses: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            if db.exists():
+                try:
+                    statuses = {c.id: c.status for c in tl.SQLiteStore(db).calls("gated")}
+                    verdicts = _journaled_verdicts(db, "gated")
+                except (tl.ResumeError, tl.StoreError, sqlite3.Error):
+                    verdicts = []
+                if statuses == {"c1.0": "done", "c1.1": "queued"} and verdicts:
+                    break
+            assert child.poll() is None, "the child exited early"
+            time.sleep(0.02)
+        else:
+            raise AssertionError(f"the child never got to the gate: {statuses}")
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+    return db
+
+
+def test_a_sigkill_while_an_input_guardrail_is_pending_resumes_with_the_gate_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = _crash_at_the_gate(tmp_path)
+    # The read-only call ran; the charge waits at the gate for `slow`, which never answered.
+    assert _counts(tmp_path) == {"quick": 1, "slow": 1, "lookup:a": 1}
+    assert _journaled_verdicts(db, "gated") == [("quick", "pass")]
+    monkeypatch.setenv("GUARD_DIR", str(tmp_path))
+    monkeypatch.setenv("SLOW", "trip")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import gatedchild  # type: ignore[import-not-found]
+
+    # `quick` answered before the crash and is not asked again; `slow` never answered,
+    # so it is asked now, and the charge still waits for it: it trips, nothing is charged.
+    with pytest.raises(tl.GuardrailTripped) as caught:
+        gatedchild.make_agent(db).resume("gated")
+    assert caught.value.guardrail == "slow"
+    assert _counts(tmp_path) == {"quick": 1, "slow": 2, "lookup:a": 1}
+    assert tl.SQLiteStore(db).run("gated").status == "tripped"
+
+    # A replay reproduces the trip where it was, and asks no guardrail at all.
+    with pytest.raises(tl.GuardrailTripped) as replayed:
+        gatedchild.make_agent(None).replay("gated", store=db)
+    assert replayed.value.guardrail == "slow"
+    assert _counts(tmp_path) == {"quick": 1, "slow": 2, "lookup:a": 1}
+
+
+def test_a_resume_after_the_gate_passed_asks_no_input_or_output_guardrail_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = _crash_at_the_gate(tmp_path)
+    monkeypatch.setenv("GUARD_DIR", str(tmp_path))
+    monkeypatch.setenv("SLOW", "pass")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import gatedchild
+
+    result = gatedchild.make_agent(db).resume("gated")
+    assert result.output == "ok"
+    assert result.state == {"a": "a", "c": "charged 100"}
+    counts = {"quick": 1, "slow": 2, "lookup:a": 1, "charge:100": 1, "output": 1}
+    assert _counts(tmp_path) == counts
+    assert _journaled_verdicts(db, "gated") == [
+        ("quick", "pass"),
+        ("slow", "pass"),
+        ("on_brand", "pass"),
+    ]
+    # Resumed again (a finished run resumes to its result) and replayed: nothing asked.
+    replayed = gatedchild.make_agent(None).replay("gated", store=db)
+    assert replayed.output == "ok"
+    assert _counts(tmp_path) == counts
+
+
+def test_a_replay_of_a_tripped_run_trips_again_and_a_fork_asks_the_tripped_guardrail_again(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    asked: list[str] = []
+    answer: dict[str, Any] = {"policy": tl.Trip("account takeover")}
+
+    async def fine(value: Any, ctx: tl.GuardrailContext) -> Any:
+        asked.append("fine")
+        return tl.Pass()
+
+    async def policy(value: Any, ctx: tl.GuardrailContext) -> Any:
+        asked.append("policy")
+        await trio.sleep(2)
+        return answer["policy"]
+
+    def agent(model: Any, store: Path | None) -> tl.Agent[Any]:
+        guardrails = [tl.InputGuardrail(fine), tl.InputGuardrail(policy)]
+        return tl.Agent(model, tools=[lookup, charge], store=store, guardrails=guardrails)
+
+    model = tl.ScriptedModel(
+        [{"calls": FIVE}, {"calls": [], "output": "done"}], chunk_chars=40, chunk_delay=0.05
+    )
+    started.clear()
+    with pytest.raises(tl.GuardrailTripped):
+        trio.run(
+            partial(agent(model, db).run_async, {"task": "pay"}, run_id="tripped"),
+            clock=MockClock(autojump_threshold=0),
+        )
+    assert sorted(asked) == ["fine", "policy"]  # asked concurrently
+    assert sorted(started) == ["lookup:a", "lookup:b", "lookup:c"]
+
+    # A replay reproduces the trip after the read-only calls, asking no guardrail.
+    started.clear()
+    with pytest.raises(tl.GuardrailTripped) as replayed:
+        agent(tl.ScriptedModel([]), None).replay("tripped", store=db)
+    assert replayed.value.guardrail == "policy"
+    assert sorted(asked) == ["fine", "policy"]
+    assert started == []
+
+    # A fork (the policy fixed since) reuses the pass of `fine` and asks `policy` again:
+    # it passes now, so the charges the trip held back run, and the run goes on.
+    answer["policy"] = tl.Pass()
+    live = tl.ScriptedModel([{"calls": FIVE}, {"calls": [], "output": "paid"}])  # asked for 2
+    forked = trio.run(
+        partial(
+            agent(tl.ScriptedModel([]), db).fork_async, "tripped", "forked", store=db, model=live
+        ),
+        clock=MockClock(autojump_threshold=0),
+    )
+    assert sorted(asked) == ["fine", "policy", "policy"]
+    assert sorted(started) == ["charge:100", "charge:200"]  # the lookups were reused
+    assert forked.output == "paid"
+    assert forked.state["c2"] == "charged 200"
+    assert tl.SQLiteStore(db).run("forked").status == "done"
+
+
+def test_verdicts_show_in_tickloop_trace_and_in_the_timeline(tmp_path: Path) -> None:
+    import contextlib
+    import io
+
+    from tickloop._cli._main import main
+
+    db = tmp_path / "runs.db"
+
+    def calm(value: Any, ctx: tl.GuardrailContext) -> Any:
+        return tl.Pass()
+
+    def no_big_spend(call: tl.PendingCall, ctx: tl.GuardrailContext) -> Any:
+        return tl.Deny("<b>over</b> the limit") if call.params["cents"] > 100 else tl.Pass()
+
+    plan = [
+        {"_tool": "pay", "cents": 5, "_outputPath": "†state.a"},
+        {"_tool": "pay", "cents": 500, "_outputPath": "†state.b"},
+    ]
+    model = tl.ScriptedModel([{"calls": plan}, {"calls": [], "output": "done"}])
+    agent = tl.Agent(
+        model,
+        tools=[pay],
+        store=db,
+        guardrails=[
+            tl.InputGuardrail(calm),
+            tl.ToolGuardrail(no_big_spend),
+            tl.OutputGuardrail(calm),
+        ],
+    )
+    agent.run({"task": "pay"}, run_id="seen")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["trace", "seen", "--store", str(db)]) == 0
+    lines = [line.split() for line in out.getvalue().splitlines()]
+    listed = [line[:4] for line in lines if line and line[0] in ("calm", "no_big_spend")]
+    assert listed[0] == ["calm", "input", "run", "pass"]
+    assert sorted(listed[1:3]) == [  # screened concurrently
+        ["no_big_spend", "tool", "c1.0", "pass"],
+        ["no_big_spend", "tool", "c1.1", "deny"],
+    ]
+    assert listed[3:] == [["calm", "output", "run", "pass"]]
+    assert "<b>over</b> the limit" in out.getvalue()
+
+    page = tl.timeline_html(db, "seen")
+    assert page.count('class="verdict ') == 2 * 4  # a mark and a table row each
+    assert '<g class="verdict deny" data-guardrail="no_big_spend">' in page
+    assert "&lt;b&gt;over&lt;/b&gt; the limit" in page and "<b>over</b>" not in page
+
+
+def test_an_async_guardrail_asks_the_run_s_model_and_the_request_counts_in_its_budget() -> None:
+    prompts: list[str] = []
+
+    def answer(request: dict[str, Any]) -> Any:
+        if request["schema"] is None:  # the guardrail's one-shot request: plain text
+            prompts.append(request["messages"][-1]["content"])
+            return "SAFE"
+        if "summary" in json.dumps(request["messages"]):
+            return {"calls": [], "output": "done"}
+        return {"calls": [{"_tool": "summarize", "text": "hi", "_outputPath": "†state.s"}]}
+
+    async def judged(value: Any, ctx: tl.GuardrailContext) -> Any:
+        verdict = await ctx.ask_model(f"Is this request safe? {value['task']}")
+        return tl.Pass() if verdict.strip() == "SAFE" else tl.Trip(verdict)
+
+    def agent(budget: tl.Budget | None) -> tl.Agent[Any]:
+        return tl.Agent(
+            tl.FunctionModel(answer),
+            tools=[summarize],
+            guardrails=[tl.InputGuardrail(judged, blocking=True)],
+            budget=budget,
+        )
+
+    result = agent(None).run({"task": "sum up"})
+    assert result.output == "done"
+    assert prompts == ["Is this request safe? sum up"]
+    assert result.usage.requests == 3  # the run's two requests and the guardrail's
+    assert result.usage.output_tokens > 0
+
+    # Its request is reserved from the run's budget: with room for two, the run's second
+    # request is the one refused.
+    with pytest.raises(tl.BudgetExceeded):
+        agent(tl.Budget(requests=2)).run({"task": "sum up"})
+    assert len(prompts) == 2
+
+
+@pytest.mark.parametrize("kind", ["tool", "result"])
+def test_a_replay_trips_again_on_the_call_whose_guardrail_tripped(
+    kind: str, tmp_path: Path
+) -> None:
+    db = tmp_path / "runs.db"
+    asked: list[str] = []
+
+    def tool_check(call: tl.PendingCall, ctx: tl.GuardrailContext) -> Any:
+        asked.append(call.id)
+        return tl.Trip("card theft") if call.params["cents"] > 100 else tl.Pass()
+
+    def result_check(call: tl.PendingCall, result: Any, ctx: tl.GuardrailContext) -> Any:
+        asked.append(call.id)
+        return tl.Trip("card theft") if "500" in str(result) else tl.Pass()
+
+    guardrail = tl.ToolGuardrail(tool_check) if kind == "tool" else tl.ResultGuardrail(result_check)
+    plan = [
+        {"_tool": "pay", "cents": 5, "_outputPath": "†state.a"},
+        {"_tool": "pay", "cents": "†state.a", "_outputPath": "†state.x"},
+        {"_tool": "pay", "cents": 500, "_outputPath": "†state.b"},
+    ]
+
+    def agent(store: Path | None) -> tl.Agent[Any]:
+        model = tl.ScriptedModel([{"calls": plan}, {"calls": [], "output": "done"}])
+        return tl.Agent(model, tools=[pay], store=store, guardrails=[guardrail])
+
+    with pytest.raises(tl.GuardrailTripped):
+        agent(db).run({"task": "pay"}, run_id="stopped")
+    before = list(asked)
+    with pytest.raises(tl.GuardrailTripped) as replayed:
+        agent(None).replay("stopped", store=db)
+    name = "tool_check" if kind == "tool" else "result_check"
+    assert (replayed.value.guardrail, replayed.value.reason) == (name, "card theft")
+    assert asked == before  # no guardrail was asked

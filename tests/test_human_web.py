@@ -440,3 +440,114 @@ def test_the_inbox_shows_a_deferred_budget_question_and_grants_more_there(
     trio.run(main)
     assert store.run("r<1>").status == "done" and store.run("r<1>").output == "ok"
     assert inbox.snapshot()[1] == []  # answered: nothing waits any more
+
+
+def test_the_inbox_shows_a_plan_as_a_graph_and_approves_all_of_it_in_one_decision(
+    tmp_path: Any,
+) -> None:
+    import trio
+
+    from tickloop._human._inbox import StoreInbox
+    from tickloop._human._page import render_run
+
+    @tl.tool
+    def note(value: Any) -> Any:
+        return value
+
+    plan = [
+        {"_tool": "charge", "customer": "ada", "cents": 5, "_outputPath": "†state.a"},
+        {"_tool": "charge", "customer": "†state.a.customer", "cents": 6, "_outputPath": "†state.b"},
+        {"_tool": "note", "value": "†state.a.cents", "_outputPath": "†state.n"},
+        {
+            "_tool": "charge",
+            "customer": "<b>bob</b>",
+            "cents": "†state.n",
+            "_outputPath": "†state.c",
+        },
+    ]
+    model = tl.ScriptedModel([{"calls": plan}, {"calls": [], "output": "ok"}])
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    asked: list[str] = []
+
+    def later(call: tl.PendingCall) -> tl.Decision:
+        asked.append(call.id)
+        return tl.Defer()
+
+    agent = tl.Agent(model, tools=[charge, note], approve=later, store=store)
+    assert agent.run({}, run_id="r").status == "paused"
+    assert asked == ["c1.0"]  # the others wait for what it writes
+    inbox = StoreInbox(store, agent, log=io.StringIO())
+    page = inbox.run_page("r")
+    assert page is not None
+    run, calls, views = page
+    [view] = views
+    assert view.downstream == ["c1.1", "c1.3"]  # the gated readers, through `note` too
+    assert sorted(view.arrows) == [("c1.0", "c1.1"), ("c1.0", "c1.2"), ("c1.2", "c1.3")]
+    text = render_run(title="t", run=run, calls=calls, pending=views, token="k", nonce="n")
+    graph = re.search(r'<ul class="plan-graph">(.*?)</ul>', text)
+    assert graph is not None
+    shown = re.findall(r"<code>([^<]*)</code> → <code>([^<]*)</code>", graph.group(1))
+    assert sorted(shown) == sorted(view.arrows)
+    assert 'value="approve_all"' in text and "Approve all of these (3 calls)" in text
+
+    async def main() -> None:
+        with trio.fail_after(30):  # a safety net only
+            async with trio.open_nursery() as nursery:
+                inbox._nursery = nursery
+                said = await inbox.decide("r", "c1.0", "approve_all", "", "")
+                assert said.startswith("approved with the calls that read it c1.0")
+                while inbox._resuming or store.run("r").status == "paused":
+                    await trio.sleep(0.01)
+
+    trio.run(main)
+    # One decision approved the branch: the resumed run asked nobody about c1.1 or c1.3.
+    assert asked == ["c1.0"]
+    assert store.run("r").status == "done"
+    assert {c.id: c.status for c in store.calls("r")} == {
+        "c1.0": "done",
+        "c1.1": "done",
+        "c1.2": "done",
+        "c1.3": "done",
+    }
+
+
+def test_the_live_page_approves_a_call_and_all_that_reads_it_at_once(
+    approval: tl.BrowserApproval,
+) -> None:
+    box: dict[str, Any] = {}
+
+    @tl.tool
+    def who() -> str:
+        return "ada"
+
+    # c1.0 is asked once `who` has answered: the whole plan is known by then.
+    calls = [
+        {"_tool": "charge", "customer": "†state.who", "cents": 5, "_outputPath": "†state.a"},
+        {"_tool": "charge", "customer": "†state.a.customer", "cents": 6, "_outputPath": "†state.b"},
+        {"_tool": "who", "_outputPath": "†state.who"},
+    ]
+
+    def go() -> None:
+        box["result"] = tl.run_calls(calls, tools=[charge, who], approve=approval)
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not approval.snapshot()[1]:
+        assert time.monotonic() < deadline, "the call never reached the page"
+        time.sleep(0.01)
+    [view] = approval.snapshot()[1]
+    assert view.id == "c1.0" and view.downstream == ["c1.1"]
+    base, token = _split(approval.url)
+    page = httpx.get(base + "/", params={"token": token}).text
+    assert "<code>c1.0</code> → <code>c1.1</code>" in page
+    assert "Approve all of these (2 calls)" in page
+    answer = httpx.post(
+        base + "/decide",
+        data={"token": token, "run": "", "call": "c1.0", "action": "approve_all"},
+        headers={"Accept": "application/json"},
+    )
+    assert answer.json() == {"message": "approved with the calls that read it c1.0"}
+    thread.join(10)  # c1.1 never waits on the page: its approval came with c1.0's
+    assert not thread.is_alive()
+    assert box["result"].state["b"] == {"customer": "ada", "cents": 6, "key": ""}

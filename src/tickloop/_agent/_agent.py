@@ -568,6 +568,8 @@ class Agent(MakesTool, Generic[OutputT]):
                 answer=replaying.answer_under(RunPath.ROOT),
                 recorded_room=replaying.room_under(RunPath.ROOT),
                 recorded_screens=replaying.screens_under(RunPath.ROOT),
+                recorded_verdicts=replaying.verdicts_under(RunPath.ROOT),
+                replay_only=not replaying.fork,
                 budget=replaying.budget(),
                 replaying=replaying,
                 store=store,

@@ -40,7 +40,7 @@ from .._core._media import MediaKeeper
 from .._core._paths import RunPath
 from .._core._questions import Question, QuestionHook
 from .._core._scheduler import CallRecord
-from .._core._status import FINAL_STATUSES
+from .._core._status import FINAL_STATUSES, CallStatus
 from .._core._tools import ToolSet
 from .._durable._resume import DurableRun
 from .._durable._store import SQLiteStore
@@ -92,6 +92,7 @@ from ._compaction import (
     merged_covers,
     plan_compaction,
 )
+from ._latent import stream_answer
 from ._output import OutputSpec
 from ._retry import StreamBroken, attempts_made
 from ._sampling import ModelSampler
@@ -185,6 +186,11 @@ class LoopDriver(Protocol):
         """Until `condition()` holds (checked as the engine's calls end)."""
 
 
+# What a guardrail's one-shot request is called (`SolutionRequest.schema_name`): a client
+# or a test model can tell it from the run's own requests.
+GUARDRAIL_SCHEMA_NAME = "guardrail"
+
+
 @dataclass(frozen=True, eq=False)
 class AgentConfig:
     """What one run of an agent is configured with, fixed when the run starts.
@@ -252,6 +258,11 @@ class AgentConfig:
     guardrails: tuple[Guardrail, ...] = ()
     # A replayed or forked run's recorded tool-guardrail verdicts, by call id (None: ask).
     recorded_screens: Callable[[str], Pass | Deny | None] | None = None
+    # And its recorded input and output verdicts (`guardrail` notes) it reuses: every one
+    # in a replay, which asks no guardrail; the passes of input guardrails in a fork.
+    recorded_verdicts: tuple[dict[str, Any], ...] | None = None
+    # A replay (not a fork): it asks no input or output guardrail at all.
+    replay_only: bool = False
     # Where the bytes of the run's images and audio are kept (`_core._media`): the store,
     # or memory without one; a replay reads the recorded run's store. None: the engine's.
     media: MediaKeeper | None = None
@@ -343,6 +354,47 @@ class OuterLoop:
             run_id=self.events.run_id or None,
             schema=config.schema,
         )
+        if isinstance(self.engine, Engine) and hasattr(config.model, "stream_solution"):
+            self.engine.ask_model = self._ask_for_a_guardrail
+        if isinstance(self.engine, Engine) and config.replay_only:
+            self.engine.replayed_trips = {
+                v["call_id"]: (v["guardrail"], v.get("reason", ""))
+                for v in config.recorded_verdicts or ()
+                if v.get("call_id") is not None and v["verdict"] == "trip"
+            }
+
+    async def _ask_for_a_guardrail(self, prompt: str) -> str:
+        """A guardrail's one-shot request to the run's model (PROTOCOL §15): plain text,
+        reserved and counted like any request by a meter of its own (the run's own request
+        may be streaming meanwhile), as a latent tool's is (`_latent`)."""
+        config = self.config
+        request = SolutionRequest(
+            messages=[{"role": "user", "content": prompt}],
+            schema=None,
+            iteration=self._iterations_done() or 1,
+            schema_name=GUARDRAIL_SCHEMA_NAME,
+            metadata={"guardrail": True},
+            path=self._path(),
+        )
+        meter = RequestMeter(
+            self.ledger,
+            self.engine,
+            config.model,
+            config.on_budget,
+            durable=self.durable is not None,
+            run_id=self.events.run_id or None,
+        )
+        reservation = await meter.reserve(request, lambda: request.messages)
+        if reservation is None:
+            raise RuntimeError("budget: the budget hook deferred a guardrail's request")
+        try:
+            text, usage = await stream_answer(config.model, request)
+        except BaseException:
+            meter.settle(reservation, None, "", cut_off=True)
+            raise
+        reported = None if usage is None else checked_usage(usage, config.model)
+        meter.settle(reservation, reported, text, cut_off=False)
+        return text
 
     def _make_engine(
         self, on_action: Callable[[Any], None] | None, durable: DurableRun | None
@@ -498,6 +550,8 @@ class OuterLoop:
             # journaled, so a replay clears them at the same point (PROTOCOL §12).
             self.meter.grant(self.grant or Budget())
         done, output = await self._recover()  # a resumed run: what it left open
+        if done and not self.paused and self._output_guardrails:
+            done, output = await self._guard_output(output)  # the journal's verdicts kept
         iteration = self._iterations_done()  # a resumed log continues its count
         while not done and not self.paused:
             iteration += 1
@@ -518,24 +572,90 @@ class OuterLoop:
         streams; a blocking one holds the request until it has passed. A resumed or
         replayed run asks none again."""
         guardrails = tuple(g for g in self.config.guardrails if isinstance(g, InputGuardrail))
-        if not guardrails or self.config.answer is not None or self._iterations_done():
+        if not guardrails:
             return
-        passed = self.engine.check_input(guardrails, self.log.view("input"))
+        if self.config.recorded_verdicts is not None and not self._resumed:
+            self._replay_input(guardrails, self.config.recorded_verdicts)
+            return
+        close = True
+        if self._resumed:
+            # Journaled verdicts are not asked again; the gate is as the journal left it.
+            recorded = self._recorded("input", self.durable.guardrails if self.durable else ())
+            self._raise_recorded_trip(recorded)
+            if not self.engine.gate_closed and (recorded or self._iterations_done()):
+                return  # every one had passed (the gate opened), or none was ever asked
+            close = not self.engine.gate_closed
+            guardrails = tuple(g for g in guardrails if guardrail_name(g) not in recorded)
+        elif self.config.answer is not None or self._iterations_done():
+            return
+        passed = self.engine.check_input(guardrails, self.log.view("input"), close=close)
         await passed.wait()
 
     @property
+    def _resumed(self) -> bool:
+        return self.durable is not None and self.durable.resumed
+
+    @staticmethod
+    def _recorded(kind: str, verdicts: Any, iteration: int | None = None) -> dict[str, Any]:
+        """The recorded verdicts of guardrails of `kind` by name (of `iteration`'s output)."""
+        return {
+            v["guardrail"]: v
+            for v in verdicts
+            if v.get("kind") == kind and (iteration is None or v.get("iteration") == iteration)
+        }
+
+    @staticmethod
+    def _raise_recorded_trip(recorded: dict[str, Any]) -> None:
+        for verdict in recorded.values():
+            if verdict.get("verdict") == "trip":
+                raise GuardrailTripped(verdict["guardrail"], verdict.get("reason", ""), None)
+
+    def _replay_input(
+        self, guardrails: tuple[InputGuardrail, ...], verdicts: tuple[dict[str, Any], ...]
+    ) -> None:
+        """A replayed or forked run's input guardrails (PROTOCOL §15): a recorded verdict
+        is told again, not asked; a recorded trip stops the run where it did (a replay
+        only: a fork reuses passes, and asks again the guardrails it has no pass of)."""
+        recorded = self._recorded("input", verdicts)
+        for name, verdict in recorded.items():
+            self._on_verdict(None, name, "input", verdict)
+        for name, verdict in recorded.items():
+            if verdict.get("verdict") == "trip":
+                after = frozenset(verdict.get("after") or ())
+                self.engine.trip_again(name, verdict.get("reason", ""), after)
+                return
+        unasked = tuple(g for g in guardrails if guardrail_name(g) not in recorded)
+        if unasked and not self.config.replay_only:
+            self.engine.check_input(unasked, self.log.view("input"))
+
+    @property
     def _output_guardrails(self) -> tuple[OutputGuardrail, ...]:
-        """Asked about a final output; none in a replayed run (its record decided)."""
-        if self.config.answer is not None:
-            return ()
+        """Asked about a final output (a replay asks none: see `_guard_output`)."""
         return tuple(g for g in self.config.guardrails if isinstance(g, OutputGuardrail))
 
     async def _guard_output(self, output: Any) -> tuple[bool, Any]:
         """The final output through the output guardrails, in order (PROTOCOL §15): a
         rejection is a structural error fed back (the loop goes on), a trip stops the run,
-        and one that raises trips (fail closed)."""
+        and one that raises trips (fail closed). A verdict the journal holds for this
+        output (a resumed run's) is not asked again; a replay asks none and stops where
+        the record tripped."""
+        iteration = self._iterations_done()
+        if self._resumed:
+            journaled = self.durable.guardrails if self.durable is not None else ()
+            recorded = self._recorded("output", journaled, iteration)
+        elif self.config.replay_only:
+            recorded = self._recorded("output", self.config.recorded_verdicts or (), iteration)
+            for name, verdict in recorded.items():
+                self._on_verdict(None, name, "output", verdict)
+            self._raise_recorded_trip(recorded)
+            return True, output
+        else:
+            recorded = {}
+        self._raise_recorded_trip(recorded)
         for guardrail in self._output_guardrails:
             name = guardrail_name(guardrail)
+            if name in recorded and recorded[name].get("verdict") == "pass":
+                continue
             context = self.engine.guardrail_context()
             verdict = await check(guardrail.fn, (output, context), (Pass, Reject, Trip), Trip)
             self._on_verdict(None, name, "output", verdict_to_dict(verdict))
@@ -571,7 +691,25 @@ class OuterLoop:
     # -- what both protocols do the same way ------------------------------------------------
 
     def _on_verdict(self, call_id: str | None, name: str, kind: str, entry: dict[str, Any]) -> None:
-        """A guardrail's verdict, as an event (PROTOCOL §15)."""
+        """A guardrail's verdict, as an event (PROTOCOL §15); a durable run journals it
+        (with the output's iteration, or the calls an input trip came after, for a
+        resume and a replay)."""
+        if self.durable is not None:
+            note = {"guardrail": name, "kind": kind, "verdict": entry["verdict"]}
+            if entry.get("reason") is not None:
+                note["reason"] = entry["reason"]
+            if call_id is not None:
+                note["call_id"] = call_id
+            if kind == "output":
+                note["iteration"] = self._iterations_done()
+            if entry["verdict"] == "trip":
+                records = self.engine.records
+                # What a replay waits for before it trips again, and what a fork runs again.
+                note["after"] = sorted(i for i, r in records.items() if r.status in FINAL_STATUSES)
+                note["cancelled"] = sorted(
+                    i for i, r in records.items() if r.status == CallStatus.RUNNING
+                )
+            self.durable.guardrail(note)
         self._emit(
             GuardrailChecked,
             call_id=call_id,

@@ -353,6 +353,20 @@ class Replaying:
 
         return screened
 
+    def verdicts_under(self, path: RunPath) -> tuple[dict[str, Any], ...]:
+        """The recorded input and output verdicts the run at `path` reuses (PROTOCOL §15):
+        a replay every one (it asks no guardrail, and trips where the record did); a fork
+        only the passes of input guardrails, its input being the record's: it asks the
+        one that tripped again, and every output guardrail (docs/decisions.md)."""
+        verdicts = self.recording.run(path).guardrails
+        if not self.fork:  # and the trips of tool and result guardrails, by call
+            return tuple(
+                v
+                for v in verdicts
+                if v.get("kind") in ("input", "output") or v["verdict"] == "trip"
+            )
+        return tuple(v for v in verdicts if v.get("kind") == "input" and v["verdict"] == "pass")
+
     def room_under(self, path: RunPath) -> RecordedRoom:
         """The budget decisions the record made for the run at `path` (PROTOCOL §12): a
         reused call the budget refused is refused again, one that started is counted and
@@ -488,6 +502,11 @@ def stale_calls(
             )
     named = set(rerun_tools)
     roots = set(rerun) | {c.id for c in recording.calls.values() if c.tool in named}
+    # A guardrail's trip cut the calls then running short (PROTOCOL §15): a fork, which
+    # asks the guardrail that tripped again, runs them again (docs/decisions.md).
+    for path, run in recording.runs.items():
+        for verdict in run.guardrails:
+            roots.update(str(path / call_id) for call_id in verdict.get("cancelled") or ())
     return recording.downstream_of(roots | recording.below(roots))
 
 

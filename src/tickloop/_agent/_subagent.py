@@ -235,6 +235,8 @@ def _child_config(config: AgentConfig, place: RunPlace) -> AgentConfig:
             answer=tree.replaying.answer_under(place.path),
             recorded_room=tree.replaying.room_under(place.path),
             recorded_screens=tree.replaying.screens_under(place.path),
+            recorded_verdicts=tree.replaying.verdicts_under(place.path),
+            replay_only=not tree.replaying.fork,
         )
     return dataclasses.replace(
         config,

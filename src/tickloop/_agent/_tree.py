@@ -96,6 +96,8 @@ class ReplayingTree(Protocol):
     """What a replayed or forked tree takes from its record for each of its runs
     (`_replay.Replaying`): the run's model, and its calls' recorded outcomes."""
 
+    fork: bool  # a fork (new requests asked live) rather than a replay
+
     def model_for(self, path: RunPath, model: Any, protocol: str) -> Any:
         """The model the run at `path` asks, whose own client is `model`."""
 
@@ -116,6 +118,9 @@ class ReplayingTree(Protocol):
 
     def screens_under(self, path: RunPath) -> Callable[[str], Pass | Deny | None]:
         """The tool guardrails' recorded verdict of each reused call of the run at `path`."""
+
+    def verdicts_under(self, path: RunPath) -> tuple[dict[str, Any], ...]:
+        """The recorded input and output guardrail verdicts the run at `path` reuses."""
 
 
 class TreeState:

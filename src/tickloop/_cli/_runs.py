@@ -25,7 +25,7 @@ from .._durable._rows import ROW_LAG
 from .._durable._store import SQLiteStore
 from .._errors import ConfigurationError, ResumeError, StoreError, TickloopError
 from .._human._budget import open_budget_questions
-from .._observe._timeline import run_origin
+from .._observe._timeline import guardrail_verdicts, run_origin
 from .._observe._tree_order import depth_of, in_tree_order
 from .._terminal import one_line
 
@@ -263,7 +263,8 @@ def _trace(store: SQLiteStore, run_id: str, html: str | None, out: TextIO) -> in
             f"{ROW_LAG:g} s of its calls' changes; resuming it rewrites them from the "
             "journal\n"
         )
-    origin = run_origin(store.run(run_id), calls, store.journal(run_id))  # as the timeline
+    journal = store.journal(run_id)
+    origin = run_origin(store.run(run_id), calls, journal)  # as the timeline
     out.write(f"{'call':<8} {'tool':<24} {'status':<9} {'started':>9} {'ran':>9}  why\n")
     for call in calls:
         start = "" if call.started is None else f"{call.started - origin:8.3f}s"
@@ -285,6 +286,16 @@ def _trace(store: SQLiteStore, run_id: str, html: str | None, out: TextIO) -> in
             f"{shown:<8} {tool:<24} {call.status:<9} {start:>9} {took:>9}"
             f"{'  ' + why if why else ''}\n".rstrip(" ")
         )
+    verdicts = guardrail_verdicts(journal)
+    if verdicts:  # PROTOCOL §15: every verdict, in the order given
+        out.write(f"\n{'guardrail':<24} {'kind':<7} {'of':<12} {'verdict':<8} {'at':>9}  why\n")
+        for v in verdicts:
+            of = v.call or (f"{v.run} run" if v.run else "run")
+            why = _safe(" ".join((v.reason or "").split())[:120])
+            out.write(
+                f"{_safe(v.guardrail):<24} {_safe(v.kind):<7} {_safe(of):<12} "
+                f"{_safe(v.verdict):<8} {v.at - origin:8.3f}s{'  ' + why if why else ''}\n"
+            )
     return 0
 
 

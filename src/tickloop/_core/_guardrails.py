@@ -7,7 +7,7 @@ Pure data: which guardrail applies to which call, and what a verdict means. Aski
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,12 +65,29 @@ Verdict = Pass | Trip | Deny | ReplaceResult | Reject
 @dataclass(frozen=True, slots=True)
 class GuardrailContext:
     """What a guardrail may read of the run (read-only): its id, its path in a tree of
-    runs, what it used so far and its state (a frozen copy)."""
+    runs, what it used so far and its state (a frozen copy); and `ask_model`."""
 
     run_id: str | None
     path: str
     usage: Any = None
     state: Mapping[str, Any] = field(default_factory=dict)
+    # The run's one-shot request (PROTOCOL §15: an async guardrail may call a model,
+    # counted in the run's budget); None where the run's model cannot be asked so.
+    asker: Callable[[str], Awaitable[str]] | None = field(default=None, repr=False)
+
+    async def ask_model(self, prompt: str) -> str:
+        """Ask the run's model `prompt` in one request and return its text. The request
+        is reserved and counted in the run's budget and usage like any of the run's
+        (PROTOCOL §12); one the budget refuses raises `tl.BudgetExceeded`, and like
+        any exception it makes the guardrail fail closed. From an async guardrail."""
+        if not isinstance(prompt, str):
+            raise TypeError(f"ask_model takes the prompt as a str, not {prompt!r}")
+        if self.asker is None:
+            raise RuntimeError(
+                "this run's model cannot be asked from a guardrail (it streams no "
+                "plain-text answers)"
+            )
+        return await self.asker(prompt)
 
 
 def _check_function(kind: str, fn: Any) -> None:

@@ -260,6 +260,11 @@ class Scheduler:
         return self._stream_open
 
     @property
+    def gate_closed(self) -> bool:
+        """Calls with effects wait for the input guardrails (PROTOCOL §15)."""
+        return self._screening.gate_closed
+
+    @property
     def deferred(self) -> list[PendingCall]:
         return [self._pending(call) for call in self._deferred.values()]
 
@@ -664,6 +669,12 @@ class Scheduler:
             self._settle(call, S.INVALID, hook_fault(call, True, fault))
             return
         call.record.params = copy_json(params)
+        if self._screening.screened(call):
+            # The edited parameters pass the tool guardrails too (PROTOCOL §15: a guardrail
+            # sees what will run); the hook that edited them is not asked again (§6).
+            call.preapproved = True
+            self._past_gate(call)
+            return
         self._enqueue(call)
 
     def _apply_replacement(self, call: Call, replacement: Any) -> None:

@@ -60,7 +60,7 @@ _DECIDED = _WITH_VALUE | {S.QUEUED, S.DENIED, S.INVALID, S.WAITING, S.DEFERRED}
 TRANSITIONS: dict[CallStatus, frozenset[CallStatus]] = {
     S.WAITING: _WITH_VALUE | {S.APPROVING, S.QUEUED, S.INVALID, S.SKIPPED},
     S.APPROVING: _DECIDED,
-    S.DEFERRED: _DECIDED,
+    S.DEFERRED: _DECIDED | {S.APPROVING},  # approving: an edit screened again (§15)
     # Failed: no room in its budget; deferred: no room, the question deferred (§12).
     S.QUEUED: frozenset({S.RUNNING, S.FAILED, S.DEFERRED}),
     S.RUNNING: _WITH_VALUE | {S.INVALID, S.DEFERRED},  # deferred: parked (a sub-agent)

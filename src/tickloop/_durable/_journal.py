@@ -118,6 +118,9 @@ class JournalWriter:
         self.solutions: set[int] = set()
         self.plan_due = False
         self.verdicts: dict[int, Any] = {}  # iteration -> accepted output (None: none)
+        # Every guardrail verdict journaled so far (PROTOCOL §15), in order, as its
+        # `guardrail` note: a resume asks no input or output guardrail twice.
+        self.guardrails: list[dict[str, Any]] = []
         # A code plan's program text so far, by iteration: its journaled statements
         # (PROTOCOL §14), the program a resume runs when the stream had not closed.
         self.programs: dict[int, str] = {}
@@ -369,6 +372,13 @@ class JournalWriter:
         their own entries, which come after this one, are committed)."""
         self.programs[iteration] = program
         self.note("statement", iteration=iteration, index=index, line=line, program=program)
+
+    def guardrail(self, entry: dict[str, Any]) -> None:
+        """A guardrail's verdict (PROTOCOL §15), committed before the run acts on it (a
+        gate opened, a trip): a resume reuses it instead of asking again."""
+        self.guardrails.append(entry)
+        self.note("guardrail", **entry)
+        self.commit()
 
     def verdict(self, iteration: int, output: Any, *, unresolved: bool = False) -> None:
         """The loop's judgement of an iteration's answer: its accepted output, or None.

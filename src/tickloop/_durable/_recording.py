@@ -70,6 +70,8 @@ class RecordedRun:
     # The tokens each request was counted for (PROTOCOL §12): its reservation and what
     # replaced it, (input, output), as the budget journaled them (`BudgetSpent`).
     usage: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # Its guardrails' verdicts (PROTOCOL §15), as journaled (`guardrail` notes), in order.
+    guardrails: list[dict[str, Any]] = field(default_factory=list)
     _requests: dict[int, dict[str, Any] | None] = field(default_factory=dict)
     _asked: bool = False
     _spent: tuple[int, int] = (0, 0)  # counted since the last request: the next one's
@@ -85,6 +87,8 @@ class RecordedRun:
                 self._asked = True
                 self.usage[iteration] = self._spent  # its reservation came just before
                 self._spent, self._current = (0, 0), iteration
+            elif body.get("note") == "guardrail":
+                self.guardrails.append({k: v for k, v in body.items() if k != "note"})
             elif not self._asked:
                 self.notes.append(body)
             return

@@ -156,6 +156,8 @@ class DurableRun(JournalWriter):
                 self.unresolved.add(body["iteration"])
             else:
                 self.unresolved.discard(body["iteration"])
+        elif body.get("note") == "guardrail":
+            self.guardrails.append({k: v for k, v in body.items() if k != "note"})
         elif body.get("note") == "statement":
             self.programs[body["iteration"]] = body["program"]
         elif body.get("note") in (QUESTION_NOTE, SAMPLED_NOTE) and "key" in body:

@@ -14,7 +14,7 @@ import re
 import sys
 import time
 import types
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Protocol
 
@@ -171,6 +171,12 @@ class Engine(SchedulerDriver):
         self._on_verdict = on_verdict
         # The trip that stopped the run (PROTOCOL §15), raised when the session ends.
         self.tripped: GuardrailTripped | None = None
+        # A guardrail's metered one-shot request to the run's model (`GuardrailContext.
+        # ask_model`): the loop's, which owns the model and the budget; None: none.
+        self.ask_model: Callable[[str], Awaitable[str]] | None = None
+        # A replay's recorded trips of tool and result guardrails, by call id: (guardrail,
+        # reason). The call trips the run again where it did, asking no guardrail.
+        self.replayed_trips: dict[str, tuple[str, str]] = {}
         # Handed to every call's `CallContext.scope`: what a sub-agent's call needs of
         # the run it belongs to (`_agent._tree.RunPlace`); opaque to the engine.
         self.scope = scope
@@ -254,9 +260,9 @@ class Engine(SchedulerDriver):
         """Until `condition()` holds, checked as calls end (fire-and-forget ones too);
         what `LoopDriver.wait_until` is for a workflow."""
         while not condition():
-            self._call_ended = trio.Event()
+            if self._call_ended is None:  # one event for every waiter
+                self._call_ended = trio.Event()
             await self._call_ended.wait()
-        self._call_ended = None
 
     async def wait_tick(self) -> NoteTickEnded:
         assert self._tick_done is not None, "open_tick first"
@@ -294,14 +300,20 @@ class Engine(SchedulerDriver):
         """Ask the review again about a plan whose review a crash left unanswered."""
         self._spawn(self._review, plan)
 
-    def check_input(self, guardrails: tuple[InputGuardrail, ...], value: Any) -> trio.Event:
+    def check_input(
+        self, guardrails: tuple[InputGuardrail, ...], value: Any, *, close: bool = True
+    ) -> trio.Event:
         """Ask the input guardrails about the run's input, concurrently (PROTOCOL §15).
 
-        The gate closes now and opens when every one has passed; the event returned is set
-        when the blocking ones have, which the first request waits for. One that raises
-        trips (fail closed); a trip stops the run.
+        The gate closes now (`close=False`: a resumed run's is closed already) and opens
+        when every one has passed; the event returned is set when the blocking ones have,
+        which the first request waits for. One that raises trips (fail closed); a trip
+        stops the run.
         """
-        self.close_gate()
+        if close:
+            self.close_gate()
+        if not guardrails:
+            self.open_gate()
         blocking_passed = trio.Event()
         left = [len(guardrails), sum(1 for g in guardrails if g.blocking)]
         if not left[1]:
@@ -328,6 +340,39 @@ class Engine(SchedulerDriver):
             self._spawn(one, guardrail)
         return blocking_passed
 
+    def trip_again(self, name: str, reason: str, after: frozenset[str]) -> None:
+        """A replayed run's recorded input trip (PROTOCOL §15), asking no guardrail: the
+        gate closes now, and the trip stops the run once the calls that had finished
+        before it in the record (`after`) have finished here."""
+        self.close_gate()
+        records = self.scheduler.records
+
+        def caught_up() -> bool:
+            if all(
+                call_id in records and records[call_id].status in FINAL_STATUSES
+                for call_id in after
+            ):
+                return True
+            # A replay that went another way: nothing more will finish before the gate.
+            scheduler = self.scheduler
+            return not scheduler.stream_open and not any(
+                record.status == CallStatus.RUNNING for record in records.values()
+            )
+
+        async def when_caught_up() -> None:
+            while not caught_up():  # looked at again as calls end, and now and then
+                with trio.move_on_after(0.05):  # (a stream closing ends no call)
+                    await self.wait_until(caught_up)
+            self.trip(name, Trip(reason))
+
+        self._spawn(when_caught_up)
+
+    @property
+    def gate_closed(self) -> bool:
+        """Whether calls with effects wait for the input guardrails (a resumed run's
+        journal may have left the gate closed)."""
+        return self.scheduler.gate_closed
+
     def _screens(self, tool: str) -> bool:
         return any(guardrail.applies_to(tool) for guardrail in self._tool_guardrails)
 
@@ -341,6 +386,9 @@ class Engine(SchedulerDriver):
     async def _screen(self, pending: PendingCall) -> None:
         """A ready call through its tool guardrails, in order (PROTOCOL §15); calls are
         screened concurrently. The verdict is journaled (`Screened`) before it is acted on."""
+        if pending.id in self.replayed_trips:
+            self._trip_again(pending.id)
+            return
         recorded = self._recorded_screens(pending.id) if self._recorded_screens else None
         if recorded is not None:
             self.screened(pending.id, recorded if isinstance(recorded, Deny) else None)
@@ -509,6 +557,9 @@ class Engine(SchedulerDriver):
                 if wall.cancelled_caught:
                     value, branch, error = None, None, dict(WALL_TIME_OUT)
         assert self._clock is not None  # set with the nursery this task runs in
+        if action.id in self.replayed_trips:
+            self._trip_again(action.id)  # its result guardrail tripped here (a replay)
+            return
         if value is PARKED and error is None:  # a sub-agent's child run paused
             self.feed(ParkCall(action.id, self._date()))
             return
@@ -518,13 +569,16 @@ class Engine(SchedulerDriver):
             value, error = await self._screen_result(action, value)
             if self.tripped is not None:
                 return
+        if self._abandoned:
+            return  # ended already (`abandon`), by a trip this task did not wait to see
         record = self.scheduler.records[action.id]
         record.finished = finished = self._clock.current_time()
         if record.started is not None:
             self._durations.add(action.tool, finished - record.started)
         self.feed(FinishCall(action.id, value, branch, error, self._date()))
         if self._call_ended is not None:
-            self._call_ended.set()
+            ended, self._call_ended = self._call_ended, None
+            ended.set()
         if self.wall_clock is not None:
             self._people_or_not()  # the last call ended while a question is open
 
@@ -570,7 +624,7 @@ class Engine(SchedulerDriver):
         """What a guardrail may read of this run (a copy of its state)."""
         usage = self.budget.usage if self.budget is not None else None
         state = copy_json(self.log.view("state") or {})
-        return GuardrailContext(self.run_id, str(self.path), usage, state)
+        return GuardrailContext(self.run_id, str(self.path), usage, state, self.ask_model)
 
     def _tell_verdict(self, call_id: str | None, name: str, kind: str, verdict: Any) -> None:
         record = self.scheduler.records.get(call_id) if call_id is not None else None
@@ -579,6 +633,10 @@ class Engine(SchedulerDriver):
             record.guardrails.append(entry)
         if self._on_verdict is not None:
             self._on_verdict(call_id, name, kind, entry)
+
+    def _trip_again(self, call_id: str) -> None:
+        name, reason = self.replayed_trips[call_id]
+        self.trip(name, Trip(reason))
 
     def trip(self, name: str, verdict: Trip) -> None:
         """Stop the run at once (PROTOCOL §15): calls in flight end `failed`, nothing

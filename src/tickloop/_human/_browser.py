@@ -39,6 +39,7 @@ _CLOSED = "denied: the approval page was closed before a person decided"
 _KEPT_RUNS = 50  # the page of a long-lived process shows its most recent runs
 _VERBS = {
     "approve": "approved",
+    "approve_all": "approved with the calls that read it",
     "deny": "denied",
     "edit": "edited",
     "respond": "answered",
@@ -414,6 +415,8 @@ class BrowserApproval:
                 )
                 name = decision_to_dict(decision)["decision"]
             self._decided[key] = name
+            if action == "approve_all":
+                name = action  # said as such: the calls that read it were approved too
             del self._waiting[key]
             waiting.decision = decision
             waiting.answered.set()

@@ -63,6 +63,11 @@ class CallView:
     # A call parked on an MCP server's question (`tl.Defer()`): answered with a verdict
     # from a form built from the question's schema, not approved or denied.
     question: Question | None = None
+    # Plan review (PROTOCOL §15): the gated calls that read its output, transitively,
+    # which "approve all of these" (`Approve(downstream=True)`) approves with it; and the
+    # arrows (writer, reader) of the plan from this call on, drawn as its graph.
+    downstream: list[str] = field(default_factory=list)
+    arrows: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -81,6 +86,10 @@ def view_of(call: PendingCall, redactor: Redactor) -> CallView:
         dependents=list(call.dependents),
         schema=call.schema,
         output_schema=call.output_schema,
+        downstream=list(call.downstream),
+        # A live call knows its direct readers and what its approval would cover.
+        arrows=[(call.id, reader) for reader in call.dependents]
+        + [(call.id, other) for other in call.downstream if other not in call.dependents],
     )
 
 
@@ -187,10 +196,12 @@ def decision_from_answer(
     """
     if action == "approve":
         return Approve()
+    if action == "approve_all":  # the call and the gated calls reading it (PROTOCOL §15)
+        return Approve(downstream=True)
     if action == "deny":
         return Deny(reason.strip() or DENIED_BY_A_PERSON)
     if action not in ("edit", "respond"):
-        raise Refused(f"unknown action {action!r}: approve, deny, edit or respond")
+        raise Refused(f"unknown action {action!r}: approve, approve_all, deny, edit or respond")
     if not view.known_tool:
         raise Refused(
             f"the schema of tool {view.tool!r} is not known here, so an {action} cannot be "

@@ -68,11 +68,14 @@ class StoreInbox:
         calls = self.store.calls(run_id)
         decided = {p.id: p.decision for p in self.store.pending(run_id)}
         views = []
+        by_id = {call.id: call for call in calls}
         for call in calls:
             if call.status != CallStatus.DEFERRED:
                 continue
             tool = self._tool(call.tool)
             decision = decided.get(call.id)
+            arrows = self._plan_from(call, calls, by_id)
+            readers = sorted({reader for _, reader in arrows})
             views.append(
                 CallView(
                     run_id=run_id,
@@ -86,9 +89,31 @@ class StoreInbox:
                     known_tool=tool is not None,
                     decided=None if decision is None else str(decision.get("decision")),
                     question=self.store.question(run_id, call.id),
+                    downstream=[r for r in readers if self._gated(by_id[r].tool)],
+                    arrows=arrows,
                 )
             )
         return views
+
+    def _gated(self, name: str | None) -> bool:
+        """Whether a stored call's tool may need approval (unknown here: it may)."""
+        tool = self._tool(name)
+        return tool is None or bool(tool.may_require_approval)
+
+    def _plan_from(self, call: Any, calls: list[Any], by_id: dict[str, Any]) -> list[Any]:
+        """The arrows (writer, reader) of the stored plan from `call` on: the calls still
+        waiting to read its output, transitively (PROTOCOL §15 "Plan review")."""
+        arrows: list[tuple[str, str]] = []
+        seen = {call.id}
+        frontier = [call]
+        while frontier:
+            writer = frontier.pop(0)
+            for reader in _readers_of(writer, calls, self._tool(writer.tool)):
+                arrows.append((writer.id, reader))
+                if reader not in seen:
+                    seen.add(reader)
+                    frontier.append(by_id[reader])
+        return arrows
 
     def _run_view(self, info: Any) -> RunView:
         status = "resuming" if info.run_id in self._resuming else info.status
@@ -138,6 +163,7 @@ class StoreInbox:
         self._resume_if_ready(run_id)
         verb = {
             "approve": "approved",
+            "approve_all": "approved with the calls that read it",
             "deny": "denied",
             "edit": "edited",
             "decline": "declined",

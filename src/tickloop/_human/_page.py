@@ -95,6 +95,21 @@ def _call_card(view: CallView, token: str) -> str:
             + ", ".join(f"<code>{escape(c)}</code>" for c in view.dependents)
             + "</dd>"
         )
+    if view.arrows:
+        links.append(
+            '<dt>plan from here</dt><dd><ul class="plan-graph">'
+            + "".join(
+                f'<li class="arrow"><code>{escape(a)}</code> → <code>{escape(b)}</code></li>'
+                for a, b in view.arrows
+            )
+            + "</ul></dd>"
+        )
+    if view.downstream:
+        links.append(
+            "<dt>approve all covers</dt><dd>"
+            + ", ".join(f"<code>{escape(c)}</code>" for c in view.downstream)
+            + "</dd>"
+        )
     hidden = (
         f'<input type="hidden" name="token" value="{escape(token)}">'
         f'<input type="hidden" name="run" value="{escape(view.run_id or "")}">'
@@ -145,7 +160,15 @@ def _call_card(view: CallView, token: str) -> str:
             f'<div class="buttons">'
             f'<form method="post" action="/decide" class="decide">{hidden}'
             f'<button class="approve" name="action" value="approve">Approve</button></form>'
-            f'<form method="post" action="/decide" class="decide deny">{hidden}'
+            + (
+                f'<form method="post" action="/decide" class="decide">{hidden}'
+                f'<button class="approve all" name="action" value="approve_all" '
+                f'title="{escape("approves " + ", ".join([view.id, *view.downstream]))}">'
+                f"Approve all of these ({1 + len(view.downstream)} calls)</button></form>"
+                if view.downstream
+                else ""
+            )
+            + f'<form method="post" action="/decide" class="decide deny">{hidden}'
             f'<input name="reason" placeholder="reason (told to the model)" size="34">'
             f'<button class="deny" name="action" value="deny">Deny</button></form>'
             f"</div>{edit_forms}{why}"

@@ -29,7 +29,7 @@ from .._core._status import ERROR_STATUSES, CallStatus
 from ._records import CallInfo, RunInfo
 from ._tree_order import in_tree_order
 
-__all__ = ["render_run", "run_origin"]
+__all__ = ["GuardrailVerdict", "guardrail_verdicts", "render_run", "run_origin"]
 
 _LABEL = 230  # px of the label column
 _PLOT = 860  # px of the time axis
@@ -56,6 +56,44 @@ class _Request:
     worker: str | None = None  # the worker that ran it (Temporal)
 
 
+@dataclass(frozen=True, slots=True)
+class GuardrailVerdict:
+    """One guardrail verdict a run's journal holds (PROTOCOL §15): `call` is the call's
+    full id, or None for a run's input or output; `run` the path of the run it is of."""
+
+    at: float
+    run: str
+    call: str | None
+    guardrail: str
+    kind: str
+    verdict: str
+    reason: str | None
+
+
+def guardrail_verdicts(journal: list[tuple[int, float, str, Any]]) -> list[GuardrailVerdict]:
+    """Every guardrail verdict journaled in a run (its `guardrail` notes), in order, a
+    sub-agent's too; what `tickloop trace` lists and the timeline marks."""
+    found: list[GuardrailVerdict] = []
+    for _, at, tagged, body in journal:
+        kind, where = untag_kind(tagged)
+        if kind != "note" or not isinstance(body, dict) or body.get("note") != "guardrail":
+            continue
+        call_id = body.get("call_id")
+        reason = body.get("reason")
+        found.append(
+            GuardrailVerdict(
+                at,
+                str(where),
+                None if call_id is None else where.full(str(call_id)),
+                str(body.get("guardrail")),
+                str(body.get("kind")),
+                str(body.get("verdict")),
+                None if reason is None else str(reason),
+            )
+        )
+    return found
+
+
 _RESUMED_LABEL_WIDTH = 56  # px: "resumed" at the label's 11px font, with a margin
 
 
@@ -70,7 +108,44 @@ def render_run(
     timeline as data URLs."""
     requests, resumes = _requests(journal)
     page = _render(run, in_tree_order(calls), requests, resumes, journal)
-    return page.replace(_MEDIA_SLOT, _media_section(journal, media), 1)
+    origin = run_origin(run, calls, journal)
+    below = _verdict_section(guardrail_verdicts(journal), origin) + _media_section(journal, media)
+    return page.replace(_MEDIA_SLOT, below, 1)
+
+
+def _verdict_section(verdicts: list[GuardrailVerdict], origin: float) -> str:
+    """The run's guardrail verdicts as a table, in the order they were given."""
+    if not verdicts:
+        return ""
+    rows = "".join(
+        f'<tr class="verdict {escape(v.verdict)}"><td>{v.at - origin:.3f}s</td>'
+        f"<td>{escape(v.guardrail)}</td><td>{escape(v.kind)}</td>"
+        f"<td>{escape(v.call or (v.run + ' ' if v.run else '') + 'run')}</td>"
+        f"<td>{escape(v.verdict)}</td><td>{escape(v.reason or '')}</td></tr>"
+        for v in verdicts
+    )
+    return (
+        '<h2>Guardrails</h2><table class="verdicts"><tr><th>at</th><th>guardrail</th>'
+        "<th>kind</th><th>of</th><th>verdict</th><th>reason</th></tr>" + rows + "</table>"
+    )
+
+
+def _verdict_marks(verdicts: list[GuardrailVerdict], index: dict[str, int], x: Any) -> str:
+    """A diamond for each verdict: on its call's row, else on the row of the run it is
+    of (the model lane for the root's input and output; a sub-agent's agent call)."""
+    parts: list[str] = []
+    for v in verdicts:
+        where = v.call if v.call is not None else v.run
+        row = index[where] + 1 if where in index else 0
+        cx, cy = x(v.at), _y(row) + _ROW / 2
+        tip = f"guardrail {v.guardrail} ({v.kind}): {v.verdict}"
+        tip += f" — {v.reason}" if v.reason else ""
+        parts.append(
+            f'<g class="verdict {escape(v.verdict)}" data-guardrail="{escape(v.guardrail)}">'
+            f'<path d="M{cx:.1f} {cy - 6:.1f} l6 6 l-6 6 l-6 -6 z"/>'
+            f"<title>{escape(tip)}</title></g>"
+        )
+    return "".join(parts)
 
 
 _MEDIA_SLOT = "<!--media-->"
@@ -220,6 +295,7 @@ def _render(
         for dep in call.deps:
             if dep in index:
                 arrows.append(_arrow(calls[index[dep]], index[dep] + 1, call, position + 1, x))
+    parts.append(_verdict_marks(guardrail_verdicts(journal), index, x))
     statuses: dict[str, int] = {}
     for call in calls:
         statuses[call.status] = statuses.get(call.status, 0) + 1
@@ -486,6 +562,11 @@ svg text { font: 12px system-ui, sans-serif; fill: #1f2328; }
 .mark text { fill: #fff; text-anchor: middle; font-weight: bold; font-size: 11px; }
 .dep { fill: none; stroke: #6b4fbb; stroke-width: 1.6; opacity: 0; pointer-events: none; }
 .dep.on { opacity: .9; }
+.verdict path { fill: #1a7f37; stroke: #fff; stroke-width: 1; }
+.verdict.deny path, .verdict.reject path, .verdict.replace path { fill: #e07b12; }
+.verdict.trip path { fill: #d33a2c; }
+table.verdicts { border-collapse: collapse; }
+table.verdicts td, table.verdicts th { padding: 2px 10px 2px 0; text-align: left; }
 .resume { stroke: #d33a2c; stroke-dasharray: 4 3; }
 .resume-label { fill: #d33a2c; font-size: 11px; }
 """
