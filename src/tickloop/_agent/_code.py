@@ -41,7 +41,6 @@ from .._models._base import (
     SolutionRequest,
     TextDelta,
     Usage,
-    checked_usage,
 )
 from .._observe._events import (
     DataWritten,
@@ -50,8 +49,7 @@ from .._observe._events import (
     RequestFinished,
     RunEvent,
 )
-from ._budgeting import RequestMeter
-from ._latent import answer_latent_tools, budget_refusal, latent_request, read_answer, stream_answer
+from ._latent import answer_latent_tools, budget_refusal, latent_request, read_answer
 from ._loop import AgentConfig, LoopProtocol, OuterLoop, StreamRestarted, structural
 from ._retry import StreamBroken, stream_with_retries
 from ._stubs import (
@@ -306,30 +304,13 @@ class _CodeLoop(OuterLoop):
     async def _answer_latent(self, tool: Tool, params: dict[str, Any], call_id: str) -> Any:
         """A call of latent `tool`: the model's one-shot answer, reserved and counted like
         any request by a meter of its own (the program's request may still stream)."""
-        config = self.config
         request = latent_request(tool, params, self._iterations_done() or 1, self._path(), call_id)
-        meter = RequestMeter(
-            self.ledger,
-            self.engine,
-            config.model,
-            config.on_budget,
-            durable=self.durable is not None,
-            run_id=self.events.run_id or None,
-            schema=request.schema,
-        )
         try:
-            reservation = await meter.reserve(request, lambda: request.messages)
+            text = await self._one_shot(request)
         except BudgetExceeded as error:
             raise budget_refusal(error) from None
-        if reservation is None:
+        if text is None:
             raise RuntimeError("budget: the budget hook deferred the request that answers it")
-        try:
-            text, usage = await stream_answer(config.model, request)
-        except BaseException:
-            meter.settle(reservation, None, "", cut_off=True)
-            raise
-        reported = None if usage is None else checked_usage(usage, config.model)
-        meter.settle(reservation, reported, text, cut_off=False)
         return read_answer(tool, text)
 
     # -- plumbing: what a driver on another event loop replaces (Temporal) --------------

@@ -367,7 +367,6 @@ class OuterLoop:
         """A guardrail's one-shot request to the run's model (PROTOCOL §15): plain text,
         reserved and counted like any request by a meter of its own (the run's own request
         may be streaming meanwhile), as a latent tool's is (`_latent`)."""
-        config = self.config
         request = SolutionRequest(
             messages=[{"role": "user", "content": prompt}],
             schema=None,
@@ -376,6 +375,17 @@ class OuterLoop:
             metadata={"guardrail": True},
             path=self._path(),
         )
+        text = await self._one_shot(request)
+        if text is None:
+            raise RuntimeError("budget: the budget hook deferred a guardrail's request")
+        return text
+
+    async def _one_shot(self, request: SolutionRequest) -> str | None:
+        """The whole text of a one-shot request to the run's model (a guardrail's, a
+        latent tool's), reserved and counted like any request (PROTOCOL §12) by a meter
+        of its own: the run's own request may be streaming meanwhile. None when the
+        budget hook deferred it; `BudgetExceeded` when the budget refuses it."""
+        config = self.config
         meter = RequestMeter(
             self.ledger,
             self.engine,
@@ -383,10 +393,11 @@ class OuterLoop:
             config.on_budget,
             durable=self.durable is not None,
             run_id=self.events.run_id or None,
+            schema=request.schema,
         )
         reservation = await meter.reserve(request, lambda: request.messages)
         if reservation is None:
-            raise RuntimeError("budget: the budget hook deferred a guardrail's request")
+            return None
         try:
             text, usage = await stream_answer(config.model, request)
         except BaseException:
