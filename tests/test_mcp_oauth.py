@@ -156,9 +156,9 @@ def test_the_full_flow_runs_headless_refreshes_and_keeps_tokens_out_of_the_recor
 def test_a_person_slower_than_the_connect_timeout_is_waited_for(
     oauth_server: OAuthServer,
 ) -> None:
-    browser = Browser(delay=1.5)
+    browser = Browser(delay=6)
     auth = tl.OAuth(open_url=browser)
-    server = tl.MCPServer.http(oauth_server.url, auth=auth, connect_timeout=1)
+    server = tl.MCPServer.http(oauth_server.url, auth=auth, connect_timeout=4)
     result = tl.run_calls(
         [{"_tool": "add", "a": 1, "b": 1, "_outputPath": "†state.out"}], tools=[server]
     )
