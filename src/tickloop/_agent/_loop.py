@@ -345,15 +345,7 @@ class OuterLoop:
         self.found: tuple[str, ...] = ()
         self._menu_tools: ToolSet | None = None
         self.engine = self._make_engine(self._action_listener(), durable)
-        self.meter = RequestMeter(
-            self.ledger,
-            self.engine,
-            config.model,
-            config.on_budget,
-            durable=durable is not None,
-            run_id=self.events.run_id or None,
-            schema=config.schema,
-        )
+        self.meter = self._new_meter(config.schema)
         if isinstance(self.engine, Engine) and hasattr(config.model, "stream_solution"):
             self.engine.ask_model = self._ask_for_a_guardrail
         if isinstance(self.engine, Engine) and config.replay_only:
@@ -380,21 +372,28 @@ class OuterLoop:
             raise RuntimeError("budget: the budget hook deferred a guardrail's request")
         return text
 
-    async def _one_shot(self, request: SolutionRequest) -> str | None:
-        """The whole text of a one-shot request to the run's model (a guardrail's, a
-        latent tool's), reserved and counted like any request (PROTOCOL §12) by a meter
-        of its own: the run's own request may be streaming meanwhile. None when the
-        budget hook deferred it; `BudgetExceeded` when the budget refuses it."""
+    def _new_meter(self, schema: Any = None) -> RequestMeter:
+        """A meter of the run's requests (PROTOCOL §12): the run's own, or one for a
+        request made beside it (a guardrail's, a latent tool's, an MCP server's sampling),
+        which must not take the place of the run's request in flight."""
         config = self.config
-        meter = RequestMeter(
+        return RequestMeter(
             self.ledger,
             self.engine,
             config.model,
             config.on_budget,
             durable=self.durable is not None,
             run_id=self.events.run_id or None,
-            schema=request.schema,
+            schema=schema,
         )
+
+    async def _one_shot(self, request: SolutionRequest) -> str | None:
+        """The whole text of a one-shot request to the run's model (a guardrail's, a
+        latent tool's), reserved and counted like any request (PROTOCOL §12) by a meter
+        of its own: the run's own request may be streaming meanwhile. None when the
+        budget hook deferred it; `BudgetExceeded` when the budget refuses it."""
+        config = self.config
+        meter = self._new_meter(request.schema)
         reservation = await meter.reserve(request, lambda: request.messages)
         if reservation is None:
             return None
@@ -516,7 +515,7 @@ class OuterLoop:
             hook,
             sampler=ModelSampler(
                 self.config.model,
-                self.meter,
+                self._new_meter,
                 place.path.parts if place is not None else (),
                 self._iterations_done,
             ),

@@ -26,10 +26,15 @@ class ModelSampler:
     """Answers a `Sampling` with the run's model, metered in the run's budget."""
 
     def __init__(
-        self, model: Any, meter: RequestMeter, path: tuple[str, ...], iteration: Callable[[], int]
+        self,
+        model: Any,
+        new_meter: Callable[[], RequestMeter],
+        path: tuple[str, ...],
+        iteration: Callable[[], int],
     ) -> None:
         self.model = model
-        self.meter = meter
+        # A meter of its own per request: the run's request may be in flight meanwhile.
+        self.new_meter = new_meter
         self.path = path
         self.iteration = iteration  # the run's iteration now (a request carries it)
 
@@ -47,17 +52,13 @@ class ModelSampler:
             path=self.path,
             max_output_tokens=sampling.max_tokens,
         )
-        meter = self.meter
-        running = meter.open  # the run's own request in flight, if any: kept as it is
+        meter = self.new_meter()
         try:
             reservation = await meter.reserve(request, list)
         except BudgetExceeded as error:
             raise SamplingRefused(f"the run's budget has no room for it: {error}") from None
-        finally:
-            opened, meter.open = meter.open, running
         if reservation is None:
             raise SamplingRefused("the run's budget has no room for it (the budget hook deferred)")
-        assert opened is reservation
         parts: list[str] = []
         reported: Usage | None = None
         try:
@@ -69,21 +70,20 @@ class ModelSampler:
                     if counted is not None:
                         reported = counted if reported is None else reported + counted
         except Exception as error:
-            self._settle(reservation, reported, "".join(parts), cut_off=bool(parts))
+            _settle(meter, reservation, reported, "".join(parts), cut_off=bool(parts))
             raise SamplingRefused(f"the model request failed: {error}") from None
         except BaseException:
-            self._settle(reservation, reported, "".join(parts), cut_off=True)
+            _settle(meter, reservation, reported, "".join(parts), cut_off=True)
             raise
         text = "".join(parts)
-        self._settle(reservation, reported, text, cut_off=False)
+        _settle(meter, reservation, reported, text, cut_off=False)
         return text, model_name(self.model) or type(self.model).__name__
 
-    def _settle(
-        self, reservation: Any, reported: Usage | None, text: str, *, cut_off: bool
-    ) -> None:
-        running = self.meter.open
-        if not cut_off and not text and reported is None:
-            self.meter.release(reservation)
-        else:
-            self.meter.settle(reservation, reported, text, cut_off)
-        self.meter.open = running
+
+def _settle(
+    meter: RequestMeter, reservation: Any, reported: Usage | None, text: str, *, cut_off: bool
+) -> None:
+    if not cut_off and not text and reported is None:
+        meter.release(reservation)  # failed before anything arrived: it used nothing
+    else:
+        meter.settle(reservation, reported, text, cut_off)
