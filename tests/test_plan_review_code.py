@@ -411,3 +411,29 @@ def _wait_until_running(db: Path, call_id: str, process: subprocess.Popen[bytes]
             raise AssertionError(f"the child exited early: {process.stderr.read().decode()}")
         time.sleep(0.02)
     raise AssertionError(f"{call_id} never ran")
+
+
+def test_a_code_sub_agent_s_program_is_reviewed_by_its_own_review_plan() -> None:
+    charged.clear()
+    reviewed: list[dict[str, str]] = []
+
+    def review(plan: tl.Plan) -> dict[str, tl.Decision]:
+        reviewed.append(plan.site_tools)
+        return {"c1.1[*]": tl.Approve()}
+
+    child = tl.Agent(
+        programs(LOOP),
+        tools=[fetch, charge],
+        protocol="code",
+        name="payer",
+        review_plan=review,
+    )
+    parent = tl.Agent(
+        programs('final_answer(payer(task="pay three"))'),
+        tools=[child],
+        protocol="code",
+        approve=lambda call: tl.Deny("the root's hook is not asked"),
+    )
+    result = run_on_mock_clock(parent)
+    assert result.output == "paid" and charged == [0, 1, 2]
+    assert reviewed == [{"c1.1[*]": "charge"}]  # the child's plan, by its own review
