@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import trio
 import trio.testing
 
 import tickloop as tl
+from test_plan_review import _wait_until_running
 
 charged: list[int] = []
 
@@ -56,6 +56,10 @@ def run_on_mock_clock(agent: tl.Agent[Any], input: Any = None, **options: Any) -
         return await agent.run_async(input, **options)
 
     return trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def approve_everything(plan: tl.Plan) -> dict[str, tl.Decision]:
+    return {key: tl.Approve() for key in [*(call.id for call in plan.calls), *plan.sites]}
 
 
 LOOP = """
@@ -212,10 +216,7 @@ def test_a_tool_guardrail_still_screens_a_call_the_review_approved() -> None:
             tools=[charge],
             protocol=protocol,
             approve=lambda call: tl.Deny("the hook is not asked"),
-            review_plan=lambda plan: (
-                {call.id: tl.Approve() for call in plan.calls}
-                | {site: tl.Approve() for site in plan.sites}
-            ),
+            review_plan=approve_everything,
             guardrails=[tl.ToolGuardrail(policy)],
         )
         result = run_on_mock_clock(agent)
@@ -243,10 +244,7 @@ def test_a_review_does_not_open_the_input_guardrail_gate() -> None:
             tools=[charge],
             protocol=protocol,
             approve=lambda call: tl.Deny("the hook is not asked"),
-            review_plan=lambda plan: (
-                {call.id: tl.Approve() for call in plan.calls}
-                | {site: tl.Approve() for site in plan.sites}
-            ),
+            review_plan=approve_everything,
             guardrails=[tl.InputGuardrail(slow_trip)],
         )
         with pytest.raises(tl.GuardrailTripped):
@@ -394,23 +392,6 @@ def test_a_site_decision_survives_a_sigkill_and_nobody_is_asked_again(
         "charge:2",
     ]
     assert [result.records[f"c1.1[{i}]"].approved_by for i in range(3)] == ["review"] * 3
-
-
-def _wait_until_running(db: Path, call_id: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if db.exists():
-            try:
-                calls = {call.id: call.status for call in tl.SQLiteStore(db).calls("reviewed")}
-            except tl.ResumeError:
-                calls = {}
-            if calls.get(call_id) == "running":
-                return
-        if process.poll() is not None:
-            assert process.stderr is not None
-            raise AssertionError(f"the child exited early: {process.stderr.read().decode()}")
-        time.sleep(0.02)
-    raise AssertionError(f"{call_id} never ran")
 
 
 def test_a_code_sub_agent_s_program_is_reviewed_by_its_own_review_plan() -> None:
