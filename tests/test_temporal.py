@@ -924,6 +924,34 @@ def test_a_code_plan_on_temporal_ends_as_the_same_local_run(temporal_address: st
     assert all(r.worker for r in result.records.values())
 
 
+@pytest.mark.parametrize("protocol", ["solution", "code"])
+def test_a_plan_review_decides_on_temporal_as_it_does_locally(
+    temporal_address: str, protocol: str
+) -> None:
+    """The agent's review_plan runs as an activity; a code plan's site decision covers the
+    loop's calls; the approval hook (which denies) is never asked."""
+    local = agents.reviewed_agent(protocol).run(None)
+    agent = agents.reviewed_agent(protocol)
+    queue = _queue()
+
+    async def on_temporal(client: Client) -> tl.RunResult:
+        async with tlt.worker(client, [agent], task_queue=queue):
+            handle = await tlt.start(client, agent, None, task_queue=queue)
+            result = await handle.result()
+            history = await handle.workflow.fetch_history()
+        await Replayer(
+            workflows=[tlt.AgentWorkflow], workflow_runner=tlt.workflow_runner()
+        ).replay_workflow(history)
+        return result
+
+    result = _run(on_temporal, temporal_address)
+    assert result.output == local.output == "paid"
+    assert _statuses(result) == _statuses(local)
+    by = {call_id: record.approved_by for call_id, record in result.records.items()}
+    assert by == {call_id: record.approved_by for call_id, record in local.records.items()}
+    assert list(by.values()) == ["review", "review"]
+
+
 # -- images from tools reach the model on Temporal (issue 43) --------------------------------
 
 

@@ -50,7 +50,6 @@ from .._engine._questions import QuestionDesk, answering_with, current_desk
 from .._engine._run import ExecutionResult
 from .._errors import (
     BudgetExceeded,
-    ConfigurationError,
     ContextOverflow,
     ExecuteError,
     GuardrailTripped,
@@ -412,11 +411,6 @@ class OuterLoop:
         """The driver the loop runs its ticks on: trio's engine here, a workflow's elsewhere."""
         config = self.config
         if config.driver is not None:
-            if config.review_plan is not None:
-                raise ConfigurationError(
-                    "review_plan is not supported on a workflow driver (Temporal) yet: "
-                    "its calls go to the approval hook one by one; drop review_plan=..."
-                )
             return config.driver.make_engine(self.log, on_action, self.ledger)
         engine = Engine(
             config.tools,

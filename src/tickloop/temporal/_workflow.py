@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         Deny,
         Edit,
         PendingCall,
+        Plan,
         Replace,
         decision_from_dict,
     )
@@ -66,7 +67,14 @@ with workflow.unsafe.imports_passed_through():
     from .._core._log import ContextLog, copy_json
     from .._core._media import media_refs
     from .._core._paths import RunPath
-    from .._core._scheduler_io import Decide, FinishCall, Flush, NoteTickEnded, StartCall
+    from .._core._scheduler_io import (
+        Decide,
+        FinishCall,
+        Flush,
+        NoteTickEnded,
+        Review,
+        StartCall,
+    )
     from .._core._status import CallStatus
     from .._core._tools import Tool
     from .._durable._resume import INTERRUPTED
@@ -153,6 +161,8 @@ def record_to_dict(record: Any) -> dict[str, Any]:
         "worker": getattr(record, "worker", None),
         "line": getattr(record, "line", None),  # a code plan's call (PROTOCOL §14)
         "read_only": getattr(record, "read_only", False),
+        "approved_by": getattr(record, "approved_by", None),  # PROTOCOL §15 "Plan review"
+        "guardrails": list(getattr(record, "guardrails", ())),
     }
 
 
@@ -167,6 +177,9 @@ def _pending_to_dict(pending: PendingCall, tools: Any) -> dict[str, Any]:
         "dependents": list(pending.dependents),
         "path": list(pending.path),
         "agent": pending.agent,
+        "line": pending.line,
+        "downstream": list(pending.downstream),
+        "resolved": pending.resolved,
     }
     tool = tools.get(pending.tool)
     # Known to the run only (an MCP server's tool, a sub-agent's): its schemas go along.
@@ -205,6 +218,7 @@ class WorkflowEngine(SchedulerDriver):
             config.tools,
             log,
             approve=config.approve,
+            review=config.review_plan is not None,  # this agent's own (PROTOCOL §15)
             max_concurrency=config.max_concurrency,
             schedule=config.schedule,  # durations declared or 1: no measured means here
             on_action=on_action,
@@ -278,6 +292,9 @@ class WorkflowEngine(SchedulerDriver):
     def _request_approval(self, pending: PendingCall) -> None:
         self._spawn(self._ask(pending))
 
+    def _request_review(self, plan: Plan) -> None:
+        self._spawn(self._review(plan))
+
     def _start(self, action: StartCall) -> None:
         self.records[action.id].started = workflow.time()
         self._spawn(self._run(action))
@@ -301,6 +318,34 @@ class WorkflowEngine(SchedulerDriver):
             except ActivityError as error:  # the hook could not be asked: fail closed (§6)
                 decision = Deny(f"the approval hook could not be asked: {_cause(error)}")
         self.feed(Decide(pending.id, decision, self._date()))
+
+    async def _review(self, plan: Plan) -> None:
+        """The agent's plan review, an activity; one that cannot be asked decides nothing
+        (every gated call then goes to the approval hook, as after a review that raised)."""
+        host = self.host
+        data = {
+            "calls": [_pending_to_dict(self.scoped(call), self.tools) for call in plan.calls],
+            "arrows": [list(arrow) for arrow in plan.arrows],
+            "iteration": plan.iteration,
+            "run_id": plan.run_id,
+            "program": plan.program,
+            "sites": list(plan.sites),
+            "site_tools": dict(plan.site_tools),
+        }
+        decisions: dict[str, Decision] = {}
+        try:
+            answer = await workflow.execute_activity(
+                host.names["review"],
+                data,
+                start_to_close_timeout=host.option("approve_timeout", 300),
+                heartbeat_timeout=host.option("heartbeat_timeout", 10),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+            )
+            for key, decision in (answer.get("decisions") or {}).items():
+                decisions[key] = decision_from_dict(decision)
+        except ActivityError as error:
+            workflow.logger.warning("the plan review could not be asked: %s", _cause(error))
+        self.feed(Review(decisions, self._date()))
 
     async def _run(self, action: StartCall) -> None:
         host = self.host
