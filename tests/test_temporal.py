@@ -559,6 +559,7 @@ def test_an_agent_without_a_name_cannot_run_on_temporal() -> None:
         {
             "model": "billing.model",
             "approve": "billing.approve",
+            "review": "billing.review",
             "tool": "billing.tool.",
             "list_tools": "billing.list_tools",
         }
