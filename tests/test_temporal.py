@@ -865,6 +865,47 @@ def test_the_tools_of_an_mcp_server_run_on_temporal_on_one_connection_per_worker
     assert {"m_add", "add"} <= {tool["name"] for tool in tools}
 
 
+ASKING_SERVER = ROOT / "tests" / "mcp_asking_server.py"
+
+
+def test_an_mcp_server_s_questions_are_answered_on_temporal_by_the_agent_s_hook(
+    temporal_address: str,
+) -> None:
+    """Asked in the worker: the hook's answer reaches the server, a `Defer` is declined
+    (a call cannot park in an activity), and sampling is answered by `sampling=fn`."""
+    asked: list[str] = []
+
+    def questions(question: tl.Question) -> tl.Verdict:
+        asked.append(question.message)
+        if "lamp" in question.message:
+            return tl.Defer()
+        return tl.Accept({"city": "Oslo", "copies": 2})
+
+    server = tl.MCPServer.stdio(
+        sys.executable, [str(ASKING_SERVER)], sampling=lambda request: "Rex"
+    )
+    plan = [
+        {"_tool": "ship", "item": "book", "_outputPath": "†state.book"},
+        {"_tool": "ship", "item": "lamp", "_outputPath": "†state.lamp"},
+        {"_tool": "name_it", "thing": "dog", "_outputPath": "†state.dog"},
+    ]
+    script = [{"calls": plan}, {"calls": [], "output": "done"}]
+    agent = tl.Agent(tl.ScriptedModel(script), tools=[server], questions=questions, name="asking")
+    queue = _queue()
+
+    async def on_temporal(client: Client) -> tl.RunResult:
+        async with tlt.worker(client, [agent], task_queue=queue):
+            handle = await tlt.start(client, agent, None, task_queue=queue)
+            return await handle.result()
+
+    result = _run(on_temporal, temporal_address)
+    assert result.output == "done"
+    assert result.state["book"]["result"] == "shipping 2 x book to Oslo"
+    assert result.state["lamp"]["result"] == "not shipped: decline"
+    assert result.state["dog"]["result"] == "named: Rex"
+    assert sorted(asked) == ["Where should book go?", "Where should lamp go?"]
+
+
 def _activity_input(history: Any, kind: str) -> Any:
     """The input of the first activity of type `kind` in a workflow's history."""
     for event in history.events:

@@ -352,6 +352,7 @@ def mcp_call_activity(agents: Sequence[Agent], identity: str) -> Callable[..., A
     dynamic activity, since those tools are known only once a run lists them. The call
     runs on this process's connection to the server (`_mcp_host`)."""
     by_name = {agent.name: agent for agent in agents if agent.tool_sources}
+    hooks = {agent.name: agent.questions for agent in agents if agent.questions is not None}
 
     async def call(args: Sequence[RawValue]) -> dict[str, Any]:
         kind = activity.info().activity_type
@@ -378,9 +379,12 @@ def mcp_call_activity(agents: Sequence[Agent], identity: str) -> Callable[..., A
 
         media = MemoryMedia()  # the bytes of the images and audio it returns
 
+        questions_of = data.get("questions_of")
+        questions = hooks.get(questions_of)
+
         async def work() -> dict[str, Any]:
             value, branch, error = await HOST.run(
-                HOST.call, server, tool, data["params"], context, media
+                HOST.call, server, tool, data["params"], context, media, questions, questions_of
             )
             return _call_result(value, branch, error, tool, identity, media)
 

@@ -351,7 +351,7 @@ class WorkflowEngine(SchedulerDriver):
         host = self.host
         tool = self.tools[action.tool]
         if isinstance(tool, AgentTool):  # a child run, inside this workflow (§11)
-            output, fault = await host.root.run_child(tool, action, self.path)
+            output, fault = await host.root.run_child(tool, action, self.path, host)
             self.records[action.id].finished = workflow.time()
             self.feed(FinishCall(action.id, output, None, fault, self._date()))
             return
@@ -368,6 +368,9 @@ class WorkflowEngine(SchedulerDriver):
                 index for index, source in enumerate(host.sources) if source is tool.server
             )
             data["idempotent"] = tool.idempotent  # the worker knows only the run's listing
+            # The agent whose `questions=` hook answers the server's questions (its own, or
+            # the nearest above it with one), asked in the worker (docs/temporal.md).
+            data["questions_of"] = host.questions_of
         elif tool.takes_context:
             data["views"] = {"input": self.log.view("input"), "state": self.log.view("state")}
         value: Any = None
@@ -539,6 +542,7 @@ class AgentWorkflow:
             )
         data = workflow.payload_converter().from_payload(args[0].payload, dict)
         self.agent = agent
+        self.questions_of: str | None = agent.name if agent.questions is not None else None
         self.config = config_of(agent)
         self.sources = list(agent.tool_sources)
         self.names = activity_names(kind)
@@ -687,7 +691,7 @@ class AgentWorkflow:
     # -- sub-agents -------------------------------------------------------------------------
 
     async def run_child(
-        self, tool: AgentTool, action: StartCall, above: RunPath
+        self, tool: AgentTool, action: StartCall, above: RunPath, parent: Any
     ) -> tuple[Any, dict[str, Any] | None]:
         """Run a sub-agent's call as a child run inside this workflow: the same loop on
         the child's configuration, its calls activities of this workflow, its questions
@@ -700,7 +704,7 @@ class AgentWorkflow:
                 "message": f"sub-agent {tool.agent_name!r} would run at depth {path.depth}, "
                 f"deeper than the root's max_depth of {self.agent.max_depth}",
             }
-        child = _ChildHost(self, agent, path)
+        child = _ChildHost(self, agent, path, parent.questions_of)
         log = initial_log(copy_json(action.params))
         loop = _open_loop(child, log)
         self.children[path] = loop
@@ -846,10 +850,14 @@ class _ChildHost:
     sub-agent's own configuration, activities and requests, with the root's hook,
     options, redaction and event list. Its loop is opened as the root's is (`_open_loop`)."""
 
-    def __init__(self, root: AgentWorkflow, agent: Agent, path: RunPath) -> None:
+    def __init__(
+        self, root: AgentWorkflow, agent: Agent, path: RunPath, questions_of: str | None
+    ) -> None:
         self.root = root
         self.agent = agent
         self.path = path
+        # Whose `questions=` hook answers its MCP servers: its own, else its parent's.
+        self.questions_of = agent.name if agent.questions is not None else questions_of
         self.config = dataclasses.replace(
             config_of(agent), approve=root.config.approve, redact=root.agent.redact
         )
