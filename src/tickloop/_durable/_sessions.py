@@ -184,7 +184,8 @@ def _refusal(
     ahead = 0 if resuming is not None else _waiters_ahead(connection, session_id, token, now)
     if ahead:
         return SessionBusy(
-            f"session {session_id!r} is busy: {ahead} run(s) waiting for it came first",
+            f"session {session_id!r} is busy: {ahead} run{'s' if ahead > 1 else ''} "
+            "waiting for it came first",
             session_id=session_id,
             run_id=None,
             reason="running",
