@@ -13,7 +13,7 @@ its host, and lapses (`WAIT_SECONDS`) elsewhere.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,7 @@ from .._durable._sessions import (
     renew_lease,
     take_lease,
 )
-from .._errors import ConfigurationError, SessionBusy
+from .._errors import ConfigurationError, SessionBusy, StoreError
 from ._compaction import reusable_compaction
 
 __all__ = [
@@ -135,7 +135,10 @@ async def _take(
                 await trio.sleep(min(_POLL, left))
     finally:
         if queue and not taken:
-            leave_queue(store, session_id, token)
+            # Not over what ends the wait (a cancellation above all): a place that
+            # cannot be given back lapses by itself, `WAIT_SECONDS` after its last look.
+            with suppress(StoreError):
+                leave_queue(store, session_id, token)
 
 
 async def _renew(store: SessionStore, session_id: str, token: str) -> None:
