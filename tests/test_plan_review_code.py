@@ -418,3 +418,39 @@ def test_a_code_sub_agent_s_program_is_reviewed_by_its_own_review_plan() -> None
     result = run_on_mock_clock(parent)
     assert result.output == "paid" and charged == [0, 1, 2]
     assert reviewed == [{"c1.1[*]": "charge"}]  # the child's plan, by its own review
+
+
+def test_a_fork_asks_the_hook_about_the_calls_it_runs_again_not_the_review(
+    tmp_path: Path,
+) -> None:
+    charged.clear()
+    asked: list[str] = []
+
+    def review(plan: tl.Plan) -> dict[str, tl.Decision]:
+        asked.append("review")
+        return {"c1.1[*]": tl.Approve()}
+
+    def hook(call: tl.PendingCall) -> tl.Decision:
+        asked.append(call.id)
+        return tl.Approve()
+
+    agent = tl.Agent(
+        programs(LOOP),
+        tools=[fetch, charge],
+        protocol="code",
+        approve=hook,
+        review_plan=review,
+        store=tmp_path / "runs.db",
+    )
+
+    async def main() -> Any:
+        await agent.run_async(None, run_id="paid")
+        assert asked == ["review"]
+        asked.clear()
+        return await agent.fork_async(
+            "paid", "again", store=tmp_path / "runs.db", rerun_tools=["charge"]
+        )
+
+    forked = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert forked.output == "paid" and charged == [0, 1, 2, 0, 1, 2]
+    assert asked == ["c1.1[0]", "c1.1[1]", "c1.1[2]"]
