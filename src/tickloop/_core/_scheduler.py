@@ -195,7 +195,12 @@ class Scheduler:
         self._lost_writers = LostWriters()
         self._waiting: dict[str, Call] = {}
         self._dirty: set[str] = set()
-        self._request_by_tool: dict[str, list[str]] = {}  # this request's call ids
+        # This request's calls of each tool some tool `depends_on` by name (only those are
+        # asked for: `_wait_for_earlier_tools`, `waited_on`), in arrival order.
+        self._request_by_tool: dict[str, list[str]] = {}
+        self._depended_on = frozenset(
+            dependency for tool in tools.values() for dependency in tool.dependency_tools
+        )
         self._tool_dependents: dict[str, set[str]] = {}
         self._approvals = ApprovalQueue()
         # Between readiness and the hook (PROTOCOL §15): the input-guardrail gate and the
@@ -411,11 +416,8 @@ class Scheduler:
                     self._declared.add(term, call.id)
         if tool.dependency_tools:
             self._wait_for_earlier_tools(call)
-        earlier = self._request_by_tool.get(tool.name)
-        if earlier is None:
-            self._request_by_tool[tool.name] = [call.id]
-        else:
-            earlier.append(call.id)
+        if tool.name in self._depended_on:
+            self._request_by_tool.setdefault(tool.name, []).append(call.id)
         if self.notes:
             self._actions.append(NoteAccepted(call.id, tool.name, call.wire, tool.read_only))
         self._start_waiting(call)
