@@ -226,6 +226,7 @@ def check_call(
         for bound in tool.bind:
             params.pop(bound, None)  # a bound parameter comes from the run's input only
     try:
+        call.plain = plain
         call.references = () if plain else find_references(params)
     except ReferenceSyntaxError as error:
         location = format_location(getattr(error, "location", ()))
