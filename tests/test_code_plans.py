@@ -780,3 +780,13 @@ def test_a_fork_reruns_a_code_call_whose_inputs_changed_and_asks_its_approval_ag
     again = agent.fork("r2", "r3", store=db, rerun=["c1.0"])
     assert again.output == "bought tea@v2" and ran == ["tea"]
     assert len(asked) == 2
+
+
+def test_a_final_answer_not_of_the_output_type_is_shown_with_its_program() -> None:
+    model = tl.ScriptedModel([fenced('final_answer("three")'), fenced("final_answer(3)")])
+    agent = tl.Agent(model, protocol="code", output=int)
+    assert agent.run().output == 3
+    second = model.requests[1]["messages"][-1]["content"]
+    program_one = second[second.index("## Program 1") :]
+    assert "Your final answer was not accepted: final_answer:" in program_one
+    assert "'three' is not of type 'integer'" in program_one

@@ -429,8 +429,7 @@ def test_an_output_guardrail_rejects_an_output_and_the_loop_goes_on(protocol: st
     result = agent.run({"task": "greet"})
     assert result.output == "kind"
     assert seen == ["rude", "kind"]
-    if protocol != "code":  # a code plan's prompt does not show it yet (docs/guardrails.md)
-        assert "on_brand: say it politely" in json.dumps(model.requests[1]["messages"])
+    assert "on_brand: say it politely" in json.dumps(model.requests[1]["messages"])
 
 
 def test_an_output_guardrail_trip_stops_the_run_with_its_log() -> None:

@@ -193,6 +193,21 @@ class _Program:
         statements."""
         return str(self.stream.program) if self.closed else self._complete
 
+    def written(self) -> None:
+        """The program's text is complete (closed): the plan review, if any, is asked
+        now (PROTOCOL §15) about it, its gated sites and the calls made so far — not
+        once it has run, since it may wait on the calls the review decides."""
+        engine = self.loop.engine
+        if not (engine.scheduler.review and engine.scheduler.text_open):
+            return  # no review, or a resume whose journal has the text closed already
+        tools = self.loop.config.tools
+        sites = {
+            site: tool
+            for site, tool in self.machine.tool_sites().items()
+            if tools[tool].may_require_approval
+        }
+        engine.close_text(self.program_text(), sites)
+
     # -- the pump ---------------------------------------------------------------------
 
     def wake(self) -> None:
@@ -455,6 +470,7 @@ class _CodeLoop(OuterLoop):
                 error=f"broke off: {broken}" if broken is not None else None,
             )
             program.close()
+            program.written()
             notes = (
                 [f"your answer broke off ({broken}); the statements before it ran"]
                 if broken
@@ -607,12 +623,14 @@ class _CodeLoop(OuterLoop):
             if solution is None:
                 program.feed(durable.programs.get(iteration) or "")
                 program.close()
+                program.written()
                 program.driver.resuming = False
                 self.engine.report(structural(CUT_OFF))
                 self._record_program(iteration, program, "", [CUT_OFF])
             else:
                 program.feed(str(solution.get("program") or ""))
                 program.close()
+                program.written()
         return await self._finish(iteration, program)
 
     def _solution(self, iteration: int) -> dict[str, Any] | None:

@@ -432,12 +432,14 @@ def code_turns(log: ContextLog, budget: int | None) -> list[tuple[str, str]]:
         if message.get("type") == "solution" and "program" in message
     }
     entries = [entry for entry in (log.view(PROGRAM_KIND) or ()) if isinstance(entry, dict)]
+    refused = refused_answers(log)
     turns = [("compaction", summary_section(summary))] if summary is not None else []
     for key, entry in history_turns(log.view("history"), covered):
         turns.append((key, _history_entry(entry, budget)))
     for entry in entries[:-1]:
         if program_key(entry) not in covered:
-            text = _program_section(entry, programs.get(entry.get("iteration")), budget)
+            iteration = entry.get("iteration")
+            text = _program_section(entry, programs.get(iteration), budget, refused)
             turns.append((program_key(entry), text))
     return turns
 
@@ -474,6 +476,7 @@ def _context(log: ContextLog, budget: int | None) -> str:
         for message in log.messages
         if message.get("type") == "solution" and "program" in message
     }
+    refused = refused_answers(log)
     for entry in log.view(PROGRAM_KIND) or ():
         if not isinstance(entry, dict):
             continue
@@ -482,7 +485,8 @@ def _context(log: ContextLog, budget: int | None) -> str:
                 sections.append(summary_section(summary))
                 summary = None
             continue
-        sections.append(_program_section(entry, programs.get(entry.get("iteration")), budget))
+        solution = programs.get(entry.get("iteration"))
+        sections.append(_program_section(entry, solution, budget, refused))
     state = log.view("state")
     if isinstance(state, dict) and state:
         lines = [f"{name} = {shown(value, budget, name)}" for name, value in sorted(state.items())]
@@ -509,8 +513,30 @@ def _history_entry(entry: dict[str, Any], budget: int | None) -> str:
     )
 
 
+def refused_answers(log: ContextLog) -> dict[Any, list[str]]:
+    """By iteration, why a program's final answer was not accepted: the Error Messages
+    about its output (`{"call": {"output": ...}}`: not of the output schema, or rejected
+    by an output guardrail, PROTOCOL §15), which follow the program's entry in the log.
+    (A program's own error is its entry's `error`.)"""
+    refused: dict[Any, list[str]] = {}
+    iteration = None
+    for message in log.messages:
+        if message.get("type") == "solution":
+            iteration = message.get("iteration")
+        elif message.get("type") == "data" and message.get("kind") == "error":
+            data = message.get("data")
+            call = data.get("call") if isinstance(data, dict) else None
+            error = data.get("error") if isinstance(data, dict) else None
+            if isinstance(call, dict) and "output" in call and isinstance(error, dict):
+                refused.setdefault(iteration, []).append(str(error.get("message", "")))
+    return refused
+
+
 def _program_section(
-    entry: dict[str, Any], solution: dict[str, Any] | None, budget: int | None
+    entry: dict[str, Any],
+    solution: dict[str, Any] | None,
+    budget: int | None,
+    refused: dict[Any, list[str]],
 ) -> str:
     iteration = entry.get("iteration")
     program = solution.get("program") if solution is not None else None
@@ -536,6 +562,8 @@ def _program_section(
         also = error.get("also_ran")
         if also:
             lines.append("also ran: " + ", ".join(map(str, also)))
+    for reason in refused.get(iteration, ()):
+        lines.append(f"Your final answer was not accepted: {reason}")
     for note in entry.get("notes") or ():
         lines.append(f"Note: {note}")
     return "\n".join(lines)

@@ -46,7 +46,7 @@ from ._program import (
     Printed,
     ProgramOutcome,
 )
-from ._scope import Sites, helper_effects, may_call_helper, may_end, may_write
+from ._scope import Sites, helper_effects, loop_depths, may_call_helper, may_end, may_write
 from ._stream import Statement
 from ._values import CallState, Lazy, Meter, copy_value, leave
 
@@ -157,6 +157,23 @@ class ProgramMachine:
         """No more statements."""
         self._closed = True
         self._try_commit()
+
+    def tool_sites(self) -> dict[str, str]:
+        """The sites of the statements so far that call a tool by its name, outside
+        helpers, as call paths with `[*]` for each loop index (`c2.4[*]`), each with its
+        tool's name: what a plan review may decide by site before the site has made a
+        call (PROTOCOL §15). A tool name the program rebinds is no tool's site."""
+        sites: dict[str, str] = {}
+        for record in self._statements:
+            for call, depth in loop_depths(record.tree):
+                func = call.func
+                if not isinstance(func, ast.Name) or func.id not in self.tools:
+                    continue
+                site = self._sites.site(call)
+                if site is None or func.id in self._writers:
+                    continue
+                sites[f"c{self.iteration}.{site}" + "[*]" * depth] = self.tools[func.id].tool
+        return sites
 
     def call_finished(
         self, call_id: str, value: Any = None, error: Mapping[str, Any] | None = None

@@ -22,6 +22,7 @@ __all__ = [
     "ScopeInfo",
     "Sites",
     "helper_effects",
+    "loop_depths",
     "may_call_helper",
     "may_end",
     "may_write",
@@ -115,6 +116,48 @@ def _in_evaluation_order(node: ast.AST) -> Iterator[ast.AST]:
         yield from node.body if isinstance(node.body, list) else [node.body]
     else:
         yield from ast.iter_child_nodes(node)
+
+
+def loop_depths(tree: ast.AST) -> Iterator[tuple[ast.Call, int]]:
+    """Each call expression outside helper and lambda bodies (whose calls are made one
+    frame down, §14), with how many loop indexes its call id has: one for each enclosing
+    `for` body or `while` loop (its test too), one for each comprehension `for` clause
+    whose items it is evaluated for. A loop's or a comprehension's first iterable is
+    evaluated once, outside."""
+    stack: list[tuple[ast.AST, int]] = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, ast.Call):
+            yield node, depth
+        stack.extend(reversed(list(_children_with_depth(node, depth))))
+
+
+def _children_with_depth(node: ast.AST, depth: int) -> Iterator[tuple[ast.AST, int]]:
+    if isinstance(node, ast.For):
+        yield node.iter, depth
+        yield from ((child, depth + 1) for child in (node.target, *node.body))
+        yield from ((child, depth) for child in node.orelse)
+    elif isinstance(node, ast.While):
+        yield from ((child, depth + 1) for child in (node.test, *node.body))
+        yield from ((child, depth) for child in node.orelse)
+    elif isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
+        generators = node.generators
+        yield generators[0].iter, depth
+        for level, clause in enumerate(generators):
+            inside = depth + level + 1
+            yield from ((child, inside) for child in (clause.target, *clause.ifs))
+            if level + 1 < len(generators):
+                yield generators[level + 1].iter, inside
+        last = depth + len(generators)
+        elements = (node.key, node.value) if isinstance(node, ast.DictComp) else (node.elt,)
+        yield from ((child, last) for child in elements)
+    elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+        yield from ((default, depth) for default in node.args.defaults)
+        yield from ((d, depth) for d in node.args.kw_defaults if d is not None)
+        if not isinstance(node, ast.Lambda):
+            yield from ((decorator, depth) for decorator in node.decorator_list)
+    else:
+        yield from ((child, depth) for child in ast.iter_child_nodes(node))
 
 
 class Sites:

@@ -31,6 +31,14 @@ class ApprovalQueue:
     def busy(self) -> bool:
         return self.asking is not None or bool(self.waiting)
 
+    def holds(self, call: Call) -> bool:
+        """Whether `call` waits here to be asked about (ready, past its guardrails)."""
+        return (
+            call.status == CallStatus.APPROVING
+            and call.id != self.asking
+            and (call in self.waiting)
+        )
+
     def next(self) -> Call | None:
         """The next call to ask about, in the order calls became ready; None while a
         question is open or none waits. A call decided meanwhile is passed over."""

@@ -188,13 +188,15 @@ ApproveHook = Callable[[PendingCall], "Decision | bool | Awaitable[Decision | bo
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What a plan review sees when a request's stream closes (PROTOCOL §15).
+    """What a plan review sees when a request's text is complete (PROTOCOL §15).
 
     `calls`: every call known then whose tool may require approval, in arrival order;
     `arrows`: (writer, reader) pairs between them, a reader reading what the writer
     writes directly or through calls that need no approval. A code plan's also has its
-    `program` and the `sites` of those calls (`c2.4[*]`): a decision keyed by a site
-    covers every call the site makes, now or later in the request.
+    `program` and its `sites` (`c2.4[*]`, a `[*]` for each loop index; in source order):
+    those of tools that may require approval, made a call yet or not, with the tool of
+    each in `site_tools`. A decision keyed by a site covers every call the site makes,
+    now or later in the request; one keyed by a site with no loop (`c2.1`), its call.
     """
 
     calls: list[PendingCall]
@@ -203,6 +205,7 @@ class Plan:
     run_id: str | None = None
     program: str | None = None
     sites: list[str] = field(default_factory=list)
+    site_tools: dict[str, str] = field(default_factory=dict)
 
 
 ReviewHook = Callable[[Plan], "dict[str, Decision] | Awaitable[dict[str, Decision]]"]

@@ -28,6 +28,7 @@ from ._scheduler_io import (
     AskReview,
     CloseGate,
     CloseStream,
+    CloseText,
     Decide,
     Event,
     Flush,
@@ -197,6 +198,11 @@ class SchedulerDriver:
 
     def close_stream(self) -> None:
         self.feed(CloseStream(self._date()))
+
+    def close_text(self, program: str, sites: dict[str, str]) -> None:
+        """A code plan's program is written (its calls go on): the plan review is asked
+        now, not once the program has run (PROTOCOL §15)."""
+        self.feed(CloseText(program, sites, self._date()))
 
     def flush_errors(self) -> None:
         """Append the faults reported since the tick ended (an output that did not

@@ -43,10 +43,14 @@ def build_plan(
     tool_dependents: dict[str, set[str]],
     iteration: int,
     run_id: str | None,
-    code: bool,
+    *,
+    program: str | None = None,
+    sites: dict[str, str] | None = None,
 ) -> Plan:
     """The plan of the request: its gated calls, and the arrows between them (a reader
-    reads what a writer writes, directly or through calls that need no approval)."""
+    reads what a writer writes, directly or through calls that need no approval). A code
+    plan's (`program` given) also has its gated sites: those of the calls known, and
+    `sites`, the program's own (which may not have made a call yet)."""
     shown = {call.id for call in gated}
     arrows: list[tuple[str, str]] = []
     for writer in gated:
@@ -63,14 +67,24 @@ def build_plan(
                     arrows.append((writer.id, reader_id))
                 elif reader_id in calls:  # needs no approval: look through it
                     frontier.append(calls[reader_id])
-    sites = sorted({site_of(call.id) for call in gated}) if code else []
+    site_tools: dict[str, str] = {}
+    if program is not None:
+        site_tools = dict(sites or {})
+        for call in gated:
+            site_tools.setdefault(site_of(call.id), call.tool.name)
     return Plan(
         calls=[pending(call) for call in gated],
         arrows=sorted(arrows),
         iteration=iteration,
         run_id=run_id,
-        sites=[site for site in sites if "[*]" in site],
+        program=program,
+        sites=sorted(site_tools, key=_in_source_order),
+        site_tools=site_tools,
     )
+
+
+def _in_source_order(site: str) -> list[int]:
+    return [int(number) for number in re.findall(r"\d+", site)]
 
 
 def allowed_in_advance(decision: Decision) -> bool:

@@ -78,6 +78,7 @@ from ._scheduler_io import (
     AskReview,
     CloseGate,
     CloseStream,
+    CloseText,
     Decide,
     Event,
     FinishCall,
@@ -156,12 +157,20 @@ class Scheduler:
     ) -> None:
         self.tools = tools
         # PROTOCOL §15 "Plan review": a request's gated calls wait for the review
-        # (`_reviewing`, from its tick's opening to the `Review`) before the hook.
+        # (`_reviewing`, from its tick's opening to the `Review`) before the hook. It is
+        # asked once the request's text is complete (`_text_open` false): a plan's
+        # stream closed, or a code plan's program written (`CloseText`).
         self.review = review
         self._reviewing = False
-        # A code plan's decisions by site (`c2.4[*]`), for the calls the site makes later.
-        self._site_decisions: list[tuple[re.Pattern[str], Decision]] = []
-        self._defer_when_ready: set[str] = set()  # deferred by a review before ready
+        self._text_open = False
+        self._program: str | None = None  # a code plan's, from `CloseText`
+        self._program_sites: dict[str, str] = {}  # its gated sites and their tools
+        # A code plan's review decisions by site (`c2.4[*]`) or call id, for the calls
+        # made later in the request: the same tick only.
+        self._standing: list[tuple[re.Pattern[str], Decision]] = []
+        # A review's deny or defer for a call not yet at the hook (still waiting for its
+        # inputs, at the gate or screened): carried out when it gets there.
+        self._advance: dict[str, Decision] = {}
         # Deferred tools no `search_tools` call of an earlier request found (tool search):
         # refused on arrival; each tick's `OpenTick.found` says which are found.
         self._hidden: frozenset[str] = tools.deferred
@@ -224,6 +233,7 @@ class Scheduler:
             CloseGate: self._on_gate_closed,
             OpenTick: self._on_tick_opened,
             CloseStream: self._on_stream_closed,
+            CloseText: self._on_text_closed,
             ReportFault: self._on_fault,
             Flush: self._on_flush,
             # `AnswerBudget`, `SpendBudget`
@@ -274,9 +284,14 @@ class Scheduler:
         return [self._pending(call) for call in self._deferred.values()]
 
     @property
+    def text_open(self) -> bool:
+        """The request's text is still coming (a code plan's program may run on after)."""
+        return self._text_open
+
+    @property
     def review_awaited(self) -> bool:
         """A plan review was asked for and not answered (a resume asks it again)."""
-        return self._reviewing and not self._stream_open
+        return self._reviewing and not self._text_open
 
     def plan_under_review(self) -> Plan | None:
         """The plan a review left unanswered by a crash is about, to ask it again."""
@@ -315,10 +330,18 @@ class Scheduler:
         self._skip_sources = PathIndex()
         self._lost_writers = LostWriters()
         self._plan.open_request(plan_order=event.plan_order)
-        # A code plan's stream closes only once its program has run, which may wait on a
-        # gated call: its calls are not held for a review (docs/decisions.md).
-        self._reviewing = self.review and not event.code
-        self._site_decisions = []
+        self._text_open = True
+        self._reviewing = self.review
+        self._program, self._program_sites = None, {}
+        self._standing = []
+
+    def _on_text_closed(self, event: CloseText) -> None:
+        if not (self._stream_open and self._text_open and self._code):
+            raise usage_error(event, "no code plan's program text is open")
+        self._text_open = False
+        self._program, self._program_sites = event.program, dict(event.sites)
+        if self._reviewing:
+            _ask_review(self)
 
     def _on_stream_closed(self, event: CloseStream) -> None:
         if not self._stream_open:
@@ -326,8 +349,10 @@ class Scheduler:
         self._stream_open = False
         # Settling starts now: every waiting call may have become settle-able.
         self._dirty.update(self._waiting)
-        if self._reviewing:
-            _ask_review(self)
+        if self._text_open:
+            self._text_open = False
+            if self._reviewing:
+                _ask_review(self)
 
     def _on_received(self, event: ReceiveCall) -> None:
         if not self._stream_open:
@@ -350,6 +375,8 @@ class Scheduler:
             self._report_invalid(call, str(fault), fault.details, wire=record.call)
             return
         self._accept(call)
+        if self._standing:  # a code plan's call a review decided by its site (§15)
+            _decide_by_standing(self, call)
 
     def _on_decision(self, event: Decide) -> None:
         call_id, decision = event.call_id, event.decision
@@ -380,8 +407,6 @@ class Scheduler:
             self._apply_replacement(call, decision.call)
         elif isinstance(decision, Respond):
             self._complete(call, decision.value, branch=None)
-        elif isinstance(decision, Defer):
-            _defer(self, call)
         elif isinstance(decision, Defer):
             _defer(self, call)
         else:
@@ -561,13 +586,7 @@ class Scheduler:
             )
             self._actions.append(NoteReady(call.id, params, waits or ()))
         screening = self._screening
-        if call.id in self._defer_when_ready:  # a review deferred it (PROTOCOL §15)
-            self._defer_when_ready.discard(call.id)
-            move(call, S.APPROVING, self._event)
-            if self.notes:
-                self._emit(NoteDecided(call.id, Defer()))
-            _defer(self, call)
-        elif screening.gate_closed or screening.screens is not None:
+        if screening.gate_closed or screening.screens is not None:
             self._past_checks(call)  # a run with guardrails (PROTOCOL §15)
         else:
             self._to_the_hook(call)  # most calls: no guardrail, no approval
@@ -594,6 +613,8 @@ class Scheduler:
     def _to_the_hook(self, call: Call) -> None:
         if call.preapproved:
             self._enqueue(call)
+        elif self._advance and call.id in self._advance:
+            _carry_out_advance(self, call, self._advance.pop(call.id))
         elif call.approved_in_advance is not None and self._advance_approval_holds(call):
             self._run_approved_in_advance(call, call.approved_in_advance)
         elif call.tool.needs_approval(call.params) or call.approved_in_advance is not None:
@@ -621,7 +642,7 @@ class Scheduler:
             if call is None or call.approved_in_advance is not None:
                 continue
             call.approved_in_advance = by
-            if call.status == S.APPROVING and self._approvals.asking != call_id:
+            if self._approvals.holds(call):  # at the hook's door: it runs now
                 self._run_approved_in_advance(call, by)  # `ApprovalQueue.next` passes it
 
     def _run_approved_in_advance(self, call: Call, by: str) -> None:
@@ -983,7 +1004,7 @@ def _plan_of(scheduler: Scheduler) -> Plan | None:
         (call for call in scheduler._calls.values() if _under_review(scheduler, call)),
         key=_by_seq,
     )
-    if not gated:
+    if not gated and not scheduler._program_sites:
         return None
 
     def shown(call: Call) -> PendingCall:
@@ -1000,12 +1021,13 @@ def _plan_of(scheduler: Scheduler) -> Plan | None:
         scheduler._tool_dependents,
         scheduler._iteration,
         scheduler.run_id,
-        scheduler._code,
+        program=scheduler._program if scheduler._code else None,
+        sites=scheduler._program_sites,
     )
 
 
 def _on_review(scheduler: Scheduler, event: Review) -> None:
-    if not scheduler._reviewing:
+    if not scheduler.review_awaited:
         raise usage_error(event, "no plan review is awaited")
     scheduler._reviewing = False
     for key, decision in event.decisions.items():
@@ -1014,20 +1036,38 @@ def _on_review(scheduler: Scheduler, event: Review) -> None:
             call = scheduler._calls.get(key)
             targets = [call] if call is not None else []
         else:
-            scheduler._site_decisions.append((pattern, decision))
             targets = sorted(
                 (call for call in scheduler._calls.values() if pattern.fullmatch(call.id)),
                 key=_by_seq,
             )
         targets = [call for call in targets if _under_review(scheduler, call)]
-        if not targets:
+        # A code plan's site may make its calls later in the request (§15).
+        standing = scheduler._code and scheduler._stream_open
+        if standing:
+            scheduler._standing.append((pattern or re.compile(re.escape(key)), decision))
+        if not targets and not (standing and _names_a_site(scheduler, key)):
             _log.warning("plan review: %r names no call awaiting review; ignored", key)
         for call in targets:
             _review_decides(scheduler, call, decision)
 
 
+def _names_a_site(scheduler: Scheduler, key: str) -> bool:
+    """Whether a code plan's review key names a site that may still make calls."""
+    return key in scheduler._program_sites or "[*]" in key
+
+
+def _decide_by_standing(scheduler: Scheduler, call: Call) -> None:
+    """A call made after the review, at a site the review decided (PROTOCOL §15)."""
+    if not _under_review(scheduler, call):
+        return
+    for pattern, decision in scheduler._standing:
+        if pattern.fullmatch(call.id):
+            _review_decides(scheduler, call, decision)
+            return
+
+
 def _review_decides(scheduler: Scheduler, call: Call, decision: Decision) -> None:
-    if call.status == S.APPROVING:  # ready: its parameters are resolved
+    if scheduler._approvals.holds(call):  # ready, past its guardrails: any decision
         if isinstance(decision, Approve):
             call.record.approved_by = "review"
         scheduler._carry_out(call, decision, "review")
@@ -1044,10 +1084,18 @@ def _review_decides(scheduler: Scheduler, call: Call, decision: Decision) -> Non
         scheduler._approve_in_advance([call.id], "review")
         if decision.downstream:
             scheduler._approve_in_advance(scheduler._downstream(call), "review")
-    elif isinstance(decision, Deny):
+    elif isinstance(decision, Deny) and call.status == S.WAITING:
+        # Denied before it is ready: it never will be, and its readers settle by §5.
         if scheduler.notes:
             scheduler._emit(NoteDecided(call.id, decision))
-        move(call, S.APPROVING, scheduler._event)  # decided as if ready: it never will be
+        move(call, S.APPROVING, scheduler._event)
         scheduler._settle(call, S.DENIED, {"type": "denied", "message": decision.reason})
-    else:
-        scheduler._defer_when_ready.add(call.id)
+    else:  # a defer, or a deny of a call at the gate or screened: at the hook's door
+        scheduler._advance[call.id] = decision
+
+
+def _carry_out_advance(scheduler: Scheduler, call: Call, decision: Decision) -> None:
+    """A review's deny or defer reaches a call that is ready and past its guardrails."""
+    if call.status != S.APPROVING:
+        move(call, S.APPROVING, scheduler._event)
+    scheduler._carry_out(call, decision, "review")

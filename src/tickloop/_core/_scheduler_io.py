@@ -5,7 +5,7 @@ The names are chosen so they cannot be mistaken for the public run events of
 happened to a watcher:
 
 * Inputs are imperatives addressed to the scheduler: `OpenTick`, `ReceiveCall`,
-  `CloseStream`, `ReportFault`, `Decide`, `FinishCall`, `Flush`.
+  `CloseText`, `CloseStream`, `ReportFault`, `Decide`, `FinishCall`, `Flush`.
 * Actions are imperatives addressed to the driver: `StartCall` and `AskApproval` are work
   it must do; every `Note...` action is a fact it must record or report (a log message,
   a call accepted, ready, decided or settled, a tick ended).
@@ -31,6 +31,7 @@ __all__ = [
     "AskReview",
     "CloseGate",
     "CloseStream",
+    "CloseText",
     "Decide",
     "Event",
     "FinishCall",
@@ -88,6 +89,19 @@ class ReceiveCall:
 class CloseStream:
     """No more calls will arrive for this request: settling may begin."""
 
+    date: str = ""
+
+
+@dataclass(slots=True)
+class CloseText:
+    """A code plan's program text is complete (PROTOCOL §14): the model has finished
+    writing, though the program goes on running and making calls until `CloseStream`.
+    The plan review is asked now (§15), about `program` and the calls known so far;
+    `sites` are the program's call sites of tools that may require approval, each with
+    its tool (`{"c2.4[*]": "charge"}`), whether or not they have made a call yet."""
+
+    program: str
+    sites: dict[str, str]
     date: str = ""
 
 
@@ -192,6 +206,7 @@ Event = (
     OpenTick
     | ReceiveCall
     | CloseStream
+    | CloseText
     | ReportFault
     | Decide
     | Review

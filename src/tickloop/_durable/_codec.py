@@ -33,6 +33,7 @@ from .._core._scheduler_io import (
     AnswerBudget,
     CloseGate,
     CloseStream,
+    CloseText,
     Decide,
     Event,
     FinishCall,
@@ -87,6 +88,8 @@ def event_to_dict(event: Event) -> dict[str, Any]:
             body["found"] = list(event.found)
     elif isinstance(event, CloseStream):
         body = {"type": "StreamClosed"}
+    elif isinstance(event, CloseText):
+        body = {"type": "TextClosed", "program": event.program, "sites": dict(event.sites)}
     elif isinstance(event, ReportFault):
         body = {"type": "FaultReported", "error": event.error, "call": event.call}
     elif isinstance(event, Flush):
@@ -136,6 +139,8 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
         )
     if kind == "StreamClosed":
         return CloseStream(date)
+    if kind == "TextClosed":
+        return CloseText(str(data.get("program") or ""), dict(data.get("sites") or {}), date)
     if kind == "FaultReported":
         return ReportFault(data["error"], data.get("call"), date)
     if kind == "Flush":
