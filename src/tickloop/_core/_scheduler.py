@@ -901,13 +901,14 @@ class Scheduler:
         if not self._tick_active or self._stream_open:
             return
         if (
-            self._approvals.busy
-            or self._screening.busy
+            self._run_queue.writers  # calls still running: the common answer, asked first
             or self._run_queue.queued
+            or self._approvals.busy
+            or self._screening.busy
             or self._reviewing
         ):
             return
-        if self._run_queue.writers or (self._waiting and self._awaited_fire_and_forget()):
+        if self._waiting and self._awaited_fire_and_forget():
             return
         # Only calls behind a deferred decision, and fire-and-forget ones nothing waits for, remain.
         self._tick_active = False
