@@ -29,13 +29,20 @@ def calls_per_item(work: Callable[[], object], n: int) -> float:
     return pstats.Stats(profile).prim_calls / n  # type: ignore[attr-defined,no-any-return]
 
 
+def measure(n: int) -> tuple[float, float]:
+    """(calls per tool call, calls per bare trio task) at size `n`."""
+    calls = plan("fan_out", n)
+    every, _run._YIELD_EVERY = _run._YIELD_EVERY, float("inf")
+    try:
+        engine = calls_per_item(lambda: run_plan(calls), n)
+    finally:
+        _run._YIELD_EVERY = every
+    return engine, calls_per_item(lambda: bare_trio_tasks(n), n)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    n = int(args[0]) if args else 2000
-    _run._YIELD_EVERY = float("inf")
-    calls = plan("fan_out", n)
-    engine = calls_per_item(lambda: run_plan(calls), n)
-    floor = calls_per_item(lambda: bare_trio_tasks(n), n)
+    engine, floor = measure(int(args[0]) if args else 2000)
     print(f"function calls per tool call: {engine:.1f}; per bare trio task: {floor:.1f}")
     return 0
 

@@ -181,6 +181,20 @@ def test_the_performance_benchmark_runs_at_a_tiny_size() -> None:
     assert main(["--tiny", "--only", "loop"]) == 0
 
 
+def test_the_call_count_is_the_same_each_time() -> None:
+    """benchmarks/count_calls.py: a count, not a time, so two runs agree; a tool call costs
+    more calls than a bare trio task; the run's yields are as they were after it."""
+    from benchmarks.count_calls import measure
+
+    from tickloop._engine import _run
+
+    every = _run._YIELD_EVERY
+    first, second = measure(60), measure(60)
+    assert first == second
+    assert first[0] > first[1] > 0
+    assert _run._YIELD_EVERY == every
+
+
 def test_the_growth_probe_splits_a_tiny_run() -> None:
     """benchmarks/probe_growth.py: the scheduler's events, the collector and the rest are
     each measured at both sizes, and the scheduler's parts add up within the whole."""
