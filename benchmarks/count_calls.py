@@ -5,7 +5,8 @@ The overhead benchmark's plan (`plan("fan_out", n)`, run by `run_plan`) and its 
 (`bare_trio_tasks(n)`) are each run once to warm up, then once under cProfile; every
 call of a Python function or a builtin counts (cProfile's primitive calls), divided by n.
 The plan's calls are handed over without the time-based yields of `tl.run_calls`
-(`_YIELD_EVERY`), which would make the count depend on the machine's speed.
+(`_YIELD_EVERY`), which would make the count depend on the machine's speed; what is
+left moves by a fraction of a call (a date crossing a second formats that second).
 
 Run: python -m benchmarks.count_calls [n]  (n = 2000 by default)
 """
