@@ -225,8 +225,8 @@ def check_call(
     if tool.bind:
         for bound in tool.bind:
             params.pop(bound, None)  # a bound parameter comes from the run's input only
+    call.plain = plain
     try:
-        call.plain = plain
         call.references = () if plain else find_references(params)
     except ReferenceSyntaxError as error:
         location = format_location(getattr(error, "location", ()))
