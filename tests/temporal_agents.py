@@ -259,3 +259,46 @@ def code_agent(name: str = "coder") -> tl.Agent:
         name=name,
         protocol="code",
     )
+
+
+# -- plan review (PROTOCOL §15): the agent's own review, an activity ----------------------
+
+
+def review_everything(plan: tl.Plan) -> dict[str, tl.Decision]:
+    """Approves every gated call and site it is shown."""
+    return {key: tl.Approve() for key in [*(call.id for call in plan.calls), *plan.sites]}
+
+
+def hook_not_asked(call: tl.PendingCall) -> tl.Decision:
+    return tl.Deny("the approval hook was asked")
+
+
+REVIEWED_PROGRAM = """```python
+for who in ["alice", "bob"]:
+    charge(customer=who, cents=500)
+final_answer("paid")
+```
+"""
+
+REVIEWED_PLAN = [
+    {
+        "calls": [
+            {"_tool": "charge", "customer": "alice", "cents": 500, "_outputPath": "†state.a"},
+            {"_tool": "charge", "customer": "bob", "cents": 500, "_outputPath": "†state.b"},
+        ],
+        "output": None,
+    },
+    {"calls": [], "output": "paid"},
+]
+
+
+def reviewed_agent(protocol: str = "code") -> tl.Agent:
+    script = [REVIEWED_PROGRAM] if protocol == "code" else REVIEWED_PLAN
+    return tl.Agent(
+        tl.ScriptedModel(script),  # type: ignore[arg-type]
+        tools=[charge],
+        approve=hook_not_asked,
+        review_plan=review_everything,
+        name=f"reviewed-{protocol}",
+        protocol=protocol,  # type: ignore[arg-type]
+    )

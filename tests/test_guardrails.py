@@ -925,6 +925,29 @@ def test_an_async_guardrail_asks_the_run_s_model_and_the_request_counts_in_its_b
     assert len(prompts) == 2
 
 
+def test_a_guardrail_s_request_that_fails_at_once_uses_no_budget() -> None:
+    """A one-shot request that fails before anything arrived used nothing, as the run's
+    own request (PROTOCOL §12); the guardrail that raised fails closed (it trips)."""
+
+    def answer(request: dict[str, Any]) -> Any:
+        if request["schema"] is None:  # the guardrail's one-shot request
+            raise tl.ModelError("bad request", status=400)
+        return {"calls": [], "output": "done"}
+
+    async def judged(value: Any, ctx: tl.GuardrailContext) -> Any:
+        await ctx.ask_model("Is this safe?")
+        return tl.Pass()
+
+    agent = tl.Agent(
+        tl.FunctionModel(answer),
+        guardrails=[tl.InputGuardrail(judged, blocking=True)],
+        budget=tl.Budget(requests=1),
+    )
+    with pytest.raises(tl.GuardrailTripped) as tripped:
+        agent.run({"task": "sum up"})
+    assert tripped.value.usage.requests == 0
+
+
 @pytest.mark.parametrize("kind", ["tool", "result"])
 def test_a_replay_trips_again_on_the_call_whose_guardrail_tripped(
     kind: str, tmp_path: Path

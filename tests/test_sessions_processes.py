@@ -1,6 +1,7 @@
 """Sessions across processes (PROTOCOL §16 "Busy"): two processes on one session take
 turns, never writing one history at once; a SIGKILLed run blocks the session, naming
-it, until it is resumed, and the next run sees it.
+it, until it is resumed, and the next run sees it. Runs waiting in several processes
+join in the order they started, and a waiter SIGKILLed while it waits holds no one up.
 
 The processes meet at files (a marker each run's tool writes, a gate file the test
 makes), never at a clock.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -59,10 +61,14 @@ def make_agent(store):
 
 
 if __name__ == "__main__":
-    db, session, say, busy = sys.argv[1:5]
+    db, session, say, busy, timeout = sys.argv[1:6]
     try:
         result = make_agent(db).run(
-            {"say": say}, session=session, run_id=say, session_busy=busy, session_timeout=120
+            {"say": say},
+            session=session,
+            run_id=say,
+            session_busy=busy,
+            session_timeout=float(timeout),
         )
     except tl.SessionBusy as error:
         print(json.dumps({"busy": error.run_id, "reason": error.reason}))
@@ -72,7 +78,9 @@ if __name__ == "__main__":
 '''
 
 
-def _start(tmp_path: Path, say: str, busy: str = "wait", **env: str) -> subprocess.Popen[str]:
+def _start(
+    tmp_path: Path, say: str, busy: str = "wait", timeout: float = 120, **env: str
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -81,6 +89,7 @@ def _start(tmp_path: Path, say: str, busy: str = "wait", **env: str) -> subproce
             "s",
             say,
             busy,
+            str(timeout),
         ],
         env={**os.environ, "SESSION_DIR": str(tmp_path), **env},
         cwd=tmp_path,
@@ -102,6 +111,24 @@ def _wait_for(path: Path, child: subprocess.Popen[str]) -> None:
         if child.poll() is not None:
             raise AssertionError(f"the child exited early: {child.communicate()}")
         assert time.monotonic() < deadline, f"the child never made {path.name}"
+        time.sleep(0.02)
+
+
+def _wait_for_waiters(tmp_path: Path, count: int, child: subprocess.Popen[str]) -> None:
+    """Until the session's queue holds `count` tickets: the child waits in it now (read
+    from the store file, only to know when to go on)."""
+    deadline = time.monotonic() + 60
+    while True:
+        if child.poll() is not None:
+            raise AssertionError(f"the child exited early: {child.communicate()}")
+        connection = sqlite3.connect(tmp_path / "runs.db")
+        try:
+            (found,) = connection.execute("SELECT count(*) FROM session_waiters").fetchone()
+        finally:
+            connection.close()
+        if found == count:
+            return
+        assert time.monotonic() < deadline, f"the queue never held {count} runs"
         time.sleep(0.02)
 
 
@@ -165,3 +192,54 @@ def test_a_killed_run_blocks_its_session_until_resumed(
     history = [m["data"] for m in after.messages if m.get("kind") == "history"]
     assert history == [[{"run_id": "k", "input": {"say": "k"}, "output": "did k"}]]
     assert [run.run_id for run in store.session("s").runs] == ["k", "n"]
+
+
+def test_runs_waiting_in_two_processes_join_in_the_order_they_started(
+    child_script: Path,
+) -> None:
+    tmp_path = child_script
+    first = _start(tmp_path, "a")
+    waiters: list[subprocess.Popen[str]] = []
+    try:
+        _wait_for(tmp_path / "started-a", first)
+        for count, name in enumerate("bc", start=1):
+            waiters.append(_start(tmp_path, name))
+            _wait_for_waiters(tmp_path, count, waiters[-1])  # it waits in the queue
+        (tmp_path / "go").write_text("1")
+        a, b, c = _result(first), *(_result(child) for child in waiters)
+    finally:
+        for child in (first, *waiters):
+            child.kill()
+    assert (a["output"], b["output"], c["output"]) == ("did a", "did b", "did c")
+    assert [[entry["run_id"] for entry in b["history"][0]]] == [["a"]]
+    assert [[entry["run_id"] for entry in c["history"][0]]] == [["a", "b"]]
+    runs = tl.SQLiteStore(tmp_path / "runs.db").session("s").runs
+    assert [run.run_id for run in runs] == ["a", "b", "c"]
+
+
+def test_a_waiter_killed_while_it_waits_holds_no_one_up(child_script: Path) -> None:
+    """On its host a waiter whose process is gone is out of the queue at once: once the
+    session's run ends, a run in another process that will not wait at all (timeout 0)
+    gets in, where the dead waiter's place would have refused it."""
+    tmp_path = child_script
+    first = _start(tmp_path, "a")
+    killed: subprocess.Popen[str] | None = None
+    try:
+        _wait_for(tmp_path / "started-a", first)
+        killed = _start(tmp_path, "k")
+        _wait_for_waiters(tmp_path, 1, killed)  # "k" waits in the queue, first
+        os.kill(killed.pid, signal.SIGKILL)
+        killed.wait(timeout=60)
+        (tmp_path / "go").write_text("1")
+        assert _result(first)["output"] == "did a"
+        later = _result(_start(tmp_path, "n", timeout=0))
+    finally:
+        first.kill()
+        if killed is not None:
+            killed.kill()
+    assert later == {
+        "output": "did n",
+        "history": [[{"run_id": "a", "input": {"say": "a"}, "output": "did a"}]],
+    }
+    session = tl.SQLiteStore(tmp_path / "runs.db").session("s")
+    assert [run.run_id for run in session.runs] == ["a", "n"]  # "k" never joined

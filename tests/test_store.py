@@ -479,7 +479,12 @@ def test_a_store_whose_journal_is_without_rowid_runs_and_resumes_as_before(
 ) -> None:
     """A store made before the journal became a rowid table: the same columns and key,
     so the same statements read and write it."""
-    from tickloop._durable._schema import _SCHEMA, _SESSION_SCHEMA, SCHEMA_VERSION
+    from tickloop._durable._schema import (
+        _SCHEMA,
+        _SESSION_SCHEMA,
+        _WAITERS_SCHEMA,
+        SCHEMA_VERSION,
+    )
 
     db = tmp_path / "runs.db"
     old = _SCHEMA.replace(
@@ -487,7 +492,7 @@ def test_a_store_whose_journal_is_without_rowid_runs_and_resumes_as_before(
     )
     assert old != _SCHEMA
     with sqlite3.connect(db) as connection:
-        connection.executescript(old + _SESSION_SCHEMA)
+        connection.executescript(old + _SESSION_SCHEMA + _WAITERS_SCHEMA)
         connection.execute("INSERT INTO tickloop_schema (version) VALUES (?)", (SCHEMA_VERSION,))
     agent = _paused(db)
     assert agent.run({}, run_id="r").status == "paused"

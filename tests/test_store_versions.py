@@ -3,7 +3,8 @@
 A store names its format in `tickloop_schema.version`. One written by a newer tickloop
 is refused before anything is written to it; a version 1 store (0.x, unreleased) is
 brought up to version 2 in one transaction, or refused, left as it was, when a journal in
-it cannot be replayed by this version.
+it cannot be replayed by this version; version 3 adds the tables of sessions, version 4
+the queue of runs waiting for a session.
 """
 
 from __future__ import annotations
@@ -76,8 +77,55 @@ def _version(path: Path) -> int:
         connection.close()
 
 
-def test_the_journal_is_at_version_3() -> None:
-    assert SCHEMA_VERSION == 3
+def test_the_journal_is_at_version_4() -> None:
+    assert SCHEMA_VERSION == 4
+
+
+def _tables(path: Path) -> set[str]:
+    connection = sqlite3.connect(path)
+    try:
+        rows = connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        return {row[0] for row in rows}
+    finally:
+        connection.close()
+
+
+def _drop_tables(path: Path, *names: str) -> None:
+    connection = sqlite3.connect(path)
+    for name in names:
+        connection.execute(f"DROP TABLE {name}")
+    connection.commit()
+    connection.close()
+
+
+def _chat(store: tl.SQLiteStore, answer: str) -> tl.RunResult[Any]:
+    model = tl.ScriptedModel([{"calls": [], "output": answer}])
+    return tl.Agent(model, store=store).run({"say": answer}, session="s", run_id=answer)
+
+
+def test_a_version_3_store_gains_the_queue_of_waiting_runs_and_its_session_goes_on(
+    tmp_path: Path,
+) -> None:
+    """Version 4 adds `session_waiters` (runs join a session in the order they started,
+    PROTOCOL §16); a version 3 store's sessions and runs are left as they were."""
+    path = tmp_path / "runs.db"
+    _paused_store(path)
+    with tl.SQLiteStore(path) as store:
+        assert _chat(store, "first").output == "first"
+    _drop_tables(path, "session_waiters")
+    _set_version(path, 3)
+
+    store = tl.SQLiteStore(path)
+    assert _version(path) == SCHEMA_VERSION
+    assert "session_waiters" in _tables(path)
+    second = _chat(store, "second")
+    history = [m["data"] for m in second.messages if m.get("kind") == "history"]
+    assert history == [[{"run_id": "first", "input": {"say": "first"}, "output": "first"}]]
+    assert [run.run_id for run in store.session("s").runs] == ["first", "second"]
+    (pending,) = store.pending("r")
+    store.decide("r", pending.id, tl.Approve())
+    assert _agent(store).resume("r").output == "ok"
+    store.close()
 
 
 def test_a_version_2_store_gains_sessions_and_its_run_resumes(tmp_path: Path) -> None:
@@ -85,15 +133,12 @@ def test_a_version_2_store_gains_sessions_and_its_run_resumes(tmp_path: Path) ->
     are left as they were and resume."""
     path = tmp_path / "runs.db"
     _paused_store(path)
-    connection = sqlite3.connect(path)
-    connection.execute("DROP TABLE session_runs")
-    connection.execute("DROP TABLE sessions")
-    connection.commit()
-    connection.close()
+    _drop_tables(path, "session_waiters", "session_runs", "sessions")
     _set_version(path, 2)
 
     store = tl.SQLiteStore(path)
     assert _version(path) == SCHEMA_VERSION
+    assert {"sessions", "session_runs", "session_waiters"} <= _tables(path)
     assert store.session("s").runs == []
     (pending,) = store.pending("r")
     store.decide("r", pending.id, tl.Approve())
@@ -125,7 +170,9 @@ def test_a_version_1_store_is_brought_up_to_version_2_and_its_run_resumes(
 ) -> None:
     path = tmp_path / "runs.db"
     _paused_store(path)
-    # The store as version 1 left it: no rows_seq column, numbers for a batch's times.
+    # The store as version 1 left it: no rows_seq column, numbers for a batch's times,
+    # no sessions.
+    _drop_tables(path, "session_waiters", "session_runs", "sessions")
     connection = sqlite3.connect(path)
     connection.execute("ALTER TABLE runs DROP COLUMN rows_seq")
     connection.commit()

@@ -559,6 +559,7 @@ def test_an_agent_without_a_name_cannot_run_on_temporal() -> None:
         {
             "model": "billing.model",
             "approve": "billing.approve",
+            "review": "billing.review",
             "tool": "billing.tool.",
             "list_tools": "billing.list_tools",
         }
@@ -864,6 +865,47 @@ def test_the_tools_of_an_mcp_server_run_on_temporal_on_one_connection_per_worker
     assert {"m_add", "add"} <= {tool["name"] for tool in tools}
 
 
+ASKING_SERVER = ROOT / "tests" / "mcp_asking_server.py"
+
+
+def test_an_mcp_server_s_questions_are_answered_on_temporal_by_the_agent_s_hook(
+    temporal_address: str,
+) -> None:
+    """Asked in the worker: the hook's answer reaches the server, a `Defer` is declined
+    (a call cannot park in an activity), and sampling is answered by `sampling=fn`."""
+    asked: list[str] = []
+
+    def questions(question: tl.Question) -> tl.Verdict:
+        asked.append(question.message)
+        if "lamp" in question.message:
+            return tl.Defer()
+        return tl.Accept({"city": "Oslo", "copies": 2})
+
+    server = tl.MCPServer.stdio(
+        sys.executable, [str(ASKING_SERVER)], sampling=lambda request: "Rex"
+    )
+    plan = [
+        {"_tool": "ship", "item": "book", "_outputPath": "†state.book"},
+        {"_tool": "ship", "item": "lamp", "_outputPath": "†state.lamp"},
+        {"_tool": "name_it", "thing": "dog", "_outputPath": "†state.dog"},
+    ]
+    script = [{"calls": plan}, {"calls": [], "output": "done"}]
+    agent = tl.Agent(tl.ScriptedModel(script), tools=[server], questions=questions, name="asking")
+    queue = _queue()
+
+    async def on_temporal(client: Client) -> tl.RunResult:
+        async with tlt.worker(client, [agent], task_queue=queue):
+            handle = await tlt.start(client, agent, None, task_queue=queue)
+            return await handle.result()
+
+    result = _run(on_temporal, temporal_address)
+    assert result.output == "done"
+    assert result.state["book"]["result"] == "shipping 2 x book to Oslo"
+    assert result.state["lamp"]["result"] == "not shipped: decline"
+    assert result.state["dog"]["result"] == "named: Rex"
+    assert sorted(asked) == ["Where should book go?", "Where should lamp go?"]
+
+
 def _activity_input(history: Any, kind: str) -> Any:
     """The input of the first activity of type `kind` in a workflow's history."""
     for event in history.events:
@@ -922,6 +964,34 @@ def test_a_code_plan_on_temporal_ends_as_the_same_local_run(temporal_address: st
         r.id: r.line for r in local.records.values()
     }
     assert all(r.worker for r in result.records.values())
+
+
+@pytest.mark.parametrize("protocol", ["solution", "code"])
+def test_a_plan_review_decides_on_temporal_as_it_does_locally(
+    temporal_address: str, protocol: str
+) -> None:
+    """The agent's review_plan runs as an activity; a code plan's site decision covers the
+    loop's calls; the approval hook (which denies) is never asked."""
+    local = agents.reviewed_agent(protocol).run(None)
+    agent = agents.reviewed_agent(protocol)
+    queue = _queue()
+
+    async def on_temporal(client: Client) -> tl.RunResult:
+        async with tlt.worker(client, [agent], task_queue=queue):
+            handle = await tlt.start(client, agent, None, task_queue=queue)
+            result = await handle.result()
+            history = await handle.workflow.fetch_history()
+        await Replayer(
+            workflows=[tlt.AgentWorkflow], workflow_runner=tlt.workflow_runner()
+        ).replay_workflow(history)
+        return result
+
+    result = _run(on_temporal, temporal_address)
+    assert result.output == local.output == "paid"
+    assert _statuses(result) == _statuses(local)
+    by = {call_id: record.approved_by for call_id, record in result.records.items()}
+    assert by == {call_id: record.approved_by for call_id, record in local.records.items()}
+    assert list(by.values()) == ["review", "review"]
 
 
 # -- images from tools reach the model on Temporal (issue 43) --------------------------------

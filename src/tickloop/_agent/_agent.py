@@ -341,7 +341,8 @@ class Agent(MakesTool, Generic[OutputT]):
         (PROTOCOL §16): it starts from the session's history (and, with `keep_state`,
         its state) and joins it. A session with a running run makes this one wait for
         it, up to `session_timeout` seconds (`session_busy="raise"`: at once), then
-        raise `SessionBusy`; a paused or crashed run makes it raise at once.
+        raise `SessionBusy`; a paused or crashed run makes it raise at once. Runs
+        waiting on one session join it in the order they started.
 
         `run_id` names the run (a unique one is made otherwise); with a store, an id the
         store already has is refused with `ResumeError`: continue it with `resume`.

@@ -31,7 +31,14 @@ from .._core._driver import SchedulerDriver
 from .._engine._budgeting import ask_budget
 from .._engine._engine import Engine
 from .._errors import BudgetExceeded, ConfigurationError
-from .._models._base import SolutionRequest, TurnRequest, Usage, estimate_tokens
+from .._models._base import (
+    SolutionRequest,
+    TextDelta,
+    TurnRequest,
+    Usage,
+    checked_usage,
+    estimate_tokens,
+)
 
 __all__ = [
     "RequestMeter",
@@ -204,6 +211,32 @@ class RequestMeter:
         reserved = reservation.amount
         self._spend({name: amount.get(name, 0) - reserved.get(name, 0) for name in reserved})
         self._landed()
+
+    async def answer(self, reservation: Reservation, model: Any, request: SolutionRequest) -> str:
+        """The whole text of a one-shot request reserved on this meter (a guardrail's, a
+        latent tool's, an MCP server's sampling), streamed from `model`, then settled:
+        counted as used; as cut off with what arrived when the stream fails or is
+        cancelled; released when it fails before anything arrived (it used nothing)."""
+        parts: list[str] = []
+        reported: Usage | None = None
+        try:
+            async for item in model.stream_solution(request):
+                if isinstance(item, TextDelta):
+                    parts.append(item.text)
+                elif isinstance(item, Usage):
+                    counted = checked_usage(item, model)
+                    if counted is not None:
+                        reported = counted if reported is None else reported + counted
+        except BaseException as error:
+            text = "".join(parts)
+            if isinstance(error, Exception) and not text and reported is None:
+                self.release(reservation)
+            else:
+                self.settle(reservation, reported, text, cut_off=True)
+            raise
+        text = "".join(parts)
+        self.settle(reservation, reported, text, cut_off=False)
+        return text
 
     def grant(self, budget: Budget) -> None:
         """More room from outside the hook (a resume's `budget=`), journaled."""

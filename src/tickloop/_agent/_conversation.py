@@ -1,17 +1,19 @@
 """A run of a session (PROTOCOL §16): the lease it holds while it runs, and what it is
 given: the `history` message and, with `keep_state`, the state its session left.
 
-The store's side (the tables, the lease's transactions, `tl.Session`) is
-`_durable._sessions`; this module holds the lease from trio: it waits for a running
-run (polling, up to the caller's timeout, on trio's clock), renews the lease while the
-run runs, and gives it back however the run ends. A process that dies gives nothing
-back: its lease lapses (`LEASE_SECONDS`) and its run is then crashed.
+The store's side (the tables, the lease's transactions, the queue of waiting runs,
+`tl.Session`) is `_durable._sessions`; this module holds the lease from trio: it waits
+for a running run (in the session's queue, looking every `_POLL` seconds, up to the
+caller's timeout, on trio's clock), renews the lease while the run runs, and gives it
+back however the run ends. A process that dies gives nothing back: its lease lapses
+(`LEASE_SECONDS`) and its run is then crashed; its place in a queue is dead at once on
+its host, and lapses (`WAIT_SECONDS`) elsewhere.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,12 +25,13 @@ from .._durable._sessions import (
     SessionStore,
     check_session_id,
     history_ids,
+    leave_queue,
     new_lease_token,
     release_lease,
     renew_lease,
     take_lease,
 )
-from .._errors import ConfigurationError, SessionBusy
+from .._errors import ConfigurationError, SessionBusy, StoreError
 from ._compaction import reusable_compaction
 
 __all__ = [
@@ -105,24 +108,37 @@ async def _take(
     timeout: float,
     resuming: str | None,
 ) -> None:
+    """Take the lease, waiting for a running run in the session's queue when `busy` is
+    "wait" (each look keeps the run's place); the place is given up however the wait
+    ends without the lease (timeout, cancellation)."""
     deadline = trio.current_time() + timeout
-    while True:
-        try:
-            take_lease(store, session_id, token, resuming=resuming)
-            return
-        except SessionBusy as error:
-            # A paused or crashed run is refused at once: waiting does not end it.
-            if error.reason != "running" or busy == "raise":
-                raise
-            left = deadline - trio.current_time()
-            if left <= 0:
-                raise SessionBusy(
-                    f"{error} (waited {timeout:g} s: session_timeout)",
-                    session_id=session_id,
-                    run_id=error.run_id,
-                    reason=error.reason,
-                ) from None
-            await trio.sleep(min(_POLL, left))
+    queue = busy == "wait" and resuming is None
+    taken = False
+    try:
+        while True:
+            try:
+                take_lease(store, session_id, token, resuming=resuming, queue=queue)
+                taken = True
+                return
+            except SessionBusy as error:
+                # A paused or crashed run is refused at once: waiting does not end it.
+                if error.reason != "running" or busy == "raise":
+                    raise
+                left = deadline - trio.current_time()
+                if left <= 0:
+                    raise SessionBusy(
+                        f"{error} (waited {timeout:g} s: session_timeout)",
+                        session_id=session_id,
+                        run_id=error.run_id,
+                        reason=error.reason,
+                    ) from None
+                await trio.sleep(min(_POLL, left))
+    finally:
+        if queue and not taken:
+            # Not over what ends the wait (a cancellation above all): a place that
+            # cannot be given back lapses by itself, `WAIT_SECONDS` after its last look.
+            with suppress(StoreError):
+                leave_queue(store, session_id, token)
 
 
 async def _renew(store: SessionStore, session_id: str, token: str) -> None:

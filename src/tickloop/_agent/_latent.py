@@ -18,7 +18,7 @@ from typing import Any
 
 from .._core._tools import CallContext, RawTool, Tool, ToolSet
 from .._errors import BudgetExceeded
-from .._models._base import SolutionRequest, TextDelta, Usage
+from .._models._base import SolutionRequest
 
 __all__ = ["LATENT_SCHEMA_NAME", "LatentAnswer", "answer_latent_tools", "latent_request"]
 
@@ -92,18 +92,6 @@ def latent_request(
         metadata={"latent_tool": tool.name, "call_id": call_id},
         path=path,
     )
-
-
-async def stream_answer(model: Any, request: SolutionRequest) -> tuple[str, Usage | None]:
-    """The whole text of a one-shot answer and the usage its server reported."""
-    parts: list[str] = []
-    usage: Usage | None = None
-    async for item in model.stream_solution(request):
-        if isinstance(item, TextDelta):
-            parts.append(item.text)
-        elif isinstance(item, Usage):
-            usage = item if usage is None else usage + item
-    return "".join(parts), usage
 
 
 def read_answer(tool: Tool, text: str) -> Any:

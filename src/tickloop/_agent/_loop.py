@@ -50,7 +50,6 @@ from .._engine._questions import QuestionDesk, answering_with, current_desk
 from .._engine._run import ExecutionResult
 from .._errors import (
     BudgetExceeded,
-    ConfigurationError,
     ContextOverflow,
     ExecuteError,
     GuardrailTripped,
@@ -92,7 +91,6 @@ from ._compaction import (
     merged_covers,
     plan_compaction,
 )
-from ._latent import stream_answer
 from ._output import OutputSpec
 from ._retry import StreamBroken, attempts_made
 from ._sampling import ModelSampler
@@ -392,19 +390,11 @@ class OuterLoop:
         latent tool's), reserved and counted like any request (PROTOCOL §12) by a meter
         of its own: the run's own request may be streaming meanwhile. None when the
         budget hook deferred it; `BudgetExceeded` when the budget refuses it."""
-        config = self.config
         meter = self._new_meter(request.schema)
         reservation = await meter.reserve(request, lambda: request.messages)
         if reservation is None:
             return None
-        try:
-            text, usage = await stream_answer(config.model, request)
-        except BaseException:
-            meter.settle(reservation, None, "", cut_off=True)
-            raise
-        reported = None if usage is None else checked_usage(usage, config.model)
-        meter.settle(reservation, reported, text, cut_off=False)
-        return text
+        return await meter.answer(reservation, self.config.model, request)
 
     def _make_engine(
         self, on_action: Callable[[Any], None] | None, durable: DurableRun | None
@@ -412,11 +402,6 @@ class OuterLoop:
         """The driver the loop runs its ticks on: trio's engine here, a workflow's elsewhere."""
         config = self.config
         if config.driver is not None:
-            if config.review_plan is not None:
-                raise ConfigurationError(
-                    "review_plan is not supported on a workflow driver (Temporal) yet: "
-                    "its calls go to the approval hook one by one; drop review_plan=..."
-                )
             return config.driver.make_engine(self.log, on_action, self.ledger)
         engine = Engine(
             config.tools,

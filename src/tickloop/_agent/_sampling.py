@@ -16,7 +16,7 @@ from typing import Any
 from .._core._questions import Sampling
 from .._engine._questions import SamplingRefused
 from .._errors import BudgetExceeded
-from .._models._base import SolutionRequest, TextDelta, Usage, checked_usage
+from .._models._base import SolutionRequest
 from ._budgeting import RequestMeter, model_name
 
 __all__ = ["ModelSampler"]
@@ -59,31 +59,8 @@ class ModelSampler:
             raise SamplingRefused(f"the run's budget has no room for it: {error}") from None
         if reservation is None:
             raise SamplingRefused("the run's budget has no room for it (the budget hook deferred)")
-        parts: list[str] = []
-        reported: Usage | None = None
         try:
-            async for item in stream(request):
-                if isinstance(item, TextDelta):
-                    parts.append(item.text)
-                elif isinstance(item, Usage):
-                    counted = checked_usage(item, self.model)
-                    if counted is not None:
-                        reported = counted if reported is None else reported + counted
+            text = await meter.answer(reservation, self.model, request)
         except Exception as error:
-            _settle(meter, reservation, reported, "".join(parts), cut_off=bool(parts))
             raise SamplingRefused(f"the model request failed: {error}") from None
-        except BaseException:
-            _settle(meter, reservation, reported, "".join(parts), cut_off=True)
-            raise
-        text = "".join(parts)
-        _settle(meter, reservation, reported, text, cut_off=False)
         return text, model_name(self.model) or type(self.model).__name__
-
-
-def _settle(
-    meter: RequestMeter, reservation: Any, reported: Usage | None, text: str, *, cut_off: bool
-) -> None:
-    if not cut_off and not text and reported is None:
-        meter.release(reservation)  # failed before anything arrived: it used nothing
-    else:
-        meter.settle(reservation, reported, text, cut_off)

@@ -11,7 +11,8 @@ row holding a commit's entries (`batch`, its times first written as numbers, now
 the hex form of the float), `runs.rows_seq`, plan and solution messages stored by
 reference (`shared`), and ticks keeping plan order (`TickOpened.plan_order`). Version 2
 is the last of those; `_from_1` converts what can be converted and refuses what cannot.
-Version 3 adds the tables of sessions (`_from_2`).
+Version 3 adds the tables of sessions (`_from_2`). Version 4 adds the queue of runs
+waiting for a busy session, `session_waiters` (`_from_3`).
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from ._schema import (
     _SCHEMA,
     _SESSION_SCHEMA,
     _TABLES,
+    _WAITERS_SCHEMA,
     BATCH,
     SCHEMA_VERSION,
     SESSION_TABLES,
+    WAITER_TABLES,
 )
 
 # A write transaction on a connection (`SQLiteStore._write`).
@@ -66,7 +69,7 @@ def prepare(connection: sqlite3.Connection, path: Path, write: Write) -> None:
                     "SELECT 1 FROM sqlite_master WHERE name='tickloop_schema'"
                 ).fetchone()
                 if not exists:  # another process may have made it meanwhile
-                    for statement in (_SCHEMA + _SESSION_SCHEMA).split(";"):
+                    for statement in (_SCHEMA + _SESSION_SCHEMA + _WAITERS_SCHEMA).split(";"):
                         if statement.strip():
                             connection.execute(statement)
                     connection.execute(
@@ -90,10 +93,20 @@ def _check_version(path: Path, connection: sqlite3.Connection, names: set[str]) 
         )
     if row[0] < 1:
         raise StoreError(f"{path}: the store's schema version {row[0]} is not one tickloop made")
-    missing = (_TABLES | SESSION_TABLES if row[0] >= 3 else _TABLES) - names
+    missing = _tables_at(row[0]) - names
     if missing:
         raise StoreError(f"{path}: the store lacks tables {', '.join(sorted(missing))}")
     return int(row[0])
+
+
+def _tables_at(version: int) -> frozenset[str]:
+    """The tables a store of that version has."""
+    tables = _TABLES
+    if version >= 3:
+        tables |= SESSION_TABLES
+    if version >= 4:
+        tables |= WAITER_TABLES
+    return tables
 
 
 def _migrate(connection: sqlite3.Connection, path: Path, write: Write) -> None:
@@ -149,5 +162,17 @@ def _from_2(connection: sqlite3.Connection, path: Path) -> None:
             connection.execute(statement)
 
 
+def _from_3(connection: sqlite3.Connection, path: Path) -> None:
+    """Version 3 to 4: the queue of runs waiting for a busy session (PROTOCOL §16), empty;
+    no run or session changes."""
+    for statement in _WAITERS_SCHEMA.split(";"):
+        if statement.strip():
+            connection.execute(statement)
+
+
 # The step from each version to the next.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection, Path], None]] = {1: _from_1, 2: _from_2}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection, Path], None]] = {
+    1: _from_1,
+    2: _from_2,
+    3: _from_3,
+}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 # The format of the file and its journal; a change to either is a new version and a step
 # in `_migrations.MIGRATIONS`.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE tickloop_schema (
@@ -76,6 +76,21 @@ CREATE TABLE IF NOT EXISTS session_runs (
 CREATE INDEX IF NOT EXISTS session_runs_by_run ON session_runs (run_id);
 """
 
+# The runs waiting for a busy session, in the order they started waiting (PROTOCOL §16
+# "Runs join in the order they started"), added by version 4 (`_migrations._from_3`).
+# A rowid is one more than the largest in the table, so a new ticket is after every
+# ticket still waiting (what order needs; no AUTOINCREMENT).
+_WAITERS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS session_waiters (
+    session_id TEXT NOT NULL,
+    ticket     INTEGER PRIMARY KEY,  -- its place: the oldest live ticket goes first
+    token      TEXT NOT NULL UNIQUE, -- the waiting run's lease token (one ticket a run)
+    owner      TEXT NOT NULL,        -- host:pid of the process the run waits in
+    expires    REAL NOT NULL         -- seconds since the epoch, renewed as it waits
+);
+CREATE INDEX IF NOT EXISTS session_waiters_by_session ON session_waiters (session_id, ticket);
+"""
+
 # A journal row holding several entries, one commit's (`RunWriter.insert`), each
 # `[at, kind, body]` with `at` the hex form of its float; a commit of one entry is a row
 # of that entry's kind.
@@ -92,6 +107,7 @@ _INSERT_ENTRIES = (
 
 _TABLES = frozenset({"tickloop_schema", "runs", "journal", "calls", "decisions"})
 SESSION_TABLES = frozenset({"sessions", "session_runs"})  # from version 3
+WAITER_TABLES = frozenset({"session_waiters"})  # from version 4
 # The journal entry a run's `calls` rows reflect (NULL: every entry, as in a run made by
 # a version 1 store before the column, which `_migrations._from_1` adds).
 _ROWS_SEQ = "rows_seq"

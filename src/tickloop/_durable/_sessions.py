@@ -1,9 +1,11 @@
 """Sessions (PROTOCOL §16): ordered lists of runs sharing one history, in the store.
 
-This module owns the two session tables. `session_runs` says which runs a session holds,
-in the order they started, with what each gives the history once it is over (its input,
-and the state it ended with; its output and error are the run's own row). `sessions`
-holds each session's lease: the one writer of its history.
+This module owns the three session tables. `session_runs` says which runs a session
+holds, in the order they started, with what each gives the history once it is over (its
+input, and the state it ended with; its output and error are the run's own row).
+`sessions` holds each session's lease: the one writer of its history. `session_waiters`
+is the queue of runs waiting for the lease: a ticket each, in the order they started
+waiting.
 
 Invariants:
 
@@ -17,6 +19,15 @@ Invariants:
   while the run runs): a lease of a process that died is dead at once on its host
   (the pid is gone) and after its expiry anywhere else. Its run, still `running` in the
   runs table, is then *crashed*.
+- Runs join in the order they started. A run refused because a run of the session is
+  running, and willing to wait, takes a ticket in the transaction that refused it, and
+  keeps it alive at each look (`take_lease(..., queue=True)`); the lease goes only to the
+  run holding the oldest live ticket, so a run arriving while others wait queues behind
+  them. A ticket lives while its process does: it is dead at once on its host when the
+  pid is gone, and elsewhere `WAIT_SECONDS` after its last look; dead tickets are dropped
+  by whoever looks next. A run's ticket goes when it takes the lease, and when it stops
+  waiting (`leave_queue`: it gave up or was cancelled). A resume of the run that keeps
+  the session is not queued: it is the run the others wait for.
 - A run stays a run: the session only points at it, so trace, replay, fork and timeline
   read it as any other. A forked session points at the same runs as its origin up to
   the run it was forked at; deleting a session deletes only the runs no other session
@@ -42,10 +53,12 @@ __all__ = [
     "ABANDONED",
     "LEASE_SECONDS",
     "RENEW_SECONDS",
+    "WAIT_SECONDS",
     "Session",
     "check_session_id",
     "end_session_run",
     "join_session",
+    "leave_queue",
     "new_lease_token",
     "release_lease",
     "renew_lease",
@@ -55,6 +68,9 @@ __all__ = [
 
 LEASE_SECONDS = 30.0  # a lease lapses this long after its last renewal (PROTOCOL §16)
 RENEW_SECONDS = 10.0  # how often a running run renews its lease
+# A waiting run's ticket lapses this long after its last look (it looks every 0.1 s): a
+# waiter on another host that died stops holding the queue up by then.
+WAIT_SECONDS = 10.0
 _OVER = ("done", "failed", "tripped")
 ABANDONED = "abandoned"  # the error of a run `Session.abandon` ended
 
@@ -99,6 +115,8 @@ def _loads(text: str | None, path: Path) -> Any:
 
 
 def _lease_alive(owner: str | None, expires: float | None, now: float) -> bool:
+    """Whether a lease, or a waiter's ticket, still counts: not expired, its process
+    not known dead."""
     return owner is not None and expires is not None and expires > now and _run_owner_alive(owner)
 
 
@@ -109,39 +127,131 @@ def _run_owner_alive(owner: str) -> bool:
 
 
 def take_lease(
-    store: SessionStore, session_id: str, token: str, *, resuming: str | None = None
+    store: SessionStore,
+    session_id: str,
+    token: str,
+    *,
+    resuming: str | None = None,
+    queue: bool = False,
 ) -> None:
     """Take the session's lease for a run of this process, atomically, or raise
     `SessionBusy` naming the run that keeps the session (PROTOCOL §16 "Busy").
 
-    `resuming` is a run of the session being resumed: it is the one that may go on."""
+    `resuming` is a run of the session being resumed: it is the one that may go on,
+    ahead of any queue. With `queue`, a run refused because a run is running (reason
+    "running") takes its place in the session's queue, or keeps the place it has, in
+    the same transaction; it goes first once it holds the oldest live ticket."""
     now = time.time()
     with store.connect() as connection, store._write(connection):
-        row = connection.execute(
-            "SELECT lease_owner, lease_token, lease_run, lease_expires FROM sessions "
-            "WHERE session_id = ?",
-            (session_id,),
-        ).fetchone()
-        if row is None:
-            connection.execute(
-                "INSERT INTO sessions (session_id, created) VALUES (?, ?)", (session_id, now)
+        refusal = _refusal(connection, store.path, session_id, token, resuming, now)
+        if refusal is None:
+            _hand_over(connection, session_id, token, resuming, now)
+        elif queue and refusal.reason == "running":
+            _keep_ticket(connection, session_id, token, now)
+    if refusal is not None:
+        raise refusal  # after the commit: a ticket taken with it stays
+
+
+def _refusal(
+    connection: sqlite3.Connection,
+    path: Path,
+    session_id: str,
+    token: str,
+    resuming: str | None,
+    now: float,
+) -> SessionBusy | None:
+    """Why the run cannot take the lease now, or None: it may."""
+    row = connection.execute(
+        "SELECT lease_owner, lease_token, lease_run, lease_expires FROM sessions "
+        "WHERE session_id = ?",
+        (session_id,),
+    ).fetchone()
+    if row is not None:
+        owner, held_by, lease_run, expires = row
+        if held_by != token and _lease_alive(owner, expires, now):
+            return SessionBusy(
+                f"session {session_id!r} is busy: run {lease_run!r} runs in it now"
+                if lease_run
+                else f"session {session_id!r} is busy: a run is starting in it",
+                session_id=session_id,
+                run_id=lease_run,
+                reason="running",
             )
-        else:
-            owner, held_by, lease_run, expires = row
-            if held_by != token and _lease_alive(owner, expires, now):
-                raise SessionBusy(
-                    f"session {session_id!r} is busy: run {lease_run!r} runs in it now"
-                    if lease_run
-                    else f"session {session_id!r} is busy: a run is starting in it",
-                    session_id=session_id,
-                    run_id=lease_run,
-                    reason="running",
-                )
-        _refuse_unfinished(connection, store.path, session_id, resuming)
+    try:
+        _refuse_unfinished(connection, path, session_id, resuming)
+    except SessionBusy as busy:
+        return busy
+    ahead = 0 if resuming is not None else _waiters_ahead(connection, session_id, token, now)
+    if ahead:
+        return SessionBusy(
+            f"session {session_id!r} is busy: {ahead} run{'s' if ahead > 1 else ''} "
+            "waiting for it came first",
+            session_id=session_id,
+            run_id=None,
+            reason="running",
+        )
+    return None
+
+
+def _hand_over(
+    connection: sqlite3.Connection,
+    session_id: str,
+    token: str,
+    resuming: str | None,
+    now: float,
+) -> None:
+    """The lease to the run, its ticket (if it waited) given back."""
+    values = (owner_label(), token, resuming, now + LEASE_SECONDS, session_id)
+    cursor = connection.execute(
+        "UPDATE sessions SET lease_owner = ?, lease_token = ?, lease_run = ?, "
+        "lease_expires = ? WHERE session_id = ?",
+        values,
+    )
+    if cursor.rowcount == 0:
         connection.execute(
-            "UPDATE sessions SET lease_owner = ?, lease_token = ?, lease_run = ?, "
-            "lease_expires = ? WHERE session_id = ?",
-            (owner_label(), token, resuming, now + LEASE_SECONDS, session_id),
+            "INSERT INTO sessions (lease_owner, lease_token, lease_run, lease_expires, "
+            "session_id, created) VALUES (?, ?, ?, ?, ?, ?)",
+            (*values, now),
+        )
+    connection.execute("DELETE FROM session_waiters WHERE token = ?", (token,))
+
+
+def _waiters_ahead(connection: sqlite3.Connection, session_id: str, token: str, now: float) -> int:
+    """How many live tickets of the session come before the run's (all of them, when it
+    has none); dead tickets are dropped on the way."""
+    rows = connection.execute(
+        "SELECT ticket, token, owner, expires FROM session_waiters WHERE session_id = ? "
+        "ORDER BY ticket",
+        (session_id,),
+    ).fetchall()
+    live: list[str] = []
+    for ticket, waiter, owner, expires in rows:
+        if _lease_alive(owner, expires, now):
+            live.append(waiter)
+        else:
+            connection.execute("DELETE FROM session_waiters WHERE ticket = ?", (ticket,))
+    return live.index(token) if token in live else len(live)
+
+
+def _keep_ticket(connection: sqlite3.Connection, session_id: str, token: str, now: float) -> None:
+    """Renew the run's ticket, or give it one at the end of the queue."""
+    expires = now + WAIT_SECONDS
+    cursor = connection.execute(
+        "UPDATE session_waiters SET expires = ? WHERE token = ?", (expires, token)
+    )
+    if cursor.rowcount == 0:
+        connection.execute(
+            "INSERT INTO session_waiters (session_id, token, owner, expires) VALUES (?, ?, ?, ?)",
+            (session_id, token, owner_label(), expires),
+        )
+
+
+def leave_queue(store: SessionStore, session_id: str, token: str) -> None:
+    """The run stopped waiting without the lease (it gave up, or was cancelled)."""
+    with store.connect() as connection, store._write(connection):
+        connection.execute(
+            "DELETE FROM session_waiters WHERE session_id = ? AND token = ?",
+            (session_id, token),
         )
 
 

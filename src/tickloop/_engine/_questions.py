@@ -119,8 +119,12 @@ class QuestionDesk:
         parked_verdicts: dict[str, Any] | None = None,
         run_id: str | None = None,
         on_question: Callable[[Question, Verdict | None], None] | None = None,
+        defers: bool = True,
     ) -> None:
         self.hook = hook
+        # False where a call cannot be parked for a person (a Temporal worker's activity):
+        # a `tl.Defer()` is then declined.
+        self.defers = defers
         # Told of each question put to the hook (verdict None) and of its verdict: the
         # run's events (`question.asked`, `question.answered`), for pages and AG-UI.
         self.on_question = on_question
@@ -185,6 +189,12 @@ class QuestionDesk:
             return Decline()  # nobody to ask (API.md: without a hook, declined)
         self._tell(question, None)
         verdict = await self._ask_hook(question)
+        if isinstance(verdict, Defer) and not self.defers:
+            _log.warning(
+                "a question of %s cannot wait for a person here (a Temporal activity); declined",
+                question.server,
+            )
+            verdict = Decline()
         self._tell(question, verdict)
         return verdict
 

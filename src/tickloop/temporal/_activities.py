@@ -30,11 +30,11 @@ from temporalio.exceptions import ApplicationError
 
 from .._agent.seam import MAX_BACKOFF, visible_parameters
 from .._code import ProgramStream
-from .._core._decisions import PendingCall, decision_to_dict
+from .._core._decisions import PendingCall, Plan, decision_to_dict
 from .._core._media import MediaKeeper, MemoryMedia, media_refs
 from .._core._tools import CallContext
 from .._durable._resume import INTERRUPTED
-from .._engine._asking import ask
+from .._engine._asking import ask, review
 from .._engine._engine import run_handler
 from .._errors import ConfigurationError
 from .._json._stream import SolutionStream
@@ -73,10 +73,12 @@ PAYLOAD_LIMIT = 2 * 1024 * 1024 - 64 * 1024
 
 
 def activity_names(agent_name: str) -> dict[str, str]:
-    """Stable activity names of an agent: model, approve, and the prefix of its tools."""
+    """Stable activity names of an agent: model, approve, review, and the prefix of its
+    tools."""
     return {
         "model": f"{agent_name}.model",
         "approve": f"{agent_name}.approve",
+        "review": f"{agent_name}.review",  # its own plan review (PROTOCOL §15)
         "tool": f"{agent_name}.tool.",
         "list_tools": f"{agent_name}.list_tools",  # an agent with MCP servers
     }
@@ -224,29 +226,57 @@ def make_activities(
 
     # -- the approval hook ----------------------------------------------------------------
 
+    def pending_call(data: dict[str, Any]) -> PendingCall:
+        tool = agent.tools.get(data["tool"])
+        return PendingCall(
+            data["id"],
+            data["tool"],
+            data["params"],
+            data.get("call") or {},
+            run_id=data.get("run_id"),
+            waits_on=data.get("waits_on") or [],
+            dependents=data.get("dependents") or [],
+            path=tuple(data.get("path") or ()),  # a sub-agent's call (PROTOCOL §11)
+            agent=data.get("agent"),
+            # an MCP server's tool is known to the run, not to the worker's agent
+            schema=tool.parameters if tool is not None else data.get("schema"),
+            output_schema=tool.output if tool is not None else data.get("output_schema"),
+            line=data.get("line"),
+            downstream=data.get("downstream") or [],
+            resolved=data.get("resolved", True),
+        )
+
     if agent.approve is not None:
 
         async def approve(data: dict[str, Any]) -> dict[str, Any]:
-            tool = agent.tools.get(data["tool"])
-            pending = PendingCall(
-                data["id"],
-                data["tool"],
-                data["params"],
-                data.get("call") or {},
-                run_id=data.get("run_id"),
-                waits_on=data.get("waits_on") or [],
-                dependents=data.get("dependents") or [],
-                path=tuple(data.get("path") or ()),  # a sub-agent's call (PROTOCOL §11)
-                agent=data.get("agent"),
-                # an MCP server's tool is known to the run, not to the worker's agent
-                schema=tool.parameters if tool is not None else data.get("schema"),
-                output_schema=tool.output if tool is not None else data.get("output_schema"),
-            )
+            pending = pending_call(data)
             async with _Heartbeat(_period()):
                 decision = await in_thread(ask, agent.approve, pending)
             return {**decision_to_dict(decision), "worker": identity}
 
         functions.append(activity.defn(name=names["approve"])(approve))
+
+    # -- the plan review ------------------------------------------------------------------
+
+    if agent.review_plan is not None:
+        review_plan = agent.review_plan
+
+        async def review_activity(data: dict[str, Any]) -> dict[str, Any]:
+            plan = Plan(
+                calls=[pending_call(call) for call in data["calls"]],
+                arrows=[(writer, reader) for writer, reader in data["arrows"]],
+                iteration=data["iteration"],
+                run_id=data.get("run_id"),
+                program=data.get("program"),
+                sites=list(data.get("sites") or ()),
+                site_tools=dict(data.get("site_tools") or {}),
+            )
+            async with _Heartbeat(_period()):
+                decisions = await in_thread(review, review_plan, plan)
+            answer = {key: decision_to_dict(decision) for key, decision in decisions.items()}
+            return {"decisions": answer, "worker": identity}
+
+        functions.append(activity.defn(name=names["review"])(review_activity))
 
     # -- the tools ------------------------------------------------------------------------
 
@@ -322,6 +352,7 @@ def mcp_call_activity(agents: Sequence[Agent], identity: str) -> Callable[..., A
     dynamic activity, since those tools are known only once a run lists them. The call
     runs on this process's connection to the server (`_mcp_host`)."""
     by_name = {agent.name: agent for agent in agents if agent.tool_sources}
+    hooks = {agent.name: agent.questions for agent in agents if agent.questions is not None}
 
     async def call(args: Sequence[RawValue]) -> dict[str, Any]:
         kind = activity.info().activity_type
@@ -348,9 +379,12 @@ def mcp_call_activity(agents: Sequence[Agent], identity: str) -> Callable[..., A
 
         media = MemoryMedia()  # the bytes of the images and audio it returns
 
+        questions_of = data.get("questions_of")
+        questions = hooks.get(questions_of)
+
         async def work() -> dict[str, Any]:
             value, branch, error = await HOST.run(
-                HOST.call, server, tool, data["params"], context, media
+                HOST.call, server, tool, data["params"], context, media, questions, questions_of
             )
             return _call_result(value, branch, error, tool, identity, media)
 

@@ -18,14 +18,16 @@ import asyncio
 import contextlib
 import math
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import trio
 
 from .._core._media import MediaKeeper
+from .._core._questions import QuestionHook, Sampling
 from .._core._tools import CallContext, Tool
 from .._engine._engine import run_handler
+from .._engine._questions import QuestionDesk, SamplingRefused, answering_with
 from .._mcp._server import MCPServer
 
 __all__ = ["HOST", "MCPHost"]
@@ -58,6 +60,10 @@ class MCPHost:
         self._token: trio.lowlevel.TrioToken | None = None
         self._nursery: trio.Nursery | None = None
         self._kept: dict[int, _Kept] = {}
+        # One question desk per run (and hook) while its calls are in flight here: a
+        # server's question goes to the one desk its in-flight calls share, as locally.
+        # Touched only in the host's trio thread, so it needs no lock.
+        self._desks: dict[tuple[str | None, str | None], tuple[QuestionDesk, int]] = {}
 
     # -- its life: as long as one worker that needs it runs --------------------------------
 
@@ -183,8 +189,14 @@ class MCPHost:
         params: dict[str, Any],
         context: CallContext,
         media: MediaKeeper | None = None,
+        questions: QuestionHook | None = None,
+        questions_of: str | None = None,
     ) -> tuple[Any, str | None, dict[str, Any] | None]:
-        """Run the call of `server`'s tool `name` as a local run would: (value, branch, error)."""
+        """Run the call of `server`'s tool `name` as a local run would: (value, branch, error).
+
+        The server's questions go to `questions` (the hook of the agent `questions_of`),
+        asked here in the worker; its model requests to the server's `sampling=` function
+        only: the run's model is the workflow's, metered there (docs/decisions.md)."""
         try:
             tools, _ = await self.listing(server)
         except Exception as error:
@@ -200,7 +212,36 @@ class MCPHost:
                     f"worker (it lists: {', '.join(t.name for t in tools) or 'none'})",
                 },
             )
-        return await run_handler(tool, params, context, trio.CapacityLimiter(math.inf), media)
+        with self._desk(context.run_id, questions_of, questions) as desk, answering_with(desk):
+            return await run_handler(tool, params, context, trio.CapacityLimiter(math.inf), media)
+
+    @contextlib.contextmanager
+    def _desk(
+        self, run_id: str | None, questions_of: str | None, questions: QuestionHook | None
+    ) -> Iterator[QuestionDesk]:
+        """The desk of `run_id`'s calls answered by `questions_of`'s hook on this worker,
+        made by the first such call in flight and dropped with the last."""
+        key = (run_id, questions_of)
+        desk, users = self._desks.get(key) or (
+            QuestionDesk(questions, sampler=_no_model, run_id=run_id, defers=False),
+            0,
+        )
+        self._desks[key] = (desk, users + 1)
+        try:
+            yield desk
+        finally:
+            desk, users = self._desks[key]
+            if users == 1:
+                del self._desks[key]
+            else:
+                self._desks[key] = (desk, users - 1)
+
+
+async def _no_model(sampling: Sampling) -> tuple[str, str]:
+    raise SamplingRefused(
+        "on Temporal the run's model does not answer an MCP server's requests (its budget "
+        "is kept by the workflow); give the server sampling=fn"
+    )
 
 
 #: The MCP connections of this process, shared by every worker in it.

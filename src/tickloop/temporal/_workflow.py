@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         Deny,
         Edit,
         PendingCall,
+        Plan,
         Replace,
         decision_from_dict,
     )
@@ -66,7 +67,14 @@ with workflow.unsafe.imports_passed_through():
     from .._core._log import ContextLog, copy_json
     from .._core._media import media_refs
     from .._core._paths import RunPath
-    from .._core._scheduler_io import Decide, FinishCall, Flush, NoteTickEnded, StartCall
+    from .._core._scheduler_io import (
+        Decide,
+        FinishCall,
+        Flush,
+        NoteTickEnded,
+        Review,
+        StartCall,
+    )
     from .._core._status import CallStatus
     from .._core._tools import Tool
     from .._durable._resume import INTERRUPTED
@@ -153,6 +161,8 @@ def record_to_dict(record: Any) -> dict[str, Any]:
         "worker": getattr(record, "worker", None),
         "line": getattr(record, "line", None),  # a code plan's call (PROTOCOL §14)
         "read_only": getattr(record, "read_only", False),
+        "approved_by": getattr(record, "approved_by", None),  # PROTOCOL §15 "Plan review"
+        "guardrails": list(getattr(record, "guardrails", ())),
     }
 
 
@@ -167,6 +177,9 @@ def _pending_to_dict(pending: PendingCall, tools: Any) -> dict[str, Any]:
         "dependents": list(pending.dependents),
         "path": list(pending.path),
         "agent": pending.agent,
+        "line": pending.line,
+        "downstream": list(pending.downstream),
+        "resolved": pending.resolved,
     }
     tool = tools.get(pending.tool)
     # Known to the run only (an MCP server's tool, a sub-agent's): its schemas go along.
@@ -205,6 +218,7 @@ class WorkflowEngine(SchedulerDriver):
             config.tools,
             log,
             approve=config.approve,
+            review=config.review_plan is not None,  # this agent's own (PROTOCOL §15)
             max_concurrency=config.max_concurrency,
             schedule=config.schedule,  # durations declared or 1: no measured means here
             on_action=on_action,
@@ -278,6 +292,9 @@ class WorkflowEngine(SchedulerDriver):
     def _request_approval(self, pending: PendingCall) -> None:
         self._spawn(self._ask(pending))
 
+    def _request_review(self, plan: Plan) -> None:
+        self._spawn(self._review(plan))
+
     def _start(self, action: StartCall) -> None:
         self.records[action.id].started = workflow.time()
         self._spawn(self._run(action))
@@ -302,11 +319,39 @@ class WorkflowEngine(SchedulerDriver):
                 decision = Deny(f"the approval hook could not be asked: {_cause(error)}")
         self.feed(Decide(pending.id, decision, self._date()))
 
+    async def _review(self, plan: Plan) -> None:
+        """The agent's plan review, an activity; one that cannot be asked decides nothing
+        (every gated call then goes to the approval hook, as after a review that raised)."""
+        host = self.host
+        data = {
+            "calls": [_pending_to_dict(self.scoped(call), self.tools) for call in plan.calls],
+            "arrows": [list(arrow) for arrow in plan.arrows],
+            "iteration": plan.iteration,
+            "run_id": plan.run_id,
+            "program": plan.program,
+            "sites": list(plan.sites),
+            "site_tools": dict(plan.site_tools),
+        }
+        decisions: dict[str, Decision] = {}
+        try:
+            answer = await workflow.execute_activity(
+                host.names["review"],
+                data,
+                start_to_close_timeout=host.option("approve_timeout", 300),
+                heartbeat_timeout=host.option("heartbeat_timeout", 10),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+            )
+            for key, decision in (answer.get("decisions") or {}).items():
+                decisions[key] = decision_from_dict(decision)
+        except ActivityError as error:
+            workflow.logger.warning("the plan review could not be asked: %s", _cause(error))
+        self.feed(Review(decisions, self._date()))
+
     async def _run(self, action: StartCall) -> None:
         host = self.host
         tool = self.tools[action.tool]
         if isinstance(tool, AgentTool):  # a child run, inside this workflow (§11)
-            output, fault = await host.root.run_child(tool, action, self.path)
+            output, fault = await host.root.run_child(tool, action, self.path, host)
             self.records[action.id].finished = workflow.time()
             self.feed(FinishCall(action.id, output, None, fault, self._date()))
             return
@@ -323,6 +368,9 @@ class WorkflowEngine(SchedulerDriver):
                 index for index, source in enumerate(host.sources) if source is tool.server
             )
             data["idempotent"] = tool.idempotent  # the worker knows only the run's listing
+            # The agent whose `questions=` hook answers the server's questions (its own, or
+            # the nearest above it with one), asked in the worker (docs/temporal.md).
+            data["questions_of"] = host.questions_of
         elif tool.takes_context:
             data["views"] = {"input": self.log.view("input"), "state": self.log.view("state")}
         value: Any = None
@@ -494,6 +542,7 @@ class AgentWorkflow:
             )
         data = workflow.payload_converter().from_payload(args[0].payload, dict)
         self.agent = agent
+        self.questions_of: str | None = agent.name if agent.questions is not None else None
         self.config = config_of(agent)
         self.sources = list(agent.tool_sources)
         self.names = activity_names(kind)
@@ -642,7 +691,7 @@ class AgentWorkflow:
     # -- sub-agents -------------------------------------------------------------------------
 
     async def run_child(
-        self, tool: AgentTool, action: StartCall, above: RunPath
+        self, tool: AgentTool, action: StartCall, above: RunPath, parent: Any
     ) -> tuple[Any, dict[str, Any] | None]:
         """Run a sub-agent's call as a child run inside this workflow: the same loop on
         the child's configuration, its calls activities of this workflow, its questions
@@ -655,7 +704,7 @@ class AgentWorkflow:
                 "message": f"sub-agent {tool.agent_name!r} would run at depth {path.depth}, "
                 f"deeper than the root's max_depth of {self.agent.max_depth}",
             }
-        child = _ChildHost(self, agent, path)
+        child = _ChildHost(self, agent, path, parent.questions_of)
         log = initial_log(copy_json(action.params))
         loop = _open_loop(child, log)
         self.children[path] = loop
@@ -801,10 +850,14 @@ class _ChildHost:
     sub-agent's own configuration, activities and requests, with the root's hook,
     options, redaction and event list. Its loop is opened as the root's is (`_open_loop`)."""
 
-    def __init__(self, root: AgentWorkflow, agent: Agent, path: RunPath) -> None:
+    def __init__(
+        self, root: AgentWorkflow, agent: Agent, path: RunPath, questions_of: str | None
+    ) -> None:
         self.root = root
         self.agent = agent
         self.path = path
+        # Whose `questions=` hook answers its MCP servers: its own, else its parent's.
+        self.questions_of = agent.name if agent.questions is not None else questions_of
         self.config = dataclasses.replace(
             config_of(agent), approve=root.config.approve, redact=root.agent.redact
         )
