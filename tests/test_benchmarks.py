@@ -181,6 +181,21 @@ def test_the_performance_benchmark_runs_at_a_tiny_size() -> None:
     assert main(["--tiny", "--only", "loop"]) == 0
 
 
+def test_the_call_count_is_about_the_same_each_time() -> None:
+    """benchmarks/count_calls.py: a count, not a time, so two runs agree within a call a
+    tool call (a date crossing a second formats it, trio reads its clock); a tool call
+    costs more calls than a bare trio task; the run's yields are as they were after it."""
+    from benchmarks.count_calls import measure
+
+    from tickloop._engine import _run
+
+    every = _run._YIELD_EVERY
+    first, second = measure(60), measure(60)
+    assert abs(first[0] - second[0]) < 1 and abs(first[1] - second[1]) < 1
+    assert first[0] > first[1] > 0
+    assert _run._YIELD_EVERY == every
+
+
 def test_the_growth_probe_splits_a_tiny_run() -> None:
     """benchmarks/probe_growth.py: the scheduler's events, the collector and the rest are
     each measured at both sizes, and the scheduler's parts add up within the whole."""

@@ -133,17 +133,18 @@ _CALL_PATH_MARKS = frozenset("[]>")
 
 
 def check_id(call: Call, given: Any, wanted: str, code: bool = False) -> None:
-    if given is not None and (not isinstance(given, str) or not given):
-        raise Structural(f"_id must be a non-empty string, got {given!r}")
-    problem = id_problem(given) if isinstance(given, str) else None
-    if problem is not None:
-        raise Structural(f"_id {problem}")
-    if not code and isinstance(given, str) and not _CALL_PATH_MARKS.isdisjoint(given):
-        # Even a whole call path: only a code plan's driver names calls by them (§14).
-        raise Structural(
-            f"_id {given!r} holds '[', ']' or '>', which only the call paths of code plans "
-            "use; choose an id without them"
-        )
+    if given is not None:  # most calls give none, and the engine's ids are sound
+        if not isinstance(given, str) or not given:
+            raise Structural(f"_id must be a non-empty string, got {given!r}")
+        problem = id_problem(given)
+        if problem is not None:
+            raise Structural(f"_id {problem}")
+        if not code and not _CALL_PATH_MARKS.isdisjoint(given):
+            # Even a whole call path: only a code plan's driver names calls by them (§14).
+            raise Structural(
+                f"_id {given!r} holds '[', ']' or '>', which only the call paths of code "
+                "plans use; choose an id without them"
+            )
     if call.id != wanted:
         raise Structural(
             f"id {wanted!r} is already used by another call in this run; ids must be unique "
@@ -224,6 +225,7 @@ def check_call(
     if tool.bind:
         for bound in tool.bind:
             params.pop(bound, None)  # a bound parameter comes from the run's input only
+    call.plain = plain
     try:
         call.references = () if plain else find_references(params)
     except ReferenceSyntaxError as error:

@@ -69,6 +69,7 @@ class Call:
         "method",
         "output",
         "params",
+        "plain",
         "preapproved",
         "ready_at",
         "record",
@@ -92,6 +93,10 @@ class Call:
         self.wire: dict[str, Any] = {}
         self.params: dict[str, Any] = {}
         self.references: tuple[Reference, ...] = ()
+        # Its wire is flat: ASCII keys, scalar values, no reference (`_arrival._plain_call`,
+        # found by `check_call` with the wire it checks). Then its parameters resolve to
+        # themselves and its data messages may share the wire as it is.
+        self.plain = False
         self.output: Expression | None = None
         self.writes: tuple[Term, ...] = ()
         self.method = "set"

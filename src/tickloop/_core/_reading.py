@@ -72,7 +72,7 @@ def resolve(
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """A ready call's resolved parameters, and the structural error when they fail its
     schema (None when they pass). They become the call's record either way."""
-    if not values and not call.tool.bind and _plain(call.params):
+    if not values and not call.tool.bind and (call.plain or _plain(call.params)):
         # Nothing to resolve, unescape or bind, and nothing nested to share: the checked
         # parameters (already the record's) are the resolved ones, and were validated.
         return call.params, None

@@ -42,7 +42,7 @@ def write_result(
     shared). One that holds a tuple is copied per message, as `copy_json` shows it.
     """
     wire = call.wire
-    if not is_flat(wire):
+    if not call.plain and not is_flat(wire):
         private = private_copy(wire)
         if private is None:
             return log.write_many(written, call.method, value, call=wire, date=date)

@@ -204,7 +204,12 @@ class Scheduler:
         self._lost_writers = LostWriters()
         self._waiting: dict[str, Call] = {}
         self._dirty: set[str] = set()
-        self._request_by_tool: dict[str, list[str]] = {}  # this request's call ids
+        # This request's calls of each tool some tool `depends_on` by name (only those are
+        # asked for: `_wait_for_earlier_tools`, `waited_on`), in arrival order.
+        self._request_by_tool: dict[str, list[str]] = {}
+        self._depended_on = frozenset(
+            dependency for tool in tools.values() for dependency in tool.dependency_tools
+        )
         self._tool_dependents: dict[str, set[str]] = {}
         self._approvals = ApprovalQueue()
         # Between readiness and the hook (PROTOCOL §15): the input-guardrail gate and the
@@ -436,11 +441,8 @@ class Scheduler:
                     self._declared.add(term, call.id)
         if tool.dependency_tools:
             self._wait_for_earlier_tools(call)
-        earlier = self._request_by_tool.get(tool.name)
-        if earlier is None:
-            self._request_by_tool[tool.name] = [call.id]
-        else:
-            earlier.append(call.id)
+        if tool.name in self._depended_on:
+            self._request_by_tool.setdefault(tool.name, []).append(call.id)
         if self.notes:
             self._actions.append(NoteAccepted(call.id, tool.name, call.wire, tool.read_only))
         self._start_waiting(call)
@@ -899,13 +901,14 @@ class Scheduler:
         if not self._tick_active or self._stream_open:
             return
         if (
-            self._approvals.busy
-            or self._screening.busy
+            self._run_queue.writers  # calls still running: the common answer, asked first
             or self._run_queue.queued
+            or self._approvals.busy
+            or self._screening.busy
             or self._reviewing
         ):
             return
-        if self._run_queue.writers or (self._waiting and self._awaited_fire_and_forget()):
+        if self._waiting and self._awaited_fire_and_forget():
             return
         # Only calls behind a deferred decision, and fire-and-forget ones nothing waits for, remain.
         self._tick_active = False

@@ -190,6 +190,16 @@ class Tool:
             if handler is not None and not self.takes_raw_parameters
             else None
         )
+        # Facts of the handler, fixed with it (asked of every call, so not worked out anew):
+        # a latent tool has none; a `RawTool`'s `run_raw` is a coroutine function and takes
+        # a `CallContext`; else the signature says (no context: none is made for a call).
+        self.is_latent = handler is None
+        self.is_async = self.takes_raw_parameters or (
+            self._signature is not None and self._signature.is_async
+        )
+        self.takes_context = self.takes_raw_parameters or (
+            self._signature is not None and self._signature.context_parameter is not None
+        )
         # A schema pydantic made (from the signature, the return annotation, a model
         # class) is valid as made; only a dict the user wrote is checked, so a tool made
         # from a function does not load jsonschema (docs/architecture.md).
@@ -275,17 +285,13 @@ class Tool:
     # -- what the scheduler asks -------------------------------------------------------
 
     @property
-    def is_latent(self) -> bool:
-        return self.handler is None
-
-    @property
     def may_require_approval(self) -> bool:
         return self.requires_approval is not False
 
     def needs_approval(self, params: dict[str, Any]) -> bool:
         """Fail closed: a predicate that raises means a person must look at the call."""
         rule = self.requires_approval
-        if isinstance(rule, bool):
+        if type(rule) is bool:
             return rule
         try:
             return bool(rule(params))
@@ -293,20 +299,6 @@ class Tool:
             if not is_call_error(error):
                 raise
             return True
-
-    @property
-    def is_async(self) -> bool:
-        if self.takes_raw_parameters:
-            return True  # `run_raw` is a coroutine function
-        return self._signature is not None and self._signature.is_async
-
-    @property
-    def takes_context(self) -> bool:
-        """Whether a call gets a `CallContext` (else none need be made): a handler with a
-        `CallContext` parameter, or a `RawTool`."""
-        if self.takes_raw_parameters:
-            return True
-        return self._signature is not None and self._signature.context_parameter is not None
 
     def prepare(
         self, params: dict[str, Any], context: CallContext | None

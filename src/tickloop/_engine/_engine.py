@@ -7,6 +7,7 @@ a time and never from inside `Scheduler.handle`, so the scheduler is never re-en
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
@@ -112,11 +113,18 @@ class CallRefused(Exception):
 def utc_now(_clock: Callable[[], int] = time.time_ns) -> str:
     """ISO-8601 UTC with a `Z` and microseconds, the `_date` of every engine write.
 
-    Formatted whole each time, from integer nanoseconds (no float rounding): nothing is
-    kept between calls, so any number of threads may date their writes at once.
+    From integer nanoseconds (no float rounding). Only the whole second's text is kept,
+    by `functools.lru_cache` (which locks), so any number of threads may date at once.
     """
     seconds, nanoseconds = divmod(_clock(), 1_000_000_000)
-    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{nanoseconds // 1000:06d}Z"
+    return f"{_utc_second(seconds)}.{nanoseconds // 1000:06d}Z"
+
+
+@functools.lru_cache(maxsize=2)
+def _utc_second(seconds: int) -> str:
+    # Every call finishing within one second is dated in it: the second's text is made
+    # once (`gmtime` and `strftime` take microseconds; docs/decisions.md "Dates").
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
 
 
 Outcome = tuple[Any, str | None, dict[str, Any] | None]

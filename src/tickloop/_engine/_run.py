@@ -155,11 +155,13 @@ async def _execute(
     on_budget: BudgetHook | None = None,
     schedule: str = "critical_path",
 ) -> ExecutionResult:
-    named = {call.get("_tool") for call in calls if isinstance(call, Mapping)}
-    used = [toolset[name] for name in toolset if name in named]
-    problems = missing_bindings(used, log.view("input"))
-    if problems:
-        raise ConfigurationError("; ".join(problems))
+    binding = [toolset[name] for name in toolset if toolset[name].bind]
+    if binding:  # only the tools the plan calls need the input's keys
+        named = {call.get("_tool") for call in calls if isinstance(call, Mapping)}
+        used = [tool for tool in binding if tool.name in named]
+        problems = missing_bindings(used, log.view("input"))
+        if problems:
+            raise ConfigurationError("; ".join(problems))
     engine = Engine(
         toolset,
         log,
