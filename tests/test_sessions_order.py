@@ -151,3 +151,38 @@ def test_a_waiter_that_gives_up_or_is_cancelled_holds_no_one_up(tmp_path: Path) 
     assert [run.run_id for run in session.runs] == ["a", "c", "d"]
     assert _history_ids(results["c"]) == ["a"]
     assert _history_ids(results["d"]) == ["a", "c"]
+
+
+def test_a_session_with_runs_waiting_to_join_is_busy_between_two_runs(tmp_path: Path) -> None:
+    """Between a run's end and its first waiter's next look the session has no run, but
+    it is not free: `status` says so and `delete()` is refused (the waiter would find
+    its history gone)."""
+    store = tl.SQLiteStore(tmp_path / "runs.db")
+    agent = _gated_agent(tmp_path / "runs.db")
+    GATES.update({name: trio.Event() for name in "ab"})
+    GATES["b"].set()
+    joined: list[str] = []
+    seen: list[str] = []
+
+    async def run(name: str) -> None:
+        await agent.run_async({"say": name}, session="s", run_id=name)
+        joined.append(name)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run, "a")
+            await trio.sleep(1)
+            nursery.start_soon(run, "b")  # looks at 1.0, 1.1, ...
+            await trio.sleep(0.55)
+            GATES["a"].set()
+            while "a" not in joined:
+                await trio.sleep(0)  # the clock stands still: "b" does not look meanwhile
+            session = store.session("s")
+            seen.append(session.status)
+            with pytest.raises(tl.SessionBusy, match="1 run wait"):
+                session.delete()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert seen == ["running"]
+    assert joined == ["a", "b"]
+    assert [run.run_id for run in store.session("s").runs] == ["a", "b"]

@@ -416,7 +416,8 @@ class Session:
 
     @property
     def status(self) -> str:
-        """ "idle", or how its unfinished run stands: "running", "paused", "crashed"."""
+        """ "idle", or how its unfinished run stands: "running", "paused", "crashed"
+        ("running" too while runs wait to join it, about to run)."""
         try:
             self.check_free()
         except SessionBusy as busy:
@@ -439,6 +440,20 @@ class Session:
                     reason="running",
                 )
             _refuse_unfinished(connection, self.store.path, self.id, None)
+            waiting = sum(
+                _lease_alive(owner, expires, now)
+                for owner, expires in connection.execute(
+                    "SELECT owner, expires FROM session_waiters WHERE session_id = ?", (self.id,)
+                )
+            )
+            if waiting:
+                raise SessionBusy(
+                    f"session {self.id!r} is busy: {waiting} run{'s' if waiting > 1 else ''} "
+                    "wait to join it",
+                    session_id=self.id,
+                    run_id=None,
+                    reason="running",
+                )
 
     def fork(self, new_id: str, *, at_run: str | None = None) -> Session:
         """A new session `new_id` holding this one's runs up to and including `at_run`
