@@ -39,8 +39,7 @@ class ModelSampler:
         self.iteration = iteration  # the run's iteration now (a request carries it)
 
     async def __call__(self, sampling: Sampling) -> tuple[str, str]:
-        stream = getattr(self.model, "stream_solution", None)
-        if stream is None:
+        if getattr(self.model, "stream_solution", None) is None:
             raise SamplingRefused("the agent's model client cannot answer a plain request")
         messages = [{"role": "system", "content": sampling.system}] if sampling.system else []
         messages += [dict(message) for message in sampling.messages]

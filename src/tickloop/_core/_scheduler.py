@@ -158,18 +158,18 @@ class Scheduler:
         self.tools = tools
         # PROTOCOL §15 "Plan review": a request's gated calls wait for the review
         # (`_reviewing`, from its tick's opening to the `Review`) before the hook. It is
-        # asked once the request's text is complete (`_text_open` false): a plan's
+        # asked once the request's text is complete (`text_open` false): a plan's
         # stream closed, or a code plan's program written (`CloseText`).
         self.review = review
         self._reviewing = False
-        self._text_open = False
-        self._program: str | None = None  # a code plan's, from `CloseText`
+        # A code plan's, from `CloseText`; None while the request's text is still coming.
+        self._program: str | None = None
         self._program_sites: dict[str, str] = {}  # its gated sites and their tools
         # A code plan's review decisions by site (`c2.4[*]`) or call id, for the calls
         # made later in the request: the same tick only.
         self._standing: list[tuple[re.Pattern[str], Decision]] = []
-        # A review's deny or defer for a call not yet at the hook (still waiting for its
-        # inputs, at the gate or screened): carried out when it gets there.
+        # A review's deny or defer for a call of the request not yet at the hook (at the
+        # gate or screened): carried out when it gets there.
         self._advance: dict[str, Decision] = {}
         # Deferred tools no `search_tools` call of an earlier request found (tool search):
         # refused on arrival; each tick's `OpenTick.found` says which are found.
@@ -286,12 +286,12 @@ class Scheduler:
     @property
     def text_open(self) -> bool:
         """The request's text is still coming (a code plan's program may run on after)."""
-        return self._text_open
+        return self._stream_open and self._program is None
 
     @property
     def review_awaited(self) -> bool:
         """A plan review was asked for and not answered (a resume asks it again)."""
-        return self._reviewing and not self._text_open
+        return self._reviewing and not self.text_open
 
     def plan_under_review(self) -> Plan | None:
         """The plan a review left unanswered by a crash is about, to ask it again."""
@@ -330,15 +330,13 @@ class Scheduler:
         self._skip_sources = PathIndex()
         self._lost_writers = LostWriters()
         self._plan.open_request(plan_order=event.plan_order)
-        self._text_open = True
         self._reviewing = self.review
         self._program, self._program_sites = None, {}
-        self._standing = []
+        self._standing, self._advance = [], {}
 
     def _on_text_closed(self, event: CloseText) -> None:
-        if not (self._stream_open and self._text_open and self._code):
+        if not (self.text_open and self._code):
             raise usage_error(event, "no code plan's program text is open")
-        self._text_open = False
         self._program, self._program_sites = event.program, dict(event.sites)
         if self._reviewing:
             _ask_review(self)
@@ -346,13 +344,12 @@ class Scheduler:
     def _on_stream_closed(self, event: CloseStream) -> None:
         if not self._stream_open:
             raise usage_error(event, "the stream is not open")
+        text_was_open = self.text_open  # a plan's text, or a code plan's never closed
         self._stream_open = False
         # Settling starts now: every waiting call may have become settle-able.
         self._dirty.update(self._waiting)
-        if self._text_open:
-            self._text_open = False
-            if self._reviewing:
-                _ask_review(self)
+        if text_was_open and self._reviewing:
+            _ask_review(self)
 
     def _on_received(self, event: ReceiveCall) -> None:
         if not self._stream_open:
@@ -1022,7 +1019,7 @@ def _plan_of(scheduler: Scheduler) -> Plan | None:
         scheduler._tool_dependents,
         scheduler._iteration,
         scheduler.run_id,
-        program=scheduler._program if scheduler._code else None,
+        program=scheduler._program,
         sites=scheduler._program_sites,
     )
 
@@ -1046,15 +1043,11 @@ def _on_review(scheduler: Scheduler, event: Review) -> None:
         standing = scheduler._code and scheduler._stream_open
         if standing:
             scheduler._standing.append((pattern or re.compile(re.escape(key)), decision))
-        if not targets and not (standing and _names_a_site(scheduler, key)):
+        names_a_site = pattern is not None or key in scheduler._program_sites
+        if not targets and not (standing and names_a_site):
             _log.warning("plan review: %r names no call awaiting review; ignored", key)
         for call in targets:
             _review_decides(scheduler, call, decision)
-
-
-def _names_a_site(scheduler: Scheduler, key: str) -> bool:
-    """Whether a code plan's review key names a site that may still make calls."""
-    return key in scheduler._program_sites or "[*]" in key
 
 
 def _decide_by_standing(scheduler: Scheduler, call: Call) -> None:
