@@ -306,13 +306,8 @@ class WorkflowEngine(SchedulerDriver):
             decision = Defer()
         else:
             try:
-                answer = await workflow.execute_activity(
-                    host.names["approve"],
-                    _pending_to_dict(self.scoped(pending), self.tools),
-                    start_to_close_timeout=host.option("approve_timeout", 300),
-                    heartbeat_timeout=host.option("heartbeat_timeout", 10),
-                    retry_policy=RetryPolicy(maximum_attempts=3),
-                )
+                data = _pending_to_dict(self.scoped(pending), self.tools)
+                answer = await self._ask_hook("approve", data)
                 host.hook_workers[self.scoped(pending).id] = answer.pop("worker", None)
                 decision = decision_from_dict(answer)
             except ActivityError as error:  # the hook could not be asked: fail closed (§6)
@@ -322,7 +317,6 @@ class WorkflowEngine(SchedulerDriver):
     async def _review(self, plan: Plan) -> None:
         """The agent's plan review, an activity; one that cannot be asked decides nothing
         (every gated call then goes to the approval hook, as after a review that raised)."""
-        host = self.host
         data = {
             "calls": [_pending_to_dict(self.scoped(call), self.tools) for call in plan.calls],
             "arrows": [list(arrow) for arrow in plan.arrows],
@@ -334,18 +328,24 @@ class WorkflowEngine(SchedulerDriver):
         }
         decisions: dict[str, Decision] = {}
         try:
-            answer = await workflow.execute_activity(
-                host.names["review"],
-                data,
-                start_to_close_timeout=host.option("approve_timeout", 300),
-                heartbeat_timeout=host.option("heartbeat_timeout", 10),
-                retry_policy=RetryPolicy(maximum_attempts=3),
-            )
+            answer = await self._ask_hook("review", data)
             for key, decision in (answer.get("decisions") or {}).items():
                 decisions[key] = decision_from_dict(decision)
         except ActivityError as error:
             workflow.logger.warning("the plan review could not be asked: %s", _cause(error))
         self.feed(Review(decisions, self._date()))
+
+    async def _ask_hook(self, hook: str, data: dict[str, Any]) -> dict[str, Any]:
+        """A question to one of the agent's hooks ("approve", "review"), as its activity."""
+        host = self.host
+        answer: dict[str, Any] = await workflow.execute_activity(
+            host.names[hook],
+            data,
+            start_to_close_timeout=host.option("approve_timeout", 300),
+            heartbeat_timeout=host.option("heartbeat_timeout", 10),
+            retry_policy=RetryPolicy(maximum_attempts=3),
+        )
+        return answer
 
     async def _run(self, action: StartCall) -> None:
         host = self.host
