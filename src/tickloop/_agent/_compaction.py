@@ -43,6 +43,7 @@ __all__ = [
     "estimate_prompt",
     "given_covers",
     "history_turns",
+    "is_summary",
     "latest_compaction",
     "merged_covers",
     "plan_compaction",
@@ -180,7 +181,7 @@ HISTORY_KIND = "history"  # the data kind of a session run's earlier runs (§1, 
 GIVEN_SUMMARY = "session summary"
 
 
-def _is_summary(entry: dict[str, Any]) -> bool:
+def is_summary(entry: dict[str, Any]) -> bool:
     return entry.get("type") == "compaction" or ("summary" in entry and "covers" in entry)
 
 
@@ -195,7 +196,7 @@ def history_turns(history: Any, covered: Collection[str]) -> list[tuple[str, dic
     for entry in history:
         if not isinstance(entry, dict):
             continue
-        if _is_summary(entry):
+        if is_summary(entry):
             runs = [str(key) for key in entry.get("covers") or ()]
             if GIVEN_SUMMARY not in covered and not set(runs) <= set(covered):
                 turns.append((GIVEN_SUMMARY, entry))
@@ -207,7 +208,7 @@ def history_turns(history: Any, covered: Collection[str]) -> list[tuple[str, dic
 def given_covers(history: Any) -> list[str]:
     """The runs the compaction a session run's history opens with covers (none: [])."""
     for entry in history if isinstance(history, list) else ():
-        if isinstance(entry, dict) and _is_summary(entry):
+        if isinstance(entry, dict) and is_summary(entry):
             return [str(key) for key in entry.get("covers") or ()]
     return []
 

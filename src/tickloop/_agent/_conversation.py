@@ -32,10 +32,9 @@ from .._durable._sessions import (
     take_lease,
 )
 from .._errors import ConfigurationError, SessionBusy, StoreError
-from ._compaction import reusable_compaction
+from ._compaction import HISTORY_KIND, is_summary, reusable_compaction
 
 __all__ = [
-    "HISTORY_KIND",
     "SessionRun",
     "check_busy_options",
     "check_session_options",
@@ -46,7 +45,6 @@ __all__ = [
     "maybe_resuming",
 ]
 
-HISTORY_KIND = "history"  # the `data` message kind a session run's log begins with
 _POLL = 0.1  # seconds between looks at a busy session's lease, on trio's clock
 
 
@@ -184,7 +182,7 @@ def _compactions(session: Session, history: list[dict[str, Any]]) -> list[dict[s
         else:
             continue
         for item in candidates:
-            if item.get("type") == "compaction" or ("covers" in item and "summary" in item):
+            if is_summary(item):
                 covers = [key for key in item.get("covers") or () if key in ids]
                 if covers:
                     found.append({"covers": covers, "summary": item.get("summary")})

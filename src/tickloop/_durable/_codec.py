@@ -16,6 +16,7 @@ from ._schema import SHARED
 if TYPE_CHECKING:
     from ._rows import Row
 
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from json.encoder import JSONEncoder, encode_basestring, encode_basestring_ascii
@@ -354,6 +355,19 @@ def shared_text(
         f'{{"type":"{SHARED}","message":{dumps_entry(rest)},"path":{path},'
         f'"calls":[{",".join(parts)}]}}'
     )
+
+
+def loads_stored(text: str | None, path: Path) -> Any:
+    """A stored JSON value; damage `quick_check` cannot see (a row whose text is not JSON)
+    is a `StoreError` naming the path, as any other damage."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError, RecursionError) as error:
+        raise StoreError(
+            f"{path}: the store is damaged: a stored value is not JSON ({error})"
+        ) from None
 
 
 def damaged_entry(path: Path, run_id: str, number: int, what: str) -> StoreError:

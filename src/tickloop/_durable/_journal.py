@@ -256,8 +256,9 @@ class JournalWriter:
     def note(self, name: str, **data: Any) -> None:
         """Something replay does not need but the timeline does (retries, restarts...),
         or an answer to an MCP server, which a resume reads back (`QuestionDesk`)."""
-        self._follow_note({"note": name, **data})
-        self._add(self.now(), "note", {"note": name, **data})
+        body = {"note": name, **data}
+        self._follow_note(body)  # reads it only
+        self._add(self.now(), "note", body)
 
     def _follow_note(self, body: dict[str, Any]) -> None:
         if body.get("note") == "question" and body.get("deferred"):

@@ -69,9 +69,7 @@ def prepare(connection: sqlite3.Connection, path: Path, write: Write) -> None:
                     "SELECT 1 FROM sqlite_master WHERE name='tickloop_schema'"
                 ).fetchone()
                 if not exists:  # another process may have made it meanwhile
-                    for statement in (_SCHEMA + _SESSION_SCHEMA + _WAITERS_SCHEMA).split(";"):
-                        if statement.strip():
-                            connection.execute(statement)
+                    _execute_script(connection, _SCHEMA + _SESSION_SCHEMA + _WAITERS_SCHEMA)
                     connection.execute(
                         "INSERT INTO tickloop_schema (version) VALUES (?)", (SCHEMA_VERSION,)
                     )
@@ -157,15 +155,19 @@ def _from_1(connection: sqlite3.Connection, path: Path) -> None:
 
 def _from_2(connection: sqlite3.Connection, path: Path) -> None:
     """Version 2 to 3: the tables of sessions (PROTOCOL §16); no run changes."""
-    for statement in _SESSION_SCHEMA.split(";"):
-        if statement.strip():
-            connection.execute(statement)
+    _execute_script(connection, _SESSION_SCHEMA)
 
 
 def _from_3(connection: sqlite3.Connection, path: Path) -> None:
     """Version 3 to 4: the queue of runs waiting for a busy session (PROTOCOL §16), empty;
     no run or session changes."""
-    for statement in _WAITERS_SCHEMA.split(";"):
+    _execute_script(connection, _WAITERS_SCHEMA)
+
+
+def _execute_script(connection: sqlite3.Connection, script: str) -> None:
+    """Each statement of `script` on `connection`, inside the caller's transaction
+    (`executescript` would commit it first)."""
+    for statement in script.split(";"):
         if statement.strip():
             connection.execute(statement)
 

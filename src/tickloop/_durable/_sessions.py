@@ -45,8 +45,9 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
-from .._errors import ConfigurationError, ResumeError, SessionBusy, StoreError
+from .._errors import ConfigurationError, ResumeError, SessionBusy
 from .._observe._records import RunInfo
+from ._codec import loads_stored
 from ._owners import _ACTIVE, _owner_alive, owner_label
 
 __all__ = [
@@ -100,15 +101,6 @@ def check_session_id(value: Any) -> str:
 def new_lease_token() -> str:
     """Which run of a process holds a lease (one process may run several)."""
     return secrets.token_hex(8)
-
-
-def _loads(text: str | None, path: Path) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except (ValueError, TypeError) as error:
-        raise StoreError(f"{path}: the store is damaged: a session value is not JSON") from error
 
 
 # -- the lease ------------------------------------------------------------------------
@@ -399,8 +391,10 @@ class Session:
         for _, run_id, input_text, _, status, output, error in rows:
             if status not in _OVER:
                 continue
-            answer = _loads(output, path) if status == "done" else f"no answer: {error}"
-            history.append({"run_id": run_id, "input": _loads(input_text, path), "output": answer})
+            answer = loads_stored(output, path) if status == "done" else f"no answer: {error}"
+            history.append(
+                {"run_id": run_id, "input": loads_stored(input_text, path), "output": answer}
+            )
         return history
 
     @property
@@ -410,7 +404,7 @@ class Session:
             rows = _history_rows(connection, self.id)
         for _, _, _, state, status, _, _ in reversed(rows):
             if status in _OVER and state is not None:
-                value = _loads(state, self.store.path)
+                value = loads_stored(state, self.store.path)
                 return value if isinstance(value, dict) else None
         return None
 

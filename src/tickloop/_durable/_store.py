@@ -50,7 +50,7 @@ from .._core._questions import Question, Verdict, is_verdict, stored_to_dict
 from .._core._status import CallStatus
 from .._errors import ResumeError, StoreError
 from .._observe._records import CallInfo, RunInfo
-from ._codec import damaged_entry, expand_shared
+from ._codec import damaged_entry, expand_shared, loads_stored
 from ._file import check_file, check_pages, create_file, failure
 from ._migrations import prepare
 from ._owners import _ACTIVE, _owner_alive, owner_label
@@ -330,9 +330,9 @@ class SQLiteStore:
         journal: list[tuple[int, float, str, Any]] = []
         for seq, at, kind, body in rows:
             if kind != BATCH:
-                journal.append((seq, at, kind, _loads(body, self.path)))
+                journal.append((seq, at, kind, loads_stored(body, self.path)))
                 continue
-            entries = _loads(body, self.path)
+            entries = loads_stored(body, self.path)
             try:
                 start = seq - len(entries) + 1
                 for number, (entry_at, entry_kind, entry) in enumerate(entries, start):
@@ -399,7 +399,9 @@ class SQLiteStore:
                 (run_id,),
             ).fetchall()
         return [
-            PendingDecision(call_id, tool, _loads(params, self.path), _loads(decision, self.path))
+            PendingDecision(
+                call_id, tool, loads_stored(params, self.path), loads_stored(decision, self.path)
+            )
             for call_id, tool, params, decision in rows
         ]
 
@@ -489,7 +491,7 @@ class SQLiteStore:
                 (run_id, call_id),
             ).fetchone()
             if earlier is not None:
-                name = _decision_name(_loads(earlier[0], self.path))
+                name = _decision_name(loads_stored(earlier[0], self.path))
                 raise ResumeError(
                     f"call {call_id!r} of run {run_id!r} already has a decision ({name}); "
                     "a call is decided once"
@@ -632,19 +634,6 @@ def _rollback(connection: sqlite3.Connection) -> None:
             pass  # still in a transaction: `release` closes the connection
 
 
-def _loads(text: str | None, path: Path) -> Any:
-    """A stored JSON value; damage `quick_check` cannot see (a row whose text is not JSON)
-    is a `StoreError` naming the path, as any other damage."""
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except (ValueError, TypeError, RecursionError) as error:
-        raise StoreError(
-            f"{path}: the store is damaged: a stored value is not JSON ({error})"
-        ) from None
-
-
 def _decision_name(data: Any) -> Any:
     return data.get("decision") if isinstance(data, dict) else data
 
@@ -653,7 +642,7 @@ def _run_info(row: Sequence[Any], path: Path) -> RunInfo:
     run_id, status, created, updated, owner, output, error, calls = row
     if status == "running" and not _owner_alive(owner):
         status = "interrupted"  # its process died: `agent.resume` continues it
-    return RunInfo(run_id, status, created, updated, calls, _loads(output, path), error)
+    return RunInfo(run_id, status, created, updated, calls, loads_stored(output, path), error)
 
 
 def _call_info(row: Sequence[Any], path: Path) -> CallInfo:
@@ -664,10 +653,10 @@ def _call_info(row: Sequence[Any], path: Path) -> CallInfo:
         iteration,
         tool,
         status,
-        _loads(call, path),
-        _loads(params, path),
-        _loads(deps, path) or [],
-        _loads(decision, path),
-        _loads(error, path),
+        loads_stored(call, path),
+        loads_stored(params, path),
+        loads_stored(deps, path) or [],
+        loads_stored(decision, path),
+        loads_stored(error, path),
         *times,
     )

@@ -16,6 +16,7 @@ from .._core._decisions import Decision
 from .._core._paths import SEPARATOR
 from .._core._questions import stored_from_dict
 from .._errors import ResumeError, StoreError
+from ._codec import loads_stored
 from ._schema import (
     _INSERT_ENTRIES,
     _KINDS,
@@ -28,7 +29,7 @@ from ._schema import (
     USUALLY_NULL,
 )
 from ._sessions import ABANDONED, join_session
-from ._store import _ACTIVE, SQLiteStore, _checked_decision, _loads, _owner_alive, owner_label
+from ._store import _ACTIVE, SQLiteStore, _checked_decision, _owner_alive, owner_label
 
 
 class RunWriter:
@@ -336,7 +337,9 @@ def claim_run(
         store.release(connection)
         raise
     try:
-        recorded = {call_id: stored_from_dict(_loads(body, store.path)) for call_id, body in stored}
+        recorded = {
+            call_id: stored_from_dict(loads_stored(body, store.path)) for call_id, body in stored
+        }
     except (ValueError, TypeError, KeyError, AttributeError) as error:
         store.release(connection)
         raise StoreError(
