@@ -23,7 +23,6 @@ from .._core._paths import RunPath
 from .._core._tools import missing_bindings
 from .._durable._codec import dumps_entry, new_run_id
 from .._durable._resume import DurableRun
-from .._durable._sessions import end_session_run
 from .._durable._store import SQLiteStore
 from .._durable._writer import claim_run, create_run
 from .._engine._run import initial_log
@@ -174,9 +173,8 @@ class RunSession:
             # A guardrail's trip (PROTOCOL §15) is stored as such: resume refuses it.
             status = "tripped" if isinstance(error, GuardrailTripped) else "failed"
             if writer is not None:
-                _quietly(writer.set_status, status, error=reason)
-                if self.session_id is not None:
-                    _quietly(end_session_run, writer.store, self.run_id, self._state())
+                ended = (self._state(),) if self.session_id is not None else None
+                _quietly(writer.set_status, status, error=reason, session_state=ended)
             self.sink.emit(
                 RunEnded(
                     run_id=self.run_id,
@@ -195,9 +193,9 @@ class RunSession:
             result.run_id = self.run_id
             if writer is not None:
                 output = _final_output(self.durable) if result.status == "done" else None
-                writer.set_status(result.status, output=output)
-                if self.session_id is not None and result.status == "done":
-                    end_session_run(writer.store, self.run_id, self._state())
+                over = self.session_id is not None and result.status == "done"
+                ended = (self._state(),) if over else None
+                writer.set_status(result.status, output=output, session_state=ended)
         finally:
             if writer is not None:
                 writer.release()

@@ -338,13 +338,14 @@ def session_of(store: SessionStore, run_id: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def end_session_run(store: SessionStore, run_id: str, state: Any) -> None:
-    """The run is over: the state it ended with, for the session's next run."""
+def end_session_run(connection: sqlite3.Connection, run_id: str, state: Any) -> None:
+    """The run is over: the state it ended with, for the session's next run, inside the
+    transaction that stores its end (a crash between the two would leave the next run
+    an older run's state)."""
     text = None if state is None else json.dumps(state, ensure_ascii=False)
-    with store.connect() as connection, store._write(connection):
-        connection.execute(
-            "UPDATE session_runs SET ended = 1, state = ? WHERE run_id = ?", (text, run_id)
-        )
+    connection.execute(
+        "UPDATE session_runs SET ended = 1, state = ? WHERE run_id = ?", (text, run_id)
+    )
 
 
 def _history_rows(connection: sqlite3.Connection, session_id: str) -> list[tuple[Any, ...]]:
@@ -420,34 +421,37 @@ class Session:
 
     def check_free(self) -> None:
         """`SessionBusy` when a run of the session is not over (PROTOCOL §16 "Busy")."""
-        now = time.time()
         with self.store.connect() as connection:
-            row = connection.execute(
-                "SELECT lease_owner, lease_run, lease_expires FROM sessions WHERE session_id = ?",
-                (self.id,),
-            ).fetchone()
-            if row is not None and _lease_alive(row[0], row[2], now):
-                raise SessionBusy(
-                    f"session {self.id!r} is busy: run {row[1]!r} runs in it now",
-                    session_id=self.id,
-                    run_id=row[1],
-                    reason="running",
-                )
-            _refuse_unfinished(connection, self.store.path, self.id, None)
-            waiting = sum(
-                _lease_alive(owner, expires, now)
-                for owner, expires in connection.execute(
-                    "SELECT owner, expires FROM session_waiters WHERE session_id = ?", (self.id,)
-                )
+            self._check_free(connection)
+
+    def _check_free(self, connection: sqlite3.Connection) -> None:
+        now = time.time()
+        row = connection.execute(
+            "SELECT lease_owner, lease_run, lease_expires FROM sessions WHERE session_id = ?",
+            (self.id,),
+        ).fetchone()
+        if row is not None and _lease_alive(row[0], row[2], now):
+            raise SessionBusy(
+                f"session {self.id!r} is busy: run {row[1]!r} runs in it now",
+                session_id=self.id,
+                run_id=row[1],
+                reason="running",
             )
-            if waiting:
-                raise SessionBusy(
-                    f"session {self.id!r} is busy: {waiting} run{'s' if waiting > 1 else ''} "
-                    "wait to join it",
-                    session_id=self.id,
-                    run_id=None,
-                    reason="running",
-                )
+        _refuse_unfinished(connection, self.store.path, self.id, None)
+        waiting = sum(
+            _lease_alive(owner, expires, now)
+            for owner, expires in connection.execute(
+                "SELECT owner, expires FROM session_waiters WHERE session_id = ?", (self.id,)
+            )
+        )
+        if waiting:
+            raise SessionBusy(
+                f"session {self.id!r} is busy: {waiting} run{'s' if waiting > 1 else ''} "
+                "wait to join it",
+                session_id=self.id,
+                run_id=None,
+                reason="running",
+            )
 
     def fork(self, new_id: str, *, at_run: str | None = None) -> Session:
         """A new session `new_id` holding this one's runs up to and including `at_run`
@@ -527,9 +531,14 @@ class Session:
 
     def delete(self) -> None:
         """Delete the session and its runs (but those a fork of it shares); refused with
-        `SessionBusy` while one of its runs runs."""
-        self.check_free_of_live_runs()
+        `SessionBusy` while one of its runs runs (or waits to), checked in the
+        transaction that deletes, so no run can join it in between."""
         with self.store.connect() as connection, self.store._write(connection):
+            try:
+                self._check_free(connection)
+            except SessionBusy as busy:
+                if busy.reason == "running":
+                    raise
             ids = [row[1] for row in _history_rows(connection, self.id)]
             for run_id in ids:
                 shared = connection.execute(
@@ -542,13 +551,6 @@ class Session:
                     connection.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             connection.execute("DELETE FROM session_runs WHERE session_id = ?", (self.id,))
             connection.execute("DELETE FROM sessions WHERE session_id = ?", (self.id,))
-
-    def check_free_of_live_runs(self) -> None:
-        try:
-            self.check_free()
-        except SessionBusy as busy:
-            if busy.reason == "running":
-                raise
 
 
 def session_ids(store: SessionStore) -> Iterator[str]:

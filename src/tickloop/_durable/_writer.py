@@ -28,7 +28,7 @@ from ._schema import (
     LEAN_COLUMNS,
     USUALLY_NULL,
 )
-from ._sessions import ABANDONED, join_session
+from ._sessions import ABANDONED, end_session_run, join_session
 from ._store import _ACTIVE, SQLiteStore, _checked_decision, _owner_alive, owner_label
 
 
@@ -139,8 +139,16 @@ class RunWriter:
         self.store.release(self.connection)
 
     def set_status(
-        self, status: str, *, output: Any = None, error: str | None = None, release: bool = True
+        self,
+        status: str,
+        *,
+        output: Any = None,
+        error: str | None = None,
+        release: bool = True,
+        session_state: tuple[Any] | None = None,
     ) -> None:
+        """The run's status; `session_state`, `(state,)`: a session's run is over, and
+        ends with this state in the same transaction (PROTOCOL §16)."""
         with self.store._write(self.connection):
             self.connection.execute(
                 "UPDATE runs SET status = ?, updated = ?, output = ?, error = ?, "
@@ -154,6 +162,8 @@ class RunWriter:
                     self.run_id,
                 ),
             )
+            if session_state is not None:
+                end_session_run(self.connection, self.run_id, session_state[0])
 
 
 def _insert_calls(connection: sqlite3.Connection, rows: Sequence[Sequence[Any]]) -> None:
