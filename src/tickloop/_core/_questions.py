@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import describe_value
-from ._decisions import Defer
+from ._decisions import Defer, decision_from_dict, decision_to_dict
 
 __all__ = [
     "Accept",
@@ -183,8 +183,6 @@ def is_verdict(value: Any) -> bool:
 def stored_to_dict(value: Any) -> dict[str, Any]:
     """A decision or a verdict as a store keeps it (`SQLiteStore.decide` takes both: a
     verdict answers the question a parked call waits on)."""
-    from ._decisions import decision_to_dict
-
     if is_verdict(value):
         return verdict_to_dict(value)
     return decision_to_dict(value)
@@ -192,7 +190,5 @@ def stored_to_dict(value: Any) -> dict[str, Any]:
 
 def stored_from_dict(data: dict[str, Any]) -> Any:
     """A decision or a verdict from a store's JSON."""
-    from ._decisions import decision_from_dict
-
     verdict = verdict_from_dict(data)
     return verdict if verdict is not None else decision_from_dict(data)

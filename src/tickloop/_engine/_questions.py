@@ -120,11 +120,16 @@ class QuestionDesk:
         run_id: str | None = None,
         on_question: Callable[[Question, Verdict | None], None] | None = None,
         defers: bool = True,
+        no_model: str = (
+            "this client has no model to answer with (a run of calls without an "
+            "agent: give the server sampling=fn)"
+        ),
     ) -> None:
         self.hook = hook
         # False where a call cannot be parked for a person (a Temporal worker's activity):
         # a `tl.Defer()` is then declined.
         self.defers = defers
+        self.no_model = no_model  # why a model request is refused without a `sampler`
         # Told of each question put to the hook (verdict None) and of its verdict: the
         # run's events (`question.asked`, `question.answered`), for pages and AG-UI.
         self.on_question = on_question
@@ -159,12 +164,14 @@ class QuestionDesk:
         key = self._key(call_id)
         shown = {"message": message, "schema": schema, "server": server}
         earlier = self.recorded.get(key) if key is not None else None
-        if earlier is not None and _same(earlier, shown):
+        asked_before = earlier is not None and _same(earlier, shown)
+        if asked_before:
+            assert earlier is not None
             journaled = verdict_from_dict(earlier.get("verdict") or {})
             if journaled is not None:
                 return journaled
         question = Question(message, schema, server, call_id, self.run_id)
-        if earlier is not None and _same(earlier, shown) and call_id in self.parked_verdicts:
+        if asked_before and call_id in self.parked_verdicts:
             given = self.parked_verdicts.pop(str(call_id))
             problem = check_answer(question, given.data) if isinstance(given, Accept) else None
             if problem is None:
@@ -283,10 +290,7 @@ class QuestionDesk:
         elif self.sampler is not None:
             text, model = await self.sampler(sampling)
         else:
-            raise SamplingRefused(
-                "this client has no model to answer with (a run of calls without an "
-                "agent: give the server sampling=fn)"
-            )
+            raise SamplingRefused(self.no_model)
         self._journal(
             key, sampling.call_id, SAMPLED_NOTE, {}, request=request, text=text, model=model
         )

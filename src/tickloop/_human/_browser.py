@@ -28,7 +28,7 @@ from .._core._questions import Cancel, Question, verdict_to_dict
 from .._core._status import CallStatus
 from .._observe import _events as ev
 from .._observe._events import Redactor
-from ._common import CallView, Refused, decision_from_answer, make_redactor, view_of
+from ._common import VERBS, CallView, Refused, decision_from_answer, make_redactor, view_of
 from ._page import CallRow, RunView
 from ._question_form import verdict_from_form
 from ._web import Changes, WebApp, require_web, serve
@@ -37,16 +37,6 @@ __all__ = ["BrowserApproval"]
 
 _CLOSED = "denied: the approval page was closed before a person decided"
 _KEPT_RUNS = 50  # the page of a long-lived process shows its most recent runs
-_VERBS = {
-    "approve": "approved",
-    "approve_all": "approved with the calls that read it",
-    "deny": "denied",
-    "edit": "edited",
-    "respond": "answered",
-    "accept": "answered",
-    "decline": "declined",
-    "cancel": "cancelled",
-}
 
 
 def _question_view(question: Question) -> CallView:
@@ -421,6 +411,6 @@ class BrowserApproval:
             waiting.decision = decision
             waiting.answered.set()
         self.changes.bump()
-        verb = _VERBS.get(name, name)
+        verb = VERBS.get(name, name)
         where = f" of run {run_id}" if run_id else ""
         return f"{verb} {call_id}{where}"

@@ -19,6 +19,7 @@ from .._core._validation import full_validator
 from .._observe._events import DEFAULT_REDACT, REDACTED, Redactor
 
 __all__ = [
+    "VERBS",
     "CallView",
     "Refused",
     "check_against",
@@ -28,6 +29,19 @@ __all__ = [
     "restore_secrets",
     "view_of",
 ]
+
+# What the page and the inbox say was done with a waiting call or question, by the
+# action a person took on it.
+VERBS = {
+    "approve": "approved",
+    "approve_all": "approved with the calls that read it",
+    "deny": "denied",
+    "edit": "edited",
+    "respond": "answered",
+    "accept": "answered",
+    "decline": "declined",
+    "cancel": "cancelled",
+}
 
 DENIED_BY_A_PERSON = "denied by a person"
 

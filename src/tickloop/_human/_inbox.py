@@ -25,7 +25,7 @@ from .._errors import ResumeError, StoreError
 from .._observe._events import Redactor
 from .._terminal import one_line
 from ._budget import BUDGET_PREFIX, budget_views, grant_for, open_budget_questions
-from ._common import CallView, Refused, decision_from_answer
+from ._common import VERBS, CallView, Refused, decision_from_answer
 from ._page import CallRow, RunView
 from ._question_form import verdict_from_form
 from ._web import Changes
@@ -161,14 +161,7 @@ class StoreInbox:
         )
         self.changes.bump()
         self._resume_if_ready(run_id)
-        verb = {
-            "approve": "approved",
-            "approve_all": "approved with the calls that read it",
-            "deny": "denied",
-            "edit": "edited",
-            "decline": "declined",
-            "cancel": "cancelled",
-        }.get(decision, "answered")
+        verb = VERBS.get(decision, "answered")
         then = (
             "; the run resumes once every call it waits on is decided"
             if self.agent is not None

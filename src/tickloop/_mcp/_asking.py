@@ -71,12 +71,9 @@ class Asking:
         if isinstance(verdict, Accept):
             content = verdict.data if schema is not None else None
             return mcp_types.ElicitResult(action="accept", content=content)
-        if isinstance(verdict, Defer):
-            if request is None:  # a question tied to no call cannot park one
-                return mcp_types.ElicitResult(action="cancel")
+        if isinstance(verdict, Defer) and request is not None:
             request.park()  # the call stops here and waits, parked, for a verdict
-            return mcp_types.ElicitResult(action="cancel")
-        if isinstance(verdict, Cancel):
+        if isinstance(verdict, Defer | Cancel):  # a question tied to no call cannot park
             return mcp_types.ElicitResult(action="cancel")
         assert isinstance(verdict, Decline)
         return mcp_types.ElicitResult(action="decline")

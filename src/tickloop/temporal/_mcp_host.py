@@ -24,10 +24,10 @@ from typing import Any, TypeVar
 import trio
 
 from .._core._media import MediaKeeper
-from .._core._questions import QuestionHook, Sampling
+from .._core._questions import QuestionHook
 from .._core._tools import CallContext, Tool
 from .._engine._engine import run_handler
-from .._engine._questions import QuestionDesk, SamplingRefused, answering_with
+from .._engine._questions import QuestionDesk, answering_with
 from .._mcp._server import MCPServer
 
 __all__ = ["HOST", "MCPHost"]
@@ -223,7 +223,7 @@ class MCPHost:
         made by the first such call in flight and dropped with the last."""
         key = (run_id, questions_of)
         desk, users = self._desks.get(key) or (
-            QuestionDesk(questions, sampler=_no_model, run_id=run_id, defers=False),
+            QuestionDesk(questions, run_id=run_id, defers=False, no_model=_NO_MODEL),
             0,
         )
         self._desks[key] = (desk, users + 1)
@@ -237,11 +237,11 @@ class MCPHost:
                 self._desks[key] = (desk, users - 1)
 
 
-async def _no_model(sampling: Sampling) -> tuple[str, str]:
-    raise SamplingRefused(
-        "on Temporal the run's model does not answer an MCP server's requests (its budget "
-        "is kept by the workflow); give the server sampling=fn"
-    )
+# The run's model is the workflow's, metered by its budget: a worker cannot answer with it.
+_NO_MODEL = (
+    "on Temporal the run's model does not answer an MCP server's requests (its budget "
+    "is kept by the workflow); give the server sampling=fn"
+)
 
 
 #: The MCP connections of this process, shared by every worker in it.
