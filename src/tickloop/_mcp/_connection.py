@@ -517,15 +517,6 @@ def http_transport(
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
-        class CallHeaders(httpx2.Auth):
-            """Adds the per-call headers (`MCPServer.call_options`) to each request."""
-
-            def auth_flow(self, request: Any) -> Any:
-                extra = CALL_HEADERS.get()
-                if extra:
-                    request.headers.update(extra)
-                yield request
-
         async def note_error(response: Any) -> None:
             noted = HTTP_ERROR.get()
             if noted is None or response.status_code < 400:
@@ -538,6 +529,8 @@ def http_transport(
             noted["body"] = " ".join(body.split())[:300]
 
         async def add_call_headers(request: Any) -> None:
+            """The per-call headers (`MCPServer.call_options`), as the request leaves
+            (after OAuth, when there is one, has added its token)."""
             extra = CALL_HEADERS.get()
             if extra:
                 request.headers.update(extra)
@@ -545,13 +538,8 @@ def http_transport(
         client = httpx2.AsyncClient(
             headers=dict(headers or {}),
             timeout=httpx2.Timeout(30.0, read=300.0),
-            # OAuth owns the auth slot when there is one; the per-call headers then go
-            # on as the request leaves (after OAuth has added its token).
-            auth=CallHeaders() if auth is None else auth(),
-            event_hooks={
-                "request": [] if auth is None else [add_call_headers],
-                "response": [note_error],
-            },
+            auth=None if auth is None else auth(),
+            event_hooks={"request": [add_call_headers], "response": [note_error]},
         )
         async with client, streamable_http_client(url, http_client=client) as streams:
             yield streams
