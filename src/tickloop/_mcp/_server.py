@@ -521,12 +521,7 @@ class MCPTool(RawTool):
         )
         if self._connection is None:  # a listing's stand-in (`tool_from_spec`)
             raise MCPConnectionError(f"{self.name!r} of {self.server.label} has no connection")
-        self._connection.submit(request)
-        try:
-            await request.done.wait()
-        except BaseException:
-            request.abandon()  # a timeout or cancellation: the server is told to stop
-            raise
+        await _sent(self._connection, request)
         if request.parked:  # a question was deferred: stop the server's work, wait parked
             # The server was told the question was cancelled and usually ends the call at
             # once; a moment for that answer, then the call is cancelled at the server (a
@@ -569,6 +564,15 @@ async def _send(
     timeout: float | None,
 ) -> Any:
     request = Request(what, {}, idempotent=True, operation=operation)
+    await _sent(connection, request, timeout)
+    if request.error is not None:
+        raise request.error
+    return request.result
+
+
+async def _sent(connection: Connection, request: Request, timeout: float | None = None) -> None:
+    """Submit `request` and wait for its end; a timeout or a cancellation abandons it
+    (the server is told to stop)."""
     connection.submit(request)
     try:
         with trio.fail_after(math.inf if timeout is None else timeout):
@@ -576,9 +580,6 @@ async def _send(
     except BaseException:
         request.abandon()
         raise
-    if request.error is not None:
-        raise request.error
-    return request.result
 
 
 def _tool_name(name: str) -> str:
