@@ -12,7 +12,7 @@ import os
 import socket
 from pathlib import Path
 
-__all__ = ["_ACTIVE", "_owner_alive", "owner_label"]
+__all__ = ["_ACTIVE", "_owner_alive", "owner_label", "run_alive"]
 
 _ACTIVE: set[tuple[Path, str]] = set()  # (store, run id) of the runs this process runs
 
@@ -38,3 +38,12 @@ def _owner_alive(owner: str | None) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def run_alive(path: Path, run_id: str, owner: str | None) -> bool:
+    """Whether a `running` run runs now: in this process, if this process runs it (a
+    run cancelled here is not running, though its process lives); else if its process
+    lives."""
+    if (path.resolve(), run_id) in _ACTIVE:
+        return True
+    return owner != owner_label() and _owner_alive(owner)

@@ -48,7 +48,7 @@ from typing import Any, Protocol
 from .._errors import ConfigurationError, ResumeError, SessionBusy
 from .._observe._records import RunInfo
 from ._codec import loads_stored
-from ._owners import _ACTIVE, _owner_alive, owner_label
+from ._owners import _owner_alive, owner_label, run_alive
 
 __all__ = [
     "ABANDONED",
@@ -262,7 +262,7 @@ def _refuse_unfinished(
             continue
         if status == "paused":
             reason, how = "paused", "it waits for decisions"
-        elif _run_alive(path, run_id, owner):
+        elif run_alive(path, run_id, owner):
             reason, how = "running", "it runs now"
         else:
             reason, how = "crashed", "it was interrupted or its process died"
@@ -278,15 +278,6 @@ def _refuse_unfinished(
             run_id=run_id,
             reason=reason,
         )
-
-
-def _run_alive(path: Path, run_id: str, owner: str | None) -> bool:
-    """Whether a `running` run runs now: in this process, if this process runs it (a
-    run cancelled here is not running, though its process lives); else if its process
-    lives."""
-    if (path.resolve(), run_id) in _ACTIVE:
-        return True
-    return owner != owner_label() and _owner_alive(owner)
 
 
 def renew_lease(store: SessionStore, session_id: str, token: str) -> bool:
@@ -510,7 +501,7 @@ class Session:
             status, owner = row
             if status in _OVER:
                 raise ResumeError(f"run {run_id!r} is over ({status}); there is nothing to abandon")
-            if status == "running" and _run_alive(self.store.path, run_id, owner):
+            if status == "running" and run_alive(self.store.path, run_id, owner):
                 raise SessionBusy(
                     f"run {run_id!r} of session {self.id!r} is running; it cannot be abandoned",
                     session_id=self.id,

@@ -17,6 +17,7 @@ from .._core._paths import SEPARATOR
 from .._core._questions import stored_from_dict
 from .._errors import ResumeError, StoreError
 from ._codec import loads_stored
+from ._owners import run_alive
 from ._schema import (
     _INSERT_ENTRIES,
     _KINDS,
@@ -323,7 +324,7 @@ def claim_run(
                     f"agent of that protocol, not protocol={protocol!r}"
                 )
             if (store.path.resolve(), run_id) in _ACTIVE or (
-                status == "running" and owner != owner_label() and _owner_alive(owner)
+                status == "running" and run_alive(store.path, run_id, owner)
             ):
                 raise ResumeError(
                     f"run {run_id!r} is running in another process; wait for it to finish "
