@@ -7,6 +7,9 @@ input, and the state it ended with; its output and error are the run's own row).
 is the queue of runs waiting for the lease: a ticket each, in the order they started
 waiting.
 
+The runs themselves are the store's: an abandoned run is ended, and a deleted session's
+runs deleted, through the store (`SessionStore._end_run`, `_delete_run`).
+
 Invariants:
 
 - Never two writers on one history. A run joins its session only while it holds the
@@ -88,6 +91,12 @@ class SessionStore(Protocol):
     ) -> AbstractContextManager[sqlite3.Connection]: ...
 
     def run(self, run_id: str) -> RunInfo: ...
+
+    def _end_run(self, connection: sqlite3.Connection, run_id: str, error: str) -> None:
+        """End a run `failed` with `error`, in the caller's transaction."""
+
+    def _delete_run(self, connection: sqlite3.Connection, run_id: str) -> None:
+        """Delete a run and all the store keeps of it, in the caller's transaction."""
 
 
 def check_session_id(value: Any) -> str:
@@ -508,11 +517,7 @@ class Session:
                     run_id=run_id,
                     reason="running",
                 )
-            connection.execute(
-                "UPDATE runs SET status = 'failed', error = ?, owner = NULL, "
-                "updated = ? WHERE run_id = ?",
-                (ABANDONED, time.time(), run_id),
-            )
+            self.store._end_run(connection, run_id, ABANDONED)
             connection.execute("UPDATE session_runs SET ended = 1 WHERE run_id = ?", (run_id,))
             connection.execute(
                 "UPDATE sessions SET lease_owner = NULL, lease_token = NULL, lease_run = NULL, "
@@ -536,10 +541,8 @@ class Session:
                     "SELECT 1 FROM session_runs WHERE run_id = ? AND session_id != ?",
                     (run_id, self.id),
                 ).fetchone()
-                if shared:
-                    continue
-                for table in ("journal", "calls", "decisions", "runs"):
-                    connection.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+                if not shared:
+                    self.store._delete_run(connection, run_id)
             connection.execute("DELETE FROM session_runs WHERE session_id = ?", (self.id,))
             connection.execute("DELETE FROM sessions WHERE session_id = ?", (self.id,))
 

@@ -280,6 +280,21 @@ class SQLiteStore:
             ).fetchall()
         return [_run_info(row, self.path) for row in rows]
 
+    def _end_run(self, connection: sqlite3.Connection, run_id: str, error: str) -> None:
+        """End a run `failed` with `error` (a session's abandoned run), in the caller's
+        write transaction."""
+        connection.execute(
+            "UPDATE runs SET status = 'failed', error = ?, owner = NULL, updated = ? "
+            "WHERE run_id = ?",
+            (error, time.time(), run_id),
+        )
+
+    def _delete_run(self, connection: sqlite3.Connection, run_id: str) -> None:
+        """Delete a run and all the store keeps of it (a deleted session's), in the
+        caller's write transaction."""
+        for table in ("journal", "calls", "decisions", "runs"):
+            connection.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+
     def run(self, run_id: str) -> RunInfo:
         """One run; `ResumeError` when the store has no run of that id."""
         with self.connect() as connection:
