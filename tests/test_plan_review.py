@@ -264,7 +264,7 @@ def _wait_until_running(db: Path, call_id: str, process: subprocess.Popen[bytes]
         if db.exists():
             try:
                 calls = {call.id: call.status for call in tl.SQLiteStore(db).calls("reviewed")}
-            except tl.ResumeError:
+            except (tl.ResumeError, tl.StoreError):  # not created yet, or being created
                 calls = {}
             if calls.get(call_id) == "running":
                 return
