@@ -258,7 +258,10 @@ def test_advance_approvals_survive_a_sigkill_and_no_call_is_asked_twice(
     assert stored["c1.3"].status == "done"
 
 
-def _wait_until_running(db: Path, call_id: str, process: subprocess.Popen[bytes]) -> None:
+def _wait_until_running(
+    db: Path, call_id: str, process: subprocess.Popen[bytes], done: str | None = None
+) -> None:
+    """Until `call_id` runs (and the call `done`, if given, is stored done)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if db.exists():
@@ -266,7 +269,7 @@ def _wait_until_running(db: Path, call_id: str, process: subprocess.Popen[bytes]
                 calls = {call.id: call.status for call in tl.SQLiteStore(db).calls("reviewed")}
             except (tl.ResumeError, tl.StoreError):  # not created yet, or being created
                 calls = {}
-            if calls.get(call_id) == "running":
+            if calls.get(call_id) == "running" and (done is None or calls.get(done) == "done"):
                 return
         if process.poll() is not None:
             assert process.stderr is not None

@@ -367,7 +367,9 @@ def test_a_site_decision_survives_a_sigkill_and_nobody_is_asked_again(
         stderr=subprocess.PIPE,
     )
     try:
-        _wait_until_running(db, "c1.0[1]", child)
+        # `slow(n=1)` starts beside `charge(n=0)`: wait until the charge's end is stored
+        # too, or the resume rightly finds it interrupted and fails it.
+        _wait_until_running(db, "c1.0[1]", child, done="c1.1[0]")
         os.kill(child.pid, signal.SIGKILL)
     finally:
         child.kill()
