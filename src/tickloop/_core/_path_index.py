@@ -42,50 +42,124 @@ class PathIndex:
     Overlap is what matters for both questions the scheduler asks: a write at `state.a`
     makes `state.a.b` present and `state.a.b` makes `state.a` present.
 
-    Removing the last entry under a node prunes it, so an index whose entries come and go
-    (the calls not yet ended) stays as small as what it holds. A `deferred` index files
-    its entries in the trie only when it is first asked something: several indexes are
-    asked only when a plan reads or a person approves, and most plans never pay for them.
+    An entry is kept by its exact term until a question needs the trie: most plans write
+    and read paths of one depth (`†state.rK`), where two terms overlap only when equal and
+    every question is a lookup of the term itself. So an entry is filed in the trie only
+    when a question spans depths (a term with entries of its kind at another depth), and
+    most entries come and go without a walk. Removing the last entry under a trie node
+    prunes it, so the trie stays as small as what it holds.
+
+    Entries added as the text of an expression (`add_spelled`) are kept as text until the
+    index is first asked or changed otherwise: several indexes are asked only when a plan
+    reads an absent path or a person approves, and most plans never pay for parsing.
     """
 
-    __slots__ = ("_backlog_ids", "_backlog_terms", "_root", "size")
+    __slots__ = ("_depths", "_root", "_text_ids", "_texts", "_unfiled", "size")
 
-    def __init__(self, *, deferred: bool = False) -> None:
+    def __init__(self) -> None:
         self._root = _Node()
-        self._root.children = {}  # kinds: never pruned, so never None
-        # Not yet filed, as two lists: a tuple per entry would be an object per call. An
-        # entry is a term, or the text of an expression, each of whose terms is filed.
-        self._backlog_terms: list[Term | str] | None = [] if deferred else None
-        self._backlog_ids: list[str] = []
-        self.size = 0  # entries held (filed or not): `if index.size` costs no call
+        self._root.children = {}  # kinds: pruned when empty; `subtree` counts what is filed
+        # Entries not filed in the trie, by exact term: a counted `_few` holder each (a
+        # bare id mostly). Every entry is either here or in the trie, once.
+        self._unfiled: dict[Term, Any] = {}
+        # Every entry (filed or not, texts once parsed) by kind, then depth (the steps of
+        # its path) -> how many; a depth none are at is dropped. When every entry of a
+        # term's kind is at the term's own depth, none is at a prefix of it or below it:
+        # only entries at the term itself overlap it.
+        self._depths: dict[str, dict[int, int]] = {}
+        # Not yet parsed, as two lists (a tuple per entry would be an object per call): the
+        # text of an expression, each of whose terms is an entry, and its id.
+        self._texts: list[str] = []
+        self._text_ids: list[str] = []
+        self.size = 0  # entries held (filed, unfiled or text): `if index.size` costs no call
 
     def __bool__(self) -> bool:
         return self.size > 0
 
     def add(self, term: Term, call_id: str) -> None:
         self.size += 1
-        backlog = self._backlog_terms
-        if backlog is not None:
-            backlog.append(term)
-            self._backlog_ids.append(call_id)
-            return
-        self._file(term, call_id)
+        unfiled = self._unfiled
+        here = unfiled.get(term)
+        unfiled[term] = call_id if here is None else count_add(here, call_id)
+        depths = self._depths.get(term.kind)
+        if depths is None:
+            depths = self._depths[term.kind] = {}
+        depth = len(term.path)
+        depths[depth] = depths.get(depth, 0) + 1
 
     def add_spelled(self, text: str, call_id: str, count: int) -> None:
         """`add` each of the `count` terms of the expression `text` spells.
 
-        A deferred index keeps the text until it is asked: the text is kept anyway (by
-        the call, or its data message), and the parsed terms would be objects kept per
-        call for a question most runs never ask.
+        The text is kept until the index is asked: the text is kept anyway (by the call,
+        or its data message), and the parsed terms would be objects kept per call for a
+        question most runs never ask.
         """
-        backlog = self._backlog_terms
-        if backlog is None:
-            for term in parse_expression(text).terms:
-                self.add(term, call_id)
-            return
         self.size += count
-        backlog.append(text)
-        self._backlog_ids.append(call_id)
+        self._texts.append(text)
+        self._text_ids.append(call_id)
+
+    def remove(self, term: Term, call_id: str) -> None:
+        if self._texts:
+            self._parse_texts()
+        self.size -= 1
+        depths = self._depths[term.kind]
+        depth = len(term.path)
+        left = depths[depth] - 1
+        if left:
+            depths[depth] = left
+        else:
+            del depths[depth]
+        unfiled = self._unfiled
+        here = unfiled.pop(term, None)
+        if here is None:
+            self._unfile(term, call_id)
+        elif here == call_id:  # the one entry at the term (most terms hold one)
+            pass
+        elif call_id in count_ids(here):
+            unfiled[term] = count_remove(here, call_id)  # more than one was here
+        else:  # filed, while later entries at the term are not
+            unfiled[term] = here
+            self._unfile(term, call_id)
+
+    def _parse_texts(self) -> None:
+        texts, ids = self._texts, self._text_ids
+        self._texts, self._text_ids = [], []
+        for text, call_id in zip(texts, ids, strict=True):
+            terms = parse_expression(text).terms
+            self.size -= len(terms)  # counted when the text came: `add` counts each again
+            for term in terms:
+                self.add(term, call_id)
+
+    def _spans_depths(self, term: Term) -> bool:
+        """Whether an entry may sit at a prefix of `term` or below it: some entry of its
+        kind is at another depth (texts parsed first)."""
+        depths = self._depths.get(term.kind)
+        if not depths:
+            return False
+        return len(depths) > 1 or len(term.path) not in depths
+
+    def _file_unfiled(self) -> None:
+        """File every unfiled entry in the trie: a question the exact terms cannot answer."""
+        unfiled, self._unfiled = self._unfiled, {}
+        for term, here in unfiled.items():
+            if type(here) is dict:
+                for call_id, times in here.items():
+                    for _ in range(times):
+                        self._file(term, call_id)
+            else:
+                for call_id in (here,) if type(here) is str else here:
+                    self._file(term, call_id)
+
+    def _trie_needed(self, term: Term) -> bool:
+        """Whether a question about `term` needs the trie (then everything is filed), or
+        the unfiled entries at `term` itself answer it."""
+        if self._texts:
+            self._parse_texts()
+        if not self._root.subtree and not self._spans_depths(term):
+            return False
+        if self._unfiled:
+            self._file_unfiled()
+        return True
 
     def _file(self, term: Term, call_id: str) -> None:
         root = self._root
@@ -115,21 +189,8 @@ class PathIndex:
             child.subtree += 1
             node, step, at = child, path[at], at + 1
 
-    def _catch_up(self) -> None:
-        terms, ids = self._backlog_terms, self._backlog_ids
-        if terms:
-            self._backlog_terms, self._backlog_ids = [], []
-            for entry, call_id in zip(terms, ids, strict=True):
-                if isinstance(entry, str):
-                    for term in parse_expression(entry).terms:
-                        self._file(term, call_id)
-                else:
-                    self._file(entry, call_id)
-
-    def remove(self, term: Term, call_id: str) -> None:
-        if self._backlog_terms:
-            self._catch_up()
-        self.size -= 1
+    def _unfile(self, term: Term, call_id: str) -> None:
+        """Take a filed entry out of the trie."""
         root = self._root
         root.subtree -= 1
         # Filed, so every step exists. The highest node left empty is pruned, and takes
@@ -161,10 +222,10 @@ class PathIndex:
                 del children[empty_step]
 
     def count_overlapping(self, term: Term) -> int:
-        if self._backlog_terms:
-            self._catch_up()
         if not self.size:
             return 0
+        if not self._trie_needed(term):
+            return count_total(self._unfiled.get(term))
         node = self._root.children.get(term.kind)  # type: ignore[union-attr]
         if node is None:
             return 0
@@ -186,12 +247,15 @@ class PathIndex:
         return overlapping
 
     def holds_around(self, term: Term) -> bool:
-        """Whether anything is filed at a prefix of `term` or below it (not at `term`
-        itself): one step per step of the term, however many ids are filed at it."""
-        if self._backlog_terms:
-            self._catch_up()
-        if not self.size:
+        """Whether anything is held at a prefix of `term` or below it (not at `term`
+        itself): nothing when every entry of its kind is at its depth, else one step per
+        step of the term, however many ids are held at it."""
+        if self._texts:
+            self._parse_texts()
+        if not self._spans_depths(term):
             return False
+        if self._unfiled:
+            self._file_unfiled()
         node = self._root.children.get(term.kind)  # type: ignore[union-attr]
         for step in term.path:
             if node is None:
@@ -207,9 +271,13 @@ class PathIndex:
         return bool(node.children)  # pruned when empty: children hold something
 
     def ids_at(self, term: Term) -> Collection[str]:
-        """The ids filed exactly at `term` (not at a prefix of it, nor below it)."""
-        if self._backlog_terms:
-            self._catch_up()
+        """The ids held exactly at `term` (not at a prefix of it, nor below it)."""
+        if self._texts:
+            self._parse_texts()
+        if not self._root.subtree:  # nothing filed: every entry is held by its term
+            return count_ids(self._unfiled.get(term))
+        if self._unfiled:
+            self._file_unfiled()
         node: Any = self._root.children.get(term.kind)  # type: ignore[union-attr]
         for step in term.path:
             if node is None or type(node) is str:  # nothing, or a bare leaf above the term
@@ -232,13 +300,16 @@ class PathIndex:
         return found
 
     def ids_overlapping(self, term: Term, _only: str | None = None) -> Set[str]:
-        """The ids filed at a prefix of `term`, at `term` or below it (a set to read only:
+        """The ids held at a prefix of `term`, at `term` or below it (a set to read only:
         an empty answer is shared). With `_only`, an answer of that id alone may be empty
         (see `others_overlapping`)."""
-        if self._backlog_terms:
-            self._catch_up()
         if not self.size:  # an empty index, as most are for a plan without reads
             return _NOTHING
+        if not self._trie_needed(term):  # only the entries at `term` itself overlap it
+            here = self._unfiled.get(term)
+            if here is None or here == _only:
+                return _NOTHING
+            return {here} if type(here) is str else set(count_ids(here))
         node = self._root.children.get(term.kind)  # type: ignore[union-attr]
         if node is None:
             return _NOTHING
