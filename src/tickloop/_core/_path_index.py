@@ -36,6 +36,27 @@ def _leaf(call_id: str) -> _Node:
     return node
 
 
+class _Kind:
+    """The entries of one kind: those not filed in the trie by path, and how many of all
+    of them sit at each depth."""
+
+    __slots__ = ("depths", "unfiled")
+
+    def __init__(self) -> None:
+        # path -> the ids not filed in the trie at the term of this kind and path, a
+        # counted `_few` holder (a bare id mostly). Every entry is here or in the trie, once.
+        self.unfiled: dict[tuple[Step, ...], Any] = {}
+        # depth (the steps of a path) -> entries at it, filed or not; a depth none are at
+        # is dropped. When every entry is at a term's own depth, none is at a prefix of the
+        # term or below it: only the entries at the term itself overlap it.
+        self.depths: dict[int, int] = {}
+
+    def spans_depths(self, depth: int) -> bool:
+        """Whether an entry may sit at a prefix of, or below, a term at `depth`."""
+        depths = self.depths
+        return len(depths) > 1 or (bool(depths) and depth not in depths)
+
+
 class PathIndex:
     """Call ids filed under terms, queried by overlap (either term a prefix of the other).
 
@@ -54,19 +75,13 @@ class PathIndex:
     reads an absent path or a person approves, and most plans never pay for parsing.
     """
 
-    __slots__ = ("_depths", "_root", "_text_ids", "_texts", "_unfiled", "size")
+    __slots__ = ("_kinds", "_root", "_text_ids", "_texts", "size")
 
     def __init__(self) -> None:
         self._root = _Node()
         self._root.children = {}  # kinds: pruned when empty; `subtree` counts what is filed
-        # Entries not filed in the trie, by exact term: a counted `_few` holder each (a
-        # bare id mostly). Every entry is either here or in the trie, once.
-        self._unfiled: dict[Term, Any] = {}
-        # Every entry (filed or not, texts once parsed) by kind, then depth (the steps of
-        # its path) -> how many; a depth none are at is dropped. When every entry of a
-        # term's kind is at the term's own depth, none is at a prefix of it or below it:
-        # only entries at the term itself overlap it.
-        self._depths: dict[str, dict[int, int]] = {}
+        # The entries of each kind an entry ever had: kinds are few, so never dropped.
+        self._kinds: dict[str, _Kind] = {}
         # Not yet parsed, as two lists (a tuple per entry would be an object per call): the
         # text of an expression, each of whose terms is an entry, and its id.
         self._texts: list[str] = []
@@ -78,13 +93,15 @@ class PathIndex:
 
     def add(self, term: Term, call_id: str) -> None:
         self.size += 1
-        unfiled = self._unfiled
-        here = unfiled.get(term)
-        unfiled[term] = call_id if here is None else count_add(here, call_id)
-        depths = self._depths.get(term.kind)
-        if depths is None:
-            depths = self._depths[term.kind] = {}
-        depth = len(term.path)
+        kind = self._kinds.get(term.kind)
+        if kind is None:
+            kind = self._kinds[term.kind] = _Kind()
+        path = term.path
+        unfiled = kind.unfiled
+        here = unfiled.get(path)
+        unfiled[path] = call_id if here is None else count_add(here, call_id)
+        depths = kind.depths
+        depth = len(path)
         depths[depth] = depths.get(depth, 0) + 1
 
     def add_spelled(self, text: str, call_id: str, count: int) -> None:
@@ -102,23 +119,25 @@ class PathIndex:
         if self._texts:
             self._parse_texts()
         self.size -= 1
-        depths = self._depths[term.kind]
-        depth = len(term.path)
+        kind = self._kinds[term.kind]
+        path = term.path
+        depths = kind.depths
+        depth = len(path)
         left = depths[depth] - 1
         if left:
             depths[depth] = left
         else:
             del depths[depth]
-        unfiled = self._unfiled
-        here = unfiled.pop(term, None)
+        unfiled = kind.unfiled
+        here = unfiled.pop(path, None)
         if here is None:
             self._unfile(term, call_id)
         elif here == call_id:  # the one entry at the term (most terms hold one)
             pass
         elif call_id in count_ids(here):
-            unfiled[term] = count_remove(here, call_id)  # more than one was here
+            unfiled[path] = count_remove(here, call_id)  # more than one was here
         else:  # filed, while later entries at the term are not
-            unfiled[term] = here
+            unfiled[path] = here
             self._unfile(term, call_id)
 
     def _parse_texts(self) -> None:
@@ -130,44 +149,43 @@ class PathIndex:
             for term in terms:
                 self.add(term, call_id)
 
-    def _spans_depths(self, term: Term) -> bool:
-        """Whether an entry may sit at a prefix of `term` or below it: some entry of its
-        kind is at another depth (texts parsed first)."""
-        depths = self._depths.get(term.kind)
-        if not depths:
-            return False
-        return len(depths) > 1 or len(term.path) not in depths
+    def _unfiled_at(self, term: Term) -> Any:
+        """The holder of the ids not filed at `term` itself (None for none)."""
+        kind = self._kinds.get(term.kind)
+        return None if kind is None else kind.unfiled.get(term.path)
 
     def _file_unfiled(self) -> None:
         """File every unfiled entry in the trie: a question the exact terms cannot answer."""
-        unfiled, self._unfiled = self._unfiled, {}
-        for term, here in unfiled.items():
-            if type(here) is dict:
-                for call_id, times in here.items():
-                    for _ in range(times):
-                        self._file(term, call_id)
-            else:
-                for call_id in (here,) if type(here) is str else here:
-                    self._file(term, call_id)
+        for name, kind in self._kinds.items():
+            unfiled, kind.unfiled = kind.unfiled, {}
+            for path, here in unfiled.items():
+                if type(here) is dict:
+                    for call_id, times in here.items():
+                        for _ in range(times):
+                            self._file(name, path, call_id)
+                else:
+                    for call_id in (here,) if type(here) is str else here:
+                        self._file(name, path, call_id)
 
     def _trie_needed(self, term: Term) -> bool:
         """Whether a question about `term` needs the trie (then everything is filed), or
         the unfiled entries at `term` itself answer it."""
         if self._texts:
             self._parse_texts()
-        if not self._root.subtree and not self._spans_depths(term):
-            return False
-        if self._unfiled:
-            self._file_unfiled()
+        if not self._root.subtree:
+            kind = self._kinds.get(term.kind)
+            if kind is None or not kind.spans_depths(len(term.path)):
+                return False
+        self._file_unfiled()
         return True
 
-    def _file(self, term: Term, call_id: str) -> None:
+    def _file(self, kind: str, path: tuple[Step, ...], call_id: str) -> None:
         root = self._root
         root.subtree += 1
         # A leaf holding one id once is kept as the bare id in its parent's children: most
         # paths have one call filed under them, and a node each would cost it 56 bytes.
         step: Step
-        node, step, path, at = root, term.kind, term.path, 0
+        node, step, at = root, kind, 0
         while True:
             children = node.children
             if children is None:
@@ -225,7 +243,7 @@ class PathIndex:
         if not self.size:
             return 0
         if not self._trie_needed(term):
-            return count_total(self._unfiled.get(term))
+            return count_total(self._unfiled_at(term))
         node = self._root.children.get(term.kind)  # type: ignore[union-attr]
         if node is None:
             return 0
@@ -252,10 +270,10 @@ class PathIndex:
         step of the term, however many ids are held at it."""
         if self._texts:
             self._parse_texts()
-        if not self._spans_depths(term):
+        kind = self._kinds.get(term.kind)
+        if kind is None or not kind.spans_depths(len(term.path)):
             return False
-        if self._unfiled:
-            self._file_unfiled()
+        self._file_unfiled()
         node = self._root.children.get(term.kind)  # type: ignore[union-attr]
         for step in term.path:
             if node is None:
@@ -275,9 +293,8 @@ class PathIndex:
         if self._texts:
             self._parse_texts()
         if not self._root.subtree:  # nothing filed: every entry is held by its term
-            return count_ids(self._unfiled.get(term))
-        if self._unfiled:
-            self._file_unfiled()
+            return count_ids(self._unfiled_at(term))
+        self._file_unfiled()
         node: Any = self._root.children.get(term.kind)  # type: ignore[union-attr]
         for step in term.path:
             if node is None or type(node) is str:  # nothing, or a bare leaf above the term
@@ -306,7 +323,7 @@ class PathIndex:
         if not self.size:  # an empty index, as most are for a plan without reads
             return _NOTHING
         if not self._trie_needed(term):  # only the entries at `term` itself overlap it
-            here = self._unfiled.get(term)
+            here = self._unfiled_at(term)
             if here is None or here == _only:
                 return _NOTHING
             return {here} if type(here) is str else set(count_ids(here))
