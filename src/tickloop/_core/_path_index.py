@@ -37,24 +37,22 @@ def _leaf(call_id: str) -> _Node:
 
 
 class _Kind:
-    """The entries of one kind: those not filed in the trie by path, and how many of all
-    of them sit at each depth."""
+    """The entries of one kind: how many, how many at each depth, and those not filed in
+    the trie by path. Kinds are apart in the trie too (its first step), so each is filed
+    on its own, when a question about it needs the trie."""
 
-    __slots__ = ("depths", "unfiled")
+    __slots__ = ("depths", "filed", "size", "unfiled")
 
     def __init__(self) -> None:
+        self.size = 0  # entries, filed or not
+        self.filed = 0  # entries filed in the trie: none, and the exact terms answer
+        # depth (the steps of a path) -> entries at it, filed or not; a depth stays at 0
+        # (depths are few). `depths.get(d, 0) == size`: every entry is at depth d, so none
+        # is at a prefix of a term of depth d or below it, only at the term itself.
+        self.depths: dict[int, int] = {}
         # path -> the ids not filed in the trie at the term of this kind and path, a
         # counted `_few` holder (a bare id mostly). Every entry is here or in the trie, once.
         self.unfiled: dict[tuple[Step, ...], Any] = {}
-        # depth (the steps of a path) -> entries at it, filed or not; a depth none are at
-        # is dropped. When every entry is at a term's own depth, none is at a prefix of the
-        # term or below it: only the entries at the term itself overlap it.
-        self.depths: dict[int, int] = {}
-
-    def spans_depths(self, depth: int) -> bool:
-        """Whether an entry may sit at a prefix of, or below, a term at `depth`."""
-        depths = self.depths
-        return len(depths) > 1 or (bool(depths) and depth not in depths)
 
 
 class PathIndex:
@@ -96,13 +94,13 @@ class PathIndex:
         kind = self._kinds.get(term.kind)
         if kind is None:
             kind = self._kinds[term.kind] = _Kind()
+        kind.size += 1
         path = term.path
+        depths = kind.depths
+        depths[len(path)] = depths.get(len(path), 0) + 1
         unfiled = kind.unfiled
         here = unfiled.get(path)
         unfiled[path] = call_id if here is None else count_add(here, call_id)
-        depths = kind.depths
-        depth = len(path)
-        depths[depth] = depths.get(depth, 0) + 1
 
     def add_spelled(self, text: str, call_id: str, count: int) -> None:
         """`add` each of the `count` terms of the expression `text` spells.
@@ -120,25 +118,20 @@ class PathIndex:
             self._parse_texts()
         self.size -= 1
         kind = self._kinds[term.kind]
+        kind.size -= 1
         path = term.path
-        depths = kind.depths
-        depth = len(path)
-        left = depths[depth] - 1
-        if left:
-            depths[depth] = left
-        else:
-            del depths[depth]
+        kind.depths[len(path)] -= 1
         unfiled = kind.unfiled
         here = unfiled.pop(path, None)
-        if here is None:
-            self._unfile(term, call_id)
-        elif here == call_id:  # the one entry at the term (most terms hold one)
-            pass
-        elif call_id in count_ids(here):
-            unfiled[path] = count_remove(here, call_id)  # more than one was here
-        else:  # filed, while later entries at the term are not
-            unfiled[path] = here
-            self._unfile(term, call_id)
+        if here == call_id:  # the one entry at the term (most terms hold one)
+            return
+        if here is not None:
+            if call_id in count_ids(here):  # more than one was here
+                unfiled[path] = count_remove(here, call_id)
+                return
+            unfiled[path] = here  # filed, while later entries at the term are not
+        kind.filed -= 1
+        self._unfile(term, call_id)
 
     def _parse_texts(self) -> None:
         texts, ids = self._texts, self._text_ids
@@ -149,35 +142,21 @@ class PathIndex:
             for term in terms:
                 self.add(term, call_id)
 
-    def _unfiled_at(self, term: Term) -> Any:
-        """The holder of the ids not filed at `term` itself (None for none)."""
-        kind = self._kinds.get(term.kind)
-        return None if kind is None else kind.unfiled.get(term.path)
-
-    def _file_unfiled(self) -> None:
-        """File every unfiled entry in the trie: a question the exact terms cannot answer."""
-        for name, kind in self._kinds.items():
-            unfiled, kind.unfiled = kind.unfiled, {}
-            for path, here in unfiled.items():
-                if type(here) is dict:
-                    for call_id, times in here.items():
-                        for _ in range(times):
-                            self._file(name, path, call_id)
-                else:
-                    for call_id in (here,) if type(here) is str else here:
+    def _file_kind(self, name: str, kind: _Kind) -> None:
+        """File the kind's unfiled entries in the trie: a question about it that the
+        exact terms cannot answer."""
+        if not kind.unfiled:
+            return
+        unfiled, kind.unfiled = kind.unfiled, {}
+        kind.filed = kind.size
+        for path, here in unfiled.items():
+            if type(here) is dict:
+                for call_id, times in here.items():
+                    for _ in range(times):
                         self._file(name, path, call_id)
-
-    def _trie_needed(self, term: Term) -> bool:
-        """Whether a question about `term` needs the trie (then everything is filed), or
-        the unfiled entries at `term` itself answer it."""
-        if self._texts:
-            self._parse_texts()
-        if not self._root.subtree:
-            kind = self._kinds.get(term.kind)
-            if kind is None or not kind.spans_depths(len(term.path)):
-                return False
-        self._file_unfiled()
-        return True
+            else:
+                for call_id in (here,) if type(here) is str else here:
+                    self._file(name, path, call_id)
 
     def _file(self, kind: str, path: tuple[Step, ...], call_id: str) -> None:
         root = self._root
@@ -242,8 +221,14 @@ class PathIndex:
     def count_overlapping(self, term: Term) -> int:
         if not self.size:
             return 0
-        if not self._trie_needed(term):
-            return count_total(self._unfiled_at(term))
+        if self._texts:
+            self._parse_texts()
+        kind = self._kinds.get(term.kind)
+        if kind is None:
+            return 0
+        if not kind.filed and kind.depths.get(len(term.path), 0) == kind.size:
+            return count_total(kind.unfiled.get(term.path))  # at the term itself, or none
+        self._file_kind(term.kind, kind)
         node = self._root.children.get(term.kind)  # type: ignore[union-attr]
         if node is None:
             return 0
@@ -271,9 +256,9 @@ class PathIndex:
         if self._texts:
             self._parse_texts()
         kind = self._kinds.get(term.kind)
-        if kind is None or not kind.spans_depths(len(term.path)):
-            return False
-        self._file_unfiled()
+        if kind is None or kind.depths.get(len(term.path), 0) == kind.size:
+            return False  # every entry of the kind is at the term's depth
+        self._file_kind(term.kind, kind)
         node = self._root.children.get(term.kind)  # type: ignore[union-attr]
         for step in term.path:
             if node is None:
@@ -292,9 +277,12 @@ class PathIndex:
         """The ids held exactly at `term` (not at a prefix of it, nor below it)."""
         if self._texts:
             self._parse_texts()
-        if not self._root.subtree:  # nothing filed: every entry is held by its term
-            return count_ids(self._unfiled_at(term))
-        self._file_unfiled()
+        kind = self._kinds.get(term.kind)
+        if kind is None:
+            return _NOTHING
+        if not kind.filed:  # every entry of the kind is held by its term
+            return count_ids(kind.unfiled.get(term.path))
+        self._file_kind(term.kind, kind)
         node: Any = self._root.children.get(term.kind)  # type: ignore[union-attr]
         for step in term.path:
             if node is None or type(node) is str:  # nothing, or a bare leaf above the term
@@ -322,11 +310,17 @@ class PathIndex:
         (see `others_overlapping`)."""
         if not self.size:  # an empty index, as most are for a plan without reads
             return _NOTHING
-        if not self._trie_needed(term):  # only the entries at `term` itself overlap it
-            here = self._unfiled_at(term)
+        if self._texts:
+            self._parse_texts()
+        kind = self._kinds.get(term.kind)
+        if kind is None:
+            return _NOTHING
+        if not kind.filed and kind.depths.get(len(term.path), 0) == kind.size:
+            here = kind.unfiled.get(term.path)  # at the term itself: the only overlap
             if here is None or here == _only:
                 return _NOTHING
             return {here} if type(here) is str else set(count_ids(here))
+        self._file_kind(term.kind, kind)
         node = self._root.children.get(term.kind)  # type: ignore[union-attr]
         if node is None:
             return _NOTHING
