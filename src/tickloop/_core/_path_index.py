@@ -63,10 +63,11 @@ class PathIndex:
 
     An entry is kept by its exact term until a question needs the trie: most plans write
     and read paths of one depth (`†state.rK`), where two terms overlap only when equal and
-    every question is a lookup of the term itself. So an entry is filed in the trie only
-    when a question spans depths (a term with entries of its kind at another depth), and
-    most entries come and go without a walk. Removing the last entry under a trie node
-    prunes it, so the trie stays as small as what it holds.
+    every question is a lookup of the term itself. So the entries of a kind are filed in
+    the trie only when a question about the kind spans depths (a term with entries of its
+    kind at another depth), and then as the kind is asked again; most entries come and go
+    without a walk. Removing the last entry under a trie node prunes it, so the trie stays
+    as small as what it holds.
 
     Entries added as the text of an expression (`add_spelled`) are kept as text until the
     index is first asked or changed otherwise: several indexes are asked only when a plan
