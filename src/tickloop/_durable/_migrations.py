@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -44,8 +45,9 @@ Write = Callable[[sqlite3.Connection], AbstractContextManager[Any]]
 __all__ = ["MIGRATIONS", "prepare"]
 
 
-def prepare(connection: sqlite3.Connection, path: Path, write: Write) -> None:
-    """Check the schema (read only), then switch to WAL and create tables if new."""
+def prepare(connection: sqlite3.Connection, path: Path, write: Write, timeout: float) -> None:
+    """Check the schema (read only), then switch to WAL and create tables if new;
+    another process making the store meanwhile is waited for, up to `timeout` seconds."""
     try:
         names = {
             row[0]
@@ -61,7 +63,7 @@ def prepare(connection: sqlite3.Connection, path: Path, write: Write) -> None:
             if version < SCHEMA_VERSION:
                 _migrate(connection, path, write)
         if connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            connection.execute("PRAGMA journal_mode=WAL")
+            _switch_to_wal(connection, path, timeout)
         connection.execute("PRAGMA synchronous=NORMAL")
         if not names:
             with write(connection):
@@ -77,6 +79,48 @@ def prepare(connection: sqlite3.Connection, path: Path, write: Write) -> None:
         raise failure(path, "cannot open the store", error) from error
     except sqlite3.DatabaseError as error:
         raise StoreError(f"{path}: the store is damaged or not a store: {error}") from error
+
+
+def _switch_to_wal(connection: sqlite3.Connection, path: Path, timeout: float) -> None:
+    """Switch a new store to WAL, waiting for another connection that holds it.
+
+    Another process making the same store switches it too, and holds its write lock as
+    it does. A switch needs that lock while it already holds a read lock, so SQLite
+    refuses it at once ("database is locked") rather than call the busy timeout (the
+    two would wait for each other). So the switch, once refused, waits for the write
+    lock from no lock at all (`BEGIN EXCLUSIVE`, on the busy timeout), lets it go and
+    tries again; by then the other one has made the store WAL (the switch is then a
+    no-op) or given up. Past `timeout` (each wait for the lock is bounded by it too), a
+    `StoreError` names the file and says so.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if not _locked(error):
+                raise
+            if time.monotonic() >= deadline:
+                raise _held(path, timeout, error) from error
+        try:
+            connection.execute("BEGIN EXCLUSIVE")  # waits on the busy timeout
+        except sqlite3.OperationalError as error:
+            if not _locked(error):
+                raise
+            raise _held(path, timeout, error) from error
+        connection.execute("ROLLBACK")
+
+
+def _locked(error: sqlite3.Error) -> bool:
+    return str(getattr(error, "sqlite_errorname", "")).startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
+
+
+def _held(path: Path, timeout: float, error: sqlite3.Error) -> StoreError:
+    return StoreError(
+        f"{path}: cannot open the store: another connection held it locked while it was "
+        f"being made, for more than {timeout:g} s (the store's timeout) ({error})"
+    )
 
 
 def _check_version(path: Path, connection: sqlite3.Connection, names: set[str]) -> int:
