@@ -119,6 +119,33 @@ def test_code_plans_keep_their_state_across_a_session_by_default(tmp_path: Path)
     assert tl.SQLiteStore(tmp_path / "runs.db").session("s").state == {"counter": 3}
 
 
+def test_a_session_run_reads_its_history_and_state_in_one_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NOTE4: a run's start read the session's runs twice, once for its history and
+    once for its state (SQLite's trace of the store's connections counts the reads)."""
+    import sqlite3
+
+    agent = _code_agent(tmp_path / "runs.db")
+    assert agent.run({"task": "count"}, session="s").output == 1
+    reads: list[str] = []
+    connect = sqlite3.connect
+
+    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        connection = connect(*args, **kwargs)
+        connection.set_trace_callback(reads.append)
+        return connection
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    second = agent.run({"task": "count"}, session="s")
+    monkeypatch.undo()
+    assert second.output == 2  # it was given the state
+    history = [m["data"] for m in second.messages if m.get("kind") == "history"]
+    assert [entry["output"] for entry in history[0]] == [1]  # and the history
+    of_the_session = [text for text in reads if "FROM session_runs sr LEFT JOIN" in text]
+    assert len(of_the_session) == 1, of_the_session
+
+
 def test_keep_state_false_starts_each_run_of_the_session_afresh(tmp_path: Path) -> None:
     agent = _code_agent(tmp_path / "runs.db")
     outputs = [agent.run({"task": "count"}, session="s", keep_state=False).output for _ in "ab"]

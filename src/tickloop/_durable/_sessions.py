@@ -61,6 +61,7 @@ __all__ = [
     "Session",
     "check_session_id",
     "end_session_run",
+    "given_to_next_run",
     "join_session",
     "leave_queue",
     "new_lease_token",
@@ -385,29 +386,16 @@ class Session:
     def history(self) -> list[dict[str, Any]]:
         """Each run that is over, in order: `{"run_id", "input", "output"}`, the output
         of one that ended without an answer being "no answer: <reason>"."""
-        with self.store.connect() as connection:
-            rows = _history_rows(connection, self.id)
-        path = self.store.path
-        history: list[dict[str, Any]] = []
-        for _, run_id, input_text, _, status, output, error in rows:
-            if status not in _OVER:
-                continue
-            answer = loads_stored(output, path) if status == "done" else f"no answer: {error}"
-            history.append(
-                {"run_id": run_id, "input": loads_stored(input_text, path), "output": answer}
-            )
-        return history
+        return _history_of(self._rows(), self.store.path)
 
     @property
     def state(self) -> dict[str, Any] | None:
         """The state the session's last run that is over ended with (None: none yet)."""
+        return _state_of(self._rows(), self.store.path)
+
+    def _rows(self) -> list[tuple[Any, ...]]:
         with self.store.connect() as connection:
-            rows = _history_rows(connection, self.id)
-        for _, _, _, state, status, _, _ in reversed(rows):
-            if status in _OVER and state is not None:
-                value = loads_stored(state, self.store.path)
-                return value if isinstance(value, dict) else None
-        return None
+            return _history_rows(connection, self.id)
 
     @property
     def status(self) -> str:
@@ -545,6 +533,32 @@ class Session:
                     self.store._delete_run(connection, run_id)
             connection.execute("DELETE FROM session_runs WHERE session_id = ?", (self.id,))
             connection.execute("DELETE FROM sessions WHERE session_id = ?", (self.id,))
+
+
+def given_to_next_run(session: Session) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """What the session's next run is given, from one read: its `history` and its
+    `state` (a run's start reads both)."""
+    rows = session._rows()
+    return _history_of(rows, session.store.path), _state_of(rows, session.store.path)
+
+
+def _history_of(rows: list[tuple[Any, ...]], path: Path) -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = []
+    for _, run_id, input_text, _, status, output, error in rows:
+        if status in _OVER:
+            answer = loads_stored(output, path) if status == "done" else f"no answer: {error}"
+            history.append(
+                {"run_id": run_id, "input": loads_stored(input_text, path), "output": answer}
+            )
+    return history
+
+
+def _state_of(rows: list[tuple[Any, ...]], path: Path) -> dict[str, Any] | None:
+    for _, _, _, state, status, _, _ in reversed(rows):
+        if status in _OVER and state is not None:
+            value = loads_stored(state, path)
+            return value if isinstance(value, dict) else None
+    return None
 
 
 def session_ids(store: SessionStore) -> Iterator[str]:
