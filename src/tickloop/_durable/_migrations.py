@@ -12,7 +12,8 @@ the hex form of the float), `runs.rows_seq`, plan and solution messages stored b
 reference (`shared`), and ticks keeping plan order (`TickOpened.plan_order`). Version 2
 is the last of those; `_from_1` converts what can be converted and refuses what cannot.
 Version 3 adds the tables of sessions (`_from_2`). Version 4 adds the queue of runs
-waiting for a busy session, `session_waiters` (`_from_3`).
+waiting for a busy session, `session_waiters`, and drops two unused columns of
+`session_runs` (`_from_3`).
 """
 
 from __future__ import annotations
@@ -204,8 +205,22 @@ def _from_2(connection: sqlite3.Connection, path: Path) -> None:
 
 def _from_3(connection: sqlite3.Connection, path: Path) -> None:
     """Version 3 to 4: the queue of runs waiting for a busy session (PROTOCOL §16), empty;
-    no run or session changes."""
+    and `session_runs` without two columns version 3 had and never read (`ended`,
+    which the run's status says; `output`, never written: the run's row holds it). No
+    run or session changes. The table is made anew and its rows copied (SQLite before
+    3.35 cannot drop a column); a version 2 store's, made by `_from_2` in the same
+    transaction, has the new shape already."""
     _execute_script(connection, _WAITERS_SCHEMA)
+    columns = {row[1] for row in connection.execute("PRAGMA table_info(session_runs)")}
+    if columns & {"ended", "output"}:
+        connection.execute("DROP INDEX session_runs_by_run")
+        connection.execute("ALTER TABLE session_runs RENAME TO session_runs_3")
+        _execute_script(connection, _SESSION_SCHEMA)  # `sessions` is kept as it is
+        connection.execute(
+            "INSERT INTO session_runs (session_id, position, run_id, input, state) "
+            "SELECT session_id, position, run_id, input, state FROM session_runs_3"
+        )
+        connection.execute("DROP TABLE session_runs_3")
 
 
 def _execute_script(connection: sqlite3.Connection, script: str) -> None:

@@ -344,9 +344,7 @@ def end_session_run(connection: sqlite3.Connection, run_id: str, state: Any) -> 
     transaction that stores its end (a crash between the two would leave the next run
     an older run's state)."""
     text = None if state is None else json.dumps(state, ensure_ascii=False)
-    connection.execute(
-        "UPDATE session_runs SET ended = 1, state = ? WHERE run_id = ?", (text, run_id)
-    )
+    connection.execute("UPDATE session_runs SET state = ? WHERE run_id = ?", (text, run_id))
 
 
 def _history_rows(connection: sqlite3.Connection, session_id: str) -> list[tuple[Any, ...]]:
@@ -477,8 +475,8 @@ class Session:
                 "INSERT INTO sessions (session_id, created) VALUES (?, ?)", (new_id, time.time())
             )
             connection.execute(
-                "INSERT INTO session_runs (session_id, position, run_id, input, ended, output, "
-                "state) SELECT ?, position, run_id, input, ended, output, state "
+                "INSERT INTO session_runs (session_id, position, run_id, input, state) "
+                "SELECT ?, position, run_id, input, state "
                 "FROM session_runs WHERE session_id = ? AND position <= ?",
                 (new_id, self.id, kept[-1][0]),
             )
@@ -506,7 +504,6 @@ class Session:
                     reason="running",
                 )
             self.store._end_run(connection, run_id, ABANDONED)
-            connection.execute("UPDATE session_runs SET ended = 1 WHERE run_id = ?", (run_id,))
             connection.execute(
                 "UPDATE sessions SET lease_owner = NULL, lease_token = NULL, lease_run = NULL, "
                 "lease_expires = NULL WHERE session_id = ? AND lease_run = ?",
