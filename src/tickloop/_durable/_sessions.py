@@ -145,7 +145,7 @@ def take_lease(
     the same transaction; it goes first once it holds the oldest live ticket."""
     now = time.time()
     with store.connect() as connection, store._write(connection):
-        refusal = _refusal(connection, store.path, session_id, token, resuming, now)
+        refusal = _refusal(connection, store.path, session_id, now, token=token, resuming=resuming)
         if refusal is None:
             _hand_over(connection, session_id, token, resuming, now)
         elif queue and refusal.reason == "running":
@@ -158,11 +158,17 @@ def _refusal(
     connection: sqlite3.Connection,
     path: Path,
     session_id: str,
-    token: str,
-    resuming: str | None,
     now: float,
+    *,
+    token: str | None = None,
+    resuming: str | None = None,
 ) -> SessionBusy | None:
-    """Why the run cannot take the lease now, or None: it may."""
+    """Why a run cannot join the session now, or None: it may (PROTOCOL §16 "Busy").
+
+    `token` is the run asking, in its write transaction: its own lease and its place in
+    the queue do not count against it, and dead tickets are dropped on the way. Without
+    one, nothing is written: whether the session is free for any run
+    (`Session.check_free`)."""
     row = connection.execute(
         "SELECT lease_owner, lease_token, lease_run, lease_expires FROM sessions "
         "WHERE session_id = ?",
@@ -170,7 +176,7 @@ def _refusal(
     ).fetchone()
     if row is not None:
         owner, held_by, lease_run, expires = row
-        if held_by != token and _lease_alive(owner, expires, now):
+        if (token is None or held_by != token) and _lease_alive(owner, expires, now):
             return SessionBusy(
                 f"session {session_id!r} is busy: run {lease_run!r} runs in it now"
                 if lease_run
@@ -185,9 +191,10 @@ def _refusal(
         return busy
     ahead = 0 if resuming is not None else _waiters_ahead(connection, session_id, token, now)
     if ahead:
+        waiting = f"{ahead} run{'s' if ahead > 1 else ''} waiting to join it"
         return SessionBusy(
-            f"session {session_id!r} is busy: {ahead} run{'s' if ahead > 1 else ''} "
-            "waiting for it came first",
+            f"session {session_id!r} is busy: {waiting}"
+            + (" came first" if token is not None else ""),
             session_id=session_id,
             run_id=None,
             reason="running",
@@ -218,9 +225,11 @@ def _hand_over(
     connection.execute("DELETE FROM session_waiters WHERE token = ?", (token,))
 
 
-def _waiters_ahead(connection: sqlite3.Connection, session_id: str, token: str, now: float) -> int:
+def _waiters_ahead(
+    connection: sqlite3.Connection, session_id: str, token: str | None, now: float
+) -> int:
     """How many live tickets of the session come before the run's (all of them, when it
-    has none); dead tickets are dropped on the way."""
+    has none); with a run (`token`), dead tickets are dropped on the way."""
     rows = connection.execute(
         "SELECT ticket, token, owner, expires FROM session_waiters WHERE session_id = ? "
         "ORDER BY ticket",
@@ -230,7 +239,7 @@ def _waiters_ahead(connection: sqlite3.Connection, session_id: str, token: str, 
     for ticket, waiter, owner, expires in rows:
         if _lease_alive(owner, expires, now):
             live.append(waiter)
-        else:
+        elif token is not None:
             connection.execute("DELETE FROM session_waiters WHERE ticket = ?", (ticket,))
     return live.index(token) if token in live else len(live)
 
@@ -411,33 +420,9 @@ class Session:
             self._check_free(connection)
 
     def _check_free(self, connection: sqlite3.Connection) -> None:
-        now = time.time()
-        row = connection.execute(
-            "SELECT lease_owner, lease_run, lease_expires FROM sessions WHERE session_id = ?",
-            (self.id,),
-        ).fetchone()
-        if row is not None and _lease_alive(row[0], row[2], now):
-            raise SessionBusy(
-                f"session {self.id!r} is busy: run {row[1]!r} runs in it now",
-                session_id=self.id,
-                run_id=row[1],
-                reason="running",
-            )
-        _refuse_unfinished(connection, self.store.path, self.id, None)
-        waiting = sum(
-            _lease_alive(owner, expires, now)
-            for owner, expires in connection.execute(
-                "SELECT owner, expires FROM session_waiters WHERE session_id = ?", (self.id,)
-            )
-        )
-        if waiting:
-            raise SessionBusy(
-                f"session {self.id!r} is busy: {waiting} run{'s' if waiting > 1 else ''} "
-                "wait to join it",
-                session_id=self.id,
-                run_id=None,
-                reason="running",
-            )
+        busy = _refusal(connection, self.store.path, self.id, time.time())
+        if busy is not None:
+            raise busy
 
     def fork(self, new_id: str, *, at_run: str | None = None) -> Session:
         """A new session `new_id` holding this one's runs up to and including `at_run`
