@@ -86,6 +86,26 @@ class RunQueue:
             return
         self._queue(call, name, queue)
 
+    def start_at_once(self, call: Call, limit: int | None) -> bool:
+        """Whether a call just approved starts now, never queued (it then counts as
+        running): most calls, which meet no limit (`limit`, the run's, nor its tool's)
+        with nothing queued before them. `start` would start them at once too, in the
+        same order, without a rank (nothing is held back: PROTOCOL §13); the others are
+        `push`ed and started by `start`."""
+        if limit is not None or self.queued or call.tool.max_concurrency is not None:
+            return False
+        call.ready_at = self.pushed
+        self.pushed += 1
+        self._count_running(call)
+        return True
+
+    def _count_running(self, call: Call) -> None:
+        name = call.tool.name
+        self._tool_running[name] = self._tool_running.get(name, 0) + 1
+        self.running.add(call.id)
+        if not call.fire_and_forget:
+            self.writers += 1
+
     def _queue(self, call: Call, name: str, queue: deque[Call] | None) -> None:
         if queue is None:
             queue = self._queues[name] = deque()
@@ -110,10 +130,7 @@ class RunQueue:
             self._in_heads.discard(name)
             call = self._queues[name].popleft()
             self.queued -= 1
-            self._tool_running[name] = self._tool_running.get(name, 0) + 1
-            self.running.add(call.id)
-            if not call.fire_and_forget:
-                self.writers += 1
+            self._count_running(call)
             started.append(call)
             queue = self._queues[name]
             if queue:
@@ -125,13 +142,8 @@ class RunQueue:
         nothing limits them and they came in arrival order (their tools' queues empty)."""
         started, self.ready = self.ready, []
         self.queued -= len(started)
-        tool_running, running = self._tool_running, self.running
         for call in started:
-            name = call.tool.name
-            tool_running[name] = tool_running.get(name, 0) + 1
-            running.add(call.id)
-            if not call.fire_and_forget:
-                self.writers += 1
+            self._count_running(call)
         return started
 
     def _queue_ready(self) -> None:
@@ -246,12 +258,8 @@ class RunQueue:
             heapq.heappush(heap, _entry(ranks, queue.popleft()))
 
     def _run(self, call: Call) -> None:
-        name = call.tool.name
         self.queued -= 1
-        self._tool_running[name] = self._tool_running.get(name, 0) + 1
-        self.running.add(call.id)
-        if not call.fire_and_forget:
-            self.writers += 1
+        self._count_running(call)
 
 
 def _entry(ranks: Ranks, call: Call) -> _Entry:
