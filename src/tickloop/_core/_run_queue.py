@@ -64,6 +64,7 @@ class RunQueue:
         # Queued calls that met no limit when queued, in the order they were (see above).
         self.ready: list[Call] = []
         self._in_heads: set[str] = set()
+        # Running calls of each tool that has a `max_concurrency`: only those are asked.
         self._tool_running: dict[str, int] = {}
         self.queued = 0
         # Calls ever queued; a call's number among them says when it became ready to
@@ -100,8 +101,9 @@ class RunQueue:
         return True
 
     def _count_running(self, call: Call) -> None:
-        name = call.tool.name
-        self._tool_running[name] = self._tool_running.get(name, 0) + 1
+        if call.tool.max_concurrency is not None:
+            name = call.tool.name
+            self._tool_running[name] = self._tool_running.get(name, 0) + 1
         self.running.add(call.id)
         if not call.fire_and_forget:
             self.writers += 1
@@ -160,7 +162,8 @@ class RunQueue:
         if not call.fire_and_forget:
             self.writers -= 1
         name = call.tool.name
-        self._tool_running[name] -= 1
+        if call.tool.max_concurrency is not None:
+            self._tool_running[name] -= 1
         queue = self._queues.get(name)
         if queue or (self._keyed and self._keyed.get(name)):
             self._offer_head(name, queue, call.tool.max_concurrency)
