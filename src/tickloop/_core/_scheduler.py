@@ -747,13 +747,18 @@ class Scheduler:
             self._complete(call, call.latent_output, branch=None, checked=True)
             return
         move(call, S.QUEUED, self._event)
-        self._run_queue.push(call)
+        if self._run_queue.start_at_once(call, self.max_concurrency):
+            self._start(call)  # most calls: nothing limits them, nothing queued before
+        else:
+            self._run_queue.push(call)
 
     def _start_queued_calls(self) -> None:
-        actions = self._actions
         for call in self._run_queue.start(self.max_concurrency):
-            move(call, S.RUNNING, self._event)
-            actions.append(StartCall(call.id, call.tool.name, call.record.params, call.wire))
+            self._start(call)
+
+    def _start(self, call: Call) -> None:
+        move(call, S.RUNNING, self._event)
+        self._actions.append(StartCall(call.id, call.tool.name, call.record.params, call.wire))
 
     # -- finishing -------------------------------------------------------------------------
 
