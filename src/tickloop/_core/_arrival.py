@@ -183,17 +183,17 @@ def check_call(
     """
     if keys is None and type(wire) is dict:
         keys = _read_keys(wire, code)
-    plain = keys is not None and keys[2]
-    if not plain:  # a plain call passes the shape check and holds no reference
+    if keys is None or not keys[2]:  # a plain call passes the shape check
         _check_shape(call, wire)
     if wanted is not None:
         check_id(call, given, wanted, code)
     if not isinstance(wire, dict):
         raise Structural(f"a call must be a JSON object, got {json_type(wire)}")
     if keys is None:  # a dict of another type, whose keys `_check_shape` found strings
-        keys = _read_keys(dict(wire), code)
-        assert keys is not None
-    params, unknown, _ = keys
+        read = _read_keys(dict(wire), code)
+        assert read is not None
+        keys = (read[0], read[1], False)  # plain is only ever a dict as `new_call` copies
+    params, unknown, plain = keys
     if code:  # a code plan's call: the program line that made it (PROTOCOL §14)
         line = wire.get("_line")
         call.record.line = line if type(line) is int else None
@@ -229,15 +229,15 @@ def check_call(
         call.latent_output = wire["_output"]
     elif "_output" in wire:
         raise Structural(f"_output is only for latent tools; {tool.name!r} runs its own handler")
-    call.output = _output_expression(tool, wire)
-    call.writes = () if call.output is None else call.output.terms
-    call.fire_and_forget = call.output is None and not latent
+    call.output = output = _output_expression(tool, wire)
+    call.writes = () if output is None else output.terms
+    call.fire_and_forget = output is None and not latent
     if tool.bind:
         for bound in tool.bind:
             params.pop(bound, None)  # a bound parameter comes from the run's input only
-    call.plain = plain
+    call.plain = plain  # and then it holds no reference
     try:
-        call.references = () if plain else find_references(params)
+        call.references = references = () if plain else find_references(params)
     except ReferenceSyntaxError as error:
         location = format_location(getattr(error, "location", ()))
         raise Structural(
@@ -246,7 +246,7 @@ def check_call(
     call.params = params
     call.record.params = params
     # The common call, checked here: nothing unknown, and certainly valid as it is.
-    if call.references or tool.bind or not tool.parameter_validator.certainly_valid(params):
+    if references or tool.bind or not tool.parameter_validator.certainly_valid(params):
         _check_parameters_early(call)
 
 
@@ -268,21 +268,17 @@ def _read_keys(wire: dict[Any, Any], code: bool) -> Keys | None:
             if not isinstance(key, str):
                 return None
             plain = False
-        if key in META_KEYS:
-            meta = True
-        elif key.startswith("_"):
-            meta = True
-            if not (code and key == "_line"):
+        if key not in META_KEYS:  # a parameter, or a meta key that is not one
+            if not key.startswith("_"):
+                params[key] = value
+            elif not (code and key == "_line"):  # a code plan's call names its line
                 unknown.append(key)
-        else:
-            meta = False
-            params[key] = value
         if plain:  # once it is not, the shape check and the reference search decide
             kind = type(value)
             if kind is str:
                 # An ASCII string holds neither a dagger nor a surrogate: one C call.
                 plain = value.isascii() or not (
-                    has_surrogate(value) or (value[:1] == REF and not meta)
+                    has_surrogate(value) or (value[:1] == REF and not key.startswith("_"))
                 )
             elif kind is float:
                 plain = value - value == 0.0  # not inf or NaN, which JSON has not
