@@ -355,8 +355,8 @@ class Scheduler:
         if not self._stream_open:
             raise usage_error(event, "a call arrived while no request stream is open")
         self._seq += 1
-        call, given, wanted = new_call(
-            event.call, self._iteration, self._index, self._seq, self.records
+        call, given, wanted, keys = new_call(
+            event.call, self._iteration, self._index, self._seq, self.records, self._code
         )
         self._index += 1
         record = call.record
@@ -364,7 +364,14 @@ class Scheduler:
         self._seqs[record.id] = self._seq
         try:
             check_call(
-                self.tools, call, record.call, given, wanted, code=self._code, hidden=self._hidden
+                self.tools,
+                call,
+                record.call,
+                given,
+                wanted,
+                code=self._code,
+                hidden=self._hidden,
+                keys=keys,
             )
         except Structural as fault:
             record_parameters(call)
