@@ -296,7 +296,7 @@ def test_the_text_of_a_wire_made_on_arrival_is_dumps_call_of_it(
     event = ReceiveCall(call, "2026-01-01T00:00:00.000000Z")
     _, received = _RECEIVED_TEXT(event)
     taken_ids = {"c1.0": object()} if taken else {}  # the id it would get is taken
-    new, _, _ = new_call(call, 1, 0, 1, taken_ids)
+    new, _, _, _ = new_call(call, 1, 0, 1, taken_ids)
     wire = new.record.call
     if received is None:
         return  # the general path: no text to build on

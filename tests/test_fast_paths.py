@@ -441,7 +441,7 @@ def _arrivals(draw: st.DrawFn) -> list[Any]:
 def test_the_arrival_fast_paths_do_what_the_general_path_does(
     calls: list[Any], order: random.Random, limit: int | None, close_first: bool
 ) -> None:
-    """A plain call skips the shape walk and the reference search (`_plain_call`), and a
+    """A plain call skips the shape walk and the reference search (`_read_keys`), and a
     new call that reads nothing is made ready as it arrives (`Scheduler._arrival`): the
     same actions in the same order, the same records, log and errors as without them."""
     fast = Scheduler(_ARRIVAL_TOOLS, ContextLog(), max_concurrency=limit)
@@ -452,7 +452,7 @@ def test_the_arrival_fast_paths_do_what_the_general_path_does(
 
     def feed(event: Any) -> None:
         actions = fast.handle(event)
-        with mock.patch.object(_arrival, "_plain_call", lambda wire: False):
+        with mock.patch.object(_arrival, "_read_keys", _never_plain):
             assert general.handle(event) == actions
         running.extend(action for action in actions if isinstance(action, StartCall))
         asking.extend(action for action in actions if isinstance(action, AskApproval))
@@ -476,12 +476,40 @@ def test_the_arrival_fast_paths_do_what_the_general_path_does(
     assert not fast.tick_active and not general.tick_active
 
 
+_READ_KEYS = _arrival._read_keys
+
+
+def _never_plain(wire: dict[Any, Any], code: bool) -> Any:
+    """`_read_keys` for the general path: the same keys, and never a plain call."""
+    keys = _READ_KEYS(wire, code)
+    return None if keys is None else (keys[0], keys[1], False)
+
+
+_KEYS = st.sampled_from(["", "a", "é", "_", "_tool", "_id", "_line", "_x", "_é"])
+
+
 @settings(max_examples=500)
-@given(wire=st.dictionaries(st.text(max_size=3) | st.integers(), _ARRIVAL_VALUES, max_size=4))
-def test_a_plain_call_has_the_shape_and_no_reference(wire: dict[Any, Any]) -> None:
-    if _arrival._plain_call(wire):
+@given(
+    wire=st.dictionaries(_KEYS | st.text(max_size=3) | st.integers(), _ARRIVAL_VALUES, max_size=4),
+    code=st.booleans(),
+)
+def test_a_plain_call_has_the_shape_and_no_reference(wire: dict[Any, Any], code: bool) -> None:
+    """One walk over the keys answers what three would: the parameters, the meta keys that
+    are not ones, and whether the call is plain (then it passes the shape walk and holds
+    no reference)."""
+    keys = _arrival._read_keys(wire, code)
+    if any(not isinstance(key, str) for key in wire):
+        assert keys is None
+        assert shape_fault(wire, _arrival.CALL_DEPTH) is not None
+        return
+    assert keys is not None
+    params, unknown, plain = keys
+    assert params == {key: value for key, value in wire.items() if not key.startswith("_")}
+    assert list(params) == [key for key in wire if not key.startswith("_")]  # in order
+    meta = _arrival.META_KEYS | ({"_line"} if code else set())
+    assert unknown == [key for key in wire if key.startswith("_") and key not in meta]
+    if plain:
         assert shape_fault(wire, _arrival.CALL_DEPTH) is None
-        params = {key: value for key, value in wire.items() if not key.startswith("_")}
         assert find_references(params) == ()
 
 

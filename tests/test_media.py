@@ -322,8 +322,8 @@ def test_agui_carries_the_reference_not_the_bytes() -> None:
         tools=[snapshot],
         on_event=Keep(),
     ).run("x")
-    translation = Translation("t", "r", None)
-    wire = [item.model_dump_json() for item in translation.started()]
+    translation = Translation("t", "r")
+    wire = [item.model_dump_json() for item in translation.started() + translation.snapshot(None)]
     for event in events:
         wire += [item.model_dump_json() for item in translation.event(event)]
     text = "\n".join(wire)

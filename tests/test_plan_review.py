@@ -267,7 +267,7 @@ def _wait_until_running(
         if db.exists():
             try:
                 calls = {call.id: call.status for call in tl.SQLiteStore(db).calls("reviewed")}
-            except (tl.ResumeError, tl.StoreError):  # not created yet, or being created
+            except tl.ResumeError:  # not created yet
                 calls = {}
             if calls.get(call_id) == "running" and (done is None or calls.get(done) == "done"):
                 return

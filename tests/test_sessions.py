@@ -119,6 +119,69 @@ def test_code_plans_keep_their_state_across_a_session_by_default(tmp_path: Path)
     assert tl.SQLiteStore(tmp_path / "runs.db").session("s").state == {"counter": 3}
 
 
+def test_a_session_run_reads_its_history_and_state_in_one_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NOTE4: a run's start read the session's runs twice, once for its history and
+    once for its state (SQLite's trace of the store's connections counts the reads)."""
+    import sqlite3
+
+    agent = _code_agent(tmp_path / "runs.db")
+    assert agent.run({"task": "count"}, session="s").output == 1
+    reads: list[str] = []
+    connect = sqlite3.connect
+
+    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        connection = connect(*args, **kwargs)
+        connection.set_trace_callback(reads.append)
+        return connection
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    second = agent.run({"task": "count"}, session="s")
+    monkeypatch.undo()
+    assert second.output == 2  # it was given the state
+    history = [m["data"] for m in second.messages if m.get("kind") == "history"]
+    assert [entry["output"] for entry in history[0]] == [1]  # and the history
+    of_the_session = [text for text in reads if "FROM session_runs sr LEFT JOIN" in text]
+    assert len(of_the_session) == 1, of_the_session
+
+
+def test_a_session_whose_run_is_starting_is_busy_with_that_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between taking the lease and being made, a run holds the session with no run id
+    yet: `delete` is refused saying a run is starting, as a run that would join is (its
+    own copy of the check said "run None runs in it now"). The delete is tried from
+    SQLite's trace of the run's read of its history, which comes after the lease."""
+    import sqlite3
+
+    db = tmp_path / "runs.db"
+    agent = _code_agent(db)
+    assert agent.run({"task": "count"}, session="s").output == 1
+    refused: list[tl.SessionBusy] = []
+    connect = sqlite3.connect
+
+    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        connection = connect(*args, **kwargs)
+
+        def trace(statement: str) -> None:
+            if "FROM session_runs sr LEFT JOIN" in statement and not refused:
+                with pytest.raises(tl.SessionBusy) as caught:
+                    tl.SQLiteStore(db).session("s").delete()
+                refused.append(caught.value)
+
+        connection.set_trace_callback(trace)
+        return connection
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    assert agent.run({"task": "count"}, session="s").output == 2
+    monkeypatch.undo()
+    (busy,) = refused
+    assert (busy.reason, busy.run_id) == ("running", None)
+    assert str(busy) == "session 's' is busy: a run is starting in it"
+    assert len(tl.SQLiteStore(db).session("s").runs) == 2
+
+
 def test_keep_state_false_starts_each_run_of_the_session_afresh(tmp_path: Path) -> None:
     agent = _code_agent(tmp_path / "runs.db")
     outputs = [agent.run({"task": "count"}, session="s", keep_state=False).output for _ in "ab"]

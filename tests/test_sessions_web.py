@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import trio
+import trio.testing
 from a2a.client import ClientConfig, create_client
 from a2a.helpers.proto_helpers import new_text_part
 from a2a.types import Message, Role, SendMessageRequest, StreamResponse
@@ -110,3 +111,120 @@ def test_two_a2a_messages_with_one_context_id_share_its_history(tmp_path: Path) 
     assert again == context
     session = tl.SQLiteStore(tmp_path / "runs.db").session(context)
     assert len(session.runs) == 2
+
+
+GATE: dict[str, trio.Event] = {}
+
+
+@tl.tool
+async def visit(name: str) -> str:
+    """Visit; the visit named in GATE waits for its gate."""
+    if name in GATE:
+        await GATE[name].wait()
+    return name
+
+
+async def _agui_events(app: Any, thread: str, run: str, text: str) -> list[dict[str, Any]]:
+    """One AG-UI request straight through the ASGI app: the events it streams."""
+    body = {
+        "threadId": thread,
+        "runId": run,
+        "messages": [{"id": f"m-{run}", "role": "user", "content": text}],
+    }
+    raw = json.dumps(body).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/",
+        "raw_path": b"/",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    sent = False
+    chunks: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        await trio.sleep_forever()  # the client stays till the stream ends
+        raise AssertionError
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    text_sent = b"".join(chunks).decode()
+    return [json.loads(line[6:]) for line in text_sent.splitlines() if line.startswith("data: ")]
+
+
+def _state_seen(events: list[dict[str, Any]]) -> tuple[Any, Any]:
+    """The snapshot a client is sent, and the state it holds after applying the deltas."""
+    import jsonpatch  # an RFC 6902 implementation that is not ours
+
+    [snapshot] = [e["snapshot"] for e in events if e["type"] == "STATE_SNAPSHOT"]
+    held = snapshot
+    for event in events:
+        if event["type"] == "STATE_DELTA":
+            held = jsonpatch.apply_patch(held, event["delta"])
+    return snapshot, held
+
+
+def test_an_agui_run_queued_on_its_thread_starts_from_the_state_the_run_before_left(
+    tmp_path: Path,
+) -> None:
+    """NOTE4: the app read the thread's state before the run held the session, so a run
+    queued behind another started (and its snapshot showed) the state from before."""
+    plan = {
+        "calls": [
+            {
+                "_tool": "visit",
+                "name": "†input.task",
+                "_outputPath": "†state.visits",
+                "_outputMethod": "push",
+            }
+        ]
+    }
+    agent = tl.Agent(
+        tl.ScriptedModel([plan, {"calls": [], "output": "†state.visits"}]),
+        tools=[visit],
+        store=tmp_path / "runs.db",
+        keep_state=True,
+    )
+    app = agui.app(agent)
+    GATE.clear()
+    GATE["one"] = trio.Event()
+    seen: dict[str, list[dict[str, Any]]] = {}
+
+    async def post(run: str, text: str) -> None:
+        seen[run] = await _agui_events(app, "thread-1", run, text)
+
+    async def main() -> None:
+        await post("run-0", "zero")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(post, "run-1", "one")
+            await trio.sleep(1)  # run-1 holds the thread, at its gate
+            nursery.start_soon(post, "run-2", "two")
+            await trio.sleep(1)  # run-2 waits for it, in the session's queue
+            assert "run-2" not in seen
+            GATE["one"].set()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    finished = {run: events[-1] for run, events in seen.items()}
+    assert all(event["type"] == "RUN_FINISHED" for event in finished.values()), finished
+    assert finished["run-2"]["result"] == ["zero", "one", "two"]
+    assert _state_seen(seen["run-1"]) == ({"visits": ["zero"]}, {"visits": ["zero", "one"]})
+    assert _state_seen(seen["run-2"]) == (
+        {"visits": ["zero", "one"]},
+        {"visits": ["zero", "one", "two"]},
+    )
+    kinds = [event["type"] for event in seen["run-2"]]
+    assert kinds[:2] == ["RUN_STARTED", "STATE_SNAPSHOT"]

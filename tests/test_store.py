@@ -580,3 +580,102 @@ def test_a_store_object_whose_file_was_deleted_makes_a_new_one(tmp_path: Path) -
     store.close()
     with tl.SQLiteStore(path) as now:
         assert [(run.run_id, run.status) for run in now.runs()] == [("order-1", "done")]
+
+
+# Another process in the middle of making a store: it holds the file's write lock while
+# it is still in SQLite's rollback mode, as a process does while it switches a new store
+# to WAL. A connection that then switches too cannot wait on SQLite's busy timeout: it
+# holds a read lock and wants the write lock, so SQLite refuses it at once ("database is
+# locked") rather than let the two wait for each other.
+CREATOR = """
+import sqlite3, sys
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("BEGIN IMMEDIATE")
+print("holding", flush=True)
+sys.stdin.readline()
+connection.execute("ROLLBACK")
+print("let go", flush=True)
+"""
+
+
+def _hold_the_new_store(path: Path) -> subprocess.Popen[str]:
+    path.touch(mode=0o600)  # as `tl.SQLiteStore` makes it: empty, the owner's
+    creator = subprocess.Popen(
+        [sys.executable, "-c", CREATOR, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert creator.stdout is not None and creator.stdout.readline() == "holding\n"
+    return creator
+
+
+def test_opening_a_store_another_process_is_making_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NOTE4: the open raised `StoreError` ("database is locked") at once. The creator
+    lets go only once the open has met its lock and gone on waiting (SQLite's trace of
+    the open's connection says so), so the wait is met on every run of the test."""
+    import threading
+
+    db = tmp_path / "runs.db"
+    creator = _hold_the_new_store(db)
+    waiting = threading.Event()  # the open met the lock, and goes on
+    connect = sqlite3.connect
+
+    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        connection = connect(*args, **kwargs)
+        tried: list[str] = []
+
+        def trace(statement: str) -> None:
+            if tried:
+                waiting.set()
+            if "journal_mode=WAL" in statement:
+                tried.append(statement)
+
+        connection.set_trace_callback(trace)
+        return connection
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    outcome: list[Any] = []
+
+    def open_it() -> None:
+        try:
+            outcome.append(tl.SQLiteStore(db).runs())
+        except Exception as error:
+            outcome.append(error)
+        finally:
+            waiting.set()
+
+    opener = threading.Thread(target=open_it)
+    opener.start()
+    try:
+        assert waiting.wait(60)
+    finally:
+        assert creator.stdin is not None
+        creator.stdin.write("\n")
+        creator.stdin.close()
+        opener.join(60)
+        creator.wait(60)
+    monkeypatch.undo()
+    assert outcome == [[]]
+    assert creator.stdout is not None and creator.stdout.read() == "let go\n"
+    _agent(db).run({"q": 1}, run_id="after")  # the store the open made works
+    assert [run.run_id for run in tl.SQLiteStore(db).runs()] == ["after"]
+
+
+def test_a_store_whose_maker_never_lets_go_is_refused_naming_it_after_the_timeout(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    creator = _hold_the_new_store(db)
+    try:
+        with pytest.raises(tl.StoreError) as caught:
+            tl.SQLiteStore(db, timeout=0.2).runs()
+    finally:
+        assert creator.stdin is not None
+        creator.stdin.close()
+        creator.wait(60)
+    message = str(caught.value)
+    assert message.startswith(f"{db}: cannot open the store")
+    assert "another connection" in message and "0.2 s" in message

@@ -90,6 +90,14 @@ def _tables(path: Path) -> set[str]:
         connection.close()
 
 
+def _columns(path: Path, table: str) -> list[str]:
+    connection = sqlite3.connect(path)
+    try:
+        return [row[1] for row in connection.execute(f"PRAGMA table_info({table})")]
+    finally:
+        connection.close()
+
+
 def _drop_tables(path: Path, *names: str) -> None:
     connection = sqlite3.connect(path)
     for name in names:
@@ -107,17 +115,27 @@ def test_a_version_3_store_gains_the_queue_of_waiting_runs_and_its_session_goes_
     tmp_path: Path,
 ) -> None:
     """Version 4 adds `session_waiters` (runs join a session in the order they started,
-    PROTOCOL §16); a version 3 store's sessions and runs are left as they were."""
+    PROTOCOL §16) and drops the two columns of `session_runs` version 3 never read; a
+    version 3 store's sessions and runs are left as they were."""
     path = tmp_path / "runs.db"
     _paused_store(path)
     with tl.SQLiteStore(path) as store:
         assert _chat(store, "first").output == "first"
+    v4_columns = _columns(path, "session_runs")
+    assert v4_columns == ["session_id", "position", "run_id", "input", "state"]
     _drop_tables(path, "session_waiters")
+    with sqlite3.connect(path) as connection:  # version 3's session_runs
+        connection.execute("ALTER TABLE session_runs ADD COLUMN ended INTEGER NOT NULL DEFAULT 0")
+        connection.execute("ALTER TABLE session_runs ADD COLUMN output TEXT")
+        connection.execute("UPDATE session_runs SET ended = 1, output = NULL")
+    connection.close()
     _set_version(path, 3)
 
     store = tl.SQLiteStore(path)
     assert _version(path) == SCHEMA_VERSION
     assert "session_waiters" in _tables(path)
+    assert _columns(path, "session_runs") == v4_columns
+    assert store.session("s").state is None and len(store.session("s").history) == 1
     second = _chat(store, "second")
     history = [m["data"] for m in second.messages if m.get("kind") == "history"]
     assert history == [[{"run_id": "first", "input": {"say": "first"}, "output": "first"}]]

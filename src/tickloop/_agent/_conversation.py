@@ -24,6 +24,7 @@ from .._durable._sessions import (
     Session,
     SessionStore,
     check_session_id,
+    given_to_next_run,
     history_ids,
     leave_queue,
     new_lease_token,
@@ -85,7 +86,9 @@ async def holding(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_renew, store, session_id, token)
             try:
-                yield SessionRun(session, _given_history(session, resuming), session.state)
+                # A resumed run's history and state are in its journal already.
+                history, state = ([], None) if resuming is not None else given_to_next_run(session)
+                yield SessionRun(session, _given_history(session, history), state)
             except BaseException as error:
                 # Re-raised outside the nursery, so the caller's error is not wrapped
                 # in an exception group.
@@ -145,13 +148,10 @@ async def _renew(store: SessionStore, session_id: str, token: str) -> None:
         renew_lease(store, session_id, token)
 
 
-def _given_history(session: Session, resuming: str | None) -> list[dict[str, Any]]:
+def _given_history(session: Session, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The history a new run is given: the session's, its oldest runs replaced by the
     newest compaction of the session that covers exactly them (PROTOCOL §16
-    "Ownership"). A resumed run's history is in its journal already."""
-    if resuming is not None:
-        return []
-    history = session.history
+    "Ownership")."""
     if not history:
         return history
     compaction = reusable_compaction(_compactions(session, history), history_ids(history))

@@ -68,12 +68,21 @@ METHODS = ("set", "merge", "assign", "push", "concat")
 CALL_DEPTH = MAX_NESTING + 1  # the call object itself, then each value at most MAX_NESTING
 CUT_NOTE = f"(shown cut at {MAX_NESTING} levels)"
 _META_LIST = ", ".join(sorted(META_KEYS))
+# A call's parameters, the meta keys it has that are not ones, and whether it is plain
+# (`_read_keys`, one walk over the keys a call arrives with).
+Keys = tuple[dict[str, Any], list[str], bool]
 
 
 def new_call(
-    wire: Any, iteration: int, index: int, seq: int, calls: Mapping[str, object]
-) -> tuple[Call, Any, str]:
-    """A call as it arrives, before any check: (call, the `_id` given, the id it wants).
+    wire: Any,
+    iteration: int,
+    index: int,
+    seq: int,
+    calls: Mapping[str, object],
+    code: bool = False,
+) -> tuple[Call, Any, str, Keys | None]:
+    """A call as it arrives, before any check: (call, the `_id` given, the id it wants,
+    the walk over its keys that `check_call` is given).
 
     A call without a usable `_id` is known by its engine id, made unique if an explicit
     `_id` already took it; only a repeated explicit id is the call's fault (`check_id`).
@@ -86,6 +95,9 @@ def new_call(
     # fails first): not built twice for every call that arrives.
     if isinstance(wire, dict):
         wire = dict(wire)
+        # Walked before its `_id` is written, the same for the checks: `_id` is a meta
+        # key, and the id it gets (the one it gave, or an engine id) keeps it plain.
+        keys = _read_keys(wire, code)
         given = wire.get("_id")
         # An id that cannot be a path's segment (a "/", or a code call path's "[", "]",
         # ">": PROTOCOL §11, §14) is known by its engine id, and refused (`check_id`).
@@ -94,14 +106,12 @@ def new_call(
         tool_name = wire.get("_tool")
         params, shown = UNCHECKED, wire
     else:
-        given, wanted, tool_name = None, auto_id, None
+        given, wanted, tool_name, keys = None, auto_id, None, None
         params, shown = wire, {"_id": wanted}
     record_id = wanted if wanted not in calls else auto_id
     tool = tool_name if isinstance(tool_name, str) else None
     record = CallRecord(record_id, tool, CallStatus.WAITING, params, wire, iteration)
-    call = Call(record_id, seq, iteration, record)
-    call.wire = shown
-    return call, given, wanted
+    return Call(record_id, seq, iteration, record, shown), given, wanted, keys
 
 
 UNCHECKED: Any = object()  # `CallRecord.params` of a call whose checks have not filed them
@@ -162,31 +172,31 @@ def check_call(
     *,
     code: bool = False,
     hidden: frozenset[str] = frozenset(),
+    keys: Keys | None = None,
 ) -> None:
     """Structural checks made at once, before a call may wait or run (PROTOCOL §7.1).
 
     The shape comes first, even before the id a new call gave (`given`, and the id it
     gets, `wanted`): a call refused for any reason is recorded and logged, which only a
-    call of a sound shape (or the echo `_check_shape` makes of it) can be.
+    call of a sound shape (or the echo `_check_shape` makes of it) can be. `keys` is the
+    walk over the wire's keys `new_call` made (`_read_keys`), or None to make it here.
     """
-    plain = type(wire) is dict and _plain_call(wire)
-    if not plain:  # a plain call passes the shape check and holds no reference
+    if keys is None and type(wire) is dict:
+        keys = _read_keys(wire, code)
+    if keys is None or not keys[2]:  # a plain call passes the shape check
         _check_shape(call, wire)
     if wanted is not None:
         check_id(call, given, wanted, code)
     if not isinstance(wire, dict):
         raise Structural(f"a call must be a JSON object, got {json_type(wire)}")
+    if keys is None:  # a dict of another type, whose keys `_check_shape` found strings
+        read = _read_keys(dict(wire), code)
+        assert read is not None
+        keys = (read[0], read[1], False)  # plain is only ever a dict as `new_call` copies
+    params, unknown, plain = keys
     if code:  # a code plan's call: the program line that made it (PROTOCOL §14)
         line = wire.get("_line")
         call.record.line = line if type(line) is int else None
-    # One pass over the keys: the parameters, and any meta key that is not one.
-    params: dict[str, Any] = {}
-    unknown: list[str] = []
-    for key, value in wire.items():
-        if key[:1] != "_":
-            params[key] = value
-        elif key not in META_KEYS and not (code and key == "_line"):
-            unknown.append(key)
     tool_name = wire.get("_tool")
     tool = tools.get(tool_name) if isinstance(tool_name, str) else None
     if hidden and (tool is None or tool_name in hidden):
@@ -219,15 +229,15 @@ def check_call(
         call.latent_output = wire["_output"]
     elif "_output" in wire:
         raise Structural(f"_output is only for latent tools; {tool.name!r} runs its own handler")
-    call.output = _output_expression(tool, wire)
-    call.writes = () if call.output is None else call.output.terms
-    call.fire_and_forget = call.output is None and not latent
+    call.output = output = _output_expression(tool, wire)
+    call.writes = () if output is None else output.terms
+    call.fire_and_forget = output is None and not latent
     if tool.bind:
         for bound in tool.bind:
             params.pop(bound, None)  # a bound parameter comes from the run's input only
-    call.plain = plain
+    call.plain = plain  # and then it holds no reference
     try:
-        call.references = () if plain else find_references(params)
+        call.references = references = () if plain else find_references(params)
     except ReferenceSyntaxError as error:
         location = format_location(getattr(error, "location", ()))
         raise Structural(
@@ -236,34 +246,45 @@ def check_call(
     call.params = params
     call.record.params = params
     # The common call, checked here: nothing unknown, and certainly valid as it is.
-    if call.references or tool.bind or not tool.parameter_validator.certainly_valid(params):
+    if references or tool.bind or not tool.parameter_validator.certainly_valid(params):
         _check_parameters_early(call)
 
 
-def _plain_call(wire: dict[Any, Any]) -> bool:
-    """Whether a call is flat: ASCII string keys, every value a finite number, a boolean,
-    null or a string, no string with a lone surrogate and no parameter starting with a
-    dagger.
+def _read_keys(wire: dict[Any, Any], code: bool) -> Keys | None:
+    """One walk over a call's keys: (its parameters, the meta keys it has that are not
+    ones, whether it is plain); None when a key is not a string, which `_check_shape`
+    refuses.
 
-    That is most calls of a plan, and it answers two walks at once: such a call passes
+    Plain is flat: ASCII `str` keys, every value a finite number, a boolean, null or a
+    string, no string with a lone surrogate and no parameter starting with a dagger. That
+    is most calls of a plan, and it answers two more walks at once: a plain call passes
     `_check_shape` and holds no reference (`tests/test_fast_paths.py` checks both).
     """
+    params: dict[str, Any] = {}
+    unknown: list[str] = []
+    plain = True
     for key, value in wire.items():
         if type(key) is not str or not key.isascii():
-            return False
-        kind = type(value)
-        if kind is str:
-            # An ASCII string holds neither a dagger nor a surrogate: one C call.
-            if not value.isascii() and (
-                has_surrogate(value) or (value[:1] == REF and key[:1] != "_")
-            ):
-                return False
-        elif kind is float:
-            if value - value != 0.0:  # inf or NaN: not JSON, refused by `_check_shape`
-                return False
-        elif kind not in SCALARS:
-            return False
-    return True
+            if not isinstance(key, str):
+                return None
+            plain = False
+        if key not in META_KEYS:  # a parameter, or a meta key that is not one
+            if not key.startswith("_"):
+                params[key] = value
+            elif not (code and key == "_line"):  # a code plan's call names its line
+                unknown.append(key)
+        if plain:  # once it is not, the shape check and the reference search decide
+            kind = type(value)
+            if kind is str:
+                # An ASCII string holds neither a dagger nor a surrogate: one C call.
+                plain = value.isascii() or not (
+                    has_surrogate(value) or (value[:1] == REF and not key.startswith("_"))
+                )
+            elif kind is float:
+                plain = value - value == 0.0  # not inf or NaN, which JSON has not
+            else:
+                plain = kind in SCALARS
+    return params, unknown, plain
 
 
 def _check_shape(call: Call, wire: Any) -> None:

@@ -152,6 +152,9 @@ class BudgetedRunQueue(RunQueue):
             self.waiting.setdefault(missing, []).append(call)
             self._ask_next()
 
+    def start_at_once(self, call: Call, limit: int | None) -> bool:
+        return False  # room is reserved (`push`) and counted (`start`) first
+
     def park(self, call: Call) -> None:
         super().park(call)
         self._again.add(call.id)

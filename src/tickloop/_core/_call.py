@@ -83,24 +83,32 @@ class Call:
         "writes",
     )
 
-    def __init__(self, id: str, seq: int, iteration: int, record: CallRecord) -> None:
+    # Its parsed form, set by `check_call` (`_arrival`) before the call is accepted; a call
+    # that fails it is recorded invalid and never read again.
+    tool: Tool
+    params: dict[str, Any]
+    references: tuple[Reference, ...]
+    # Its wire is flat: ASCII keys, scalar values, no reference (`_arrival._read_keys`,
+    # found by `check_call` with the wire it checks). Then its parameters resolve to
+    # themselves and its data messages may share the wire as it is.
+    plain: bool
+    output: Expression | None
+    writes: tuple[Term, ...]
+    method: str
+    fire_and_forget: bool
+
+    def __init__(
+        self, id: str, seq: int, iteration: int, record: CallRecord, wire: dict[str, Any]
+    ) -> None:
         self.id = id
         self.seq = seq
         self.iteration = iteration
         self.record = record
         self.status = CallStatus.WAITING
-        self.tool: Tool
-        self.wire: dict[str, Any] = {}
-        self.params: dict[str, Any] = {}
-        self.references: tuple[Reference, ...] = ()
-        # Its wire is flat: ASCII keys, scalar values, no reference (`_arrival._plain_call`,
-        # found by `check_call` with the wire it checks). Then its parameters resolve to
-        # themselves and its data messages may share the wire as it is.
-        self.plain = False
-        self.output: Expression | None = None
-        self.writes: tuple[Term, ...] = ()
-        self.method = "set"
-        self.latent_output: Any = None
+        # The call as the model wrote it, with the `_id` it got (`record.call`, or an echo
+        # of it that can be shown when it is not a sound object).
+        self.wire = wire
+        self.latent_output: Any = None  # set by `check_call` for a latent tool's call only
         self.preapproved = False
         # Who approved it before it was ready (PROTOCOL §15 "Plan review"); None if nobody.
         self.approved_in_advance: str | None = None
@@ -110,7 +118,6 @@ class Call:
         # Earlier calls of a `depends_on` tool it waits for; None until there is one.
         self.tool_waits: set[str] | None = None
         self.watching: tuple[Term, ...] = ()
-        self.fire_and_forget = False
         # value, targets, untaken
         self.held: tuple[Any, tuple[Term, ...], tuple[Term, ...]] | None = None
 

@@ -64,6 +64,7 @@ class RunQueue:
         # Queued calls that met no limit when queued, in the order they were (see above).
         self.ready: list[Call] = []
         self._in_heads: set[str] = set()
+        # Running calls of each tool that has a `max_concurrency`: only those are asked.
         self._tool_running: dict[str, int] = {}
         self.queued = 0
         # Calls ever queued; a call's number among them says when it became ready to
@@ -85,6 +86,27 @@ class RunQueue:
             self.ready.append(call)  # nothing of its tool queued before it, no limit of its own
             return
         self._queue(call, name, queue)
+
+    def start_at_once(self, call: Call, limit: int | None) -> bool:
+        """Whether a call just approved starts now, never queued (it then counts as
+        running): most calls, which meet no limit (`limit`, the run's, nor its tool's)
+        with nothing queued before them. `start` would start them at once too, in the
+        same order, without a rank (nothing is held back: PROTOCOL §13); the others are
+        `push`ed and started by `start`."""
+        if limit is not None or self.queued or call.tool.max_concurrency is not None:
+            return False
+        call.ready_at = self.pushed
+        self.pushed += 1
+        self._count_running(call)
+        return True
+
+    def _count_running(self, call: Call) -> None:
+        if call.tool.max_concurrency is not None:
+            name = call.tool.name
+            self._tool_running[name] = self._tool_running.get(name, 0) + 1
+        self.running.add(call.id)
+        if not call.fire_and_forget:
+            self.writers += 1
 
     def _queue(self, call: Call, name: str, queue: deque[Call] | None) -> None:
         if queue is None:
@@ -110,10 +132,7 @@ class RunQueue:
             self._in_heads.discard(name)
             call = self._queues[name].popleft()
             self.queued -= 1
-            self._tool_running[name] = self._tool_running.get(name, 0) + 1
-            self.running.add(call.id)
-            if not call.fire_and_forget:
-                self.writers += 1
+            self._count_running(call)
             started.append(call)
             queue = self._queues[name]
             if queue:
@@ -125,13 +144,8 @@ class RunQueue:
         nothing limits them and they came in arrival order (their tools' queues empty)."""
         started, self.ready = self.ready, []
         self.queued -= len(started)
-        tool_running, running = self._tool_running, self.running
         for call in started:
-            name = call.tool.name
-            tool_running[name] = tool_running.get(name, 0) + 1
-            running.add(call.id)
-            if not call.fire_and_forget:
-                self.writers += 1
+            self._count_running(call)
         return started
 
     def _queue_ready(self) -> None:
@@ -148,7 +162,8 @@ class RunQueue:
         if not call.fire_and_forget:
             self.writers -= 1
         name = call.tool.name
-        self._tool_running[name] -= 1
+        if call.tool.max_concurrency is not None:
+            self._tool_running[name] -= 1
         queue = self._queues.get(name)
         if queue or (self._keyed and self._keyed.get(name)):
             self._offer_head(name, queue, call.tool.max_concurrency)
@@ -246,12 +261,8 @@ class RunQueue:
             heapq.heappush(heap, _entry(ranks, queue.popleft()))
 
     def _run(self, call: Call) -> None:
-        name = call.tool.name
         self.queued -= 1
-        self._tool_running[name] = self._tool_running.get(name, 0) + 1
-        self.running.add(call.id)
-        if not call.fire_and_forget:
-            self.writers += 1
+        self._count_running(call)
 
 
 def _entry(ranks: Ranks, call: Call) -> _Entry:

@@ -355,8 +355,8 @@ class Scheduler:
         if not self._stream_open:
             raise usage_error(event, "a call arrived while no request stream is open")
         self._seq += 1
-        call, given, wanted = new_call(
-            event.call, self._iteration, self._index, self._seq, self.records
+        call, given, wanted, keys = new_call(
+            event.call, self._iteration, self._index, self._seq, self.records, self._code
         )
         self._index += 1
         record = call.record
@@ -364,7 +364,14 @@ class Scheduler:
         self._seqs[record.id] = self._seq
         try:
             check_call(
-                self.tools, call, record.call, given, wanted, code=self._code, hidden=self._hidden
+                self.tools,
+                call,
+                record.call,
+                given,
+                wanted,
+                code=self._code,
+                hidden=self._hidden,
+                keys=keys,
             )
         except Structural as fault:
             record_parameters(call)
@@ -747,13 +754,18 @@ class Scheduler:
             self._complete(call, call.latent_output, branch=None, checked=True)
             return
         move(call, S.QUEUED, self._event)
-        self._run_queue.push(call)
+        if self._run_queue.start_at_once(call, self.max_concurrency):
+            self._start(call)  # most calls: nothing limits them, nothing queued before
+        else:
+            self._run_queue.push(call)
 
     def _start_queued_calls(self) -> None:
-        actions = self._actions
         for call in self._run_queue.start(self.max_concurrency):
-            move(call, S.RUNNING, self._event)
-            actions.append(StartCall(call.id, call.tool.name, call.record.params, call.wire))
+            self._start(call)
+
+    def _start(self, call: Call) -> None:
+        move(call, S.RUNNING, self._event)
+        self._actions.append(StartCall(call.id, call.tool.name, call.record.params, call.wire))
 
     # -- finishing -------------------------------------------------------------------------
 

@@ -12,13 +12,15 @@ the hex form of the float), `runs.rows_seq`, plan and solution messages stored b
 reference (`shared`), and ticks keeping plan order (`TickOpened.plan_order`). Version 2
 is the last of those; `_from_1` converts what can be converted and refuses what cannot.
 Version 3 adds the tables of sessions (`_from_2`). Version 4 adds the queue of runs
-waiting for a busy session, `session_waiters` (`_from_3`).
+waiting for a busy session, `session_waiters`, and drops two unused columns of
+`session_runs` (`_from_3`).
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -44,8 +46,9 @@ Write = Callable[[sqlite3.Connection], AbstractContextManager[Any]]
 __all__ = ["MIGRATIONS", "prepare"]
 
 
-def prepare(connection: sqlite3.Connection, path: Path, write: Write) -> None:
-    """Check the schema (read only), then switch to WAL and create tables if new."""
+def prepare(connection: sqlite3.Connection, path: Path, write: Write, timeout: float) -> None:
+    """Check the schema (read only), then switch to WAL and create tables if new;
+    another process making the store meanwhile is waited for, up to `timeout` seconds."""
     try:
         names = {
             row[0]
@@ -61,7 +64,7 @@ def prepare(connection: sqlite3.Connection, path: Path, write: Write) -> None:
             if version < SCHEMA_VERSION:
                 _migrate(connection, path, write)
         if connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            connection.execute("PRAGMA journal_mode=WAL")
+            _switch_to_wal(connection, path, timeout)
         connection.execute("PRAGMA synchronous=NORMAL")
         if not names:
             with write(connection):
@@ -77,6 +80,48 @@ def prepare(connection: sqlite3.Connection, path: Path, write: Write) -> None:
         raise failure(path, "cannot open the store", error) from error
     except sqlite3.DatabaseError as error:
         raise StoreError(f"{path}: the store is damaged or not a store: {error}") from error
+
+
+def _switch_to_wal(connection: sqlite3.Connection, path: Path, timeout: float) -> None:
+    """Switch a new store to WAL, waiting for another connection that holds it.
+
+    Another process making the same store switches it too, and holds its write lock as
+    it does. A switch needs that lock while it already holds a read lock, so SQLite
+    refuses it at once ("database is locked") rather than call the busy timeout (the
+    two would wait for each other). So the switch, once refused, waits for the write
+    lock from no lock at all (`BEGIN EXCLUSIVE`, on the busy timeout), lets it go and
+    tries again; by then the other one has made the store WAL (the switch is then a
+    no-op) or given up. Past `timeout` (each wait for the lock is bounded by it too), a
+    `StoreError` names the file and says so.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if not _locked(error):
+                raise
+            if time.monotonic() >= deadline:
+                raise _held(path, timeout, error) from error
+        try:
+            connection.execute("BEGIN EXCLUSIVE")  # waits on the busy timeout
+        except sqlite3.OperationalError as error:
+            if not _locked(error):
+                raise
+            raise _held(path, timeout, error) from error
+        connection.execute("ROLLBACK")
+
+
+def _locked(error: sqlite3.Error) -> bool:
+    return str(getattr(error, "sqlite_errorname", "")).startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
+
+
+def _held(path: Path, timeout: float, error: sqlite3.Error) -> StoreError:
+    return StoreError(
+        f"{path}: cannot open the store: another connection held it locked while it was "
+        f"being made, for more than {timeout:g} s (the store's timeout) ({error})"
+    )
 
 
 def _check_version(path: Path, connection: sqlite3.Connection, names: set[str]) -> int:
@@ -160,8 +205,22 @@ def _from_2(connection: sqlite3.Connection, path: Path) -> None:
 
 def _from_3(connection: sqlite3.Connection, path: Path) -> None:
     """Version 3 to 4: the queue of runs waiting for a busy session (PROTOCOL §16), empty;
-    no run or session changes."""
+    and `session_runs` without two columns version 3 had and never read (`ended`,
+    which the run's status says; `output`, never written: the run's row holds it). No
+    run or session changes. The table is made anew and its rows copied (SQLite before
+    3.35 cannot drop a column); a version 2 store's, made by `_from_2` in the same
+    transaction, has the new shape already."""
     _execute_script(connection, _WAITERS_SCHEMA)
+    columns = {row[1] for row in connection.execute("PRAGMA table_info(session_runs)")}
+    if columns & {"ended", "output"}:
+        connection.execute("DROP INDEX session_runs_by_run")
+        connection.execute("ALTER TABLE session_runs RENAME TO session_runs_3")
+        _execute_script(connection, _SESSION_SCHEMA)  # `sessions` is kept as it is
+        connection.execute(
+            "INSERT INTO session_runs (session_id, position, run_id, input, state) "
+            "SELECT session_id, position, run_id, input, state FROM session_runs_3"
+        )
+        connection.execute("DROP TABLE session_runs_3")
 
 
 def _execute_script(connection: sqlite3.Connection, script: str) -> None:

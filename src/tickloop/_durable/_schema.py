@@ -68,9 +68,8 @@ CREATE TABLE IF NOT EXISTS session_runs (
     position   INTEGER NOT NULL,    -- order of the runs in the session, from 1
     run_id     TEXT NOT NULL,
     input      TEXT,                -- the run's input (JSON)
-    ended      INTEGER NOT NULL DEFAULT 0,  -- 1 once the run is over: in the history
-    output     TEXT,                -- its final output (JSON), when it gave one
     state      TEXT,                -- the state it ended with (JSON)
+                                    -- (whether it is over, and its output: the run's row)
     PRIMARY KEY (session_id, position)
 );
 CREATE INDEX IF NOT EXISTS session_runs_by_run ON session_runs (run_id);

@@ -61,6 +61,7 @@ __all__ = [
     "Session",
     "check_session_id",
     "end_session_run",
+    "given_to_next_run",
     "join_session",
     "leave_queue",
     "new_lease_token",
@@ -144,7 +145,7 @@ def take_lease(
     the same transaction; it goes first once it holds the oldest live ticket."""
     now = time.time()
     with store.connect() as connection, store._write(connection):
-        refusal = _refusal(connection, store.path, session_id, token, resuming, now)
+        refusal = _refusal(connection, store.path, session_id, now, token=token, resuming=resuming)
         if refusal is None:
             _hand_over(connection, session_id, token, resuming, now)
         elif queue and refusal.reason == "running":
@@ -157,11 +158,17 @@ def _refusal(
     connection: sqlite3.Connection,
     path: Path,
     session_id: str,
-    token: str,
-    resuming: str | None,
     now: float,
+    *,
+    token: str | None = None,
+    resuming: str | None = None,
 ) -> SessionBusy | None:
-    """Why the run cannot take the lease now, or None: it may."""
+    """Why a run cannot join the session now, or None: it may (PROTOCOL §16 "Busy").
+
+    `token` is the run asking, in its write transaction: its own lease and its place in
+    the queue do not count against it, and dead tickets are dropped on the way. Without
+    one, nothing is written: whether the session is free for any run
+    (`Session.check_free`)."""
     row = connection.execute(
         "SELECT lease_owner, lease_token, lease_run, lease_expires FROM sessions "
         "WHERE session_id = ?",
@@ -169,7 +176,7 @@ def _refusal(
     ).fetchone()
     if row is not None:
         owner, held_by, lease_run, expires = row
-        if held_by != token and _lease_alive(owner, expires, now):
+        if (token is None or held_by != token) and _lease_alive(owner, expires, now):
             return SessionBusy(
                 f"session {session_id!r} is busy: run {lease_run!r} runs in it now"
                 if lease_run
@@ -184,9 +191,10 @@ def _refusal(
         return busy
     ahead = 0 if resuming is not None else _waiters_ahead(connection, session_id, token, now)
     if ahead:
+        waiting = f"{ahead} run{'s' if ahead > 1 else ''} waiting to join it"
         return SessionBusy(
-            f"session {session_id!r} is busy: {ahead} run{'s' if ahead > 1 else ''} "
-            "waiting for it came first",
+            f"session {session_id!r} is busy: {waiting}"
+            + (" came first" if token is not None else ""),
             session_id=session_id,
             run_id=None,
             reason="running",
@@ -217,9 +225,11 @@ def _hand_over(
     connection.execute("DELETE FROM session_waiters WHERE token = ?", (token,))
 
 
-def _waiters_ahead(connection: sqlite3.Connection, session_id: str, token: str, now: float) -> int:
+def _waiters_ahead(
+    connection: sqlite3.Connection, session_id: str, token: str | None, now: float
+) -> int:
     """How many live tickets of the session come before the run's (all of them, when it
-    has none); dead tickets are dropped on the way."""
+    has none); with a run (`token`), dead tickets are dropped on the way."""
     rows = connection.execute(
         "SELECT ticket, token, owner, expires FROM session_waiters WHERE session_id = ? "
         "ORDER BY ticket",
@@ -229,7 +239,7 @@ def _waiters_ahead(connection: sqlite3.Connection, session_id: str, token: str, 
     for ticket, waiter, owner, expires in rows:
         if _lease_alive(owner, expires, now):
             live.append(waiter)
-        else:
+        elif token is not None:
             connection.execute("DELETE FROM session_waiters WHERE ticket = ?", (ticket,))
     return live.index(token) if token in live else len(live)
 
@@ -343,9 +353,7 @@ def end_session_run(connection: sqlite3.Connection, run_id: str, state: Any) -> 
     transaction that stores its end (a crash between the two would leave the next run
     an older run's state)."""
     text = None if state is None else json.dumps(state, ensure_ascii=False)
-    connection.execute(
-        "UPDATE session_runs SET ended = 1, state = ? WHERE run_id = ?", (text, run_id)
-    )
+    connection.execute("UPDATE session_runs SET state = ? WHERE run_id = ?", (text, run_id))
 
 
 def _history_rows(connection: sqlite3.Connection, session_id: str) -> list[tuple[Any, ...]]:
@@ -385,29 +393,16 @@ class Session:
     def history(self) -> list[dict[str, Any]]:
         """Each run that is over, in order: `{"run_id", "input", "output"}`, the output
         of one that ended without an answer being "no answer: <reason>"."""
-        with self.store.connect() as connection:
-            rows = _history_rows(connection, self.id)
-        path = self.store.path
-        history: list[dict[str, Any]] = []
-        for _, run_id, input_text, _, status, output, error in rows:
-            if status not in _OVER:
-                continue
-            answer = loads_stored(output, path) if status == "done" else f"no answer: {error}"
-            history.append(
-                {"run_id": run_id, "input": loads_stored(input_text, path), "output": answer}
-            )
-        return history
+        return _history_of(self._rows(), self.store.path)
 
     @property
     def state(self) -> dict[str, Any] | None:
         """The state the session's last run that is over ended with (None: none yet)."""
+        return _state_of(self._rows(), self.store.path)
+
+    def _rows(self) -> list[tuple[Any, ...]]:
         with self.store.connect() as connection:
-            rows = _history_rows(connection, self.id)
-        for _, _, _, state, status, _, _ in reversed(rows):
-            if status in _OVER and state is not None:
-                value = loads_stored(state, self.store.path)
-                return value if isinstance(value, dict) else None
-        return None
+            return _history_rows(connection, self.id)
 
     @property
     def status(self) -> str:
@@ -425,33 +420,9 @@ class Session:
             self._check_free(connection)
 
     def _check_free(self, connection: sqlite3.Connection) -> None:
-        now = time.time()
-        row = connection.execute(
-            "SELECT lease_owner, lease_run, lease_expires FROM sessions WHERE session_id = ?",
-            (self.id,),
-        ).fetchone()
-        if row is not None and _lease_alive(row[0], row[2], now):
-            raise SessionBusy(
-                f"session {self.id!r} is busy: run {row[1]!r} runs in it now",
-                session_id=self.id,
-                run_id=row[1],
-                reason="running",
-            )
-        _refuse_unfinished(connection, self.store.path, self.id, None)
-        waiting = sum(
-            _lease_alive(owner, expires, now)
-            for owner, expires in connection.execute(
-                "SELECT owner, expires FROM session_waiters WHERE session_id = ?", (self.id,)
-            )
-        )
-        if waiting:
-            raise SessionBusy(
-                f"session {self.id!r} is busy: {waiting} run{'s' if waiting > 1 else ''} "
-                "wait to join it",
-                session_id=self.id,
-                run_id=None,
-                reason="running",
-            )
+        busy = _refusal(connection, self.store.path, self.id, time.time())
+        if busy is not None:
+            raise busy
 
     def fork(self, new_id: str, *, at_run: str | None = None) -> Session:
         """A new session `new_id` holding this one's runs up to and including `at_run`
@@ -489,8 +460,8 @@ class Session:
                 "INSERT INTO sessions (session_id, created) VALUES (?, ?)", (new_id, time.time())
             )
             connection.execute(
-                "INSERT INTO session_runs (session_id, position, run_id, input, ended, output, "
-                "state) SELECT ?, position, run_id, input, ended, output, state "
+                "INSERT INTO session_runs (session_id, position, run_id, input, state) "
+                "SELECT ?, position, run_id, input, state "
                 "FROM session_runs WHERE session_id = ? AND position <= ?",
                 (new_id, self.id, kept[-1][0]),
             )
@@ -518,7 +489,6 @@ class Session:
                     reason="running",
                 )
             self.store._end_run(connection, run_id, ABANDONED)
-            connection.execute("UPDATE session_runs SET ended = 1 WHERE run_id = ?", (run_id,))
             connection.execute(
                 "UPDATE sessions SET lease_owner = NULL, lease_token = NULL, lease_run = NULL, "
                 "lease_expires = NULL WHERE session_id = ? AND lease_run = ?",
@@ -545,6 +515,32 @@ class Session:
                     self.store._delete_run(connection, run_id)
             connection.execute("DELETE FROM session_runs WHERE session_id = ?", (self.id,))
             connection.execute("DELETE FROM sessions WHERE session_id = ?", (self.id,))
+
+
+def given_to_next_run(session: Session) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """What the session's next run is given, from one read: its `history` and its
+    `state` (a run's start reads both)."""
+    rows = session._rows()
+    return _history_of(rows, session.store.path), _state_of(rows, session.store.path)
+
+
+def _history_of(rows: list[tuple[Any, ...]], path: Path) -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = []
+    for _, run_id, input_text, _, status, output, error in rows:
+        if status in _OVER:
+            answer = loads_stored(output, path) if status == "done" else f"no answer: {error}"
+            history.append(
+                {"run_id": run_id, "input": loads_stored(input_text, path), "output": answer}
+            )
+    return history
+
+
+def _state_of(rows: list[tuple[Any, ...]], path: Path) -> dict[str, Any] | None:
+    for _, _, _, state, status, _, _ in reversed(rows):
+        if status in _OVER and state is not None:
+            value = loads_stored(state, path)
+            return value if isinstance(value, dict) else None
+    return None
 
 
 def session_ids(store: SessionStore) -> Iterator[str]:

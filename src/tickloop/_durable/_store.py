@@ -234,7 +234,7 @@ class SQLiteStore:
         return check_file(self.path)
 
     def _prepare(self, connection: sqlite3.Connection) -> None:
-        prepare(connection, self.path, self._write)
+        prepare(connection, self.path, self._write, self.timeout)
 
     @contextmanager
     def _write(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -22,18 +23,18 @@ from ag_ui.core import BaseEvent, RunAgentInput, TextPart, UserMessage
 from ag_ui.encoder import EventEncoder
 from anyio.streams.memory import MemoryObjectSendStream
 
-from .._agent._conversation import keeps_state
-from .._core._log import MAX_VALUE_DEPTH, shape_fault
+from .._core._log import MAX_VALUE_DEPTH, ContextLog, shape_fault
 from .._engine._run import initial_log
-from .._observe._events import DataWritten, RunEvent, WriteListener
+from .._observe._events import DataWritten, RunEvent, RunStarted, WriteListener
 from ._translate import Translation
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
     from .._agent._agent import Agent
+    from .._durable._store import SQLiteStore
 
-__all__ = ["app", "run_input", "session_state", "thread_session"]
+__all__ = ["app", "run_input", "thread_session"]
 
 
 def app(agent: Agent) -> Starlette:
@@ -68,8 +69,10 @@ def app(agent: Agent) -> Starlette:
         session = thread_session(agent, given)
         if session is not None and not state:
             # The thread is a session (PROTOCOL §16): a client that sends no state has
-            # the run start from the session's (with keep_state), as its snapshot says.
-            state = session_state(agent, session) or None
+            # the run start from the session's (with keep_state), read by the run once it
+            # holds the session's lease; a run queued behind another starts from the
+            # state that one left. The snapshot waits for it (`_EventStream`).
+            state = None
         return _EventStream(agent, given, run_input(given), state, session)
 
     return Starlette(routes=[Route("/", run, methods=["POST"])])
@@ -79,14 +82,6 @@ def thread_session(agent: Agent, given: RunAgentInput) -> str | None:
     """The session a request's thread names: its `threadId` when the agent has a store
     (PROTOCOL §16 "Web threads"), else None (each request a run of its own)."""
     return given.thread_id if agent.store is not None and given.thread_id else None
-
-
-def session_state(agent: Agent, session: str) -> dict[str, Any] | None:
-    """The state a run of the session starts from: the session's, when the agent keeps
-    state (`keep_state`), else none."""
-    if not keeps_state(None, agent.keep_state, agent.protocol) or agent.store is None:
-        return None
-    return agent.store.session(session).state
 
 
 def run_input(given: RunAgentInput) -> Any:
@@ -106,21 +101,51 @@ def run_input(given: RunAgentInput) -> Any:
 
 class _Forward(WriteListener):
     """Hands each of the run's events (writes too) to the response, in the same thread,
-    after the agent's own `on_event` (which a run's listener would otherwise replace)."""
+    after the agent's own `on_event` (which a run's listener would otherwise replace).
+
+    With `opening` (a run whose starting state is known only once it starts: a run of
+    a session), the run's start is preceded by a `_Baseline`: the state it starts from.
+    """
 
     def __init__(
-        self, send: MemoryObjectSendStream[Any], also: Callable[[RunEvent], Any] | None
+        self,
+        send: MemoryObjectSendStream[Any],
+        also: Callable[[RunEvent], Any] | None,
+        opening: Callable[[str], dict[str, Any]] | None = None,
     ) -> None:
         self.send = send
         self.also = also
+        self.opening = opening
 
     def __call__(self, event: RunEvent) -> None:
         if self.also is not None and not isinstance(event, DataWritten):
             self.also(event)
+        if self.opening is not None and isinstance(event, RunStarted) and not event.path:
+            # Read now, in the run, before its first step: its journal then holds only
+            # what it was given.
+            self._send(_Baseline(self.opening(event.run_id)))
+        self._send(event)
+
+    def _send(self, item: Any) -> None:
         try:
-            self.send.send_nowait(event)
+            self.send.send_nowait(item)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             pass  # the response has ended (the client left): the run is being cancelled
+
+
+def _opening_state(store: SQLiteStore, run_id: str) -> dict[str, Any]:
+    """The state a stored run started from: the view of the messages its journal opens
+    with (read as the run starts, it holds nothing else)."""
+    log = ContextLog(body for _, _, kind, body in store.journal(run_id) if kind == "message")
+    state = log.view("state")
+    return state if isinstance(state, dict) else {}
+
+
+class _Baseline:
+    """The state the run starts from, for the snapshot."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self.state = state
 
 
 async def _cancel_when_the_client_leaves(receive: Any, scope: Any, left: anyio.Event) -> None:
@@ -147,12 +172,18 @@ class _EventStream:
         self.agent = agent
         self.given = given
         self.input = input
-        self.state = state
+        self.state = state  # the client's, which the run starts from; None: none given
         self.session = session  # the thread's session, when the agent has a store
+
+    @property
+    def starts_from_session(self) -> bool:
+        """Whether the run's starting state is the session's, known only once the run
+        holds the session's lease (PROTOCOL §16): then the snapshot waits for it."""
+        return self.session is not None and self.state is None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         encoder = EventEncoder()
-        translation = Translation(self.given.thread_id, self.given.run_id, self.state)
+        translation = Translation(self.given.thread_id, self.given.run_id)
 
         async def emit(events: list[BaseEvent]) -> None:
             for event in events:
@@ -171,6 +202,8 @@ class _EventStream:
             }
         )
         await emit(translation.started())
+        if not self.starts_from_session:
+            await emit(translation.snapshot(self.state))
         sender, receiver = anyio.create_memory_object_stream[Any](math.inf)
         left = anyio.Event()
         async with anyio.create_task_group() as group:
@@ -181,6 +214,9 @@ class _EventStream:
                     if isinstance(item, _Ended):
                         await emit(self._ending(translation, item))
                         break
+                    if isinstance(item, _Baseline):
+                        await emit(translation.snapshot(item.state))
+                        continue
                     await emit(translation.event(item))
             group.cancel_scope.cancel()  # the run has ended: stop watching the client
         if not left.is_set():
@@ -197,8 +233,12 @@ class _EventStream:
 
     async def _run(self, sender: MemoryObjectSendStream[Any]) -> None:
         async with sender:
+            store = self.agent.store
+            opening = None
+            if self.starts_from_session and store is not None:
+                opening = partial(_opening_state, store)
             options: dict[str, Any] = {
-                "on_event": _Forward(sender, self.agent.on_event),
+                "on_event": _Forward(sender, self.agent.on_event, opening),
                 "run_id": self.given.run_id,
             }
             input = self.input

@@ -8,9 +8,10 @@ the AG-UI events each one means. The shapes it keeps:
   ran its resolved parameters, else `{}`), `TOOL_CALL_END`, and `TOOL_CALL_RESULT` when
   it settles; a call that never ran (skipped, denied, invalid, refused) still gets all
   four, its result holding the error;
-- the state is mirrored from the initial snapshot by the run's own writes, and each write
-  that changes it is one `STATE_DELTA` (RFC 6902), so a client applying them holds the
-  run's state (values under secret-looking names show as "[redacted]", as in every event);
+- the state is mirrored from the snapshot of the state the run starts from (which a
+  run of a session knows only once it holds the session) by the run's own writes, and
+  each write that changes it is one `STATE_DELTA` (RFC 6902), so a client applying them
+  holds the run's state (values under secret-looking names show as "[redacted]", as in every event);
 - a sub-agent's events (a non-empty path) are wrapped in `SUBAGENT_STARTED` and
   `SUBAGENT_FINISHED` / `SUBAGENT_ERROR`, closed when the call that started it settles;
   one still open when the run pauses is suspended, not finished: `SUBAGENT_FINISHED`
@@ -106,13 +107,15 @@ class _Call:
 
 
 class Translation:
-    """One run's AG-UI events; feed `started`, each `event`, then `finished` or `failed`."""
+    """One run's AG-UI events; feed `started`, `snapshot`, each `event`, then `finished`
+    or `failed` (a run that fails before it starts has no snapshot)."""
 
-    def __init__(self, thread_id: str, run_id: str, state: dict[str, Any] | None) -> None:
+    def __init__(self, thread_id: str, run_id: str) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
-        initial = {} if state is None else state
-        self._mirror = ContextLog([{"type": "data", "kind": "state", "data": initial}])
+        # The state the client holds: the run's starting state (`snapshot`), then each of
+        # its writes to it. Empty until the snapshot, which comes before any write.
+        self._mirror = ContextLog([{"type": "data", "kind": "state", "data": {}}])
         self._calls: dict[str, _Call] = {}
         self._open: list[RunPath] = []  # sub-agent runs started, not yet finished, outer first
 
@@ -122,10 +125,14 @@ class Translation:
         return self._mirror.view("state")
 
     def started(self) -> list[BaseEvent]:
-        return [
-            RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id),
-            StateSnapshotEvent(snapshot=copy_json(self.state)),
-        ]
+        return [RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id)]
+
+    def snapshot(self, state: dict[str, Any] | None) -> list[BaseEvent]:
+        """The state the run starts from (None: an empty one), which the deltas of its
+        writes then change: sent once, after `started` and before the run's events."""
+        initial = {} if state is None else state
+        self._mirror = ContextLog([{"type": "data", "kind": "state", "data": initial}])
+        return [StateSnapshotEvent(snapshot=copy_json(self.state))]
 
     def event(self, event: RunEvent) -> list[BaseEvent]:
         out: list[BaseEvent] = []
