@@ -2,7 +2,8 @@
 
 Each exists only for speed, so each is checked against the slower way it replaces:
 
-* `PathIndex` (pruned on removal, `deferred` filing) against a plain list of its entries;
+* `PathIndex` (pruned on removal, filed only when asked across depths) against a plain
+  list of its entries;
 * a scheduler that makes no `Note...` actions (`notes=False`, for a driver with no
   observer and no journal) against one that does: the same work actions, in the same
   order, the same records and the same log, whatever order the calls finish in; and one
@@ -78,21 +79,23 @@ def _naive_overlapping(entries: list[tuple[Term, str]], term: Term) -> set[str]:
 
 @settings(max_examples=300)
 @given(
-    deferred=st.booleans(),
     operations=st.lists(
-        st.tuples(st.sampled_from(["add", "spell", "spell2", "remove", "ask"]), _terms, _ids),
+        st.tuples(
+            st.sampled_from(["add", "spell", "spell2", "remove"]), _terms, _ids, st.booleans()
+        ),
         max_size=40,
     ),
 )
 def test_a_path_index_answers_as_a_scan_of_its_entries(
-    deferred: bool, operations: list[tuple[str, Term, str]]
+    operations: list[tuple[str, Term, str, bool]],
 ) -> None:
-    """Entries added as terms or as the text of an expression (kept as text until a
-    deferred index is asked) answer alike."""
-    index = PathIndex(deferred=deferred)
+    """Entries added as terms or as the text of an expression (kept as text until the
+    index is asked), asked between changes or not (an entry is filed in the trie only by
+    a question spanning depths), answer alike."""
+    index = PathIndex()
     entries: list[tuple[Term, str]] = []
     other = Term("k", ("b",))
-    for operation, term, call_id in operations:
+    for operation, term, call_id, ask in operations:
         if operation == "add":
             index.add(term, call_id)
             entries.append((term, call_id))
@@ -105,14 +108,19 @@ def test_a_path_index_answers_as_a_scan_of_its_entries(
         elif operation == "remove" and (term, call_id) in entries:
             index.remove(term, call_id)
             entries.remove((term, call_id))
+        assert index.size == len(entries)
+        assert bool(index) == bool(entries)
+        if not ask:
+            continue
         expected = _naive_overlapping(entries, term)
         assert set(index.ids_overlapping(term)) == expected
         assert set(index.ids_at(term)) == {call_id for filed, call_id in entries if filed == term}
         assert set(index.others_overlapping(term, call_id)) == expected - {call_id}
         overlapping = [filed for filed, _ in entries if filed.overlaps(term)]
         assert index.count_overlapping(term) == len(overlapping)
-        assert index.size == len(entries)
-        assert bool(index) == bool(entries)
+        assert index.holds_around(term) == any(
+            filed.overlaps(term) and filed != term for filed, _ in entries
+        )
 
 
 def test_removing_the_last_entry_under_a_path_prunes_it() -> None:
@@ -120,6 +128,7 @@ def test_removing_the_last_entry_under_a_path_prunes_it() -> None:
     terms = [Term("state", (f"r{i}", "x")) for i in range(100)]
     for term in terms:
         index.add(term, "c")
+    assert index.holds_around(Term("state", ("r0",)))  # spans depths: all filed
     for term in terms:
         index.remove(term, "c")
     root = index._root

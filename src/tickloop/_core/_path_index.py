@@ -36,64 +36,136 @@ def _leaf(call_id: str) -> _Node:
     return node
 
 
+class _Kind:
+    """The entries of one kind: how many, how many at each depth, and those not filed in
+    the trie by path. Kinds are apart in the trie too (its first step), so each is filed
+    on its own, when a question about it needs the trie."""
+
+    __slots__ = ("depths", "filed", "size", "unfiled")
+
+    def __init__(self) -> None:
+        self.size = 0  # entries, filed or not
+        self.filed = 0  # entries filed in the trie: none, and the exact terms answer
+        # depth (the steps of a path) -> entries at it, filed or not; a depth stays at 0
+        # (depths are few). `depths.get(d, 0) == size`: every entry is at depth d, so none
+        # is at a prefix of a term of depth d or below it, only at the term itself.
+        self.depths: dict[int, int] = {}
+        # path -> the ids not filed in the trie at the term of this kind and path, a
+        # counted `_few` holder (a bare id mostly). Every entry is here or in the trie, once.
+        self.unfiled: dict[tuple[Step, ...], Any] = {}
+
+
 class PathIndex:
     """Call ids filed under terms, queried by overlap (either term a prefix of the other).
 
     Overlap is what matters for both questions the scheduler asks: a write at `state.a`
     makes `state.a.b` present and `state.a.b` makes `state.a` present.
 
-    Removing the last entry under a node prunes it, so an index whose entries come and go
-    (the calls not yet ended) stays as small as what it holds. A `deferred` index files
-    its entries in the trie only when it is first asked something: several indexes are
-    asked only when a plan reads or a person approves, and most plans never pay for them.
+    An entry is kept by its exact term until a question needs the trie: most plans write
+    and read paths of one depth (`†state.rK`), where two terms overlap only when equal and
+    every question is a lookup of the term itself. So the entries of a kind are filed in
+    the trie only when a question about the kind spans depths (a term with entries of its
+    kind at another depth), and then as the kind is asked again; most entries come and go
+    without a walk. Removing the last entry under a trie node prunes it, so the trie stays
+    as small as what it holds.
+
+    Entries added as the text of an expression (`add_spelled`) are kept as text until the
+    index is first asked or changed otherwise: several indexes are asked only when a plan
+    reads an absent path or a person approves, and most plans never pay for parsing.
     """
 
-    __slots__ = ("_backlog_ids", "_backlog_terms", "_root", "size")
+    __slots__ = ("_kinds", "_root", "_text_ids", "_texts", "size")
 
-    def __init__(self, *, deferred: bool = False) -> None:
+    def __init__(self) -> None:
         self._root = _Node()
-        self._root.children = {}  # kinds: never pruned, so never None
-        # Not yet filed, as two lists: a tuple per entry would be an object per call. An
-        # entry is a term, or the text of an expression, each of whose terms is filed.
-        self._backlog_terms: list[Term | str] | None = [] if deferred else None
-        self._backlog_ids: list[str] = []
-        self.size = 0  # entries held (filed or not): `if index.size` costs no call
+        self._root.children = {}  # kinds: pruned when empty; `subtree` counts what is filed
+        # The entries of each kind an entry ever had: kinds are few, so never dropped.
+        self._kinds: dict[str, _Kind] = {}
+        # Not yet parsed, as two lists (a tuple per entry would be an object per call): the
+        # text of an expression, each of whose terms is an entry, and its id.
+        self._texts: list[str] = []
+        self._text_ids: list[str] = []
+        self.size = 0  # entries held (filed, unfiled or text): `if index.size` costs no call
 
     def __bool__(self) -> bool:
         return self.size > 0
 
     def add(self, term: Term, call_id: str) -> None:
         self.size += 1
-        backlog = self._backlog_terms
-        if backlog is not None:
-            backlog.append(term)
-            self._backlog_ids.append(call_id)
-            return
-        self._file(term, call_id)
+        kind = self._kinds.get(term.kind)
+        if kind is None:
+            kind = self._kinds[term.kind] = _Kind()
+        kind.size += 1
+        path = term.path
+        depths = kind.depths
+        depths[len(path)] = depths.get(len(path), 0) + 1
+        unfiled = kind.unfiled
+        here = unfiled.get(path)
+        unfiled[path] = call_id if here is None else count_add(here, call_id)
 
     def add_spelled(self, text: str, call_id: str, count: int) -> None:
         """`add` each of the `count` terms of the expression `text` spells.
 
-        A deferred index keeps the text until it is asked: the text is kept anyway (by
-        the call, or its data message), and the parsed terms would be objects kept per
-        call for a question most runs never ask.
+        The text is kept until the index is asked: the text is kept anyway (by the call,
+        or its data message), and the parsed terms would be objects kept per call for a
+        question most runs never ask.
         """
-        backlog = self._backlog_terms
-        if backlog is None:
-            for term in parse_expression(text).terms:
-                self.add(term, call_id)
-            return
         self.size += count
-        backlog.append(text)
-        self._backlog_ids.append(call_id)
+        self._texts.append(text)
+        self._text_ids.append(call_id)
 
-    def _file(self, term: Term, call_id: str) -> None:
+    def remove(self, term: Term, call_id: str) -> None:
+        if self._texts:
+            self._parse_texts()
+        self.size -= 1
+        kind = self._kinds[term.kind]
+        kind.size -= 1
+        path = term.path
+        kind.depths[len(path)] -= 1
+        unfiled = kind.unfiled
+        here = unfiled.pop(path, None)
+        if here == call_id:  # the one entry at the term (most terms hold one)
+            return
+        if here is not None:
+            if call_id in count_ids(here):  # more than one was here
+                unfiled[path] = count_remove(here, call_id)
+                return
+            unfiled[path] = here  # filed, while later entries at the term are not
+        kind.filed -= 1
+        self._unfile(term, call_id)
+
+    def _parse_texts(self) -> None:
+        texts, ids = self._texts, self._text_ids
+        self._texts, self._text_ids = [], []
+        for text, call_id in zip(texts, ids, strict=True):
+            terms = parse_expression(text).terms
+            self.size -= len(terms)  # counted when the text came: `add` counts each again
+            for term in terms:
+                self.add(term, call_id)
+
+    def _file_kind(self, name: str, kind: _Kind) -> None:
+        """File the kind's unfiled entries in the trie: a question about it that the
+        exact terms cannot answer."""
+        if not kind.unfiled:
+            return
+        unfiled, kind.unfiled = kind.unfiled, {}
+        kind.filed = kind.size
+        for path, here in unfiled.items():
+            if type(here) is dict:
+                for call_id, times in here.items():
+                    for _ in range(times):
+                        self._file(name, path, call_id)
+            else:
+                for call_id in (here,) if type(here) is str else here:
+                    self._file(name, path, call_id)
+
+    def _file(self, kind: str, path: tuple[Step, ...], call_id: str) -> None:
         root = self._root
         root.subtree += 1
         # A leaf holding one id once is kept as the bare id in its parent's children: most
         # paths have one call filed under them, and a node each would cost it 56 bytes.
         step: Step
-        node, step, path, at = root, term.kind, term.path, 0
+        node, step, at = root, kind, 0
         while True:
             children = node.children
             if children is None:
@@ -115,21 +187,8 @@ class PathIndex:
             child.subtree += 1
             node, step, at = child, path[at], at + 1
 
-    def _catch_up(self) -> None:
-        terms, ids = self._backlog_terms, self._backlog_ids
-        if terms:
-            self._backlog_terms, self._backlog_ids = [], []
-            for entry, call_id in zip(terms, ids, strict=True):
-                if isinstance(entry, str):
-                    for term in parse_expression(entry).terms:
-                        self._file(term, call_id)
-                else:
-                    self._file(entry, call_id)
-
-    def remove(self, term: Term, call_id: str) -> None:
-        if self._backlog_terms:
-            self._catch_up()
-        self.size -= 1
+    def _unfile(self, term: Term, call_id: str) -> None:
+        """Take a filed entry out of the trie."""
         root = self._root
         root.subtree -= 1
         # Filed, so every step exists. The highest node left empty is pruned, and takes
@@ -161,10 +220,16 @@ class PathIndex:
                 del children[empty_step]
 
     def count_overlapping(self, term: Term) -> int:
-        if self._backlog_terms:
-            self._catch_up()
         if not self.size:
             return 0
+        if self._texts:
+            self._parse_texts()
+        kind = self._kinds.get(term.kind)
+        if kind is None:
+            return 0
+        if not kind.filed and kind.depths.get(len(term.path), 0) == kind.size:
+            return count_total(kind.unfiled.get(term.path))  # at the term itself, or none
+        self._file_kind(term.kind, kind)
         node = self._root.children.get(term.kind)  # type: ignore[union-attr]
         if node is None:
             return 0
@@ -186,12 +251,15 @@ class PathIndex:
         return overlapping
 
     def holds_around(self, term: Term) -> bool:
-        """Whether anything is filed at a prefix of `term` or below it (not at `term`
-        itself): one step per step of the term, however many ids are filed at it."""
-        if self._backlog_terms:
-            self._catch_up()
-        if not self.size:
-            return False
+        """Whether anything is held at a prefix of `term` or below it (not at `term`
+        itself): nothing when every entry of its kind is at its depth, else one step per
+        step of the term, however many ids are held at it."""
+        if self._texts:
+            self._parse_texts()
+        kind = self._kinds.get(term.kind)
+        if kind is None or kind.depths.get(len(term.path), 0) == kind.size:
+            return False  # every entry of the kind is at the term's depth
+        self._file_kind(term.kind, kind)
         node = self._root.children.get(term.kind)  # type: ignore[union-attr]
         for step in term.path:
             if node is None:
@@ -207,9 +275,15 @@ class PathIndex:
         return bool(node.children)  # pruned when empty: children hold something
 
     def ids_at(self, term: Term) -> Collection[str]:
-        """The ids filed exactly at `term` (not at a prefix of it, nor below it)."""
-        if self._backlog_terms:
-            self._catch_up()
+        """The ids held exactly at `term` (not at a prefix of it, nor below it)."""
+        if self._texts:
+            self._parse_texts()
+        kind = self._kinds.get(term.kind)
+        if kind is None:
+            return _NOTHING
+        if not kind.filed:  # every entry of the kind is held by its term
+            return count_ids(kind.unfiled.get(term.path))
+        self._file_kind(term.kind, kind)
         node: Any = self._root.children.get(term.kind)  # type: ignore[union-attr]
         for step in term.path:
             if node is None or type(node) is str:  # nothing, or a bare leaf above the term
@@ -232,13 +306,22 @@ class PathIndex:
         return found
 
     def ids_overlapping(self, term: Term, _only: str | None = None) -> Set[str]:
-        """The ids filed at a prefix of `term`, at `term` or below it (a set to read only:
+        """The ids held at a prefix of `term`, at `term` or below it (a set to read only:
         an empty answer is shared). With `_only`, an answer of that id alone may be empty
         (see `others_overlapping`)."""
-        if self._backlog_terms:
-            self._catch_up()
         if not self.size:  # an empty index, as most are for a plan without reads
             return _NOTHING
+        if self._texts:
+            self._parse_texts()
+        kind = self._kinds.get(term.kind)
+        if kind is None:
+            return _NOTHING
+        if not kind.filed and kind.depths.get(len(term.path), 0) == kind.size:
+            here = kind.unfiled.get(term.path)  # at the term itself: the only overlap
+            if here is None or here == _only:
+                return _NOTHING
+            return {here} if type(here) is str else set(count_ids(here))
+        self._file_kind(term.kind, kind)
         node = self._root.children.get(term.kind)  # type: ignore[union-attr]
         if node is None:
             return _NOTHING

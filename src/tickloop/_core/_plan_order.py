@@ -82,7 +82,7 @@ class PlanOrder:
         self._lookup = lookup
         # This request's calls by output term, ended or not: asked only by a read of a path
         # that is absent and has no earlier writer left.
-        self._planned = PathIndex(deferred=True)
+        self._planned = PathIndex()
         # reader -> its slots: the Slot itself when it reads one term (most do), so a
         # waiting call keeps no tuple for it
         self._slots: dict[str, Slot | tuple[Slot, ...]] = {}
@@ -104,6 +104,8 @@ class PlanOrder:
         # earlier writer of the same path is one lookup, not a scan of every writer of
         # it (issue 29, item 4). Calls arrive in plan order, so appending keeps the order.
         self._lane_last: dict[Term, str] = {}
+        # Links come in pairs (x before y, y after x): both are empty while no term has two
+        # writers, as in most plans, where a lane is its one writer.
         self._lane_before: dict[tuple[Term, str], str] = {}
         self._lane_after: dict[tuple[Term, str], str] = {}
         # A fan-out may name one term twice (`†state.a && †state.a`): the extra times
@@ -115,7 +117,7 @@ class PlanOrder:
         """A new request: only its own calls are "earlier" (earlier requests' writes are
         applied). `plan_order=False` replays a tick journaled before plan order existed:
         every read is live (as a forward reference) and nothing is held."""
-        self._planned = PathIndex(deferred=True)
+        self._planned = PathIndex()
         self._legacy = not plan_order
 
     def plan(self, call_id: str, terms: tuple[Term, ...], spelled: str | None = None) -> None:
@@ -168,6 +170,9 @@ class PlanOrder:
                 self._lane_again[(term, call_id)] = again - 1
             if again:
                 return
+        if not self._lane_before:  # no term has two writers: the call is its term's lane
+            del self._lane_last[term]
+            return
         before = self._lane_before.pop((term, call_id), None)
         after = self._lane_after.pop((term, call_id), None)
         if after is None:
@@ -321,8 +326,9 @@ class PlanOrder:
         latest: str | None = None
         latest_seq = -1
         writers, readers = self._writers, self._readers
+        lanes = self._lane_before
         for term in targets:
-            before = self._lane_before.get((term, call_id))
+            before = lanes.get((term, call_id)) if lanes else None
             while before is not None and self._reads_forward(before, targets):
                 before = self._lane_before.get((term, before))
             if before is not None and self._seq_of(before) > latest_seq:

@@ -182,10 +182,10 @@ class Scheduler:
         self.log = log
         self.max_concurrency = max_concurrency
         self.run_id = run_id  # only shown to the hook (PendingCall.run_id)
-        self._written = PathIndex(deferred=True)  # who wrote each path: PendingCall.waits_on
+        self._written = PathIndex()  # who wrote each path: PendingCall.waits_on
         # Who said it would write each path (as its call is now: a replacement's paths, not
         # the ones it replaced), kept for `NoteSettled.waited_on` when arrows are drawn.
-        self._declared: PathIndex | None = PathIndex(deferred=True) if arrows else None
+        self._declared: PathIndex | None = PathIndex() if arrows else None
         self.records: dict[str, CallRecord] = {}
         self._calls: dict[str, Call] = {}  # accepted, not ended (then: its record, its seq)
         self._seqs: dict[str, int] = {}  # every call's arrival order
