@@ -47,12 +47,16 @@ class _Kind:
         self.size = 0  # entries, filed or not
         self.filed = 0  # entries filed in the trie: none, and the exact terms answer
         # depth (the steps of a path) -> entries at it, filed or not; a depth stays at 0
-        # (depths are few). `depths.get(d, 0) == size`: every entry is at depth d, so none
-        # is at a prefix of a term of depth d or below it, only at the term itself.
+        # (depths are few). Asked by `all_at`.
         self.depths: dict[int, int] = {}
         # path -> the ids not filed in the trie at the term of this kind and path, a
         # counted `_few` holder (a bare id mostly). Every entry is here or in the trie, once.
         self.unfiled: dict[tuple[Step, ...], Any] = {}
+
+    def all_at(self, depth: int) -> bool:
+        """Every entry of the kind is at `depth`: none is at a prefix of a term of that
+        depth or below it, only at the term itself."""
+        return self.depths.get(depth, 0) == self.size
 
 
 class PathIndex:
@@ -227,7 +231,7 @@ class PathIndex:
         kind = self._kinds.get(term.kind)
         if kind is None:
             return 0
-        if not kind.filed and kind.depths.get(len(term.path), 0) == kind.size:
+        if not kind.filed and kind.all_at(len(term.path)):
             return count_total(kind.unfiled.get(term.path))  # at the term itself, or none
         self._file_kind(term.kind, kind)
         node = self._root.children.get(term.kind)  # type: ignore[union-attr]
@@ -257,7 +261,7 @@ class PathIndex:
         if self._texts:
             self._parse_texts()
         kind = self._kinds.get(term.kind)
-        if kind is None or kind.depths.get(len(term.path), 0) == kind.size:
+        if kind is None or kind.all_at(len(term.path)):
             return False  # every entry of the kind is at the term's depth
         self._file_kind(term.kind, kind)
         node = self._root.children.get(term.kind)  # type: ignore[union-attr]
@@ -316,7 +320,7 @@ class PathIndex:
         kind = self._kinds.get(term.kind)
         if kind is None:
             return _NOTHING
-        if not kind.filed and kind.depths.get(len(term.path), 0) == kind.size:
+        if not kind.filed and kind.all_at(len(term.path)):
             here = kind.unfiled.get(term.path)  # at the term itself: the only overlap
             if here is None or here == _only:
                 return _NOTHING
