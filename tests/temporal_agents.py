@@ -183,7 +183,10 @@ crash_agent = tl.Agent(
 # -- the scale test ---------------------------------------------------------------------------
 
 
-@tl.tool
+# Idempotent, as a pure function is: Temporal recovers an activity task lost between the
+# server and a busy worker only by the heartbeat timeout and a retry, which runs an
+# idempotent call again and ends any other "interrupted" (docs/temporal.md).
+@tl.tool(idempotent=True)
 async def work(i: int) -> int:
     """A short async call."""
     await trio.sleep(0.01)

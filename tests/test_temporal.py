@@ -414,28 +414,43 @@ def test_model_failures_follow_section_8_as_temporal_retries(temporal_address: s
 # -- a worker killed mid-run ---------------------------------------------------------------------
 
 
+_LOGS: dict[int, Path] = {}  # what each worker writes, by its process id
+
+
 def _worker(address: str, queue: str, spec: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tickloop",
-            "temporal",
-            "worker",
-            spec,
-            "--task-queue",
-            queue,
-            "--address",
-            address,
-            "--sticky-timeout",
-            "1",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    # The worker writes to a file, not a pipe: nobody reads a pipe while the test runs,
+    # and a worker whose warnings filled one would block on its next write.
+    directory = Path(env["TICKLOOP_TEST_DIR"])
+    log = directory / f"worker-{len(list(directory.glob('worker-*.log')))}.log"
+    with log.open("w") as output:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tickloop",
+                "temporal",
+                "worker",
+                spec,
+                "--task-queue",
+                queue,
+                "--address",
+                address,
+                "--sticky-timeout",
+                "1",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    _LOGS[process.pid] = log
+    return process
+
+
+def _output(process: subprocess.Popen[str]) -> str:
+    """What a worker started by `_worker` wrote."""
+    return _LOGS[process.pid].read_text()
 
 
 def _count(directory: Path, kind: str) -> int:
@@ -465,7 +480,7 @@ def test_a_run_survives_its_worker_being_killed(temporal_address: str, tmp_path:
                 if time.monotonic() > deadline:
                     first.kill()
                     raise AssertionError(
-                        f"the run never got going: {first.communicate()[0][-3000:]} "
+                        f"the run never got going: {_output(first)[-3000:]} "
                         f"{[_count(tmp_path, k) for k in ('quick', 'slow_once', 'slow_again')]}"
                         f" {await handle.pending()}"
                     )
@@ -534,6 +549,13 @@ def test_twenty_fan_outs_at_once_on_two_workers(temporal_address: str, tmp_path:
                 process.wait()
     assert [result.output for result in results] == ["done"] * 20
     expected = {f"r{i}": i * 2 for i in range(agents.FAN_OUT)}
+    failed = {
+        (index, call_id): record.error
+        for index, result in enumerate(results)
+        for call_id, record in result.records.items()
+        if record.status != "done"
+    }
+    assert not failed, failed  # each with its error, if a call did not finish
     assert all(result.state == expected for result in results)
     ran_on = {record.worker for result in results for record in result.records.values()}
     assert len(ran_on) == 2, ran_on
