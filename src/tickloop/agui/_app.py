@@ -63,15 +63,16 @@ def app(agent: Agent) -> Starlette:
             given = RunAgentInput.model_validate(body)
         except (ValueError, pydantic.ValidationError) as error:
             return JSONResponse({"error": f"not an AG-UI RunAgentInput: {error}"}, 422)
-        state = given.state if given.state is not None else None
+        state = given.state
         if state is not None and not isinstance(state, dict):
             return JSONResponse({"error": "RunAgentInput.state must be an object"}, 422)
         session = thread_session(agent, given)
         if session is not None and not state:
-            # The thread is a session (PROTOCOL §16): a client that sends no state has
-            # the run start from the session's (with keep_state), read by the run once it
-            # holds the session's lease; a run queued behind another starts from the
-            # state that one left. The snapshot waits for it (`_EventStream`).
+            # The thread is a session (PROTOCOL §16): a client that sends no state (or
+            # an empty one, as AG-UI clients do by default) has the run start from the
+            # session's (with keep_state), read by the run once it holds the session's
+            # lease; a run queued behind another starts from the state that one left.
+            # The snapshot waits for it (`_EventStream`).
             state = None
         return _EventStream(agent, given, run_input(given), state, session)
 
