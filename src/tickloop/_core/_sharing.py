@@ -3,7 +3,7 @@
 Each call parses its own output path and references, so in a plan read in any order but
 its own (a shuffled chain, a random DAG) a waiting call and its writer each hold a parse
 of the same text: an `Expression`, its tuple of terms, a `Term`, its path and its step
-strings, about 250 bytes. The parse cache only remembers the last few thousand texts.
+strings, about 250 bytes. The parse cache only remembers the last few dozen texts.
 Here a call that arrives takes an equal expression from a call still waiting or running
 that already has one, found through the indexes of paths the scheduler keeps anyway (no
 table of its own, nothing kept for a call that has ended). Expressions are immutable and
