@@ -38,7 +38,7 @@ def _expressions_alive() -> int:
 def test_a_run_that_has_ended_keeps_few_of_its_calls_parsed_paths() -> None:
     """Each call's own output path is parsed as it arrives, and most are spelled once: the
     parser keeps the last few dozen texts, not one per call of the run (a cache of
-    thousands held them all, and evicting them cold cost a call 5-15% of its time;
+    thousands held them all and evicted them cold, at a cost the clock shows per call;
     docs/decisions.md "A small parse cache")."""
     tl.parse_expression.cache_clear()
     before = _expressions_alive()

@@ -405,7 +405,7 @@ def _scan_expression(text: str) -> Expression:
 
 # Small on purpose: most texts a plan parses are spelled once (each call's own output
 # path), and a large cache keeps every one of them alive to evict it thousands of parses
-# later, which cost a no-op call 5-15% of its time (docs/decisions.md "A small parse
+# later, cold, at a cost the clock shows per call (docs/decisions.md "A small parse
 # cache"). A text that comes back soon (a path read or pushed by call after call) stays.
 @lru_cache(maxsize=64)
 def parse_expression(text: str) -> Expression:

@@ -117,7 +117,7 @@ def utc_now(_clock: Callable[[], int] = time.time_ns) -> str:
     by `functools.lru_cache` (which locks), so any number of threads may date at once.
     """
     seconds, nanoseconds = divmod(_clock(), 1_000_000_000)
-    # `zfill` rather than a `:06d` format spec, which takes twice as long, once per call.
+    # `zfill` rather than a `:06d` format spec, whose machinery costs more, once a call.
     return f"{_utc_second(seconds)}.{str(nanoseconds // 1000).zfill(6)}Z"
 
 
