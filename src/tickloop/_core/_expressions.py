@@ -422,8 +422,8 @@ def parse_expression(text: str) -> Expression:
 
 def parse_term(text: str) -> Term:
     """Parse exactly one term, e.g. the branch a `Branch(term, value)` names, or the path
-    a data message was written at (the cached `parse_expression`: its call's `_outputPath`
-    was parsed when the call arrived)."""
+    a data message was written at (through `parse_expression`'s cache, which still holds
+    the text when its call arrived a few dozen parses before)."""
     try:
         expression: Expression | None = parse_expression(text)
     except ValueError:
