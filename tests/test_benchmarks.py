@@ -273,6 +273,29 @@ def test_the_ab_comparison_measures_each_tree_in_its_own_process() -> None:
     assert off > 0 and on > 0
 
 
+def test_versus_measures_a_revision_beside_this_tree(capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/versus.py: a revision's tickloop, checked out in a worktree of its own,
+    is measured beside this tree's in the same round, and the worktree is gone after; a
+    revision git cannot check out is named, and nothing is measured."""
+    import subprocess
+
+    from benchmarks.versus import main
+
+    def worktrees() -> str:
+        listed = ["git", "-C", str(ROOT), "worktree", "list", "--porcelain"]
+        return subprocess.run(listed, capture_output=True, text=True, check=True).stdout
+
+    before = worktrees()
+    assert main(["HEAD", "--rounds", "1", "--repeat", "1", "--tiny"]) == 0
+    out = capsys.readouterr().out
+    assert "| round | HEAD | here |" in out
+    assert out.count("µs/call") == 2 and "| median ratio |" in out
+    assert worktrees() == before
+    assert main(["no-such-revision", "--rounds", "1", "--tiny"]) == 2
+    assert "cannot check out 'no-such-revision'" in capsys.readouterr().err
+    assert worktrees() == before
+
+
 def test_the_import_benchmark_runs_at_a_tiny_repeat() -> None:
     """benchmarks/bench_import.py (issue 11): both rows are measured; only the first is
     judged, against 1.5x `import trio` (its figure belongs to docs/benchmarks.md)."""
