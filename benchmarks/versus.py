@@ -10,8 +10,9 @@ Each REV is checked out in a temporary git worktree, removed at the end. A round
 file's `bench_perf --only overhead` once for every tree, each in a process of its own with
 that tree's `src/` first on the path, the trees alternating; the working tree ("here")
 comes last in each round. The measurement is this tree's for every tree: only the
-tickloop under it differs. A table of the rounds and the median ratio of each tree is
-printed; nothing is judged.
+tickloop under it differs (`ab_store` does the same for the store's figure, given
+checkouts). A table of the rounds and the median ratio of each tree is printed; nothing
+is judged.
 
 Run: python -m benchmarks.versus REV [REV ...] [--rounds 4] [--repeat 30] [--tiny]
 """
